@@ -1,0 +1,99 @@
+// In-process generation over one model replica: continuous batching of many requests (mixed
+// prefill chunks and decode steps in one forward call), a paged KV cache with block
+// bookkeeping, sampling and stop conditions. It is the engine under `tandem generate`, the
+// benchmarks and the equivalence tests.
+#ifndef TANDEM_ENGINE_GENERATOR_H_
+#define TANDEM_ENGINE_GENERATOR_H_
+
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/block_pool.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace tandem {
+
+enum class FinishReason {
+  kStop,    // an EOS id or a stop string
+  kLength,  // max_tokens reached
+  kContext  // the model's context length reached
+};
+std::string_view FinishReasonName(FinishReason r);
+
+struct GenerationRequest {
+  std::vector<int> prompt;  // token ids (with BOS when the model wants it); not empty
+  SamplingParams sampling;
+  int max_tokens = 16;                    // >= 1
+  std::vector<std::string> stop_strings;  // need a tokenizer
+  bool ignore_eos = false;
+};
+
+struct GenerationOutput {
+  std::vector<int> tokens;  // generated ids (a stopping EOS id included)
+  std::string text;         // their text (stop string excluded), when a tokenizer was given
+  FinishReason finish = FinishReason::kLength;
+};
+
+struct GeneratorOptions {
+  int block_size = 16;
+  int num_blocks = 0;          // 0 = enough for every request's prompt + max_tokens
+  int max_batch = 256;         // sequences in one step
+  int prefill_chunk = 0;       // 0 = whole prompts; else at most this many prompt tokens per
+                               // sequence per step (chunked prefill)
+  int max_step_tokens = 8192;  // token budget of one forward call
+  int64_t max_kv_bytes = int64_t{8} << 30;
+
+  absl::Status Validate() const;
+};
+
+struct GenerationStats {
+  int64_t steps = 0;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  double first_token_seconds = 0;  // from start to the first sampled token of request 0
+  double total_seconds = 0;
+};
+
+class Generator {
+ public:
+  // `tokenizer` may be nullptr (no text, no stop strings). Both must outlive the generator.
+  Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOptions options);
+
+  // Called for every generated token with its request index and the new text (may be empty).
+  using TokenCallback = std::function<void(int request, int token, std::string_view text)>;
+
+  // Runs every request to completion. Requests are validated first (INVALID_ARGUMENT naming the
+  // field). Requests wait while the KV cache is full; a running sequence that cannot grow is
+  // preempted and recomputed later, with identical output (sampling is counter-based).
+  absl::StatusOr<std::vector<GenerationOutput>> Generate(std::span<const GenerationRequest> requests,
+                                                         const TokenCallback& on_token = nullptr);
+
+  const GenerationStats& stats() const { return stats_; }
+
+ private:
+  const Model* model_;
+  const Tokenizer* tokenizer_;
+  GeneratorOptions options_;
+  GenerationStats stats_;
+};
+
+// Checks a request against the model (prompt ids in the vocabulary, prompt within the
+// context, sampling values, max_tokens) and names the offending field.
+absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& config,
+                             const Tokenizer* tokenizer);
+
+// Log-probability of each token of `ids` given the ones before it (ids[0] gets none), from one
+// prefill with logits for every position: result has ids.size() - 1 entries.
+absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_GENERATOR_H_

@@ -1,0 +1,37 @@
+// A read-only memory mapping of a whole file; weights are used in place from it.
+#ifndef TANDEM_ENGINE_MAPPED_FILE_H_
+#define TANDEM_ENGINE_MAPPED_FILE_H_
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+class MappedFile {
+ public:
+  static absl::StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, const char* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  std::string path_;
+  const char* data_;
+  size_t size_;
+};
+
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+absl::Status WriteStringToFile(const std::string& path, std::string_view contents);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_MAPPED_FILE_H_

@@ -1,0 +1,146 @@
+#include "engine/model.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem {
+
+const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
+  std::vector<float>& buf = owned.emplace_back(static_cast<size_t>(n));
+  ConvertToF32(dtype, data, buf.data(), static_cast<size_t>(n));
+  return buf.data();
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Backend* backend) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrFormat("model path %s does not exist", path));
+  }
+  auto loaded = S_ISDIR(st.st_mode) ? LoadHfModel(path) : LoadLlama2cCheckpoint(path);
+  if (!loaded.ok()) return loaded.status();
+  return std::make_unique<Model>(std::move(loaded->first), std::move(loaded->second), backend);
+}
+
+Model::Model(ModelConfig config, ModelWeights weights, Backend* backend)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      backend_(backend),
+      inv_freq_(config_.RopeInvFreq()) {}
+
+absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache,
+                            std::vector<float>* logits) const {
+  const ModelConfig& c = config_;
+  if (batch.empty()) return absl::InvalidArgumentError("forward: empty batch");
+  if (cache->width() != c.kv_dim() || cache->n_layers() != c.n_layers) {
+    return absl::InvalidArgumentError("forward: kv cache shape does not match the model");
+  }
+  const int bs = cache->block_size();
+  int num_tokens = 0, num_rows = 0, max_blocks = 1;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceChunk& ch = batch[s];
+    const int n = static_cast<int>(ch.tokens.size());
+    if (n == 0) return absl::InvalidArgumentError(absl::StrFormat("forward: sequence %d has no tokens", s));
+    if (ch.start_pos < 0 || ch.start_pos + n > c.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "forward: sequence %d: positions [%d, %d) exceed the context length %d", s,
+          ch.start_pos, ch.start_pos + n, c.max_seq_len));
+    }
+    for (int t : ch.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "forward: sequence %d: token id %d outside the vocabulary [0, %d)", s, t, c.vocab_size));
+      }
+    }
+    const int needed = (ch.start_pos + n + bs - 1) / bs;
+    if (static_cast<int>(ch.block_table.size()) < needed) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "forward: sequence %d: %d blocks cover fewer than %d positions", s,
+          ch.block_table.size(), ch.start_pos + n));
+    }
+    for (int i = 0; i < needed; ++i) {
+      if (ch.block_table[i] < 0 || ch.block_table[i] >= cache->num_blocks()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "forward: sequence %d: block id %d out of range", s, ch.block_table[i]));
+      }
+    }
+    num_tokens += n;
+    num_rows += ch.all_logits ? n : 1;
+    max_blocks = std::max(max_blocks, needed);
+  }
+
+  // Flatten the batch: per token its id, sequence, position and cache slot.
+  std::vector<int> ids, token_seq, token_pos, slots, logit_rows;
+  ids.reserve(num_tokens);
+  std::vector<int> block_tables(batch.size() * max_blocks, 0);  // [num_seqs, max_blocks]
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SequenceChunk& ch = batch[s];
+    const int n = static_cast<int>(ch.tokens.size());
+    const int needed = (ch.start_pos + n + bs - 1) / bs;
+    std::copy_n(ch.block_table.begin(), needed, block_tables.begin() + s * max_blocks);
+    for (int i = 0; i < n; ++i) {
+      const int pos = ch.start_pos + i;
+      if (ch.all_logits || i == n - 1) logit_rows.push_back(static_cast<int>(ids.size()));
+      ids.push_back(ch.tokens[i]);
+      token_seq.push_back(static_cast<int>(s));
+      token_pos.push_back(pos);
+      slots.push_back(ch.block_table[pos / bs] * bs + pos % bs);
+    }
+  }
+
+  const int64_t T = num_tokens;
+  std::vector<float> x(T * c.dim), xb(T * c.dim);   // [T, dim]
+  std::vector<float> q(T * c.q_dim()), att(T * c.q_dim());  // [T, n_heads, head_dim]
+  std::vector<float> k(T * c.kv_dim()), v(T * c.kv_dim());  // [T, n_kv_heads, head_dim]
+  std::vector<float> hb(T * c.hidden_dim), hb2(T * c.hidden_dim);  // [T, hidden_dim]
+
+  PagedAttentionArgs args;
+  args.num_tokens = num_tokens;
+  args.n_heads = c.n_heads;
+  args.n_kv_heads = c.n_kv_heads;
+  args.head_dim = c.head_dim;
+  args.block_size = bs;
+  args.max_blocks_per_seq = max_blocks;
+  args.token_seq = token_seq.data();
+  args.token_pos = token_pos.data();
+  args.block_tables = block_tables.data();
+
+  Backend& b = *backend_;
+  b.Embedding(ids.data(), weights_.token_embedding, x.data(), num_tokens);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerWeights& w = weights_.layers[l];
+    b.RmsNorm(x.data(), w.attn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
+    b.Matmul(xb.data(), w.wq, w.bq, q.data(), num_tokens);
+    b.Matmul(xb.data(), w.wk, w.bk, k.data(), num_tokens);
+    b.Matmul(xb.data(), w.wv, w.bv, v.data(), num_tokens);
+    b.Rope(q.data(), num_tokens, c.n_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
+           c.rope_style);
+    b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
+           c.rope_style);
+    b.WriteKv(k.data(), v.data(), slots.data(), num_tokens, c.kv_dim(), cache->k(l), cache->v(l));
+    b.PagedAttention(q.data(), cache->k(l), cache->v(l), args, att.data());
+    b.Matmul(att.data(), w.wo, nullptr, xb.data(), num_tokens);
+    b.Add(x.data(), xb.data(), T * c.dim);
+    b.RmsNorm(x.data(), w.ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
+    b.Matmul(xb.data(), w.w1, nullptr, hb.data(), num_tokens);
+    b.Matmul(xb.data(), w.w3, nullptr, hb2.data(), num_tokens);
+    b.SiluMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+    b.Matmul(hb.data(), w.w2, nullptr, xb.data(), num_tokens);
+    b.Add(x.data(), xb.data(), T * c.dim);
+  }
+  // Only the rows that need logits go through the final norm and the classifier.
+  std::vector<float> rows(static_cast<size_t>(num_rows) * c.dim);  // [num_rows, dim]
+  for (int r = 0; r < num_rows; ++r) {
+    std::copy_n(x.begin() + static_cast<int64_t>(logit_rows[r]) * c.dim, c.dim,
+                rows.begin() + static_cast<int64_t>(r) * c.dim);
+  }
+  b.RmsNorm(rows.data(), weights_.final_norm, rows.data(), num_rows, c.dim, c.norm_eps);
+  logits->resize(static_cast<size_t>(num_rows) * c.vocab_size);
+  b.Matmul(rows.data(), weights_.classifier, nullptr, logits->data(), num_rows);
+  return absl::OkStatus();
+}
+
+}  // namespace tandem

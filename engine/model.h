@@ -1,0 +1,91 @@
+// The Llama-family forward pass (RMSNorm, RoPE, GQA attention over a paged KV cache, SwiGLU
+// MLP, tied or separate classifier), written once against the Backend interface.
+//
+// One Forward call takes new tokens of many sequences: a prefill is a sequence with many new
+// tokens (or a chunk of them), a decode step is one new token for each of many sequences; both
+// can share a call.
+#ifndef TANDEM_ENGINE_MODEL_H_
+#define TANDEM_ENGINE_MODEL_H_
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv_cache.h"
+#include "engine/mapped_file.h"
+#include "engine/model_config.h"
+#include "kernels/backend.h"
+
+namespace tandem {
+
+struct LayerWeights {
+  WeightRef wq;  // [q_dim, dim]
+  WeightRef wk;  // [kv_dim, dim]
+  WeightRef wv;  // [kv_dim, dim]
+  WeightRef wo;  // [dim, q_dim]
+  WeightRef w1;  // gate [hidden_dim, dim]
+  WeightRef w2;  // down [dim, hidden_dim]
+  WeightRef w3;  // up [hidden_dim, dim]
+  const float* attn_norm = nullptr;  // [dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  const float* bq = nullptr;         // [q_dim] or nullptr
+  const float* bk = nullptr;         // [kv_dim] or nullptr
+  const float* bv = nullptr;         // [kv_dim] or nullptr
+};
+
+struct ModelWeights {
+  WeightRef token_embedding;  // [vocab_size, dim]
+  std::vector<LayerWeights> layers;
+  const float* final_norm = nullptr;  // [dim]
+  WeightRef classifier;               // [vocab_size, dim]; == token_embedding when tied
+
+  // What the pointers above point into.
+  std::vector<std::shared_ptr<MappedFile>> files;
+  std::vector<std::vector<float>> owned;  // small tensors converted to float32
+
+  // Converts a tensor of any dtype to float32 kept in `owned`.
+  const float* Own(DType dtype, const void* data, int64_t n);
+};
+
+// The new tokens of one sequence in a Forward call.
+struct SequenceChunk {
+  std::span<const int> tokens;       // [n] new token ids, n >= 1
+  int start_pos = 0;                 // position of tokens[0]; KV for [0, start_pos) is cached
+  std::span<const int> block_table;  // blocks covering positions [0, start_pos + n)
+  bool all_logits = false;           // logits for every new token instead of only the last
+};
+
+class Model {
+ public:
+  // Loads a Hugging Face model directory or a llama2.c checkpoint (.bin), chosen by `path`.
+  // The backend must outlive the model.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path, Backend* backend);
+  Model(ModelConfig config, ModelWeights weights, Backend* backend);
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+
+  // Runs the new tokens of `batch` (their KV is written into `cache`) and writes logits
+  // [rows, vocab_size] to `logits`: per chunk in order, one row (its last token) or, with
+  // all_logits, one row per new token. Invalid chunks (token out of range, position past the
+  // context, missing blocks) are rejected before anything is computed.
+  absl::Status Forward(std::span<const SequenceChunk> batch, KvCache* cache,
+                       std::vector<float>* logits) const;
+
+ private:
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend* backend_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// llama2.c checkpoint (the legacy 7-int header; shared or separate classifier).
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path);
+// Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_MODEL_H_

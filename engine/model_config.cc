@@ -1,0 +1,255 @@
+#include "engine/model_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+
+absl::Status ModelConfig::Validate() const {
+  auto bad = [](std::string_view field, int64_t v) {
+    return absl::InvalidArgumentError(absl::StrFormat("model config: %s = %d is invalid", field, v));
+  };
+  if (dim <= 0) return bad("dim", dim);
+  if (hidden_dim <= 0) return bad("hidden_dim", hidden_dim);
+  if (n_layers <= 0 || n_layers > 4096) return bad("n_layers", n_layers);
+  if (n_heads <= 0) return bad("n_heads", n_heads);
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return bad("n_kv_heads", n_kv_heads);
+  if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim", head_dim);
+  if (vocab_size <= 0) return bad("vocab_size", vocab_size);
+  if (max_seq_len <= 0) return bad("max_seq_len", max_seq_len);
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
+    return absl::InvalidArgumentError("model config: rope_theta must be positive");
+  }
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
+    return absl::InvalidArgumentError("model config: rms_norm_eps must be positive");
+  }
+  if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0)) {
+    return absl::InvalidArgumentError("model config: rope_scaling.factor must be positive");
+  }
+  for (int id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) return bad("eos_token_id", id);
+  }
+  if (bos_token_id >= vocab_size) return bad("bos_token_id", bos_token_id);
+  return absl::OkStatus();
+}
+
+std::vector<float> ModelConfig::RopeInvFreq() const {
+  const int half = head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    if (rope_style == RopeStyle::kInterleaved) {
+      // run.c: freq = 1.0f / powf(10000.0f, head_dim / (float)head_size), head_dim = 2i.
+      inv[i] = 1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    } else {
+      // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      inv[i] = 1.0f / std::pow(rope_theta, exponent);
+    }
+  }
+  switch (rope_scaling.type) {
+    case RopeScaling::Type::kNone:
+      break;
+    case RopeScaling::Type::kLinear:
+      for (float& f : inv) f /= rope_scaling.factor;
+      break;
+    case RopeScaling::Type::kLlama3: {
+      // transformers' _compute_llama3_parameters.
+      const float old_ctx = static_cast<float>(rope_scaling.original_max_position_embeddings);
+      const float low_wavelen = old_ctx / rope_scaling.low_freq_factor;
+      const float high_wavelen = old_ctx / rope_scaling.high_freq_factor;
+      for (float& f : inv) {
+        const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+        if (wavelen < high_wavelen) continue;
+        if (wavelen > low_wavelen) {
+          f = f / rope_scaling.factor;
+        } else {
+          const float smooth = (old_ctx / wavelen - rope_scaling.low_freq_factor) /
+                               (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+          f = (1.0f - smooth) * f / rope_scaling.factor + smooth * f;
+        }
+      }
+      break;
+    }
+  }
+  return inv;
+}
+
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<int> GetInt(const json& j, const char* key, std::optional<int> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: missing \"%s\"", key));
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not an integer", key));
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < INT32_MIN || v > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" out of range", key));
+  }
+  return static_cast<int>(v);
+}
+
+absl::StatusOr<float> GetFloat(const json& j, const char* key, float fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not a number", key));
+  }
+  return it->get<float>();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("config.json is not a JSON object");
+  }
+  ModelConfig c;
+  c.rope_style = RopeStyle::kHalf;
+  std::string arch;
+  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
+                                         (*it)[0].is_string()) {
+    arch = (*it)[0].get<std::string>();
+  }
+  std::string model_type = j.value("model_type", std::string());
+  static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  bool supported = false;
+  for (const char* s : kSupported) supported |= arch == s;
+  if (!supported) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: unsupported architecture \"%s\" (model_type \"%s\"); supported: "
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+        arch, model_type));
+  }
+  c.architecture = arch;
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+    return absl::InvalidArgumentError("config.json: hidden_act must be \"silu\"");
+  }
+  auto assign = [](int& dst, absl::StatusOr<int> v) -> absl::Status {
+    if (!v.ok()) return v.status();
+    dst = *v;
+    return absl::OkStatus();
+  };
+  absl::Status s;
+  if (!(s = assign(c.dim, GetInt(j, "hidden_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c.hidden_dim, GetInt(j, "intermediate_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c.n_layers, GetInt(j, "num_hidden_layers", std::nullopt))).ok()) return s;
+  if (!(s = assign(c.n_heads, GetInt(j, "num_attention_heads", std::nullopt))).ok()) return s;
+  if (!(s = assign(c.n_kv_heads, GetInt(j, "num_key_value_heads", c.n_heads))).ok()) return s;
+  if (!(s = assign(c.vocab_size, GetInt(j, "vocab_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c.max_seq_len, GetInt(j, "max_position_embeddings", 2048))).ok()) return s;
+  if (c.n_heads <= 0) return absl::InvalidArgumentError("config.json: num_attention_heads <= 0");
+  if (!(s = assign(c.head_dim, GetInt(j, "head_dim", c.dim / c.n_heads))).ok()) return s;
+  auto theta = GetFloat(j, "rope_theta", 10000.0f);
+  if (!theta.ok()) return theta.status();
+  c.rope_theta = *theta;
+  auto eps = GetFloat(j, "rms_norm_eps", 1e-6f);
+  if (!eps.ok()) return eps.status();
+  c.norm_eps = *eps;
+  c.tie_word_embeddings = j.value("tie_word_embeddings", arch == "Qwen2ForCausalLM");
+  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
+    return absl::InvalidArgumentError("config.json: tie_word_embeddings must be a boolean");
+  }
+  c.qkv_bias = arch == "Qwen2ForCausalLM";
+  if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
+    c.qkv_bias = c.qkv_bias || it->get<bool>();
+  }
+  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
+    std::string type = it->value("rope_type", it->value("type", std::string()));
+    auto factor = GetFloat(*it, "factor", 1.0f);
+    if (!factor.ok()) return factor.status();
+    c.rope_scaling.factor = *factor;
+    if (type == "default") {
+      c.rope_scaling.type = RopeScaling::Type::kNone;
+    } else if (type == "linear") {
+      c.rope_scaling.type = RopeScaling::Type::kLinear;
+    } else if (type == "llama3") {
+      c.rope_scaling.type = RopeScaling::Type::kLlama3;
+      auto lo = GetFloat(*it, "low_freq_factor", 1.0f);
+      auto hi = GetFloat(*it, "high_freq_factor", 4.0f);
+      auto orig = GetInt(*it, "original_max_position_embeddings", 8192);
+      if (!lo.ok()) return lo.status();
+      if (!hi.ok()) return hi.status();
+      if (!orig.ok()) return orig.status();
+      c.rope_scaling.low_freq_factor = *lo;
+      c.rope_scaling.high_freq_factor = *hi;
+      c.rope_scaling.original_max_position_embeddings = *orig;
+      if (!(*hi > *lo)) {
+        return absl::InvalidArgumentError(
+            "config.json: rope_scaling.high_freq_factor must exceed low_freq_factor");
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("config.json: unsupported rope_scaling type \"%s\"", type));
+    }
+  }
+  auto bos = GetInt(j, "bos_token_id", -1);
+  if (!bos.ok()) return bos.status();
+  c.bos_token_id = *bos;
+  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
+    if (it->is_number_integer()) {
+      c.eos_token_ids.push_back(it->get<int>());
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) {
+          return absl::InvalidArgumentError("config.json: eos_token_id entries must be integers");
+        }
+        c.eos_token_ids.push_back(e.get<int>());
+      }
+    } else {
+      return absl::InvalidArgumentError("config.json: eos_token_id must be an integer or a list");
+    }
+  }
+  if (absl::Status v = c.Validate(); !v.ok()) return v;
+  return c;
+}
+
+std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
+  json j;
+  j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
+  j["model_type"] = architecture == "Qwen2ForCausalLM"      ? "qwen2"
+                    : architecture == "MistralForCausalLM" ? "mistral"
+                                                           : "llama";
+  j["hidden_size"] = dim;
+  j["intermediate_size"] = hidden_dim;
+  j["num_hidden_layers"] = n_layers;
+  j["num_attention_heads"] = n_heads;
+  j["num_key_value_heads"] = n_kv_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_position_embeddings"] = max_seq_len;
+  j["rope_theta"] = rope_theta;
+  j["rms_norm_eps"] = norm_eps;
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = qkv_bias;
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1) {
+    j["eos_token_id"] = eos_token_ids[0];
+  } else if (!eos_token_ids.empty()) {
+    j["eos_token_id"] = eos_token_ids;
+  }
+  if (rope_scaling.type == RopeScaling::Type::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+  } else if (rope_scaling.type == RopeScaling::Type::kLlama3) {
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling.factor},
+        {"low_freq_factor", rope_scaling.low_freq_factor},
+        {"high_freq_factor", rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tandem

@@ -1,0 +1,102 @@
+#include "engine/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_format.h"
+
+namespace tandem {
+
+absl::Status SamplingParams::Validate() const {
+  if (!std::isfinite(temperature) || temperature < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "temperature must be a finite number >= 0, got %g", temperature));
+  }
+  if (top_k < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("top_k must be >= 0, got %d", top_k));
+  }
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrFormat("top_p must be in (0, 1], got %g", top_p));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint64_t counter) {
+  const uint64_t bits = SplitMix64(SplitMix64(seed) ^ counter);
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
+
+int Argmax(std::span<const float> logits) {
+  int best = 0;
+  for (int i = 1; i < static_cast<int>(logits.size()); ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return best;
+}
+
+std::vector<double> SamplingDistribution(std::span<const float> logits, const SamplingParams& p) {
+  const int n = static_cast<int>(logits.size());
+  if (p.temperature == 0.0f || n == 0) return {};
+  // Softmax of logits / T in double, subtracting the maximum.
+  std::vector<double> prob(n);
+  double max_v = -INFINITY;
+  for (int i = 0; i < n; ++i) max_v = std::max(max_v, static_cast<double>(logits[i]) / p.temperature);
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) {
+    prob[i] = std::exp(static_cast<double>(logits[i]) / p.temperature - max_v);
+    sum += prob[i];
+  }
+  for (double& v : prob) v /= sum;
+
+  int keep = n;
+  if (p.top_k > 0) keep = std::min(keep, p.top_k);
+  std::vector<int> order;
+  if (keep < n || p.top_p < 1.0f) {
+    order.resize(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return prob[a] > prob[b]; });
+    if (p.top_p < 1.0f) {
+      // The smallest prefix whose mass reaches top_p.
+      double cum = 0.0;
+      int count = 0;
+      while (count < n) {
+        cum += prob[order[count++]];
+        if (cum >= p.top_p) break;
+      }
+      keep = std::min(keep, count);
+    }
+    std::vector<double> kept(n, 0.0);
+    double kept_sum = 0.0;
+    for (int i = 0; i < keep; ++i) kept_sum += prob[order[i]];
+    for (int i = 0; i < keep; ++i) kept[order[i]] = prob[order[i]] / kept_sum;
+    return kept;
+  }
+  return prob;
+}
+
+int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t position) {
+  if (p.temperature == 0.0f) return Argmax(logits);
+  std::vector<double> dist = SamplingDistribution(logits, p);
+  const double u = CounterUniform(p.seed, position);
+  double cum = 0.0;
+  int last = 0;
+  for (int i = 0; i < static_cast<int>(dist.size()); ++i) {
+    if (dist[i] == 0.0) continue;
+    cum += dist[i];
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;  // rounding left u above the total: take the last kept token
+}
+
+}  // namespace tandem

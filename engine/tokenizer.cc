@@ -1,0 +1,65 @@
+#include "engine/tokenizer.h"
+
+namespace tandem {
+
+size_t CompleteUtf8Prefix(std::string_view s) {
+  // Look back at most 3 bytes for the lead byte of a trailing multi-byte sequence.
+  const size_t n = s.size();
+  for (size_t back = 1; back <= 4 && back <= n; ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = 1;
+    if ((c & 0xE0) == 0xC0) {
+      need = 2;
+    } else if ((c & 0xF0) == 0xE0) {
+      need = 3;
+    } else if ((c & 0xF8) == 0xF0) {
+      need = 4;
+    }
+    return back < need ? n - back : n;
+  }
+  return n;  // only continuation bytes: invalid, nothing to wait for
+}
+
+IncrementalDecoder::IncrementalDecoder(const Tokenizer* tokenizer, std::span<const int> prompt_ids)
+    : tokenizer_(tokenizer), ids_(prompt_ids.begin(), prompt_ids.end()) {
+  // A few ids of context are enough for every decoder's cross-token rules (leading-space
+  // stripping, byte-fallback sequences of up to 4 bytes).
+  prefix_offset_ = ids_.size() > 6 ? ids_.size() - 6 : 0;
+  read_offset_ = ids_.size();
+}
+
+std::string IncrementalDecoder::Add(int id) {
+  ids_.push_back(id);
+  std::span<const int> all(ids_);
+  const std::string prefix_text =
+      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_));
+  const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_));
+  // Emit only when the new text extends the old and ends on a complete character.
+  if (new_text.size() <= prefix_text.size() ||
+      new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
+    return "";
+  }
+  // Hold back an incomplete UTF-8 tail, and U+FFFD that a byte-fallback decoder may produce
+  // for a character whose remaining bytes are still to come.
+  if (CompleteUtf8Prefix(new_text) < new_text.size()) return "";
+  if (new_text.size() >= 3 && new_text.compare(new_text.size() - 3, 3, "\xEF\xBF\xBD") == 0) {
+    return "";
+  }
+  std::string delta = new_text.substr(prefix_text.size());
+  prefix_offset_ = read_offset_;
+  read_offset_ = ids_.size();
+  return delta;
+}
+
+std::string IncrementalDecoder::Flush() {
+  std::span<const int> all(ids_);
+  const std::string prefix_text =
+      tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_));
+  const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_));
+  prefix_offset_ = read_offset_ = ids_.size();
+  if (new_text.size() <= prefix_text.size()) return "";
+  return new_text.substr(prefix_text.size());
+}
+
+}  // namespace tandem

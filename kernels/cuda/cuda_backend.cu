@@ -1,0 +1,132 @@
+// libtandem_cuda.so: CUDA kernels behind the C table in cuda_api.h. Each kernel has a CPU twin
+// in kernels/cpu/cpu_ops.cc; tests/kernels/cuda_twin_test.cc compares them on a GPU.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "kernels/cuda/cuda_api.h"
+
+namespace {
+
+thread_local char g_error[256] = "";
+
+int Check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return 0;
+  std::snprintf(g_error, sizeof(g_error), "%s: %s", what, cudaGetErrorString(e));
+  return static_cast<int>(e);
+}
+
+int LaunchCheck(const char* what) { return Check(cudaGetLastError(), what); }
+
+// One block per row; a block-wide reduction of the sum of squares.
+__global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ w,
+                              float* __restrict__ y, int dim, float eps) {
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  __shared__ float partial[32];
+  for (int off = 16; off > 0; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = ss;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    ss = threadIdx.x < (blockDim.x + 31) / 32 ? partial[threadIdx.x] : 0.f;
+    for (int off = 16; off > 0; off /= 2) ss += __shfl_down_sync(0xffffffffu, ss, off);
+    if (threadIdx.x == 0) partial[0] = ss;
+  }
+  __syncthreads();
+  const float scale = rsqrtf(partial[0] / dim + eps);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = w[i] * (scale * xr[i]);
+}
+
+__global__ void SiluMulKernel(const float* g, const float* u, float* out, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float v = g[i];
+    out[i] = v / (1.f + expf(-v)) * u[i];
+  }
+}
+
+__global__ void AddKernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+// grid (n tokens, n_heads), block head_dim / 2 threads: one rotation pair each.
+__global__ void RopeKernel(float* x, int n_heads, int head_dim, const int* positions,
+                           const float* inv_freq, int style) {
+  const int t = blockIdx.x, h = blockIdx.y, i = threadIdx.x, half = head_dim / 2;
+  if (i >= half) return;
+  float* v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+  const float angle = static_cast<float>(positions[t]) * inv_freq[i];
+  float s, c;
+  sincosf(angle, &s, &c);
+  const int a = style == 0 ? 2 * i : i;
+  const int b = style == 0 ? 2 * i + 1 : i + half;
+  const float v0 = v[a], v1 = v[b];
+  v[a] = v0 * c - v1 * s;
+  v[b] = v0 * s + v1 * c;
+}
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear: no driver or no device is not an error here
+    return 0;
+  }
+  return n;
+}
+
+const char* LastError() { return g_error; }
+
+int DeviceName(int device, char* buf, size_t len) {
+  cudaDeviceProp prop;
+  if (int e = Check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties")) return e;
+  std::snprintf(buf, len, "%s", prop.name);
+  return 0;
+}
+
+int Malloc(void** p, size_t bytes) { return Check(cudaMalloc(p, bytes), "cudaMalloc"); }
+int Free(void* p) { return Check(cudaFree(p), "cudaFree"); }
+int H2D(void* d, const void* s, size_t b) {
+  return Check(cudaMemcpy(d, s, b, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+}
+int D2H(void* d, const void* s, size_t b) {
+  return Check(cudaMemcpy(d, s, b, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+}
+int Sync() { return Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
+int RmsNorm(const float* x, const float* w, float* y, int n, int dim, float eps) {
+  if (n <= 0) return 0;
+  RmsNormKernel<<<n, 256>>>(x, w, y, dim, eps);
+  return LaunchCheck("rmsnorm");
+}
+int SiluMul(const float* g, const float* u, float* out, int64_t n) {
+  if (n <= 0) return 0;
+  SiluMulKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(g, u, out, n);
+  return LaunchCheck("silu_mul");
+}
+int Rope(float* x, int n, int n_heads, int head_dim, const int* pos, const float* inv_freq,
+         int style) {
+  if (n <= 0) return 0;
+  RopeKernel<<<dim3(n, n_heads), (head_dim / 2 + 31) / 32 * 32>>>(x, n_heads, head_dim, pos,
+                                                                  inv_freq, style);
+  return LaunchCheck("rope");
+}
+int Add(float* x, const float* y, int64_t n) {
+  if (n <= 0) return 0;
+  AddKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(x, y, n);
+  return LaunchCheck("add");
+}
+
+const TandemCudaApi kApi = {
+    TANDEM_CUDA_ABI_VERSION, DeviceCount, LastError, DeviceName, Malloc, Free, H2D, D2H, Sync,
+    RmsNorm,                 SiluMul,     Rope,      Add,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const TandemCudaApi* tandem_cuda_get_api(void) {
+  return &kApi;
+}

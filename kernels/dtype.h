@@ -1,0 +1,40 @@
+// Element types of weights and KV data, and scalar conversions between them.
+#ifndef TANDEM_KERNELS_DTYPE_H_
+#define TANDEM_KERNELS_DTYPE_H_
+
+#include <cstdint>
+#include <cstring>
+#include <string_view>
+
+namespace tandem {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+std::string_view DTypeName(DType t);
+
+inline float Bf16ToF32(uint16_t h) {
+  uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, as torch does; NaN stays NaN.
+inline uint16_t F32ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float F16ToF32(uint16_t h);
+uint16_t F32ToF16(float f);
+
+// Converts `n` elements of type `src_type` at `src` to float32.
+void ConvertToF32(DType src_type, const void* src, float* dst, size_t n);
+
+}  // namespace tandem
+
+#endif  // TANDEM_KERNELS_DTYPE_H_

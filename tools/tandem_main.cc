@@ -1,0 +1,270 @@
+// `tandem`: the command-line tool. Subcommands:
+//   generate   run a model on a prompt and stream the completion
+//   score      per-token log-probabilities and perplexity of a text
+//   tokenize   text on stdin -> JSON array of ids
+//   detokenize JSON array of ids on stdin -> text
+//   model convert | model random   write Hugging Face model directories
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/generator.h"
+#include "engine/load_tokenizer.h"
+#include "engine/model.h"
+#include "engine/model_writer.h"
+#include "kernels/backend_loader.h"
+#include "nlohmann/json.hpp"
+#include "tools/flags.h"
+
+namespace tandem {
+namespace {
+
+constexpr char kUsage[] = R"(usage: tandem <command> [flags]
+
+commands:
+  generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
+           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
+           [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
+      Prints the prompt and then the completion on stdout as it is generated;
+      timings (TTFT, tokens/s) go to stderr.
+  score --model PATH [--tokenizer PATH] --text TEXT
+      Per-token log-probabilities and the mean cross-entropy / perplexity.
+  tokenize --tokenizer PATH [--add-special-tokens]
+      Reads text on stdin, prints the ids as a JSON array.
+  detokenize --tokenizer PATH
+      Reads a JSON array of ids on stdin, prints the text.
+  model convert --from CHECKPOINT.bin --out DIR
+      Writes a Hugging Face directory (config.json + model.safetensors).
+  model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
+      Random weights of a real model's shape: stories260K, stories15M,
+      stories110M, TinyLlama-1.1B, Llama-2-7B, Llama-3-8B.
+
+PATH is a Hugging Face model directory or a llama2.c checkpoint (.bin); a
+tokenizer is a tokenizer.json (or a directory holding one) or a llama2.c
+tokenizer.bin.
+)";
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "tandem: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+struct Loaded {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
+  if (!f.Has("model")) return absl::InvalidArgumentError("--model is required");
+  Loaded l;
+  auto backend = MakeBackend(f.Get("device", "auto"));
+  if (!backend.ok()) return backend.status();
+  l.backend = std::move(*backend);
+  auto model = Model::Load(f.Get("model"), l.backend.get());
+  if (!model.ok()) return model.status();
+  l.model = std::move(*model);
+  std::string tok_path = f.Get("tokenizer");
+  if (tok_path.empty()) {
+    auto found = FindTokenizerFor(f.Get("model"), l.model->config().vocab_size);
+    if (!found.ok()) return found.status();
+    tok_path = *found;
+  }
+  auto tok = LoadTokenizer(tok_path, l.model->config().architecture == "llama2c"
+                                         ? l.model->config().vocab_size
+                                         : 0);
+  if (!tok.ok()) return tok.status();
+  l.tokenizer = std::move(*tok);
+  return l;
+}
+
+int Generate(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args,
+                        {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k",
+                         "top-p", "seed", "stop", "block-size", "prefill-chunk", "device"},
+                        {"ignore-eos"});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
+  GenerationRequest req;
+  GeneratorOptions opts;
+  auto max_tokens = f->GetInt("max-tokens", 256);
+  auto temperature = f->GetDouble("temperature", 1.0);
+  auto top_k = f->GetInt("top-k", 0);
+  auto top_p = f->GetDouble("top-p", 1.0);
+  auto seed = f->GetInt("seed", 0);
+  auto block_size = f->GetInt("block-size", 16);
+  auto chunk = f->GetInt("prefill-chunk", 0);
+  for (const auto* s : {&max_tokens, &top_k, &seed, &block_size, &chunk}) {
+    if (!s->ok()) return Fail(s->status());
+  }
+  if (!temperature.ok()) return Fail(temperature.status());
+  if (!top_p.ok()) return Fail(top_p.status());
+  if (*max_tokens < 1 || *max_tokens > (1 << 30)) {
+    return Fail(absl::InvalidArgumentError("--max-tokens must be in [1, 2^30]"));
+  }
+  req.max_tokens = static_cast<int>(*max_tokens);
+  req.sampling.temperature = static_cast<float>(*temperature);
+  req.sampling.top_k = static_cast<int>(std::clamp<int64_t>(*top_k, -1, 1 << 30));
+  req.sampling.top_p = static_cast<float>(*top_p);
+  req.sampling.seed = static_cast<uint64_t>(*seed);
+  req.stop_strings = f->GetAll("stop");
+  req.ignore_eos = f->Has("ignore-eos");
+  if (absl::Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
+  opts.block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
+  opts.prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
+  if (absl::Status s = opts.Validate(); !s.ok()) return Fail(s);
+
+  auto loaded = LoadModelAndTokenizer(*f);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const std::string prompt = f->Get("prompt");
+  req.prompt = loaded->tokenizer->Encode(prompt, /*add_special_tokens=*/true);
+  // Not past the context: generation also stops there (finish reason "context").
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  Generator gen(loaded->model.get(), loaded->tokenizer.get(), opts);
+  auto out = gen.Generate({&req, 1}, [](int, int, std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!out.ok()) return Fail(out.status());
+  const GenerationStats& st = gen.stats();
+  const double decode_s = st.total_seconds - st.first_token_seconds;
+  std::fprintf(stderr,
+               "[tandem] prompt %lld tokens, generated %lld tokens, finish=%s, TTFT %.1f ms, "
+               "decode %.1f tokens/s (device %s)\n",
+               static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.generated_tokens),
+               std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
+               st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
+               std::string(loaded->backend->name()).c_str());
+  return 0;
+}
+
+int Score(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device"}, {});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("text")) return Fail(absl::InvalidArgumentError("--text is required"));
+  auto loaded = LoadModelAndTokenizer(*f);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const std::vector<int> ids = loaded->tokenizer->Encode(f->Get("text"), true);
+  auto lp = ScoreTokens(*loaded->model, ids);
+  if (!lp.ok()) return Fail(lp.status());
+  double nll = 0;
+  std::printf("position\ttoken_id\ttoken\tlogprob\n");
+  for (size_t i = 0; i < lp->size(); ++i) {
+    const int id = ids[i + 1];
+    nlohmann::json piece = loaded->tokenizer->Decode(std::span<const int>(&id, 1));
+    std::printf("%zu\t%d\t%s\t%.6f\n", i + 1, id,
+                piece.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                (*lp)[i]);
+    nll -= (*lp)[i];
+  }
+  nll /= static_cast<double>(lp->size());
+  std::printf("tokens_scored=%zu mean_cross_entropy=%.6f perplexity=%.4f\n", lp->size(), nll,
+              std::exp(nll));
+  return 0;
+}
+
+int Tokenize(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"tokenizer"}, {"add-special-tokens"});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("tokenizer")) return Fail(absl::InvalidArgumentError("--tokenizer is required"));
+  auto tok = LoadTokenizer(f->Get("tokenizer"));
+  if (!tok.ok()) return Fail(tok.status());
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  std::printf("%s\n", nlohmann::json((*tok)->Encode(text, f->Has("add-special-tokens"))).dump().c_str());
+  return 0;
+}
+
+int Detokenize(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"tokenizer"}, {});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("tokenizer")) return Fail(absl::InvalidArgumentError("--tokenizer is required"));
+  auto tok = LoadTokenizer(f->Get("tokenizer"));
+  if (!tok.ok()) return Fail(tok.status());
+  std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) {
+    return Fail(absl::InvalidArgumentError("stdin: expected a JSON array of token ids"));
+  }
+  std::vector<int> ids;
+  for (const auto& e : j) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= (*tok)->vocab_size()) {
+      return Fail(absl::InvalidArgumentError(absl::StrFormat(
+          "stdin: %s is not a token id in [0, %d)", e.dump(), (*tok)->vocab_size())));
+    }
+    ids.push_back(e.get<int>());
+  }
+  const std::string out = (*tok)->Decode(ids);
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+int ModelCommand(const std::vector<std::string>& args) {
+  if (args.empty()) return Fail(absl::InvalidArgumentError("model: expected convert or random"));
+  const std::string sub = args[0];
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (sub == "convert") {
+    auto f = Flags::Parse(rest, {"from", "out"}, {});
+    if (!f.ok()) return Fail(f.status());
+    if (!f->Has("from") || !f->Has("out")) {
+      return Fail(absl::InvalidArgumentError("model convert needs --from and --out"));
+    }
+    if (absl::Status s = ConvertLlama2cToHf(f->Get("from"), f->Get("out")); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s/config.json and model.safetensors\n", f->Get("out").c_str());
+    return 0;
+  }
+  if (sub == "random") {
+    auto f = Flags::Parse(rest, {"shape", "out", "dtype", "seed"}, {});
+    if (!f.ok()) return Fail(f.status());
+    if (!f->Has("shape") || !f->Has("out")) {
+      return Fail(absl::InvalidArgumentError("model random needs --shape and --out"));
+    }
+    auto config = RandomModelConfig(f->Get("shape"));
+    if (!config.ok()) return Fail(config.status());
+    const std::string dt = f->Get("dtype", "bf16");
+    DType dtype;
+    if (dt == "f32") {
+      dtype = DType::kF32;
+    } else if (dt == "bf16") {
+      dtype = DType::kBF16;
+    } else if (dt == "f16") {
+      dtype = DType::kF16;
+    } else {
+      return Fail(absl::InvalidArgumentError("--dtype must be f32, bf16 or f16"));
+    }
+    auto seed = f->GetInt("seed", 0);
+    if (!seed.ok()) return Fail(seed.status());
+    if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s (%s, %s)\n", f->Get("out").c_str(), f->Get("shape").c_str(),
+                 dt.c_str());
+    return 0;
+  }
+  return Fail(absl::InvalidArgumentError(absl::StrFormat("model: unknown subcommand %s", sub)));
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
+    std::fputs(tandem::kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "generate") return tandem::Generate(args);
+  if (cmd == "score") return tandem::Score(args);
+  if (cmd == "tokenize") return tandem::Tokenize(args);
+  if (cmd == "detokenize") return tandem::Detokenize(args);
+  if (cmd == "model") return tandem::ModelCommand(args);
+  std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
+  return 2;
+}
