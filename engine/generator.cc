@@ -40,18 +40,19 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "prompt: token id %d at index %d is outside the vocabulary [0, %d)", r.prompt[i], i,
-          config.vocab_size));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("prompt: token id %d at index %d is outside the vocabulary [0, %d)",
+                          r.prompt[i], i, config.vocab_size));
     }
   }
   if (static_cast<int64_t>(r.prompt.size()) >= config.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "prompt: %d tokens leave no room in the context length %d", r.prompt.size(),
-        config.max_seq_len));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("prompt: %d tokens leave no room in the context length %d", r.prompt.size(),
+                        config.max_seq_len));
   }
   if (r.max_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat("max_tokens: must be >= 1, got %d", r.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("max_tokens: must be >= 1, got %d", r.max_tokens));
   }
   if (absl::Status s = r.sampling.Validate(); !s.ok()) return s;
   if (!r.stop_strings.empty() && tokenizer == nullptr) {
@@ -96,11 +97,13 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   int num_blocks = options_.num_blocks;
   if (num_blocks == 0) {
     for (const auto& r : requests) {
-      const int64_t len = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, config.max_seq_len);
+      const int64_t len = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens,
+                                            config.max_seq_len);
       num_blocks += BlocksFor(static_cast<int>(len), bs);
     }
     const int64_t block_bytes = int64_t{2} * config.n_layers * config.kv_dim() * 4 * bs;
-    num_blocks = static_cast<int>(std::min<int64_t>(num_blocks, options_.max_kv_bytes / block_bytes));
+    num_blocks =
+        static_cast<int>(std::min<int64_t>(num_blocks, options_.max_kv_bytes / block_bytes));
     num_blocks = std::max(num_blocks, 1);
   }
   auto cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes);
@@ -234,9 +237,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
         first_token_seen = true;
         stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       }
-      const bool is_eos = !s.req->ignore_eos &&
-                          std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                                    token) != config.eos_token_ids.end();
+      const bool is_eos =
+          !s.req->ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                                          token) != config.eos_token_ids.end();
       std::optional<FinishReason> reason;
       bool stopped_by_string = false;
       if (is_eos) {
@@ -258,14 +261,14 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
         }
       }
       if (reason) {
-        if (absl::Status st = finish(s, *reason, !is_eos && !stopped_by_string); !st.ok()) return st;
+        if (absl::Status st = finish(s, *reason, !is_eos && !stopped_by_string); !st.ok())
+          return st;
         done.push_back(s.index);
       }
     }
     if (!done.empty()) {
-      std::erase_if(running, [&](int id) {
-        return std::find(done.begin(), done.end(), id) != done.end();
-      });
+      std::erase_if(running,
+                    [&](int id) { return std::find(done.begin(), done.end(), id) != done.end(); });
     }
   }
   if (!pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
@@ -277,8 +280,8 @@ absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<con
   const ModelConfig& c = model.config();
   if (ids.size() < 2) return absl::InvalidArgumentError("text: needs at least 2 tokens to score");
   if (static_cast<int64_t>(ids.size()) > c.max_seq_len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
   }
   const int bs = 16;
   const int nb = BlocksFor(static_cast<int>(ids.size()), bs);

@@ -73,8 +73,8 @@ class Generator {
   // Runs every request to completion. Requests are validated first (INVALID_ARGUMENT naming the
   // field). Requests wait while the KV cache is full; a running sequence that cannot grow is
   // preempted and recomputed later, with identical output (sampling is counter-based).
-  absl::StatusOr<std::vector<GenerationOutput>> Generate(std::span<const GenerationRequest> requests,
-                                                         const TokenCallback& on_token = nullptr);
+  absl::StatusOr<std::vector<GenerationOutput>> Generate(
+      std::span<const GenerationRequest> requests, const TokenCallback& on_token = nullptr);
 
   const GenerationStats& stats() const { return stats_; }
 

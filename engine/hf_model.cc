@@ -25,7 +25,8 @@ bool FileExists(const std::string& path) {
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir) {
   auto config_text = ReadFileToString(dir + "/config.json");
   if (!config_text.ok()) {
-    return absl::NotFoundError(absl::StrFormat("%s: no config.json (not a Hugging Face model directory)", dir));
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no config.json (not a Hugging Face model directory)", dir));
   }
   auto config_or = ModelConfig::FromHfJson(*config_text);
   if (!config_or.ok()) {
@@ -43,15 +44,18 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
     auto index_text = ReadFileToString(index_path);
     if (!index_text.ok()) return index_text.status();
     auto j = nlohmann::json::parse(*index_text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object()) {
+    if (j.is_discarded() || !j.is_object() || !j.contains("weight_map") ||
+        !j["weight_map"].is_object()) {
       return absl::DataLossError(absl::StrFormat("%s: no weight_map object", index_path));
     }
     std::set<std::string> names;
     for (const auto& [tensor, file] : j["weight_map"].items()) {
-      if (!file.is_string()) return absl::DataLossError(absl::StrFormat("%s: bad weight_map entry", index_path));
+      if (!file.is_string())
+        return absl::DataLossError(absl::StrFormat("%s: bad weight_map entry", index_path));
       const std::string f = file.get<std::string>();
       if (f.find('/') != std::string::npos || f.find("..") != std::string::npos) {
-        return absl::DataLossError(absl::StrFormat("%s: shard name \"%s\" is not a plain file name", index_path, f));
+        return absl::DataLossError(
+            absl::StrFormat("%s: shard name \"%s\" is not a plain file name", index_path, f));
       }
       names.insert(f);
     }
@@ -72,9 +76,11 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
   for (auto& [name, view] : tensors) {
     if (seen_files.insert(view.file.get()).second) w.files.push_back(view.file);
   }
-  auto find = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<TensorView> {
+  auto find = [&](const std::string& name,
+                  std::vector<int64_t> shape) -> absl::StatusOr<TensorView> {
     auto it = tensors.find(name);
-    if (it == tensors.end()) return absl::NotFoundError(absl::StrFormat("%s: missing tensor %s", dir, name));
+    if (it == tensors.end())
+      return absl::NotFoundError(absl::StrFormat("%s: missing tensor %s", dir, name));
     if (it->second.shape != shape) {
       std::string got, want;
       for (auto d : it->second.shape) got += absl::StrFormat("%d,", d);

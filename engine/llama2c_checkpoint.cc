@@ -10,12 +10,14 @@
 
 namespace tandem {
 
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path) {
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(
+    const std::string& path) {
   auto file_or = MappedFile::Open(path);
   if (!file_or.ok()) return file_or.status();
   std::shared_ptr<MappedFile> file = *file_or;
   auto corrupt = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrFormat("%s: not a valid llama2.c checkpoint: %s", path, why));
+    return absl::DataLossError(
+        absl::StrFormat("%s: not a valid llama2.c checkpoint: %s", path, why));
   };
   if (file->size() < 28) return corrupt("shorter than the 28-byte header");
   int32_t h[7];
@@ -45,8 +47,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const
                 vocab = c.vocab_size, q = c.q_dim();
   const int64_t rope_table = int64_t{c.max_seq_len} * c.head_dim / 2;
   const int64_t expected_floats = vocab * dim + L * dim + L * dim * q + 2 * L * kv * dim +
-                                  L * q * dim + L * dim + 3 * L * dim * hid + dim +
-                                  2 * rope_table + (shared_classifier ? 0 : vocab * dim);
+                                  L * q * dim + L * dim + 3 * L * dim * hid + dim + 2 * rope_table +
+                                  (shared_classifier ? 0 : vocab * dim);
   const int64_t expected = 28 + 4 * expected_floats;
   if (static_cast<int64_t>(file->size()) != expected) {
     return corrupt(absl::StrFormat("%d bytes, but the header describes %d (truncated or corrupt)",

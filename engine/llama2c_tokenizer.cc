@@ -10,11 +10,12 @@
 namespace tandem {
 
 absl::StatusOr<std::unique_ptr<Llama2cTokenizer>> Llama2cTokenizer::Load(const std::string& path,
-                                                                          int expected_vocab_size) {
+                                                                         int expected_vocab_size) {
   auto data = ReadFileToString(path);
   if (!data.ok()) return data.status();
   auto corrupt = [&](const std::string& why) {
-    return absl::DataLossError(absl::StrFormat("%s: not a valid llama2.c tokenizer: %s", path, why));
+    return absl::DataLossError(
+        absl::StrFormat("%s: not a valid llama2.c tokenizer: %s", path, why));
   };
   const std::string& d = *data;
   if (d.size() < 4) return corrupt("shorter than its 4-byte header");
@@ -41,8 +42,8 @@ absl::StatusOr<std::unique_ptr<Llama2cTokenizer>> Llama2cTokenizer::Load(const s
     off += len;
   }
   if (expected_vocab_size > 0 && tok->vocab_size() != expected_vocab_size) {
-    return corrupt(absl::StrFormat("%d entries, the model needs %d", tok->vocab_size(),
-                                   expected_vocab_size));
+    return corrupt(
+        absl::StrFormat("%d entries, the model needs %d", tok->vocab_size(), expected_vocab_size));
   }
   if (tok->vocab_size() < 3 + 256) {
     return corrupt("fewer than the 259 entries (specials and byte pieces) run.c relies on");

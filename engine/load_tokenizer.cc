@@ -26,7 +26,8 @@ bool IsFile(const std::string& p) {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path,
                                                          int expected_vocab_size) {
-  const bool hf = absl::EndsWith(path, ".json") || (IsDir(path) && IsFile(path + "/tokenizer.json"));
+  const bool hf =
+      absl::EndsWith(path, ".json") || (IsDir(path) && IsFile(path + "/tokenizer.json"));
   if (hf) {
 #ifdef TANDEM_HAVE_HF_TOKENIZER
     auto t = HfTokenizer::Load(path);
@@ -39,7 +40,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
   std::string file = path;
   if (IsDir(path)) {
     if (!IsFile(path + "/tokenizer.bin")) {
-      return absl::NotFoundError(absl::StrFormat("%s holds neither tokenizer.json nor tokenizer.bin", path));
+      return absl::NotFoundError(
+          absl::StrFormat("%s holds neither tokenizer.json nor tokenizer.bin", path));
     }
     file = path + "/tokenizer.bin";
   }
@@ -60,8 +62,9 @@ absl::StatusOr<std::string> FindTokenizerFor(const std::string& model_path, int 
   for (const auto& c : candidates) {
     if (IsFile(c)) return c;
   }
-  return absl::NotFoundError(absl::StrFormat(
-      "no tokenizer found for %s (looked for %s, ...); pass --tokenizer", model_path, candidates[0]));
+  return absl::NotFoundError(
+      absl::StrFormat("no tokenizer found for %s (looked for %s, ...); pass --tokenizer",
+                      model_path, candidates[0]));
 }
 
 }  // namespace tandem

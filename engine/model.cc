@@ -43,23 +43,25 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceChunk& ch = batch[s];
     const int n = static_cast<int>(ch.tokens.size());
-    if (n == 0) return absl::InvalidArgumentError(absl::StrFormat("forward: sequence %d has no tokens", s));
+    if (n == 0)
+      return absl::InvalidArgumentError(absl::StrFormat("forward: sequence %d has no tokens", s));
     if (ch.start_pos < 0 || ch.start_pos + n > c.max_seq_len) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "forward: sequence %d: positions [%d, %d) exceed the context length %d", s,
-          ch.start_pos, ch.start_pos + n, c.max_seq_len));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("forward: sequence %d: positions [%d, %d) exceed the context length %d",
+                          s, ch.start_pos, ch.start_pos + n, c.max_seq_len));
     }
     for (int t : ch.tokens) {
       if (t < 0 || t >= c.vocab_size) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "forward: sequence %d: token id %d outside the vocabulary [0, %d)", s, t, c.vocab_size));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("forward: sequence %d: token id %d outside the vocabulary [0, %d)", s,
+                            t, c.vocab_size));
       }
     }
     const int needed = (ch.start_pos + n + bs - 1) / bs;
     if (static_cast<int>(ch.block_table.size()) < needed) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "forward: sequence %d: %d blocks cover fewer than %d positions", s,
-          ch.block_table.size(), ch.start_pos + n));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("forward: sequence %d: %d blocks cover fewer than %d positions", s,
+                          ch.block_table.size(), ch.start_pos + n));
     }
     for (int i = 0; i < needed; ++i) {
       if (ch.block_table[i] < 0 || ch.block_table[i] >= cache->num_blocks()) {
@@ -92,9 +94,9 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   }
 
   const int64_t T = num_tokens;
-  std::vector<float> x(T * c.dim), xb(T * c.dim);   // [T, dim]
-  std::vector<float> q(T * c.q_dim()), att(T * c.q_dim());  // [T, n_heads, head_dim]
-  std::vector<float> k(T * c.kv_dim()), v(T * c.kv_dim());  // [T, n_kv_heads, head_dim]
+  std::vector<float> x(T * c.dim), xb(T * c.dim);                  // [T, dim]
+  std::vector<float> q(T * c.q_dim()), att(T * c.q_dim());         // [T, n_heads, head_dim]
+  std::vector<float> k(T * c.kv_dim()), v(T * c.kv_dim());         // [T, n_kv_heads, head_dim]
   std::vector<float> hb(T * c.hidden_dim), hb2(T * c.hidden_dim);  // [T, hidden_dim]
 
   PagedAttentionArgs args;
@@ -107,6 +109,7 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   args.token_seq = token_seq.data();
   args.token_pos = token_pos.data();
   args.block_tables = block_tables.data();
+  args.sliding_window = c.sliding_window;
 
   Backend& b = *backend_;
   b.Embedding(ids.data(), weights_.token_embedding, x.data(), num_tokens);

@@ -21,13 +21,13 @@
 namespace tandem {
 
 struct LayerWeights {
-  WeightRef wq;  // [q_dim, dim]
-  WeightRef wk;  // [kv_dim, dim]
-  WeightRef wv;  // [kv_dim, dim]
-  WeightRef wo;  // [dim, q_dim]
-  WeightRef w1;  // gate [hidden_dim, dim]
-  WeightRef w2;  // down [dim, hidden_dim]
-  WeightRef w3;  // up [hidden_dim, dim]
+  WeightRef wq;                      // [q_dim, dim]
+  WeightRef wk;                      // [kv_dim, dim]
+  WeightRef wv;                      // [kv_dim, dim]
+  WeightRef wo;                      // [dim, q_dim]
+  WeightRef w1;                      // gate [hidden_dim, dim]
+  WeightRef w2;                      // down [dim, hidden_dim]
+  WeightRef w3;                      // up [hidden_dim, dim]
   const float* attn_norm = nullptr;  // [dim]
   const float* ffn_norm = nullptr;   // [dim]
   const float* bq = nullptr;         // [q_dim] or nullptr

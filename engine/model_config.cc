@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -9,7 +10,8 @@ namespace tandem {
 
 absl::Status ModelConfig::Validate() const {
   auto bad = [](std::string_view field, int64_t v) {
-    return absl::InvalidArgumentError(absl::StrFormat("model config: %s = %d is invalid", field, v));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model config: %s = %d is invalid", field, v));
   };
   if (dim <= 0) return bad("dim", dim);
   if (hidden_dim <= 0) return bad("hidden_dim", hidden_dim);
@@ -41,7 +43,8 @@ std::vector<float> ModelConfig::RopeInvFreq() const {
   for (int i = 0; i < half; ++i) {
     if (rope_style == RopeStyle::kInterleaved) {
       // run.c: freq = 1.0f / powf(10000.0f, head_dim / (float)head_size), head_dim = 2i.
-      inv[i] = 1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      inv[i] =
+          1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
     } else {
       // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
       const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
@@ -87,7 +90,8 @@ absl::StatusOr<int> GetInt(const json& j, const char* key, std::optional<int> fa
     return absl::InvalidArgumentError(absl::StrFormat("config.json: missing \"%s\"", key));
   }
   if (!it->is_number_integer()) {
-    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not an integer", key));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: \"%s\" is not an integer", key));
   }
   const int64_t v = it->get<int64_t>();
   if (v < INT32_MIN || v > INT32_MAX) {
@@ -115,8 +119,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   ModelConfig c;
   c.rope_style = RopeStyle::kHalf;
   std::string arch;
-  if (auto it = j.find("architectures"); it != j.end() && it->is_array() && !it->empty() &&
-                                         (*it)[0].is_string()) {
+  if (auto it = j.find("architectures");
+      it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     arch = (*it)[0].get<std::string>();
   }
   std::string model_type = j.value("model_type", std::string());
@@ -158,12 +162,19 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
     return absl::InvalidArgumentError("config.json: tie_word_embeddings must be a boolean");
   }
+  // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window.
+  if (auto it = j.find("sliding_window");
+      it != j.end() && it->is_number_integer() && j.value("use_sliding_window", true)) {
+    c.sliding_window = std::max(0, it->get<int>());
+    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;  // never reached
+  }
   c.qkv_bias = arch == "Qwen2ForCausalLM";
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
     c.qkv_bias = c.qkv_bias || it->get<bool>();
   }
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
+    if (!it->is_object())
+      return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
     std::string type = it->value("rope_type", it->value("type", std::string()));
     auto factor = GetFloat(*it, "factor", 1.0f);
     if (!factor.ok()) return factor.status();
@@ -216,7 +227,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
 std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   json j;
   j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
-  j["model_type"] = architecture == "Qwen2ForCausalLM"      ? "qwen2"
+  j["model_type"] = architecture == "Qwen2ForCausalLM"     ? "qwen2"
                     : architecture == "MistralForCausalLM" ? "mistral"
                                                            : "llama";
   j["hidden_size"] = dim;
@@ -232,6 +243,7 @@ std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   j["hidden_act"] = "silu";
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = qkv_bias;
+  if (sliding_window > 0) j["sliding_window"] = sliding_window;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) {
     j["eos_token_id"] = eos_token_ids[0];

@@ -36,6 +36,7 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   RopeStyle rope_style = RopeStyle::kHalf;
   RopeScaling rope_scaling;
+  int sliding_window = 0;           // attend to at most this many positions; 0 = all
   bool qkv_bias = false;            // Qwen2: q/k/v projections carry a bias
   bool tie_word_embeddings = true;  // classifier shares the token embedding
   int bos_token_id = -1;

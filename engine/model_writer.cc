@@ -17,7 +17,8 @@ namespace {
 
 absl::Status MakeDir(const std::string& dir) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrFormat("cannot create %s: %s", dir, std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrFormat("cannot create %s: %s", dir, std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -86,15 +87,19 @@ absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string
   const auto specs = HfTensorSpecs(c, DType::kF32);
   auto produce = [&](const TensorSpec& t) -> std::string {
     const std::string& n = t.name;
-    if (n == "model.embed_tokens.weight") return FloatBytes(static_cast<const float*>(w.token_embedding.data), t.numel());
-    if (n == "lm_head.weight") return FloatBytes(static_cast<const float*>(w.classifier.data), t.numel());
+    if (n == "model.embed_tokens.weight")
+      return FloatBytes(static_cast<const float*>(w.token_embedding.data), t.numel());
+    if (n == "lm_head.weight")
+      return FloatBytes(static_cast<const float*>(w.classifier.data), t.numel());
     if (n == "model.norm.weight") return FloatBytes(w.final_norm, t.numel());
     int l = 0;
     char field[128] = {0};
     if (std::sscanf(n.c_str(), "model.layers.%d.%127s", &l, field) != 2) return {};
     const LayerWeights& lw = w.layers[l];
     const std::string f = field;
-    auto m = [&](const WeightRef& r) { return FloatBytes(static_cast<const float*>(r.data), t.numel()); };
+    auto m = [&](const WeightRef& r) {
+      return FloatBytes(static_cast<const float*>(r.data), t.numel());
+    };
     if (f == "input_layernorm.weight") return FloatBytes(lw.attn_norm, t.numel());
     if (f == "post_attention_layernorm.weight") return FloatBytes(lw.ffn_norm, t.numel());
     if (f == "self_attn.q_proj.weight") return PermuteForHalfRope(lw.wq, c.n_heads);
@@ -106,7 +111,8 @@ absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string
     if (f == "mlp.down_proj.weight") return m(lw.w2);
     return {};
   };
-  if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok()) return s;
+  if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok())
+    return s;
   return WriteStringToFile(out_dir + "/config.json", c.ToHfJson());
 }
 
@@ -153,7 +159,8 @@ absl::StatusOr<ModelConfig> RandomModelConfig(const std::string& shape) {
   } else {
     std::string names;
     for (const auto& n : RandomModelShapes()) names += " " + n;
-    return absl::InvalidArgumentError(absl::StrFormat("unknown shape \"%s\"; known:%s", shape, names));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown shape \"%s\"; known:%s", shape, names));
   }
   return c;
 }
@@ -191,7 +198,8 @@ absl::Status WriteRandomModel(const ModelConfig& config, DType dtype, uint64_t s
     }
     return bytes;
   };
-  if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok()) return s;
+  if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok())
+    return s;
   const char* tag = dtype == DType::kF32    ? "float32"
                     : dtype == DType::kBF16 ? "bfloat16"
                                             : "float16";

@@ -50,9 +50,9 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   for (auto it = j.begin(); it != j.end(); ++it) {
     if (it.key() == "__metadata__") continue;
     const auto& t = it.value();
-    if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() ||
-        !t.contains("shape") || !t["shape"].is_array() || !t.contains("data_offsets") ||
-        !t["data_offsets"].is_array() || t["data_offsets"].size() != 2) {
+    if (!t.is_object() || !t.contains("dtype") || !t["dtype"].is_string() || !t.contains("shape") ||
+        !t["shape"].is_array() || !t.contains("data_offsets") || !t["data_offsets"].is_array() ||
+        t["data_offsets"].size() != 2) {
       return corrupt(absl::StrFormat("tensor \"%s\" has a malformed entry", it.key()));
     }
     const std::string dtype = t["dtype"].get<std::string>();
@@ -71,7 +71,8 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     v.dtype = dt;
     uint64_t numel = 1;
     for (const auto& d : t["shape"]) {
-      if (!d.is_number_unsigned()) return corrupt(absl::StrFormat("tensor \"%s\": bad shape", it.key()));
+      if (!d.is_number_unsigned())
+        return corrupt(absl::StrFormat("tensor \"%s\": bad shape", it.key()));
       const uint64_t dim = d.get<uint64_t>();
       if (dim != 0 && numel > (uint64_t{1} << 48) / dim) {
         return corrupt(absl::StrFormat("tensor \"%s\": shape too large", it.key()));
@@ -85,9 +86,10 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
     }
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     if (begin > end || end > data_size) {
-      return corrupt(absl::StrFormat("tensor \"%s\": data [%d, %d) outside the %d data bytes "
-                                     "(truncated file?)",
-                                     it.key(), begin, end, data_size));
+      return corrupt(
+          absl::StrFormat("tensor \"%s\": data [%d, %d) outside the %d data bytes "
+                          "(truncated file?)",
+                          it.key(), begin, end, data_size));
     }
     if (elem == 0) {  // a dtype the engine does not use (I64 buffers, ...)
       out.skipped.push_back(it.key() + " (" + dtype + ")");
@@ -131,7 +133,8 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorS
   for (const auto& t : tensors) {
     const std::string bytes = produce(t);
     if (bytes.size() != static_cast<uint64_t>(t.numel()) * DTypeSize(t.dtype)) {
-      return absl::InternalError(absl::StrFormat("tensor %s: producer gave %d bytes", t.name, bytes.size()));
+      return absl::InternalError(
+          absl::StrFormat("tensor %s: producer gave %d bytes", t.name, bytes.size()));
     }
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }

@@ -10,8 +10,8 @@ namespace tandem {
 
 absl::Status SamplingParams::Validate() const {
   if (!std::isfinite(temperature) || temperature < 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "temperature must be a finite number >= 0, got %g", temperature));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("temperature must be a finite number >= 0, got %g", temperature));
   }
   if (top_k < 0) {
     return absl::InvalidArgumentError(absl::StrFormat("top_k must be >= 0, got %d", top_k));
@@ -50,7 +50,8 @@ std::vector<double> SamplingDistribution(std::span<const float> logits, const Sa
   // Softmax of logits / T in double, subtracting the maximum.
   std::vector<double> prob(n);
   double max_v = -INFINITY;
-  for (int i = 0; i < n; ++i) max_v = std::max(max_v, static_cast<double>(logits[i]) / p.temperature);
+  for (int i = 0; i < n; ++i)
+    max_v = std::max(max_v, static_cast<double>(logits[i]) / p.temperature);
   double sum = 0.0;
   for (int i = 0; i < n; ++i) {
     prob[i] = std::exp(static_cast<double>(logits[i]) / p.temperature - max_v);

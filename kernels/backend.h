@@ -42,6 +42,7 @@ struct PagedAttentionArgs {
   const int* token_seq = nullptr;     // [num_tokens] sequence index of each token
   const int* token_pos = nullptr;     // [num_tokens] position; attends to positions [0, pos]
   const int* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] block ids
+  int sliding_window = 0;             // > 0: attend to positions (pos - window, pos] only
 };
 
 class Backend {

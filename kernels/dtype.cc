@@ -48,10 +48,10 @@ uint16_t F32ToF16(float f) {
   std::memcpy(&bits, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
   if (abs >= 0x477ff000u) return sign | 0x7c00u;  // overflow (incl. Inf) after rounding
-  if (abs < 0x38800000u) {                         // subnormal or zero in f16
-    if (abs < 0x33000000u) return sign;            // rounds to zero
+  if (abs < 0x38800000u) {                        // subnormal or zero in f16
+    if (abs < 0x33000000u) return sign;           // rounds to zero
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     // value = mant * 2^(exp - 150); in units of the f16 subnormal step 2^-24 that is

@@ -76,9 +76,8 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
     if (!found.ok()) return found.status();
     tok_path = *found;
   }
-  auto tok = LoadTokenizer(tok_path, l.model->config().architecture == "llama2c"
-                                         ? l.model->config().vocab_size
-                                         : 0);
+  auto tok = LoadTokenizer(
+      tok_path, l.model->config().architecture == "llama2c" ? l.model->config().vocab_size : 0);
   if (!tok.ok()) return tok.status();
   l.tokenizer = std::move(*tok);
   return l;
@@ -137,13 +136,14 @@ int Generate(const std::vector<std::string>& args) {
   if (!out.ok()) return Fail(out.status());
   const GenerationStats& st = gen.stats();
   const double decode_s = st.total_seconds - st.first_token_seconds;
-  std::fprintf(stderr,
-               "[tandem] prompt %lld tokens, generated %lld tokens, finish=%s, TTFT %.1f ms, "
-               "decode %.1f tokens/s (device %s)\n",
-               static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.generated_tokens),
-               std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
-               st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
-               std::string(loaded->backend->name()).c_str());
+  std::fprintf(
+      stderr,
+      "[tandem] prompt %lld tokens, generated %lld tokens, finish=%s, TTFT %.1f ms, "
+      "decode %.1f tokens/s (device %s)\n",
+      static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.generated_tokens),
+      std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
+      st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
+      std::string(loaded->backend->name()).c_str());
   return 0;
 }
 
@@ -179,7 +179,8 @@ int Tokenize(const std::vector<std::string>& args) {
   auto tok = LoadTokenizer(f->Get("tokenizer"));
   if (!tok.ok()) return Fail(tok.status());
   std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-  std::printf("%s\n", nlohmann::json((*tok)->Encode(text, f->Has("add-special-tokens"))).dump().c_str());
+  std::printf("%s\n",
+              nlohmann::json((*tok)->Encode(text, f->Has("add-special-tokens"))).dump().c_str());
   return 0;
 }
 
@@ -196,7 +197,8 @@ int Detokenize(const std::vector<std::string>& args) {
   }
   std::vector<int> ids;
   for (const auto& e : j) {
-    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= (*tok)->vocab_size()) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 ||
+        e.get<int64_t>() >= (*tok)->vocab_size()) {
       return Fail(absl::InvalidArgumentError(absl::StrFormat(
           "stdin: %s is not a token id in [0, %d)", e.dump(), (*tok)->vocab_size())));
     }
@@ -242,7 +244,8 @@ int ModelCommand(const std::vector<std::string>& args) {
     }
     auto seed = f->GetInt("seed", 0);
     if (!seed.ok()) return Fail(seed.status());
-    if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok()) return Fail(s);
+    if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok())
+      return Fail(s);
     std::fprintf(stderr, "wrote %s (%s, %s)\n", f->Get("out").c_str(), f->Get("shape").c_str(),
                  dt.c_str());
     return 0;

@@ -10,16 +10,15 @@ class CpuBackend final : public Backend {
   void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int n) override {
     cpu::Matmul(x, w, bias, y, n);
   }
-  void RmsNorm(const float* x, const float* weight, float* y, int n, int dim,
-               float eps) override {
+  void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps) override {
     cpu::RmsNorm(x, weight, y, n, dim, eps);
   }
-  void Rope(float* x, int n, int n_heads, int head_dim, const int* positions,
-            const float* inv_freq, RopeStyle style) override {
+  void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, const float* inv_freq,
+            RopeStyle style) override {
     cpu::Rope(x, n, n_heads, head_dim, positions, inv_freq, style);
   }
-  void WriteKv(const float* k, const float* v, const int* slots, int n, int width,
-               float* k_cache, float* v_cache) override {
+  void WriteKv(const float* k, const float* v, const int* slots, int n, int width, float* k_cache,
+               float* v_cache) override {
     cpu::WriteKv(k, v, slots, n, width, k_cache, v_cache);
   }
   void PagedAttention(const float* q, const float* k_cache, const float* v_cache,

@@ -55,9 +55,9 @@ __attribute__((target("avx2,fma"))) float DotAvx2(const float* a, const float* b
 }
 
 // out[t] = w · x[t] for 4 rows of x at once, sharing the loads of w.
-__attribute__((target("avx2,fma"))) void Dot4Avx2(const float* w, const float* x0,
-                                                  const float* x1, const float* x2,
-                                                  const float* x3, int64_t n, float* out) {
+__attribute__((target("avx2,fma"))) void Dot4Avx2(const float* w, const float* x0, const float* x1,
+                                                  const float* x2, const float* x3, int64_t n,
+                                                  float* out) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
   int64_t i = 0;
@@ -81,7 +81,7 @@ __attribute__((target("avx2,fma"))) void Dot4Avx2(const float* w, const float* x
 }
 
 __attribute__((target("avx2,fma,f16c"))) void ConvertRowAvx2(DType dtype, const void* src,
-                                                            float* dst, int64_t n) {
+                                                             float* dst, int64_t n) {
   const auto* s = static_cast<const uint16_t*>(src);
   int64_t i = 0;
   if (dtype == DType::kBF16) {
@@ -204,12 +204,14 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
       const int h = static_cast<int>(w % a.n_heads);
       const int kvh = h / group;
       const int pos = a.token_pos[t];
-      const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
+      const int* table =
+          a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
       const float* qh = q + (static_cast<int64_t>(t) * a.n_heads + h) * a.head_dim;
       float* oh = out + (static_cast<int64_t>(t) * a.n_heads + h) * a.head_dim;
+      const int first = a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0;
       scores.resize(pos + 1);
       float max_score = -INFINITY;
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) {
         const int64_t slot =
             static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
         const float* kj = k_cache + slot * kv_width + static_cast<int64_t>(kvh) * a.head_dim;
@@ -217,12 +219,12 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
         max_score = std::max(max_score, scores[j]);
       }
       float sum = 0.0f;
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) {
         scores[j] = std::exp(scores[j] - max_score);
         sum += scores[j];
       }
       std::fill(oh, oh + a.head_dim, 0.0f);
-      for (int j = 0; j <= pos; ++j) {
+      for (int j = first; j <= pos; ++j) {
         const int64_t slot =
             static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
         const float* vj = v_cache + slot * kv_width + static_cast<int64_t>(kvh) * a.head_dim;

@@ -121,8 +121,19 @@ int Add(float* x, const float* y, int64_t n) {
 }
 
 const TandemCudaApi kApi = {
-    TANDEM_CUDA_ABI_VERSION, DeviceCount, LastError, DeviceName, Malloc, Free, H2D, D2H, Sync,
-    RmsNorm,                 SiluMul,     Rope,      Add,
+    TANDEM_CUDA_ABI_VERSION,
+    DeviceCount,
+    LastError,
+    DeviceName,
+    Malloc,
+    Free,
+    H2D,
+    D2H,
+    Sync,
+    RmsNorm,
+    SiluMul,
+    Rope,
+    Add,
 };
 
 }  // namespace

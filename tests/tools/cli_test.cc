@@ -1,0 +1,128 @@
+// The `tandem` binary as a user runs it: the oracle's text on stdout, clean errors and non-zero
+// exits for bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+
+#include "tests/test_util.h"
+
+namespace tandem {
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string out;
+};
+
+std::string StderrPath() { return absl::StrFormat("/tmp/tandem_cli_stderr.%d", ::getpid()); }
+
+// Runs `tandem args` with `input` on stdin; stderr goes to StderrPath().
+Result RunTandem(const std::string& args, const std::string& input = "") {
+  const std::string in_path = absl::StrFormat("/tmp/tandem_cli_stdin.%d", ::getpid());
+  EXPECT_TRUE(WriteStringToFile(in_path, input).ok());
+  const std::string cmd =
+      testing::BinDir() + "/tandem " + args + " <" + in_path + " 2>" + StderrPath();
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string Stderr() { return *ReadFileToString(StderrPath()); }
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+TEST(CliTest, GenerateMatchesLlama2cStdout) {
+  const auto ref = testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
+  const auto& c = ref["greedy"][1];
+  const int n =
+      static_cast<int>(c["ids_after_each_position"].size() - (c["prompt_ids"].size() - 1));
+  const Result r = RunTandem("generate --model " + testing::Stories260K() + " --tokenizer " +
+                             testing::Tok512() + " --prompt " + Quote(c["prompt"]) +
+                             " --temperature 0 --max-tokens " + std::to_string(n));
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+  EXPECT_EQ(r.out, c["stdout"].get<std::string>());
+  EXPECT_NE(Stderr().find("TTFT"), std::string::npos);
+}
+
+TEST(CliTest, FindsTokenizerBesideCheckpoint) {
+  const Result r = RunTandem("generate --model " + testing::Stories260K() +
+                             " --prompt 'The cat' --temperature 0 --max-tokens 5");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+  EXPECT_EQ(r.out.rfind("The cat", 0), 0u);
+}
+
+TEST(CliTest, Score) {
+  const Result r =
+      RunTandem("score --model " + testing::Stories260K() + " --text 'Once upon a time'");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+  EXPECT_NE(r.out.find("perplexity="), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens_scored=4"), std::string::npos) << r.out;
+}
+
+TEST(CliTest, TokenizeDetokenize) {
+  Result r = RunTandem("tokenize --tokenizer " + testing::Tok512() + " --add-special-tokens",
+                       "Once upon a time");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+  EXPECT_EQ(r.out, "[1,403,407,261,378]\n");
+  r = RunTandem("detokenize --tokenizer " + testing::Tok512(), "[1,403,407,261,378]");
+  EXPECT_EQ(r.out, "Once upon a time");
+  r = RunTandem("detokenize --tokenizer " + testing::Tok512(), "[1,99999]");
+  EXPECT_NE(r.exit_code, 0);
+}
+
+TEST(CliTest, BadInputsFailCleanly) {
+  const std::string m = " --model " + testing::Stories260K() + " --prompt hi";
+  struct Case {
+    std::string args, message;
+  } cases[] = {
+      {"generate --model /nonexistent --prompt hi", "does not exist"},
+      {"generate --model " + testing::Tok512() + " --tokenizer " + testing::Tok512() +
+           " --prompt hi",
+       "not a valid llama2.c checkpoint"},
+      {"generate" + m + " --temperature -1", "temperature"},
+      {"generate" + m + " --temperature nan", "temperature"},
+      {"generate" + m + " --top-p 0", "top_p"},
+      {"generate" + m + " --top-p 1.5", "top_p"},
+      {"generate" + m + " --top-k -2", "top_k"},
+      {"generate" + m + " --max-tokens 0", "max-tokens"},
+      {"generate" + m + " --max-tokens abc", "not an integer"},
+      {"generate" + m + " --bogus 1", "unknown flag"},
+      {"generate" + m + " --device tpu", "device"},
+      {"generate --model " + testing::Stories260K(), "--prompt is required"},
+      {"frobnicate", "unknown command"},
+  };
+  for (const auto& c : cases) {
+    const Result r = RunTandem(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
+    EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.args << "\n" << Stderr();
+  }
+}
+
+TEST(CliTest, ModelConvertAndRandom) {
+  testing::TempDir dir;
+  Result r =
+      RunTandem("model convert --from " + testing::Stories260K() + " --out " + dir.path() + "/hf");
+  ASSERT_EQ(r.exit_code, 0) << Stderr();
+  r = RunTandem("generate --model " + dir.path() + "/hf --tokenizer " + testing::Tok512() +
+                " --prompt 'The cat' --temperature 0 --max-tokens 20");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+  const Result direct = RunTandem("generate --model " + testing::Stories260K() +
+                                  " --prompt 'The cat' --temperature 0 --max-tokens 20");
+  EXPECT_EQ(r.out, direct.out);
+  r = RunTandem("model random --shape stories15M --dtype bf16 --out " + dir.path() + "/r15");
+  ASSERT_EQ(r.exit_code, 0) << Stderr();
+  r = RunTandem("generate --model " + dir.path() + "/r15 --tokenizer " + testing::Tok512() +
+                " --prompt hi --max-tokens 3");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();  // random weights: the text is noise, the run is not
+}
+
+}  // namespace
+}  // namespace tandem
