@@ -19,7 +19,7 @@ cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { echo "build
 "$BUILD_DIR/bin/kernels_test" --gtest_filter='CudaTwin*' --gtest_output="json:$OUT/cuda_twin.json" \
   >"$OUT/cuda_twin.log" 2>&1
 rc=$?
-grep -q '"skipped"' "$OUT/cuda_twin.json" && grep -E 'SKIPPED|Skipped' "$OUT/cuda_twin.log" && rc=3
+if grep -q '^\[  SKIPPED \]' "$OUT/cuda_twin.log"; then echo "CUDA twins skipped on a GPU machine"; rc=3; fi
 ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure >"$OUT/ctest.log" 2>&1 || rc=$((rc == 0 ? 4 : rc))
 "$BUILD_DIR/bin/engine_bench" --out "$OUT/engine_bench.json" >"$OUT/engine_bench.log" 2>&1 || true
 tail -5 "$OUT/cuda_twin.log"
