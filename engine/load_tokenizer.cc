@@ -6,9 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "engine/llama2c_tokenizer.h"
-#ifdef TANDEM_HAVE_HF_TOKENIZER
 #include "engine/tokenizer/hf_tokenizer.h"
-#endif
 
 namespace tandem {
 namespace {
@@ -29,13 +27,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
   const bool hf =
       absl::EndsWith(path, ".json") || (IsDir(path) && IsFile(path + "/tokenizer.json"));
   if (hf) {
-#ifdef TANDEM_HAVE_HF_TOKENIZER
     auto t = HfTokenizer::Load(path);
     if (!t.ok()) return t.status();
     return std::unique_ptr<Tokenizer>(std::move(*t));
-#else
-    return absl::UnimplementedError("this build has no tokenizer.json support");
-#endif
   }
   std::string file = path;
   if (IsDir(path)) {
