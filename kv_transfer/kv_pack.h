@@ -1,0 +1,40 @@
+// Copies KV rows between a paged cache and the contiguous wire layout of one chunk. These are
+// the CPU twins of the CUDA pack/unpack kernels.
+//
+// Paged side (engine/kv_cache.h): per layer K and V each [num_blocks, block_size, width];
+// token t of a sequence lives in block block_table[t / block_size], row t % block_size.
+// Wire side (kv_transfer/wire.h): K [token_count, width] then V [token_count, width].
+#ifndef TANDEM_KV_TRANSFER_KV_PACK_H_
+#define TANDEM_KV_TRANSFER_KV_PACK_H_
+
+#include <span>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/kv_cache.h"
+#include "kv_transfer/wire.h"
+
+namespace tandem {
+
+// Packs tokens [token_start, token_start + token_count) of `layer` into a float32 payload of
+// 2 * token_count * cache.width() floats. INVALID_ARGUMENT when the layer is out of range, the
+// range is empty or not covered by `block_table`, or a block id is outside the cache.
+absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
+                                     std::span<const int> block_table, int token_start,
+                                     int token_count);
+
+// The header describing what GatherKv(cache, layer, ..., token_start, token_count) produced;
+// the lease fields are left for the sender to fill.
+KvChunkHeader MakeKvChunkHeader(const KvCache& cache, uint64_t request_id, int layer,
+                                int token_start, int token_count);
+
+// Unpacks a chunk into the blocks of `block_table` (the receiver's own, with its own block
+// size). Checks dtype (only float32 today: UNIMPLEMENTED otherwise), width, layer, payload size
+// and that every touched block id is inside the cache, before writing anything.
+absl::Status ScatterKv(std::span<const char> payload, const KvChunkHeader& h,
+                       std::span<const int> block_table, KvCache* cache);
+
+}  // namespace tandem
+
+#endif  // TANDEM_KV_TRANSFER_KV_PACK_H_

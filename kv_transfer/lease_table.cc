@@ -1,0 +1,121 @@
+#include "kv_transfer/lease_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+
+namespace tandem {
+
+uint32_t LeaseTable::NextGeneration() {
+  // 0 is never issued, so a zero-initialized target cannot match a live lease.
+  if (next_generation_ == 0) next_generation_ = 1;
+  return next_generation_++;
+}
+
+absl::StatusOr<Lease> LeaseTable::Create(uint64_t request_id, std::vector<int> blocks,
+                                         int num_tokens, int n_layers, absl::Time deadline) {
+  if (num_tokens <= 0) return absl::InvalidArgumentError("lease: num_tokens must be positive");
+  if (n_layers <= 0) return absl::InvalidArgumentError("lease: n_layers must be positive");
+  if (leases_.contains(request_id)) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("lease: request %d already has a live lease", request_id));
+  }
+  Entry e;
+  e.generation = NextGeneration();
+  e.blocks = std::move(blocks);
+  e.num_tokens = static_cast<uint32_t>(num_tokens);
+  e.deadline = deadline;
+  e.received.resize(n_layers);
+  const Lease lease{request_id, e.generation};
+  leases_.emplace(request_id, std::move(e));
+  return lease;
+}
+
+absl::StatusOr<std::span<const int>> LeaseTable::CheckChunk(uint64_t lease_id, uint32_t generation,
+                                                            uint32_t layer, uint32_t token_start,
+                                                            uint32_t token_count) const {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    return absl::NotFoundError(absl::StrFormat("lease %d is not live", lease_id));
+  }
+  const Entry& e = it->second;
+  if (generation != e.generation) {
+    return absl::AbortedError(absl::StrFormat("lease %d: stale generation %d (live: %d)", lease_id,
+                                              generation, e.generation));
+  }
+  if (layer >= e.received.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lease %d: layer %d outside [0, %d)", lease_id, layer, e.received.size()));
+  }
+  if (token_count == 0 || uint64_t{token_start} + token_count > e.num_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("lease %d: tokens [%d, %d) outside the prompt [0, %d)", lease_id,
+                        token_start, uint64_t{token_start} + token_count, e.num_tokens));
+  }
+  if (e.layers_done == static_cast<int64_t>(e.received.size())) {
+    return absl::FailedPreconditionError(absl::StrFormat("lease %d is already complete", lease_id));
+  }
+  return std::span<const int>(e.blocks);
+}
+
+absl::Status LeaseTable::OnChunk(uint64_t lease_id, uint32_t generation, uint32_t layer,
+                                 uint32_t token_start, uint32_t token_count) {
+  absl::StatusOr<std::span<const int>> ok =
+      CheckChunk(lease_id, generation, layer, token_start, token_count);
+  if (!ok.ok()) return ok.status();
+  Entry& e = leases_.find(lease_id)->second;
+  auto& ranges = e.received[layer];
+  const bool was_done =
+      ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == e.num_tokens;
+  // Merge [start, end) with every range it overlaps or touches.
+  uint32_t start = token_start;
+  uint32_t end = token_start + token_count;
+  auto first = std::lower_bound(ranges.begin(), ranges.end(), start,
+                                [](const auto& r, uint32_t s) { return r.second < s; });
+  auto last = first;
+  while (last != ranges.end() && last->first <= end) {
+    start = std::min(start, last->first);
+    end = std::max(end, last->second);
+    ++last;
+  }
+  first = ranges.erase(first, last);
+  ranges.insert(first, {start, end});
+  const bool done = ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == e.num_tokens;
+  if (done && !was_done) ++e.layers_done;
+  return absl::OkStatus();
+}
+
+bool LeaseTable::IsComplete(uint64_t lease_id) const {
+  auto it = leases_.find(lease_id);
+  return it != leases_.end() &&
+         it->second.layers_done == static_cast<int64_t>(it->second.received.size());
+}
+
+absl::StatusOr<std::vector<int>> LeaseTable::Release(uint64_t lease_id) {
+  auto it = leases_.find(lease_id);
+  if (it == leases_.end()) {
+    return absl::NotFoundError(absl::StrFormat("lease %d is not live", lease_id));
+  }
+  std::vector<int> blocks = std::move(it->second.blocks);
+  leases_.erase(it);
+  return blocks;
+}
+
+std::vector<ExpiredLease> LeaseTable::Expire(absl::Time now) {
+  std::vector<ExpiredLease> out;
+  for (auto it = leases_.begin(); it != leases_.end();) {
+    const Entry& e = it->second;
+    if (e.deadline <= now && e.layers_done < static_cast<int64_t>(e.received.size())) {
+      out.push_back({Lease{it->first, e.generation}, std::move(it->second.blocks)});
+      leases_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  // Deterministic order for the owner's logs and tests.
+  std::sort(out.begin(), out.end(),
+            [](const ExpiredLease& a, const ExpiredLease& b) { return a.lease.id < b.lease.id; });
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,92 @@
+// LeaseTable: the decode worker's record of the KV transfers it is waiting for. Pure data
+// structure: no threads, no I/O, time passed in. The owner serializes access (and keeps the
+// lock held while scattering a chunk, so a concurrent Release cannot hand the blocks to another
+// request mid-copy).
+//
+// A lease is named by its request id (one live lease per request on a worker) and a generation
+// drawn from a table-wide increasing counter. When a request is resumed on the same worker it
+// gets a new lease with the same id and a larger generation, so a late writer of the earlier
+// attempt is refused (ABORTED) instead of writing into blocks that now belong to the new one.
+//
+// A chunk covers tokens [token_start, token_start + token_count) of one layer. Duplicate or
+// overlapping chunks are accepted (idempotent: the same prompt produces the same KV) until the
+// lease is complete; after that every chunk is refused (FAILED_PRECONDITION), because the decode
+// may already be reading those blocks.
+#ifndef TANDEM_KV_TRANSFER_LEASE_TABLE_H_
+#define TANDEM_KV_TRANSFER_LEASE_TABLE_H_
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace tandem {
+
+struct Lease {
+  uint64_t id = 0;
+  uint32_t generation = 0;
+};
+
+struct ExpiredLease {
+  Lease lease;
+  std::vector<int> blocks;  // for the owner to free
+};
+
+class LeaseTable {
+ public:
+  // Opens a lease expecting `num_tokens` tokens of each of `n_layers` layers into `blocks`
+  // before `deadline`. ALREADY_EXISTS if `request_id` has a live lease, INVALID_ARGUMENT if
+  // num_tokens or n_layers is not positive.
+  absl::StatusOr<Lease> Create(uint64_t request_id, std::vector<int> blocks, int num_tokens,
+                               int n_layers, absl::Time deadline);
+
+  // Validates a chunk without recording it and returns the lease's blocks (valid until the
+  // next call that mutates the table). NOT_FOUND for an unknown or released lease, ABORTED for
+  // a stale generation, INVALID_ARGUMENT for a layer or token range outside the prompt,
+  // FAILED_PRECONDITION once the lease is complete.
+  absl::StatusOr<std::span<const int>> CheckChunk(uint64_t lease_id, uint32_t generation,
+                                                  uint32_t layer, uint32_t token_start,
+                                                  uint32_t token_count) const;
+
+  // CheckChunk, then records the range as received.
+  absl::Status OnChunk(uint64_t lease_id, uint32_t generation, uint32_t layer, uint32_t token_start,
+                       uint32_t token_count);
+
+  // True when every token of every layer has been received; false for unknown leases.
+  bool IsComplete(uint64_t lease_id) const;
+
+  // Ends a lease and returns its blocks to free. NOT_FOUND if it is not live (so a second
+  // Release, or a Release after Expire, frees nothing).
+  absl::StatusOr<std::vector<int>> Release(uint64_t lease_id);
+
+  // Ends every incomplete lease whose deadline is <= now and returns them with their blocks.
+  // Complete leases are the decode's to release and never expire.
+  std::vector<ExpiredLease> Expire(absl::Time now);
+
+  size_t size() const { return leases_.size(); }
+
+ private:
+  struct Entry {
+    uint32_t generation = 0;
+    std::vector<int> blocks;
+    uint32_t num_tokens = 0;
+    absl::Time deadline;
+    // Per layer: received token ranges [start, end), sorted, disjoint and not touching.
+    std::vector<std::vector<std::pair<uint32_t, uint32_t>>> received;
+    int64_t layers_done = 0;  // layers whose single range is [0, num_tokens)
+  };
+
+  uint32_t NextGeneration();
+
+  absl::flat_hash_map<uint64_t, Entry> leases_;
+  uint32_t next_generation_ = 1;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_KV_TRANSFER_LEASE_TABLE_H_
