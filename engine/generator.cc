@@ -61,6 +61,17 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
   return absl::OkStatus();
 }
 
+std::optional<FinishReason> CheckFinish(const ModelConfig& config, const GenerationRequest& r,
+                                        int token, int generated, int total_len) {
+  if (!r.ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), token) !=
+                           config.eos_token_ids.end()) {
+    return FinishReason::kStop;
+  }
+  if (generated >= r.max_tokens) return FinishReason::kLength;
+  if (total_len >= config.max_seq_len) return FinishReason::kContext;
+  return std::nullopt;
+}
+
 Generator::Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOptions options)
     : model_(model), tokenizer_(tokenizer), options_(options) {}
 
@@ -237,13 +248,11 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
         first_token_seen = true;
         stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
       }
-      const bool is_eos =
-          !s.req->ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                                          token) != config.eos_token_ids.end();
-      std::optional<FinishReason> reason;
+      std::optional<FinishReason> reason =
+          CheckFinish(config, *s.req, token, s.generated, static_cast<int>(s.tokens.size()));
+      const bool is_eos = reason == FinishReason::kStop;
       bool stopped_by_string = false;
       if (is_eos) {
-        reason = FinishReason::kStop;
         if (on_token) on_token(s.index, token, "");
       } else {
         std::string emit;
@@ -252,13 +261,7 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
           out.text += emit;
         }
         if (on_token) on_token(s.index, token, emit);
-        if (stopped_by_string) {
-          reason = FinishReason::kStop;
-        } else if (s.generated >= s.req->max_tokens) {
-          reason = FinishReason::kLength;
-        } else if (static_cast<int>(s.tokens.size()) >= config.max_seq_len) {
-          reason = FinishReason::kContext;
-        }
+        if (stopped_by_string) reason = FinishReason::kStop;
       }
       if (reason) {
         if (absl::Status st = finish(s, *reason, !is_eos && !stopped_by_string); !st.ok())

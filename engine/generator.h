@@ -6,6 +6,7 @@
 #define TANDEM_ENGINE_GENERATOR_H_
 
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,6 +85,12 @@ class Generator {
   GeneratorOptions options_;
   GenerationStats stats_;
 };
+
+// Whether generation ends after `token`, the `generated`-th token of the request, which makes
+// the sequence `total_len` tokens long (prompt included): an EOS id (unless ignore_eos), then
+// max_tokens, then the context length. Stop strings are checked on text by the caller.
+std::optional<FinishReason> CheckFinish(const ModelConfig& config, const GenerationRequest& r,
+                                        int token, int generated, int total_len);
 
 // Checks a request against the model (prompt ids in the vocabulary, prompt within the
 // context, sampling values, max_tokens) and names the offending field.

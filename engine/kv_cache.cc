@@ -22,7 +22,7 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int num_block
         "kv cache of %d blocks x %d tokens needs %d bytes, more than the %d allowed", num_blocks,
         block_size, floats * 4, max_bytes));
   }
-  c.data_.assign(static_cast<size_t>(floats), 0.0f);
+  c.data_.reset(new float[static_cast<size_t>(floats)]);
   return c;
 }
 

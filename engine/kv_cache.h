@@ -5,6 +5,7 @@
 #define TANDEM_ENGINE_KV_CACHE_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,10 +24,10 @@ class KvCache {
   int n_layers() const { return n_layers_; }
   int width() const { return width_; }  // n_kv_heads * head_dim
 
-  float* k(int layer) { return data_.data() + LayerOffset(layer); }
-  float* v(int layer) { return data_.data() + LayerOffset(layer) + LayerFloats(); }
-  const float* k(int layer) const { return data_.data() + LayerOffset(layer); }
-  const float* v(int layer) const { return data_.data() + LayerOffset(layer) + LayerFloats(); }
+  float* k(int layer) { return data_.get() + LayerOffset(layer); }
+  float* v(int layer) { return data_.get() + LayerOffset(layer) + LayerFloats(); }
+  const float* k(int layer) const { return data_.get() + LayerOffset(layer); }
+  const float* v(int layer) const { return data_.get() + LayerOffset(layer) + LayerFloats(); }
 
   // Bytes of K plus V for one token across all layers.
   int64_t bytes_per_token() const { return int64_t{2} * n_layers_ * width_ * 4; }
@@ -36,7 +37,7 @@ class KvCache {
   int64_t LayerOffset(int layer) const { return 2 * LayerFloats() * layer; }
 
   int n_layers_ = 0, num_blocks_ = 0, block_size_ = 0, width_ = 0;
-  std::vector<float> data_;
+  std::unique_ptr<float[]> data_;  // uninitialized: pages are touched only when written
 };
 
 }  // namespace tandem

@@ -25,6 +25,21 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Back
   return std::make_unique<Model>(std::move(loaded->first), std::move(loaded->second), backend);
 }
 
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrFormat("model path %s does not exist", path));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    auto text = ReadFileToString(path + "/config.json");
+    if (!text.ok()) return absl::NotFoundError(absl::StrFormat("%s: no config.json", path));
+    return ModelConfig::FromHfJson(*text);
+  }
+  auto loaded = LoadLlama2cCheckpoint(path);  // maps the file; reads only the header pages
+  if (!loaded.ok()) return loaded.status();
+  return loaded->first;
+}
+
 Model::Model(ModelConfig config, ModelWeights weights, Backend* backend)
     : config_(std::move(config)),
       weights_(std::move(weights)),
@@ -32,7 +47,8 @@ Model::Model(ModelConfig config, ModelWeights weights, Backend* backend)
       inv_freq_(config_.RopeInvFreq()) {}
 
 absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache,
-                            std::vector<float>* logits) const {
+                            std::vector<float>* logits,
+                            const std::function<void(int layer)>& on_layer_kv) const {
   const ModelConfig& c = config_;
   if (batch.empty()) return absl::InvalidArgumentError("forward: empty batch");
   if (cache->width() != c.kv_dim() || cache->n_layers() != c.n_layers) {
@@ -124,6 +140,7 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
     b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
            c.rope_style);
     b.WriteKv(k.data(), v.data(), slots.data(), num_tokens, c.kv_dim(), cache->k(l), cache->v(l));
+    if (on_layer_kv) on_layer_kv(l);
     b.PagedAttention(q.data(), cache->k(l), cache->v(l), args, att.data());
     b.Matmul(att.data(), w.wo, nullptr, xb.data(), num_tokens);
     b.Add(x.data(), xb.data(), T * c.dim);

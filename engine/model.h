@@ -7,6 +7,7 @@
 #ifndef TANDEM_ENGINE_MODEL_H_
 #define TANDEM_ENGINE_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -71,8 +72,12 @@ class Model {
   // [rows, vocab_size] to `logits`: per chunk in order, one row (its last token) or, with
   // all_logits, one row per new token. Invalid chunks (token out of range, position past the
   // context, missing blocks) are rejected before anything is computed.
+  // `on_layer_kv(layer)`, when given, is called as soon as the K/V of `layer` for every chunk
+  // are final in `cache` (before that layer's attention): the prefill worker ships them then,
+  // overlapping the transfer with the remaining layers.
   absl::Status Forward(std::span<const SequenceChunk> batch, KvCache* cache,
-                       std::vector<float>* logits) const;
+                       std::vector<float>* logits,
+                       const std::function<void(int layer)>& on_layer_kv = nullptr) const;
 
  private:
   ModelConfig config_;
@@ -80,6 +85,10 @@ class Model {
   Backend* backend_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
 };
+
+// Only the configuration of the model at `path` (directory or checkpoint), for processes that
+// need its shape but not its weights (the router).
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
 // llama2.c checkpoint (the legacy 7-int header; shared or separate classifier).
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path);

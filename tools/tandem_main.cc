@@ -18,9 +18,11 @@
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "engine/model_writer.h"
+#include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
 #include "nlohmann/json.hpp"
 #include "tools/flags.h"
+#include "tools/remote.h"
 
 namespace tandem {
 namespace {
@@ -39,6 +41,11 @@ commands:
       Reads text on stdin, prints the ids as a JSON array.
   detokenize --tokenizer PATH
       Reads a JSON array of ids on stdin, prints the text.
+  generate --router HOST:PORT --prompt TEXT [sampling flags as above] [--timeout S]
+      The same through a running router.
+  up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
+      Starts a router, N prefill and M decode workers on 127.0.0.1; prints
+      "ready router=HOST:PORT" when all are registered; Ctrl-C stops them.
   model convert --from CHECKPOINT.bin --out DIR
       Writes a Hugging Face directory (config.json + model.safetensors).
   model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
@@ -84,10 +91,11 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
 }
 
 int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k",
-                         "top-p", "seed", "stop", "block-size", "prefill-chunk", "device"},
-                        {"ignore-eos"});
+  auto f =
+      Flags::Parse(args,
+                   {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k", "top-p",
+                    "seed", "stop", "block-size", "prefill-chunk", "device", "router", "timeout"},
+                   {"ignore-eos"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
   GenerationRequest req;
@@ -119,9 +127,38 @@ int Generate(const std::vector<std::string>& args) {
   opts.prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
   if (absl::Status s = opts.Validate(); !s.ok()) return Fail(s);
 
+  const std::string prompt = f->Get("prompt");
+  if (f->Has("router")) {
+    RemoteGenerateRequest r;
+    r.router = f->Get("router");
+    r.prompt = prompt;
+    r.sampling = req.sampling;
+    r.max_tokens = req.max_tokens;
+    r.stop = req.stop_strings;
+    r.ignore_eos = req.ignore_eos;
+    auto timeout = f->GetDouble("timeout", 600);
+    if (!timeout.ok()) return Fail(timeout.status());
+    r.timeout_seconds = *timeout;
+    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+    std::fflush(stdout);
+    auto res = RemoteGenerate(r, [](std::string_view text) {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fflush(stdout);
+    });
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    if (!res.ok()) return Fail(res.status());
+    const double decode_s = res->e2e_seconds - res->ttft_seconds;
+    std::fprintf(
+        stderr,
+        "[tandem] generated %zu tokens via %s, finish=%s, TTFT %.1f ms, decode %.1f "
+        "tokens/s\n",
+        res->tokens.size(), r.router.c_str(), res->finish_reason.c_str(), res->ttft_seconds * 1e3,
+        res->tokens.size() > 1 && decode_s > 0 ? (res->tokens.size() - 1) / decode_s : 0.0);
+    return 0;
+  }
   auto loaded = LoadModelAndTokenizer(*f);
   if (!loaded.ok()) return Fail(loaded.status());
-  const std::string prompt = f->Get("prompt");
   req.prompt = loaded->tokenizer->Encode(prompt, /*add_special_tokens=*/true);
   // Not past the context: generation also stops there (finish reason "context").
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
@@ -179,6 +216,12 @@ int Tokenize(const std::vector<std::string>& args) {
   auto tok = LoadTokenizer(f->Get("tokenizer"));
   if (!tok.ok()) return Fail(tok.status());
   std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+  if (auto* hf = dynamic_cast<const HfTokenizer*>(tok->get())) {
+    auto ids = hf->EncodeChecked(text, f->Has("add-special-tokens"));
+    if (!ids.ok()) return Fail(ids.status());
+    std::printf("%s\n", nlohmann::json(*ids).dump().c_str());
+    return 0;
+  }
   std::printf("%s\n",
               nlohmann::json((*tok)->Encode(text, f->Has("add-special-tokens"))).dump().c_str());
   return 0;
@@ -207,6 +250,30 @@ int Detokenize(const std::vector<std::string>& args) {
   const std::string out = (*tok)->Decode(ids);
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
+}
+
+int Up(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"model", "tokenizer", "prefill", "decode", "router-port"}, {});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
+  ClusterOptions o;
+  o.model = f->Get("model");
+  o.tokenizer = f->Get("tokenizer");
+  auto p = f->GetInt("prefill", 1);
+  auto d = f->GetInt("decode", 1);
+  auto port = f->GetInt("router-port", 0);
+  for (const auto* v : {&p, &d, &port}) {
+    if (!v->ok()) return Fail(v->status());
+  }
+  if (*p < 1 || *p > 64 || *d < 1 || *d > 64) {
+    return Fail(absl::InvalidArgumentError("--prefill and --decode must be in [1, 64]"));
+  }
+  if (*port < 0 || *port > 65535)
+    return Fail(absl::InvalidArgumentError("--router-port must be in [0, 65535]"));
+  o.prefill = static_cast<int>(*p);
+  o.decode = static_cast<int>(*d);
+  o.router_port = static_cast<int>(*port);
+  return RunLocalCluster(o);
 }
 
 int ModelCommand(const std::vector<std::string>& args) {
@@ -268,6 +335,7 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return tandem::Tokenize(args);
   if (cmd == "detokenize") return tandem::Detokenize(args);
   if (cmd == "model") return tandem::ModelCommand(args);
+  if (cmd == "up") return tandem::Up(args);
   std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
   return 2;
 }

@@ -30,6 +30,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     return;
   }
   const int64_t per = (units + num_threads_ - 1) / num_threads_;
+  std::lock_guard<std::mutex> call_lock(call_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;

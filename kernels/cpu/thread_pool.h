@@ -23,7 +23,8 @@ class ThreadPool {
   int num_threads() const { return num_threads_; }
 
   // Calls fn(begin, end) over disjoint ranges covering [0, n), in parallel; returns when all are
-  // done. Ranges are multiples of `grain` (except the last). Not reentrant.
+  // done. Ranges are multiples of `grain` (except the last). Calls from several threads are
+  // serialized (workers of one process share the cores anyway); not reentrant from inside fn.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -31,6 +32,7 @@ class ThreadPool {
 
   int num_threads_;
   std::vector<std::thread> workers_;
+  std::mutex call_mu_;  // one ParallelFor at a time
   std::mutex mu_;
   std::condition_variable start_cv_;
   std::condition_variable done_cv_;

@@ -1,0 +1,263 @@
+#include "decode_node/decode_engine.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/sampler.h"
+#include "kv_transfer/kv_pack.h"
+
+namespace tandem {
+
+absl::Status DecodeEngineOptions::Validate() const {
+  if (num_blocks < 0) return absl::InvalidArgumentError("num_blocks must be >= 0");
+  if (block_size < 1 || block_size > 4096) {
+    return absl::InvalidArgumentError("block_size must be in [1, 4096]");
+  }
+  if (max_running < 1) return absl::InvalidArgumentError("max_running must be >= 1");
+  if (lease_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("lease_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* model,
+                                                                   DecodeEngineOptions options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const ModelConfig& c = model->config();
+  if (options.num_blocks == 0) {
+    const int64_t block_bytes = int64_t{2} * c.n_layers * c.kv_dim() * 4 * options.block_size;
+    options.num_blocks =
+        static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
+    if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
+  }
+  auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
+  if (!cache.ok()) return cache.status();
+  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*cache)));
+  auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
+  if (!receiver.ok()) return receiver.status();
+  e->receiver_ = std::move(*receiver);
+  e->loop_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache)
+    : model_(model),
+      options_(options),
+      cache_(std::move(cache)),
+      scheduler_(options.num_blocks, options.block_size, options.max_running) {}
+
+DecodeEngine::~DecodeEngine() {
+  if (receiver_) receiver_->Shutdown();  // no sink call after this
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequest& request) {
+  const ModelConfig& c = model_->config();
+  if (absl::Status s = ValidateRequest(request, c, nullptr); !s.ok()) return s;
+  const int prompt_len = static_cast<int>(request.prompt.size());
+  const int total =
+      static_cast<int>(std::min<int64_t>(int64_t{prompt_len} + request.max_tokens, c.max_seq_len));
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t handle = next_handle_++;
+  auto blocks = scheduler_.Admit(handle, total);
+  if (!blocks.ok()) return blocks.status();
+  auto lease =
+      leases_.Create(handle, *blocks, prompt_len, c.n_layers, absl::Now() + options_.lease_timeout);
+  if (!lease.ok()) {
+    scheduler_.Release(handle);
+    return lease.status();
+  }
+  Request& r = requests_[handle];
+  r.req = request;
+  r.tokens = request.prompt;
+  r.lease_id = lease->id;
+  lease_to_handle_[lease->id] = handle;
+  return Admission{handle, KvTarget{receiver_->endpoint(), lease->id, lease->generation}};
+}
+
+absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> payload) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto blocks = leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  if (!blocks.ok()) return blocks.status();
+  // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
+  const std::vector<int> table(blocks->begin(), blocks->end());
+  if (absl::Status s = ScatterKv(payload, h, table, &cache_); !s.ok()) return s;
+  return leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+}
+
+absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return absl::NotFoundError("request not admitted or already ended");
+  Request& r = it->second;
+  if (r.state != State::kAdmitted) return absl::FailedPreconditionError("request already started");
+  if (!r.error.ok()) return r.error;
+  if (first_token < 0 || first_token >= model_->config().vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("first_token %d outside the vocabulary", first_token));
+  }
+  if (!leases_.IsComplete(r.lease_id)) {
+    return absl::FailedPreconditionError("the prompt's KV has not fully arrived");
+  }
+  leases_.Release(r.lease_id).IgnoreError();  // the blocks stay with the request
+  lease_to_handle_.erase(r.lease_id);
+  r.tokens.push_back(first_token);
+  r.generated = 1;
+  // The first token may already end the request (the router normally handles this).
+  if (auto f =
+          CheckFinish(model_->config(), r.req, first_token, 1, static_cast<int>(r.tokens.size()))) {
+    r.finish = *f;
+    EndLocked(handle, r);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = scheduler_.Start(handle); !s.ok()) return s;
+  r.state = State::kRunning;
+  work_cv_.notify_one();
+  return absl::OkStatus();
+}
+
+DecodeEngine::Output DecodeEngine::Next(uint64_t handle, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Output out;
+  auto ready = [&] {
+    auto it = requests_.find(handle);
+    return it == requests_.end() || !it->second.out.empty() || it->second.state == State::kDone;
+  };
+  output_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), ready);
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) {
+    out.error = absl::NotFoundError("request ended");
+    return out;
+  }
+  Request& r = it->second;
+  out.tokens.assign(r.out.begin(), r.out.end());
+  r.out.clear();
+  if (r.state == State::kDone) {
+    out.finish = r.finish;
+    out.error = r.error;
+    requests_.erase(it);  // the reader has seen the end: forget the request
+  }
+  return out;
+}
+
+void DecodeEngine::Cancel(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return;
+  Request& r = it->second;
+  if (r.state == State::kRunning) {
+    r.cancel_requested = true;  // the loop ends it between steps (its blocks may be in use)
+  } else if (r.state == State::kAdmitted) {
+    r.error = absl::CancelledError("cancelled");
+    EndLocked(handle, r);
+  }
+  if (r.state == State::kDone) requests_.erase(it);  // nobody will read it
+}
+
+void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
+  if (r.state == State::kDone) return;
+  if (r.state == State::kAdmitted) {
+    leases_.Release(r.lease_id).IgnoreError();
+    lease_to_handle_.erase(r.lease_id);
+  }
+  scheduler_.Release(handle);
+  r.state = State::kDone;
+  output_cv_.notify_all();
+}
+
+void DecodeEngine::Loop() {
+  const ModelConfig& c = model_->config();
+  std::vector<float> logits;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    // Leases whose KV never completed: free them and fail their requests.
+    for (ExpiredLease& e : leases_.Expire(absl::Now())) {
+      auto h = lease_to_handle_.find(e.lease.id);
+      if (h == lease_to_handle_.end()) continue;
+      const uint64_t handle = h->second;
+      lease_to_handle_.erase(h);
+      auto it = requests_.find(handle);
+      if (it == requests_.end()) continue;
+      it->second.error =
+          absl::DeadlineExceededError("KV transfer did not complete before the lease deadline");
+      scheduler_.Release(handle);  // Expire already ended the lease
+      it->second.state = State::kDone;
+      output_cv_.notify_all();
+    }
+    // Requests cancelled while running leave between steps.
+    for (uint64_t handle : std::vector<uint64_t>(scheduler_.running())) {
+      auto it = requests_.find(handle);
+      if (it != requests_.end() && it->second.cancel_requested) {
+        it->second.error = absl::CancelledError("cancelled");
+        EndLocked(handle, it->second);
+        requests_.erase(it);
+      }
+    }
+    if (scheduler_.running().empty()) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      continue;
+    }
+    // One token per running request, all in one forward call.
+    const std::vector<uint64_t> batch_ids = scheduler_.running();
+    std::vector<SequenceChunk> batch;
+    std::vector<Request*> reqs;
+    for (uint64_t handle : batch_ids) {
+      Request& r = requests_.at(handle);
+      const int pos = static_cast<int>(r.tokens.size()) - 1;
+      batch.push_back(
+          {std::span<const int>(r.tokens).subspan(pos, 1), pos, *scheduler_.blocks(handle), false});
+      reqs.push_back(&r);
+    }
+    lock.unlock();  // Admit, Accept and readers proceed during the step
+    const absl::Status st = model_->Forward(batch, &cache_, &logits);
+    lock.lock();
+    ++steps_;
+    for (size_t i = 0; i < batch_ids.size(); ++i) {
+      Request& r = *reqs[i];  // running requests are only erased by this thread
+      if (!st.ok()) {
+        r.error = st;
+        EndLocked(batch_ids[i], r);
+        continue;
+      }
+      std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
+      const int token = Sample(row, r.req.sampling, r.tokens.size());
+      r.tokens.push_back(token);
+      ++r.generated;
+      r.out.push_back(token);
+      if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {
+        r.finish = *f;
+        EndLocked(batch_ids[i], r);
+      }
+    }
+    output_cv_.notify_all();
+  }
+}
+
+WorkerLoadSnapshot DecodeEngine::Load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerLoadSnapshot l;
+  l.running = static_cast<int>(scheduler_.running().size());
+  l.queue_depth = scheduler_.num_admitted() - l.running;
+  l.free_blocks = scheduler_.num_free_blocks();
+  l.total_blocks = scheduler_.num_blocks();
+  l.block_size = scheduler_.block_size();
+  return l;
+}
+
+bool DecodeEngine::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_.Idle() && leases_.size() == 0 && lease_to_handle_.empty() && requests_.empty();
+}
+
+int64_t DecodeEngine::steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return steps_;
+}
+
+}  // namespace tandem

@@ -1,0 +1,121 @@
+// The decode worker's engine, without RPC: admission by free KV blocks, the KV sink that
+// receives a request's prompt KV from a prefill worker under a lease, and the step loop that
+// decodes every running request in one batch per step (continuous batching).
+//
+// One state machine per request: ADMITTED (lease open, KV arriving) -> RUNNING (in the batch)
+// -> FINISHED / CANCELLED / FAILED; every terminal state releases the blocks exactly once.
+#ifndef TANDEM_DECODE_NODE_DECODE_ENGINE_H_
+#define TANDEM_DECODE_NODE_DECODE_ENGINE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/generator.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "kv_transfer/kv_transfer.h"
+#include "kv_transfer/lease_table.h"
+
+namespace tandem {
+
+struct DecodeEngineOptions {
+  int num_blocks = 0;  // 0: as many as fit in max_kv_bytes
+  int block_size = 16;
+  int max_running = 256;
+  int64_t max_kv_bytes = int64_t{2} << 30;
+  absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
+  std::string transport = "tcp";                     // the KV receiver's kind
+  std::string listen = "127.0.0.1:0";                // tcp: host:port; local: a name
+
+  absl::Status Validate() const;
+};
+
+class DecodeEngine final : public KvSink {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(const Model* model,
+                                                              DecodeEngineOptions options);
+  ~DecodeEngine() override;
+
+  struct Admission {
+    uint64_t handle;
+    KvTarget target;
+  };
+  // Validates `request` (INVALID_ARGUMENT naming the field), reserves blocks for prompt +
+  // max_tokens (RESOURCE_EXHAUSTED when they are not free) and opens a lease for the prompt KV.
+  absl::StatusOr<Admission> Admit(const GenerationRequest& request);
+
+  // Joins the running batch with the first token (sampled by the prefill worker). The lease's
+  // KV must be complete (FAILED_PRECONDITION otherwise).
+  absl::Status Start(uint64_t handle, int first_token);
+
+  struct Output {
+    std::vector<int> tokens;
+    std::optional<FinishReason> finish;
+    absl::Status error;  // set when the request failed (lease expired, forward error)
+  };
+  // Waits up to `timeout` for new tokens or the end of the request.
+  Output Next(uint64_t handle, absl::Duration timeout);
+
+  // Ends the request (client cancel or deadline) and frees its blocks. Idempotent.
+  void Cancel(uint64_t handle);
+
+  // KvSink: validates the lease and scatters the chunk into the request's blocks.
+  absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
+
+  WorkerLoadSnapshot Load() const;
+  std::string kv_endpoint() const { return receiver_->endpoint(); }
+  // The leak check: no request, lease or block in use.
+  bool Idle() const;
+  int64_t steps() const;
+  const Model& model() const { return *model_; }
+
+ private:
+  enum class State { kAdmitted, kRunning, kDone };
+  struct Request {
+    GenerationRequest req;
+    std::vector<int> tokens;  // prompt + generated
+    int generated = 0;
+    uint64_t lease_id = 0;
+    State state = State::kAdmitted;
+    bool cancel_requested = false;
+    std::deque<int> out;
+    std::optional<FinishReason> finish;
+    absl::Status error;
+  };
+
+  DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache);
+  void Loop();
+  // Ends `r` (under mu_): releases its lease and blocks, wakes its reader.
+  void EndLocked(uint64_t handle, Request& r);
+
+  const Model* model_;
+  DecodeEngineOptions options_;
+  KvCache cache_;
+  std::unique_ptr<KvReceiver> receiver_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;    // the loop waits for running requests
+  std::condition_variable output_cv_;  // readers wait for tokens
+  DecodeScheduler scheduler_;
+  LeaseTable leases_;
+  absl::flat_hash_map<uint64_t, Request> requests_;
+  absl::flat_hash_map<uint64_t, uint64_t> lease_to_handle_;
+  uint64_t next_handle_ = 1;
+  int64_t steps_ = 0;
+  bool stop_ = false;
+  std::thread loop_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_DECODE_NODE_DECODE_ENGINE_H_

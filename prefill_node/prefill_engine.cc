@@ -1,0 +1,256 @@
+#include "prefill_node/prefill_engine.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "engine/generator.h"
+#include "kv_transfer/kv_pack.h"
+
+namespace tandem {
+
+absl::Status PrefillEngineOptions::Validate() const {
+  if (num_blocks < 0) return absl::InvalidArgumentError("num_blocks must be >= 0");
+  if (block_size < 1 || block_size > 4096) {
+    return absl::InvalidArgumentError("block_size must be in [1, 4096]");
+  }
+  if (scheduler.token_budget < 1 || scheduler.chunk_size < 1 || scheduler.max_batch < 1) {
+    return absl::InvalidArgumentError("token_budget, chunk_size and max_batch must be >= 1");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model* model,
+                                                                     KvSender* sender,
+                                                                     PrefillEngineOptions options) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  const ModelConfig& c = model->config();
+  if (options.num_blocks == 0) {
+    const int64_t block_bytes = int64_t{2} * c.n_layers * c.kv_dim() * 4 * options.block_size;
+    options.num_blocks =
+        static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
+  }
+  // At least one context-length prompt must fit.
+  const int min_blocks = (c.max_seq_len + options.block_size - 1) / options.block_size;
+  if (options.num_blocks < min_blocks) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt",
+                        options.num_blocks, c.max_seq_len));
+  }
+  auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
+  if (!cache.ok()) return cache.status();
+  std::unique_ptr<PrefillEngine> e(new PrefillEngine(model, sender, options, std::move(*cache)));
+  e->loop_ = std::thread([p = e.get()] { p->Loop(); });
+  return e;
+}
+
+PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options,
+                             KvCache cache)
+    : model_(model),
+      sender_(sender),
+      options_(options),
+      cache_(std::move(cache)),
+      scheduler_(options.scheduler),
+      pool_(options.num_blocks) {}
+
+PrefillEngine::~PrefillEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (loop_.joinable()) loop_.join();
+}
+
+absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::vector<int> prompt,
+                                                     const SamplingParams& sampling,
+                                                     const KvTarget& target, absl::Time deadline,
+                                                     const std::function<bool()>& cancelled) {
+  GenerationRequest check;
+  check.prompt = prompt;
+  check.sampling = sampling;
+  if (absl::Status s = ValidateRequest(check, model_->config(), nullptr); !s.ok()) return s;
+  if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
+  const int len = static_cast<int>(prompt.size());
+  const int bs = options_.block_size;
+  auto job = std::make_shared<Job>();
+  job->id = request_id;
+  job->sampling = sampling;
+  job->target = target;
+  job->enqueued = absl::Now();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its
+    // logits give the first token).
+    if (options_.prefix_cache) {
+      uint64_t parent = 0;
+      for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
+        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
+        ++prefix_queries_;
+        auto hit = pool_.Lookup(parent);
+        if (!hit) break;
+        ++prefix_hits_;
+        job->blocks.push_back(*hit);
+      }
+      job->cached = static_cast<int>(job->blocks.size()) * bs;
+    }
+    const int needed = (len + bs - 1) / bs - static_cast<int>(job->blocks.size());
+    auto fresh = pool_.Allocate(needed);
+    if (!fresh.ok()) {
+      pool_.Free(job->blocks).IgnoreError();
+      return fresh.status();
+    }
+    job->blocks.insert(job->blocks.end(), fresh->begin(), fresh->end());
+    job->prompt = std::move(prompt);
+    uint64_t id = next_job_++;
+    if (absl::Status s = scheduler_.Add(id, len, job->cached); !s.ok()) {
+      pool_.Free(job->blocks).IgnoreError();
+      return s;
+    }
+    jobs_[id] = job;
+    work_cv_.notify_one();
+    // Wait for the compute, watching for cancellation and the deadline.
+    while (!job->done) {
+      done_cv_.wait_for(lock, std::chrono::milliseconds(10));
+      if (job->done) break;
+      const bool expired = absl::Now() >= deadline;
+      if (expired || (cancelled && cancelled())) {
+        job->cancelled = true;
+        job->status = expired ? absl::DeadlineExceededError("prefill deadline passed")
+                              : absl::CancelledError("prefill cancelled");
+        work_cv_.notify_one();
+        done_cv_.wait(lock, [&] { return job->done; });
+      }
+    }
+  }
+  if (!job->status.ok()) {
+    sender_->Forget(target);
+    return job->status;
+  }
+  const absl::Time computed = absl::Now();
+  absl::Status acked = sender_->Wait(target, deadline);
+  sender_->Forget(target);
+  if (!acked.ok()) return acked;
+  PrefillResult r;
+  r.first_token = job->first_token;
+  r.cached_tokens = job->cached;
+  r.queue_seconds = absl::ToDoubleSeconds(job->started - job->enqueued);
+  r.compute_seconds = job->compute_seconds;
+  r.transfer_seconds = absl::ToDoubleSeconds(absl::Now() - computed);
+  return r;
+}
+
+absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count) {
+  auto payload = GatherKv(cache_, layer, job.blocks, start, count);
+  if (!payload.ok()) return payload.status();
+  KvChunkHeader h = MakeKvChunkHeader(cache_, job.id, layer, start, count);
+  return sender_->Send(job.target, h, std::move(*payload));
+}
+
+void PrefillEngine::FinishLocked(Job& job) {
+  // Full blocks of a completed prompt become reusable prefixes; the rest go back to the pool.
+  if (job.status.ok() && options_.prefix_cache) {
+    const int bs = options_.block_size;
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * bs <= static_cast<int>(job.prompt.size()); ++b) {
+      parent = HashBlockTokens(parent, std::span<const int>(job.prompt).subspan(b * bs, bs));
+      pool_.Register(job.blocks[b], parent);
+    }
+  }
+  pool_.Free(job.blocks).IgnoreError();
+  job.blocks.clear();
+  job.done = true;
+  done_cv_.notify_all();
+}
+
+void PrefillEngine::Loop() {
+  const ModelConfig& c = model_->config();
+  std::vector<float> logits;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    for (auto it = jobs_.begin(); it != jobs_.end();) {
+      if (it->second->cancelled) {
+        scheduler_.Remove(it->first);
+        FinishLocked(*it->second);
+        jobs_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    std::vector<PrefillScheduler::Work> work = scheduler_.Schedule();
+    if (work.empty()) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      continue;
+    }
+    std::vector<std::shared_ptr<Job>> batch_jobs;
+    std::vector<SequenceChunk> batch;
+    for (const auto& w : work) {
+      std::shared_ptr<Job> job = jobs_.at(w.id);
+      if (job->started == absl::Time()) job->started = absl::Now();
+      batch_jobs.push_back(job);
+      batch.push_back({std::span<const int>(job->prompt).subspan(w.start, w.count), w.start,
+                       job->blocks, false});
+    }
+    lock.unlock();
+    // KV of a prefix-cache hit is sent as it is: the decode worker has none of it.
+    for (auto& job : batch_jobs) {
+      if (job->cached > 0 && !job->cached_sent) {
+        for (int l = 0; l < c.n_layers; ++l) SendRange(*job, l, 0, job->cached).IgnoreError();
+        job->cached_sent = true;
+      }
+    }
+    const absl::Time t0 = absl::Now();
+    const absl::Status st = model_->Forward(batch, &cache_, &logits, [&](int layer) {
+      for (size_t i = 0; i < work.size(); ++i) {
+        if (batch_jobs[i]->cancelled) continue;
+        // Errors surface in the sender's Wait; a refused lease stops further sends there.
+        SendRange(*batch_jobs[i], layer, work[i].start, work[i].count).IgnoreError();
+      }
+    });
+    const double step_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    lock.lock();
+    for (size_t i = 0; i < work.size(); ++i) {
+      Job& job = *batch_jobs[i];
+      job.compute_seconds += step_seconds;
+      if (job.done) continue;
+      if (!st.ok()) {
+        job.status = st;
+      } else if (!work[i].last || job.cancelled) {
+        continue;
+      } else {
+        std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
+        job.first_token = Sample(row, job.sampling, job.prompt.size());
+      }
+      scheduler_.Remove(work[i].id);
+      FinishLocked(job);
+      jobs_.erase(work[i].id);
+    }
+  }
+}
+
+absl::StatusOr<std::vector<float>> PrefillEngine::Score(std::span<const int> ids) {
+  for (int t : ids) {
+    if (t < 0 || t >= model_->config().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat("token_ids: %d outside the vocabulary", t));
+    }
+  }
+  return ScoreTokens(*model_, ids);
+}
+
+WorkerLoadSnapshot PrefillEngine::Load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WorkerLoadSnapshot l;
+  l.queue_depth = scheduler_.num_waiting();
+  l.running = static_cast<int>(jobs_.size());
+  l.free_blocks = pool_.num_available();
+  l.total_blocks = pool_.num_blocks();
+  l.block_size = options_.block_size;
+  return l;
+}
+
+bool PrefillEngine::Idle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return jobs_.empty() && scheduler_.empty() && pool_.NoneInUse();
+}
+
+}  // namespace tandem

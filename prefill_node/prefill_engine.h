@@ -1,0 +1,115 @@
+// The prefill worker's engine, without RPC: a prefill scheduler that batches prompts under a
+// token budget and splits long ones into chunks, a prefix cache (full blocks of earlier prompts
+// are reused, not recomputed), and the KV sender, which ships each layer's K/V to the decode
+// worker's lease as soon as it is computed, overlapping the transfer with later layers.
+#ifndef TANDEM_PREFILL_NODE_PREFILL_ENGINE_H_
+#define TANDEM_PREFILL_NODE_PREFILL_ENGINE_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/block_pool.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "kv_transfer/kv_transfer.h"
+
+namespace tandem {
+
+struct PrefillEngineOptions {
+  int num_blocks = 0;  // 0: as many as fit in max_kv_bytes
+  int block_size = 16;
+  int64_t max_kv_bytes = int64_t{1} << 30;
+  PrefillScheduler::Options scheduler;
+  bool prefix_cache = true;
+
+  absl::Status Validate() const;
+};
+
+struct PrefillResult {
+  int first_token = 0;
+  int cached_tokens = 0;
+  double queue_seconds = 0;
+  double compute_seconds = 0;
+  double transfer_seconds = 0;  // after compute: waiting for the last acknowledgements
+};
+
+class PrefillEngine {
+ public:
+  // `sender` must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<PrefillEngine>> Create(const Model* model, KvSender* sender,
+                                                               PrefillEngineOptions options);
+  ~PrefillEngine();
+
+  // Computes `prompt`, ships its KV to `target`, samples the first token (at position
+  // prompt.size(), with `sampling`) and returns once the decode worker acknowledged every
+  // chunk. `cancelled` is polled: when it turns true the prefill is aborted (CANCELLED).
+  absl::StatusOr<PrefillResult> Prefill(uint64_t request_id, std::vector<int> prompt,
+                                        const SamplingParams& sampling, const KvTarget& target,
+                                        absl::Time deadline,
+                                        const std::function<bool()>& cancelled = nullptr);
+
+  // Log-probabilities of ids[1..] (one prefill with logits for every position).
+  absl::StatusOr<std::vector<float>> Score(std::span<const int> ids);
+
+  WorkerLoadSnapshot Load() const;
+  int64_t prefix_cache_queries() const { return prefix_queries_.load(); }
+  int64_t prefix_cache_hits() const { return prefix_hits_.load(); }
+  // The leak check: no job queued and no block referenced (cached blocks are free).
+  bool Idle() const;
+  const Model& model() const { return *model_; }
+
+ private:
+  struct Job {
+    uint64_t id;
+    std::vector<int> prompt;
+    SamplingParams sampling;
+    KvTarget target;
+    std::vector<int> blocks;
+    int cached = 0;
+    bool cached_sent = false;
+    absl::Time enqueued;
+    absl::Time started;
+    // Set by the loop:
+    bool done = false;
+    absl::Status status;
+    int first_token = -1;
+    double compute_seconds = 0;
+    std::atomic<bool> cancelled{false};
+  };
+
+  PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options, KvCache cache);
+  void Loop();
+  // Sends layers [0, n_layers) of tokens [start, start + count) of `job` (under mu_).
+  absl::Status SendRange(Job& job, int layer, int start, int count);
+  void FinishLocked(Job& job);
+
+  const Model* model_;
+  KvSender* sender_;
+  PrefillEngineOptions options_;
+  KvCache cache_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  PrefillScheduler scheduler_;
+  BlockPool pool_;
+  absl::flat_hash_map<uint64_t, std::shared_ptr<Job>> jobs_;
+  uint64_t next_job_ = 1;
+  bool stop_ = false;
+  std::atomic<int64_t> prefix_queries_{0};
+  std::atomic<int64_t> prefix_hits_{0};
+  std::thread loop_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_PREFILL_NODE_PREFILL_ENGINE_H_

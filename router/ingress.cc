@@ -1,0 +1,106 @@
+#include "router/ingress.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "server/grpc_util.h"
+
+namespace tandem {
+namespace {
+
+absl::Status Invalid(std::string_view field, std::string_view why) {
+  return absl::InvalidArgumentError(absl::StrFormat("%s: %s", field, why));
+}
+
+bool ValidUtf8(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (int k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
+                                                          const ModelConfig& config,
+                                                          const Tokenizer& tokenizer,
+                                                          const IngressLimits& limits) {
+  if (static_cast<int>(req.request_id().size()) > limits.max_request_id_bytes) {
+    return Invalid("request_id",
+                   absl::StrFormat("longer than %d bytes", limits.max_request_id_bytes));
+  }
+  GenerationRequest out;
+  switch (req.input_case()) {
+    case v1::GenerateRequest::kText: {
+      const std::string& text = req.text();
+      if (text.empty()) return Invalid("text", "must not be empty");
+      if (static_cast<int>(text.size()) > limits.max_text_bytes) {
+        return Invalid("text", absl::StrFormat("longer than %d bytes", limits.max_text_bytes));
+      }
+      if (!ValidUtf8(text)) return Invalid("text", "is not valid UTF-8");
+      out.prompt = tokenizer.Encode(text, /*add_special_tokens=*/true);
+      break;
+    }
+    case v1::GenerateRequest::kTokens:
+      if (req.tokens().ids().empty()) return Invalid("tokens.ids", "must not be empty");
+      out.prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
+      for (int i = 0; i < static_cast<int>(out.prompt.size()); ++i) {
+        if (out.prompt[i] < 0 || out.prompt[i] >= config.vocab_size) {
+          return Invalid("tokens.ids", absl::StrFormat("id %d at index %d is outside [0, %d)",
+                                                       out.prompt[i], i, config.vocab_size));
+        }
+      }
+      break;
+    default:
+      return Invalid("input", "one of text or tokens is required");
+  }
+  if (out.prompt.empty()) return Invalid("text", "tokenizes to no tokens");
+  if (static_cast<int64_t>(out.prompt.size()) >= config.max_seq_len) {
+    return Invalid(req.has_tokens() ? "tokens.ids" : "text",
+                   absl::StrFormat("the prompt is %d tokens; the context length is %d",
+                                   out.prompt.size(), config.max_seq_len));
+  }
+  out.sampling = FromProto(req.sampling());
+  const SamplingParams& s = out.sampling;
+  if (!std::isfinite(s.temperature) || s.temperature < 0) {
+    return Invalid("sampling.temperature",
+                   absl::StrFormat("must be finite and >= 0, got %g", s.temperature));
+  }
+  if (s.top_k < 0)
+    return Invalid("sampling.top_k", absl::StrFormat("must be >= 0, got %d", s.top_k));
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return Invalid("sampling.top_p", absl::StrFormat("must be in (0, 1], got %g", s.top_p));
+  }
+  if (req.max_tokens() < 1) {
+    return Invalid("max_tokens", absl::StrFormat("must be >= 1, got %d", req.max_tokens()));
+  }
+  if (req.max_tokens() > config.max_seq_len) {
+    return Invalid("max_tokens", absl::StrFormat("must be <= the context length %d, got %d",
+                                                 config.max_seq_len, req.max_tokens()));
+  }
+  out.max_tokens = req.max_tokens();
+  if (req.stop_size() > limits.max_stop_strings) {
+    return Invalid("stop", absl::StrFormat("at most %d strings", limits.max_stop_strings));
+  }
+  for (const std::string& stop : req.stop()) {
+    if (stop.empty()) return Invalid("stop", "strings must not be empty");
+    if (static_cast<int>(stop.size()) > limits.max_stop_string_bytes) {
+      return Invalid("stop",
+                     absl::StrFormat("strings of at most %d bytes", limits.max_stop_string_bytes));
+    }
+    if (!ValidUtf8(stop)) return Invalid("stop", "is not valid UTF-8");
+    out.stop_strings.push_back(stop);
+  }
+  out.ignore_eos = req.ignore_eos();
+  return out;
+}
+
+}  // namespace tandem

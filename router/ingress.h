@@ -1,0 +1,31 @@
+// The router's one ingress function: every field of a Generate request is checked here, and a
+// bad one is answered with INVALID_ARGUMENT naming it, before any worker is involved.
+#ifndef TANDEM_ROUTER_INGRESS_H_
+#define TANDEM_ROUTER_INGRESS_H_
+
+#include "absl/status/statusor.h"
+#include "engine/generator.h"
+#include "engine/model_config.h"
+#include "engine/tokenizer.h"
+#include "tandem/v1/generation.pb.h"
+
+namespace tandem {
+
+struct IngressLimits {
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  int max_request_id_bytes = 256;
+  int max_text_bytes = 4 << 20;
+};
+
+// The engine request for `req`: the text tokenized (with the model's special tokens) or the
+// token ids checked against the vocabulary; the prompt within the context; sampling values;
+// max_tokens; stop strings. Errors name the field ("max_tokens: ...", "sampling.top_p: ...").
+absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
+                                                          const ModelConfig& config,
+                                                          const Tokenizer& tokenizer,
+                                                          const IngressLimits& limits = {});
+
+}  // namespace tandem
+
+#endif  // TANDEM_ROUTER_INGRESS_H_

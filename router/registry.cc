@@ -1,0 +1,129 @@
+#include "router/registry.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace tandem {
+
+void WorkerRegistry::Register(const std::string& id, WorkerRole role, const std::string& address,
+                              const WorkerLoadSnapshot& load, absl::Time now) {
+  WorkerEntry& w = workers_[id];
+  if (w.address != address || w.role != role) {
+    w.prefixes.clear();
+    w.prefix_order.clear();
+  }
+  w.id = id;
+  w.role = role;
+  w.address = address;
+  w.load = load;
+  w.last_seen = now;
+  w.serving = true;
+  w.consecutive_failures = 0;
+  w.ejected_until = absl::InfinitePast();
+}
+
+bool WorkerRegistry::Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
+                               absl::Time now) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return false;
+  it->second.load = load;
+  it->second.last_seen = now;
+  it->second.serving = serving;
+  return true;
+}
+
+bool WorkerRegistry::Healthy(const WorkerEntry& w, absl::Time now) const {
+  return w.serving && now - w.last_seen <= options_.heartbeat_timeout && now >= w.ejected_until;
+}
+
+std::vector<const WorkerEntry*> WorkerRegistry::List() const {
+  std::vector<const WorkerEntry*> out;
+  for (const auto& [id, w] : workers_) out.push_back(&w);
+  std::sort(out.begin(), out.end(), [](auto* a, auto* b) { return a->id < b->id; });
+  return out;
+}
+
+int WorkerRegistry::CountHealthy(WorkerRole role, absl::Time now) const {
+  int n = 0;
+  for (const auto& [id, w] : workers_) n += w.role == role && Healthy(w, now);
+  return n;
+}
+
+const WorkerEntry* WorkerRegistry::Find(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+std::optional<std::string> WorkerRegistry::PickDecode(int total_tokens, absl::Time now,
+                                                      const std::set<std::string>& exclude) {
+  WorkerEntry* best = nullptr;
+  int best_needed = 0;
+  for (auto& [id, w] : workers_) {
+    if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
+    const int bs = std::max(1, w.load.block_size);
+    const int needed = (total_tokens + bs - 1) / bs;
+    if (w.load.free_blocks < needed) continue;
+    if (best == nullptr ||
+        std::make_tuple(-w.load.free_blocks, w.load.running, w.id) <
+            std::make_tuple(-best->load.free_blocks, best->load.running, best->id)) {
+      best = &w;
+      best_needed = needed;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  best->load.free_blocks -= best_needed;
+  ++best->load.running;
+  return best->id;
+}
+
+std::optional<std::string> WorkerRegistry::PickPrefill(std::span<const uint64_t> block_hashes,
+                                                       absl::Time now,
+                                                       const std::set<std::string>& exclude) {
+  WorkerEntry* best = nullptr;
+  size_t best_match = 0;
+  for (auto& [id, w] : workers_) {
+    if (w.role != WorkerRole::kPrefill || !Healthy(w, now) || exclude.count(id)) continue;
+    size_t match = 0;
+    while (match < block_hashes.size() && w.prefixes.contains(block_hashes[match])) ++match;
+    if (best == nullptr ||
+        std::make_tuple(-static_cast<int64_t>(match), w.load.queue_depth, w.load.running, w.id) <
+            std::make_tuple(-static_cast<int64_t>(best_match), best->load.queue_depth,
+                            best->load.running, best->id)) {
+      best = &w;
+      best_match = match;
+    }
+  }
+  if (best == nullptr) return std::nullopt;
+  ++best->load.queue_depth;
+  for (uint64_t h : block_hashes) {
+    if (best->prefixes.insert(h).second) best->prefix_order.push_back(h);
+  }
+  while (best->prefix_order.size() > options_.max_prefixes_per_worker) {
+    best->prefixes.erase(best->prefix_order.front());
+    best->prefix_order.pop_front();
+  }
+  return best->id;
+}
+
+int WorkerRegistry::PrefillBlockSize() const {
+  for (const auto& [id, w] : workers_) {
+    if (w.role == WorkerRole::kPrefill && w.load.block_size > 0) return w.load.block_size;
+  }
+  return 0;
+}
+
+void WorkerRegistry::ReportFailure(const std::string& id, absl::Time now) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  if (++it->second.consecutive_failures >= options_.max_consecutive_failures) {
+    it->second.ejected_until = now + options_.ejection;
+    it->second.consecutive_failures = 0;
+  }
+}
+
+void WorkerRegistry::ReportSuccess(const std::string& id) {
+  auto it = workers_.find(id);
+  if (it != workers_.end()) it->second.consecutive_failures = 0;
+}
+
+}  // namespace tandem

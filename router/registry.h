@@ -1,0 +1,83 @@
+// The router's view of the workers: registration, heartbeats with load, health, ejection after
+// repeated failures, and the routing policies. A pure data structure: time is passed in, no
+// threads, no I/O (the router serializes calls).
+#ifndef TANDEM_ROUTER_REGISTRY_H_
+#define TANDEM_ROUTER_REGISTRY_H_
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/time/time.h"
+#include "engine/scheduler.h"
+
+namespace tandem {
+
+enum class WorkerRole { kPrefill, kDecode };
+
+struct WorkerEntry {
+  std::string id;
+  WorkerRole role = WorkerRole::kPrefill;
+  std::string address;
+  WorkerLoadSnapshot load;
+  absl::Time last_seen;
+  bool serving = true;
+  int consecutive_failures = 0;
+  absl::Time ejected_until = absl::InfinitePast();
+  // Prefill workers: block hashes of prompts recently routed there (what its prefix cache
+  // probably holds), bounded.
+  absl::flat_hash_set<uint64_t> prefixes;
+  std::deque<uint64_t> prefix_order;
+};
+
+struct RegistryOptions {
+  absl::Duration heartbeat_timeout = absl::Seconds(3);  // silent this long: unhealthy
+  int max_consecutive_failures = 3;                     // then ejected...
+  absl::Duration ejection = absl::Seconds(5);           // ...for this long
+  size_t max_prefixes_per_worker = 16384;
+};
+
+class WorkerRegistry {
+ public:
+  explicit WorkerRegistry(RegistryOptions options = {}) : options_(options) {}
+
+  // (Re)registers a worker; a known id is updated in place.
+  void Register(const std::string& id, WorkerRole role, const std::string& address,
+                const WorkerLoadSnapshot& load, absl::Time now);
+  // False when the id is unknown (the worker must register again).
+  bool Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
+                 absl::Time now);
+
+  bool Healthy(const WorkerEntry& w, absl::Time now) const;
+  std::vector<const WorkerEntry*> List() const;
+  int CountHealthy(WorkerRole role, absl::Time now) const;
+  const WorkerEntry* Find(const std::string& id) const;
+
+  // Decode: a healthy worker whose free blocks hold `total_tokens`; most free blocks, then
+  // fewest running. Optimistically charges the blocks until the next heartbeat.
+  std::optional<std::string> PickDecode(int total_tokens, absl::Time now,
+                                        const std::set<std::string>& exclude);
+  // Prefill: the healthy worker holding the longest run of `block_hashes` (prompt blocks, in
+  // order), then the lightest queue. Records the hashes as now cached there.
+  std::optional<std::string> PickPrefill(std::span<const uint64_t> block_hashes, absl::Time now,
+                                         const std::set<std::string>& exclude);
+  // Block size the prefill workers hash prompts with (0 when none is registered).
+  int PrefillBlockSize() const;
+
+  void ReportFailure(const std::string& id, absl::Time now);
+  void ReportSuccess(const std::string& id);
+
+ private:
+  RegistryOptions options_;
+  absl::flat_hash_map<std::string, WorkerEntry> workers_;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_ROUTER_REGISTRY_H_

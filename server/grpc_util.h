@@ -1,0 +1,82 @@
+// Small helpers shared by the gRPC services: status conversion and proto <-> engine types.
+#ifndef TANDEM_SERVER_GRPC_UTIL_H_
+#define TANDEM_SERVER_GRPC_UTIL_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "engine/generator.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "kv_transfer/kv_transfer.h"
+#include "tandem/v1/generation.pb.h"
+#include "tandem/v1/worker.pb.h"
+
+namespace tandem {
+
+inline grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+inline absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+// Unset fields take the engine defaults (temperature 1, top_p 1).
+inline SamplingParams FromProto(const v1::SamplingParams& p) {
+  SamplingParams s;
+  if (p.has_temperature()) s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  if (p.has_top_p()) s.top_p = p.top_p();
+  s.seed = p.seed();
+  return s;
+}
+
+inline v1::SamplingParams ToProto(const SamplingParams& s) {
+  v1::SamplingParams p;
+  p.set_temperature(s.temperature);
+  p.set_top_k(s.top_k);
+  p.set_top_p(s.top_p);
+  p.set_seed(s.seed);
+  return p;
+}
+
+inline KvTarget FromProto(const v1::KvTarget& t) {
+  return KvTarget{t.endpoint(), t.lease_id(), t.generation()};
+}
+
+inline v1::KvTarget ToProto(const KvTarget& t) {
+  v1::KvTarget p;
+  p.set_endpoint(t.endpoint);
+  p.set_lease_id(t.lease_id);
+  p.set_generation(t.generation);
+  return p;
+}
+
+inline v1::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+inline v1::WorkerLoad ToProto(const WorkerLoadSnapshot& l) {
+  v1::WorkerLoad p;
+  p.set_queue_depth(l.queue_depth);
+  p.set_running_requests(l.running);
+  p.set_free_kv_blocks(l.free_blocks);
+  p.set_total_kv_blocks(l.total_blocks);
+  p.set_block_size(l.block_size);
+  return p;
+}
+
+}  // namespace tandem
+
+#endif  // TANDEM_SERVER_GRPC_UTIL_H_

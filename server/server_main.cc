@@ -1,0 +1,223 @@
+#include "server/server_main.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "decode_node/decode_engine.h"
+#include "decode_node/decode_service.h"
+#include "engine/load_tokenizer.h"
+#include "engine/model.h"
+#include "kernels/backend_loader.h"
+#include "prefill_node/prefill_engine.h"
+#include "prefill_node/prefill_service.h"
+#include "router/router.h"
+#include "server/registration.h"
+#include "tools/flags.h"
+
+namespace tandem {
+namespace {
+
+constexpr char kUsage[] =
+    R"(usage: tandem-server --role=router|prefill|decode|all --model PATH [flags]
+
+common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
+router:   --heartbeat-ms 500
+workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
+          --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
+prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
+decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
+all:      router, prefill and decode in one process with the in-process KV transport
+
+Prints "listening HOST:PORT" on stdout when serving; SIGINT/SIGTERM stop it (exit 0).
+)";
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "tandem-server: %s\n", msg.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int ServerMain(int argc, char** argv, const char* fixed_role) {
+  // Signals are taken synchronously by the main thread (sigwait), so block them before any
+  // thread exists.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "help")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  auto f = Flags::Parse(
+      args,
+      {"role", "model", "tokenizer", "host", "port", "device", "heartbeat-ms", "router",
+       "worker-id", "block-size", "num-blocks", "kv-bytes", "kv-transport", "token-budget",
+       "prefill-chunk", "kv-listen", "max-running", "lease-timeout-ms"},
+      {"no-prefix-cache"});
+  if (!f.ok()) return Fail(std::string(f.status().message()));
+  const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
+  if (role != "router" && role != "prefill" && role != "decode" && role != "all") {
+    return Fail("--role must be router, prefill, decode or all");
+  }
+  if (!f->Has("model")) return Fail("--model is required");
+  const std::string model_path = f->Get("model");
+  const std::string host = f->Get("host", "127.0.0.1");
+  auto port = f->GetInt("port", 0);
+  auto block_size = f->GetInt("block-size", 16);
+  auto num_blocks = f->GetInt("num-blocks", 0);
+  auto kv_bytes = f->GetInt("kv-bytes", int64_t{1} << 30);
+  auto heartbeat = f->GetInt("heartbeat-ms", 500);
+  auto budget = f->GetInt("token-budget", 2048);
+  auto chunk = f->GetInt("prefill-chunk", 512);
+  auto max_running = f->GetInt("max-running", 256);
+  auto lease_ms = f->GetInt("lease-timeout-ms", 60000);
+  for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
+                        &max_running, &lease_ms}) {
+    if (!v->ok()) return Fail(std::string(v->status().message()));
+  }
+  if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
+  const bool is_router = role == "router" || role == "all";
+  const bool is_prefill = role == "prefill" || role == "all";
+  const bool is_decode = role == "decode" || role == "all";
+  if (role != "all" && role != "router" && !f->Has("router")) {
+    return Fail("--router HOST:PORT is required for a worker");
+  }
+  // The colocated mode moves KV in memory.
+  const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
+
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  if (is_prefill || is_decode) {
+    auto b = MakeBackend(f->Get("device", "auto"));
+    if (!b.ok()) return Fail(std::string(b.status().message()));
+    backend = std::move(*b);
+    auto m = Model::Load(model_path, backend.get());
+    if (!m.ok()) return Fail(std::string(m.status().message()));
+    model = std::move(*m);
+  }
+
+  std::unique_ptr<Router> router;
+  if (is_router) {
+    auto config = LoadModelConfig(model_path);
+    if (!config.ok()) return Fail(std::string(config.status().message()));
+    std::string tok_path = f->Get("tokenizer");
+    if (tok_path.empty()) {
+      auto found = FindTokenizerFor(model_path, config->vocab_size);
+      if (!found.ok()) return Fail(std::string(found.status().message()));
+      tok_path = *found;
+    }
+    auto tok = LoadTokenizer(tok_path, config->architecture == "llama2c" ? config->vocab_size : 0);
+    if (!tok.ok()) return Fail(std::string(tok.status().message()));
+    RouterOptions ro;
+    ro.model_name = model_path;
+    ro.heartbeat_interval_ms = static_cast<int>(*heartbeat);
+    ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * *heartbeat, 1000));
+    router = std::make_unique<Router>(*config, std::move(*tok), ro);
+  }
+
+  std::unique_ptr<KvSender> sender;
+  std::unique_ptr<PrefillEngine> prefill;
+  std::unique_ptr<PrefillService> prefill_service;
+  if (is_prefill) {
+    auto s = MakeKvSender(kv_transport);
+    if (!s.ok()) return Fail(std::string(s.status().message()));
+    sender = std::move(*s);
+    PrefillEngineOptions po;
+    po.block_size = static_cast<int>(*block_size);
+    po.num_blocks = static_cast<int>(*num_blocks);
+    po.max_kv_bytes = *kv_bytes;
+    po.scheduler.token_budget = static_cast<int>(*budget);
+    po.scheduler.chunk_size = static_cast<int>(*chunk);
+    po.prefix_cache = !f->Has("no-prefix-cache");
+    auto p = PrefillEngine::Create(model.get(), sender.get(), po);
+    if (!p.ok()) return Fail(std::string(p.status().message()));
+    prefill = std::move(*p);
+    prefill_service = std::make_unique<PrefillService>(prefill.get());
+  }
+  std::unique_ptr<DecodeEngine> decode;
+  std::unique_ptr<DecodeService> decode_service;
+  if (is_decode) {
+    DecodeEngineOptions dopt;
+    dopt.block_size = static_cast<int>(*block_size);
+    dopt.num_blocks = static_cast<int>(*num_blocks);
+    dopt.max_kv_bytes = *kv_bytes;
+    dopt.max_running = static_cast<int>(*max_running);
+    dopt.lease_timeout = absl::Milliseconds(*lease_ms);
+    dopt.transport = kv_transport;
+    dopt.listen =
+        f->Get("kv-listen",
+               kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
+    auto d = DecodeEngine::Create(model.get(), dopt);
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    decode = std::move(*d);
+    decode_service = std::make_unique<DecodeService>(decode.get());
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (router) {
+    builder.RegisterService(router->generation_service());
+    builder.RegisterService(router->registry_service());
+  }
+  if (prefill_service) builder.RegisterService(prefill_service.get());
+  if (decode_service) builder.RegisterService(decode_service.get());
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0)
+    return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
+  const std::string address = absl::StrFormat("%s:%d", host, bound_port);
+
+  std::vector<std::unique_ptr<RegistrationClient>> registrations;
+  const std::string router_address = role == "all" ? address : f->Get("router");
+  auto register_worker = [&](v1::WorkerRole r, const char* suffix,
+                             std::function<WorkerLoadSnapshot()> load) {
+    v1::RegisterRequest req;
+    req.set_worker_id(f->Get("worker-id", absl::StrFormat("%s-%s", address, suffix)) +
+                      (role == "all" ? std::string("-") + suffix : ""));
+    req.set_role(r);
+    req.set_address(address);
+    req.set_model(model_path);
+    registrations.push_back(std::make_unique<RegistrationClient>(
+        router_address, req, std::move(load), [] { return true; }));
+  };
+  if (prefill) {
+    register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });
+  }
+  if (decode) {
+    register_worker(v1::WORKER_ROLE_DECODE, "decode", [d = decode.get()] { return d->Load(); });
+  }
+  std::printf("listening %s\n", address.c_str());
+  std::fflush(stdout);
+  std::fprintf(stderr, "[tandem-server] role=%s listening on %s%s\n", role.c_str(), address.c_str(),
+               decode ? (" kv=" + decode->kv_endpoint()).c_str() : "");
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::fprintf(stderr, "[tandem-server] signal %d: shutting down\n", sig);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  registrations.clear();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Wait();
+  return 0;
+}
+
+}  // namespace tandem

@@ -1,0 +1,14 @@
+// The Tandem server processes: `tandem-server --role=router|prefill|decode|all` and the
+// single-role binaries tandem-router, tandem-prefill and tandem-decode.
+#ifndef TANDEM_SERVER_SERVER_MAIN_H_
+#define TANDEM_SERVER_SERVER_MAIN_H_
+
+namespace tandem {
+
+// `fixed_role` is nullptr for tandem-server (which reads --role). Prints one line
+// "listening HOST:PORT" on stdout once serving; exits 0 after SIGINT/SIGTERM.
+int ServerMain(int argc, char** argv, const char* fixed_role);
+
+}  // namespace tandem
+
+#endif  // TANDEM_SERVER_SERVER_MAIN_H_

@@ -1,0 +1,174 @@
+// Real Tandem processes on 127.0.0.1 for the integration tests: a router plus workers (or one
+// --role=all process), each on port 0, stopped (SIGTERM, then SIGKILL) when the object dies.
+#ifndef TANDEM_TESTS_SERVING_CLUSTER_H_
+#define TANDEM_TESTS_SERVING_CLUSTER_H_
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tandem/v1/generation.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace tandem::testing {
+
+class Cluster {
+ public:
+  // prefill == 0 && decode == 0: one `tandem-server --role=all` process.
+  Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {}) {
+    const std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+    if (prefill == 0 && decode == 0) {
+      std::vector<std::string> argv = {"--role=all"};
+      argv.insert(argv.end(), model.begin(), model.end());
+      argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
+      router_ = Start(argv);
+      expected_workers_ = 2;
+    } else {
+      std::vector<std::string> argv = {"--role=router", "--heartbeat-ms", "100"};
+      argv.insert(argv.end(), model.begin(), model.end());
+      router_ = Start(argv);
+      for (int i = 0; i < prefill + decode; ++i) {
+        std::vector<std::string> w = {i < prefill ? "--role=prefill" : "--role=decode", "--router",
+                                      router_};
+        w.insert(w.end(), model.begin(), model.end());
+        w.insert(w.end(), worker_flags.begin(), worker_flags.end());
+        workers_.push_back(Start(w));
+      }
+      expected_workers_ = prefill + decode;
+    }
+    channel_ = grpc::CreateChannel(router_, grpc::InsecureChannelCredentials());
+    generation_ = v1::Generation::NewStub(channel_);
+    registry_ = v1::Registry::NewStub(channel_);
+    ready_ = WaitHealthy(expected_workers_);
+  }
+
+  ~Cluster() {
+    // Close our channel first: the servers' graceful shutdown waits on open client channels.
+    generation_.reset();
+    registry_.reset();
+    channel_.reset();
+    for (pid_t p : pids_) ::kill(p, SIGTERM);
+    for (pid_t p : pids_) {
+      int status;
+      for (int i = 0; i < 100 && ::waitpid(p, &status, WNOHANG) == 0; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+      ::kill(p, SIGKILL);
+      ::waitpid(p, &status, 0);
+    }
+  }
+
+  bool ready() const { return ready_; }
+  const std::string& router() const { return router_; }
+  const std::vector<std::string>& workers() const { return workers_; }
+  v1::Generation::Stub* generation() { return generation_.get(); }
+  std::vector<pid_t>& pids() { return pids_; }
+
+  v1::ListWorkersResponse Workers() {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    registry_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+    return resp;
+  }
+
+  // The leak check across processes: every worker reports all KV blocks free and nothing
+  // queued or running (waits for the heartbeats to catch up).
+  bool AllBlocksFree(int timeout_ms = 5000) {
+    for (int waited = 0; waited < timeout_ms; waited += 50) {
+      bool all = true;
+      const v1::ListWorkersResponse workers = Workers();
+      for (const auto& w : workers.workers()) {
+        all &= w.load().free_kv_blocks() == w.load().total_kv_blocks() &&
+               w.load().running_requests() == 0 && w.load().queue_depth() == 0;
+      }
+      if (all) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+ private:
+  // Starts tandem-server with `args`; returns the address it prints.
+  std::string Start(const std::vector<std::string>& args) {
+    int fds[2];
+    if (::pipe(fds) != 0) return "";
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      std::vector<std::string> all = {BinDir() + "/tandem-server"};
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : all) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    pids_.push_back(pid);
+    std::string line;
+    char c;
+    while (::read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    ::close(fds[0]);
+    const std::string prefix = "listening ";
+    return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
+  }
+
+  bool WaitHealthy(int n) {
+    for (int i = 0; i < 200; ++i) {
+      int healthy = 0;
+      const v1::ListWorkersResponse workers = Workers();
+      for (const auto& w : workers.workers()) healthy += w.healthy();
+      if (healthy >= n) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  std::vector<pid_t> pids_;
+  std::string router_;
+  std::vector<std::string> workers_;
+  int expected_workers_ = 0;
+  bool ready_ = false;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> generation_;
+  std::unique_ptr<v1::Registry::Stub> registry_;
+};
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int> tokens;
+  std::string text;
+  v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  int messages = 0;
+};
+
+// Runs one Generate call to the end.
+inline Streamed Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& req,
+                         int deadline_ms = 60000) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(deadline_ms));
+  auto reader = stub->Generate(&ctx, req);
+  Streamed out;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    ++out.messages;
+    out.tokens.insert(out.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.text += resp.text();
+    if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = resp.finish_reason();
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_SERVING_CLUSTER_H_

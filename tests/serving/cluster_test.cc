@@ -1,0 +1,269 @@
+// End to end with real processes on loopback: the engine alone, --role=all, 1 prefill + 1
+// decode, and 2 prefill + 3 decode with 32 concurrent requests all give the same tokens, greedy
+// and seeded; cancel and deadline free every block; bad fields get INVALID_ARGUMENT naming them.
+#include "tests/serving/cluster.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/generator.h"
+#include "engine/llama2c_tokenizer.h"
+#include "engine/model.h"
+
+namespace tandem {
+namespace {
+
+using testing::Cluster;
+
+struct Case {
+  std::string prompt;
+  float temperature;
+  float top_p;
+  int max_tokens;
+};
+
+std::vector<Case> Cases() {
+  const auto ref = testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
+  std::vector<Case> cases;
+  for (const auto& c : ref["greedy"]) {
+    const int n =
+        static_cast<int>(c["ids_after_each_position"].size() - (c["prompt_ids"].size() - 1));
+    cases.push_back({c["prompt"], 0.0f, 1.0f, n});
+    cases.push_back({c["prompt"], 0.8f, 0.9f, 80});
+  }
+  return cases;
+}
+
+v1::GenerateRequest ToRequest(const Case& c, uint64_t seed = 7) {
+  v1::GenerateRequest r;
+  r.set_text(c.prompt.empty() ? std::string() : c.prompt);
+  r.set_max_tokens(c.max_tokens);
+  r.mutable_sampling()->set_temperature(c.temperature);
+  r.mutable_sampling()->set_top_p(c.top_p);
+  r.mutable_sampling()->set_seed(seed);
+  return r;
+}
+
+// The engine alone, in this process: the expected tokens for every case.
+std::vector<std::vector<int>> Expected(const std::vector<Case>& cases) {
+  auto backend = MakeCpuBackend();
+  auto model = std::move(*Model::Load(testing::Stories260K(), backend.get()));
+  auto tok = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+  std::vector<GenerationRequest> reqs;
+  for (const auto& c : cases) {
+    GenerationRequest r;
+    r.prompt = tok->Encode(c.prompt, true);
+    r.max_tokens = c.max_tokens;
+    r.sampling = {c.temperature, 0, c.top_p, 7};
+    reqs.push_back(r);
+  }
+  Generator gen(model.get(), tok.get(), {});
+  auto out = gen.Generate(reqs);
+  std::vector<std::vector<int>> tokens;
+  for (const auto& o : *out) tokens.push_back(o.tokens);
+  return tokens;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cases_ = new std::vector<Case>(Cases());
+    expected_ = new std::vector<std::vector<int>>(Expected(*cases_));
+  }
+  static void TearDownTestSuite() {
+    delete cases_;
+    delete expected_;
+  }
+  // The reference prompt "" is sent as tokens ([BOS]): text must not be empty.
+  static v1::GenerateRequest Request(size_t i) {
+    v1::GenerateRequest r = ToRequest((*cases_)[i]);
+    if ((*cases_)[i].prompt.empty()) r.mutable_tokens()->add_ids(1);
+    return r;
+  }
+  void CheckAllCases(Cluster& cluster, int concurrency) {
+    ASSERT_TRUE(cluster.ready());
+    const size_t n = cases_->size();
+    std::vector<testing::Streamed> got(n * concurrency);
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < got.size(); ++i) {
+      threads.emplace_back(
+          [&, i] { got[i] = testing::Generate(cluster.generation(), Request(i % n)); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+      EXPECT_EQ(got[i].tokens, (*expected_)[i % n]) << "case " << i % n;
+    }
+    EXPECT_TRUE(cluster.AllBlocksFree());
+  }
+  static std::vector<Case>* cases_;
+  static std::vector<std::vector<int>>* expected_;
+};
+std::vector<Case>* ClusterTest::cases_ = nullptr;
+std::vector<std::vector<int>>* ClusterTest::expected_ = nullptr;
+
+TEST_F(ClusterTest, ColocatedRoleAllMatchesEngine) {
+  Cluster c(0, 0);
+  CheckAllCases(c, 1);
+}
+
+TEST_F(ClusterTest, OnePrefillOneDecodeMatchesEngine) {
+  Cluster c(1, 1);
+  CheckAllCases(c, 1);
+}
+
+TEST_F(ClusterTest, TwoPrefillThreeDecode32ConcurrentMatchEngine) {
+  Cluster c(2, 3);
+  CheckAllCases(c, 4);  // 8 cases x 4 = 32 requests in flight at once
+  // Both roles took part.
+  const v1::ListWorkersResponse workers = c.Workers();
+  for (const auto& w : workers.workers()) EXPECT_TRUE(w.healthy()) << w.worker_id();
+}
+
+TEST_F(ClusterTest, GreedyTextEqualsLlama2c) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  const auto ref = testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
+  for (size_t i = 0; i < ref["greedy"].size(); ++i) {
+    const auto& rc = ref["greedy"][i];
+    auto r = Request(2 * i);
+    auto s = testing::Generate(c.generation(), r);
+    ASSERT_TRUE(s.status.ok());
+    // run.c prints the prompt, the completion and a newline.
+    std::string printed = rc["prompt"].get<std::string>() + s.text + "\n";
+    if (rc["prompt"].get<std::string>().empty()) printed = s.text + "\n";
+    EXPECT_EQ(printed, rc["stdout"].get<std::string>());
+  }
+}
+
+TEST_F(ClusterTest, CancelAndDeadlineFreeEveryBlock) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  v1::GenerateRequest r;
+  r.set_text("Once upon a time");
+  r.set_max_tokens(500);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_temperature(0);
+  {
+    // Cancel mid-stream after a few tokens.
+    grpc::ClientContext ctx;
+    auto reader = c.generation()->Generate(&ctx, r);
+    v1::GenerateResponse resp;
+    int messages = 0;
+    while (messages < 3 && reader->Read(&resp)) ++messages;
+    EXPECT_EQ(messages, 3);
+    ctx.TryCancel();
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_TRUE(c.AllBlocksFree());
+  // A deadline that passes mid-stream.
+  auto s = testing::Generate(c.generation(), r, /*deadline_ms=*/30);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(c.AllBlocksFree());
+  // The cluster still serves.
+  r.set_max_tokens(5);
+  EXPECT_TRUE(testing::Generate(c.generation(), r).status.ok());
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+TEST_F(ClusterTest, InvalidFieldsAreNamedAndServersKeepServing) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  v1::GenerateRequest good;
+  good.set_text("The cat");
+  good.set_max_tokens(8);
+  struct Bad {
+    std::string field;
+    std::function<void(v1::GenerateRequest&)> mutate;
+  } bad[] = {
+      {"input", [](auto& r) { r.clear_text(); }},
+      {"text", [](auto& r) { r.set_text(""); }},
+      {"tokens.ids", [](auto& r) { r.mutable_tokens()->add_ids(9999); }},
+      {"tokens.ids", [](auto& r) { r.mutable_tokens()->add_ids(-1); }},
+      {"tokens.ids", [](auto& r) { r.mutable_tokens(); }},
+      {"text", [](auto& r) { r.set_text(std::string(6000, 'a')); }},  // longer than the context
+      {"max_tokens", [](auto& r) { r.set_max_tokens(0); }},
+      {"max_tokens", [](auto& r) { r.set_max_tokens(-5); }},
+      {"max_tokens", [](auto& r) { r.set_max_tokens(1 << 30); }},
+      {"sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); }},
+      {"sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(NAN); }},
+      {"sampling.temperature", [](auto& r) { r.mutable_sampling()->set_temperature(INFINITY); }},
+      {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(0); }},
+      {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); }},
+      {"sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-1); }},
+      {"stop", [](auto& r) { r.add_stop(""); }},
+      {"request_id", [](auto& r) { r.set_request_id(std::string(1000, 'x')); }},
+  };
+  for (const auto& b : bad) {
+    v1::GenerateRequest r = good;
+    b.mutate(r);
+    auto s = testing::Generate(c.generation(), r);
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << b.field;
+    EXPECT_EQ(s.status.error_message().rfind(b.field + ":", 0), 0u)
+        << b.field << " vs " << s.status.error_message();
+  }
+  // Invalid UTF-8 in a proto3 string never reaches the router: the protobuf runtime refuses
+  // the message (INTERNAL, "failed to parse") and the server is unaffected.
+  v1::GenerateRequest bad_utf8 = good;
+  bad_utf8.set_text("bad \xff utf8");
+  EXPECT_FALSE(testing::Generate(c.generation(), bad_utf8).status.ok());
+  auto ok = testing::Generate(c.generation(), good);
+  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_EQ(ok.tokens.size(), 8u);
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+TEST_F(ClusterTest, DuplicateRequestIdIsRejected) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  v1::GenerateRequest r;
+  r.set_text("Once upon a time");
+  r.set_max_tokens(300);
+  r.set_ignore_eos(true);
+  r.set_request_id("dup-1");
+  grpc::ClientContext ctx;
+  auto first = c.generation()->Generate(&ctx, r);
+  v1::GenerateResponse resp;
+  ASSERT_TRUE(first->Read(&resp));  // in flight now
+  auto second = testing::Generate(c.generation(), r);
+  EXPECT_EQ(second.status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  ctx.TryCancel();
+  first->Finish();
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+TEST_F(ClusterTest, TokenizeDetokenizeModelInfoScore) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  grpc::ClientContext c1;
+  v1::TokenizeRequest tr;
+  tr.set_text("Once upon a time");
+  tr.set_add_special_tokens(true);
+  v1::TokenizeResponse tresp;
+  ASSERT_TRUE(c.generation()->Tokenize(&c1, tr, &tresp).ok());
+  EXPECT_EQ(std::vector<int>(tresp.token_ids().begin(), tresp.token_ids().end()),
+            (std::vector<int>{1, 403, 407, 261, 378}));
+  grpc::ClientContext c2;
+  v1::DetokenizeRequest dr;
+  dr.mutable_token_ids()->CopyFrom(tresp.token_ids());
+  v1::DetokenizeResponse dresp;
+  ASSERT_TRUE(c.generation()->Detokenize(&c2, dr, &dresp).ok());
+  EXPECT_EQ(dresp.text(), "Once upon a time");
+  grpc::ClientContext c3;
+  v1::ModelInfo info;
+  ASSERT_TRUE(c.generation()->GetModelInfo(&c3, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.vocab_size(), 512);
+  EXPECT_EQ(info.prefill_workers(), 1);
+  EXPECT_EQ(info.decode_workers(), 1);
+  grpc::ClientContext c4;
+  v1::ScoreRequest sr;
+  sr.set_text("Once upon a time");
+  v1::ScoreResponse sresp;
+  ASSERT_TRUE(c.generation()->Score(&c4, sr, &sresp).ok());
+  EXPECT_EQ(sresp.logprobs_size(), 4);
+  EXPECT_GT(sresp.perplexity(), 1.0);
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,180 @@
+// The prefill and decode engines wired together without RPC, over both KV transports: the
+// disaggregated path gives exactly the tokens of the engine alone, and leaks nothing.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "decode_node/decode_engine.h"
+#include "engine/generator.h"
+#include "engine/llama2c_tokenizer.h"
+#include "prefill_node/prefill_engine.h"
+#include "tests/test_util.h"
+
+namespace tandem {
+namespace {
+
+class EnginesTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    backend_ = MakeCpuBackend();
+    model_ = std::move(*Model::Load(testing::Stories260K(), backend_.get()));
+    tok_ = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+    auto sender = MakeKvSender(GetParam());
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    sender_ = std::move(*sender);
+    PrefillEngineOptions po;
+    po.block_size = 16;
+    po.num_blocks = 256;
+    po.scheduler.chunk_size = 7;  // several chunks per prompt, mixed in batches
+    auto p = PrefillEngine::Create(model_.get(), sender_.get(), po);
+    ASSERT_TRUE(p.ok()) << p.status();
+    prefill_ = std::move(*p);
+    DecodeEngineOptions dopt;
+    dopt.block_size = 4;  // differs from the prefill's: the wire carries token ranges
+    dopt.num_blocks = 2048;
+    dopt.transport = GetParam();
+    dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test";
+    auto d = DecodeEngine::Create(model_.get(), dopt);
+    ASSERT_TRUE(d.ok()) << d.status();
+    decode_ = std::move(*d);
+  }
+  void TearDown() override {
+    // The leak check: nothing queued, no lease, no block referenced, no sender bookkeeping.
+    EXPECT_TRUE(prefill_->Idle());
+    EXPECT_TRUE(decode_->Idle());
+    EXPECT_EQ(sender_->num_targets(), 0u);
+    decode_.reset();
+    prefill_.reset();
+    sender_.reset();
+  }
+
+  // Runs one request through prefill then decode; returns the generated ids.
+  absl::StatusOr<std::vector<int>> RunDisaggregated(const GenerationRequest& r) {
+    auto adm = decode_->Admit(r);
+    if (!adm.ok()) return adm.status();
+    auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                                 absl::Now() + absl::Seconds(30));
+    if (!pre.ok()) {
+      decode_->Cancel(adm->handle);
+      return pre.status();
+    }
+    std::vector<int> out = {pre->first_token};
+    if (absl::Status s = decode_->Start(adm->handle, pre->first_token); !s.ok()) return s;
+    for (;;) {
+      DecodeEngine::Output o = decode_->Next(adm->handle, absl::Seconds(10));
+      out.insert(out.end(), o.tokens.begin(), o.tokens.end());
+      if (!o.error.ok()) return o.error;
+      if (o.finish) return out;
+    }
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Llama2cTokenizer> tok_;
+  std::unique_ptr<KvSender> sender_;
+  std::unique_ptr<PrefillEngine> prefill_;
+  std::unique_ptr<DecodeEngine> decode_;
+};
+
+TEST_P(EnginesTest, SameTokensAsTheEngineAloneGreedyAndSeeded) {
+  const auto ref = testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
+  std::vector<GenerationRequest> reqs;
+  for (const auto& c : ref["greedy"]) {
+    for (int seeded = 0; seeded < 2; ++seeded) {
+      GenerationRequest r;
+      r.prompt = c["prompt_ids"].get<std::vector<int>>();
+      r.max_tokens = 60;
+      r.sampling.temperature = seeded ? 0.8f : 0.0f;
+      r.sampling.top_p = seeded ? 0.9f : 1.0f;
+      r.sampling.seed = 1234;
+      reqs.push_back(r);
+    }
+  }
+  Generator alone(model_.get(), nullptr, {});
+  auto want = alone.Generate(reqs);
+  ASSERT_TRUE(want.ok());
+  // Concurrently: prompts share prefill steps and decode steps.
+  std::vector<absl::StatusOr<std::vector<int>>> got(reqs.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = RunDisaggregated(reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(got[i].ok()) << got[i].status();
+    EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;
+  }
+}
+
+TEST_P(EnginesTest, PrefixCacheHitGivesTheSameTokens) {
+  GenerationRequest r;
+  r.prompt = tok_->Encode(
+      "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
+      "park with her big red ball and her friend Tom.",
+      true);
+  r.max_tokens = 20;
+  r.sampling.temperature = 0;
+  auto first = RunDisaggregated(r);
+  auto second = RunDisaggregated(r);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(*first, *second);
+  EXPECT_GT(prefill_->prefix_cache_hits(), 0);
+}
+
+TEST_P(EnginesTest, LeaseThatNeverCompletesExpiresAndFreesItsBlocks) {
+  DecodeEngineOptions dopt;
+  dopt.num_blocks = 64;
+  dopt.lease_timeout = absl::Milliseconds(200);
+  dopt.transport = GetParam();
+  dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test-expiry";
+  auto d = DecodeEngine::Create(model_.get(), dopt);
+  ASSERT_TRUE(d.ok());
+  GenerationRequest r;
+  r.prompt = {1, 403, 407};
+  r.max_tokens = 5;
+  auto adm = (*d)->Admit(r);
+  ASSERT_TRUE(adm.ok());
+  EXPECT_LT((*d)->Load().free_blocks, 64);
+  // No prefill ever sends: the lease expires and the request fails.
+  DecodeEngine::Output o = (*d)->Next(adm->handle, absl::Seconds(5));
+  EXPECT_EQ(o.error.code(), absl::StatusCode::kDeadlineExceeded) << o.error;
+  EXPECT_EQ((*d)->Load().free_blocks, 64);
+  EXPECT_TRUE((*d)->Idle());
+}
+
+TEST_P(EnginesTest, CancelFreesBlocksOnBothSides) {
+  GenerationRequest r;
+  r.prompt = tok_->Encode("Once upon a time", true);
+  r.max_tokens = 400;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  auto adm = decode_->Admit(r);
+  ASSERT_TRUE(adm.ok());
+  auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                               absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  ASSERT_TRUE(decode_->Start(adm->handle, pre->first_token).ok());
+  auto o = decode_->Next(adm->handle, absl::Seconds(5));
+  EXPECT_FALSE(o.tokens.empty());
+  decode_->Cancel(adm->handle);
+  for (int i = 0; i < 100 && !decode_->Idle(); ++i) absl::SleepFor(absl::Milliseconds(10));
+  // A prefill cancelled mid-way (a long prompt in chunks of 7) is aborted.
+  GenerationRequest long_req = r;
+  long_req.prompt.resize(480);
+  for (int i = 1; i < 480; ++i) long_req.prompt[i] = 3 + (i * 37) % 500;
+  long_req.max_tokens = 10;
+  auto adm2 = decode_->Admit(long_req);
+  ASSERT_TRUE(adm2.ok()) << adm2.status();
+  const absl::Time cancel_at = absl::Now() + absl::Milliseconds(15);
+  auto pre2 =
+      prefill_->Prefill(adm2->handle, long_req.prompt, long_req.sampling, adm2->target,
+                        absl::Now() + absl::Seconds(30), [&] { return absl::Now() >= cancel_at; });
+  EXPECT_EQ(pre2.status().code(), absl::StatusCode::kCancelled) << pre2.status();
+  decode_->Cancel(adm2->handle);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, EnginesTest, ::testing::Values("local", "tcp"));
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,185 @@
+#include "tools/remote.h"
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "server/grpc_util.h"
+#include "tandem/v1/generation.grpc.pb.h"
+#include "tandem/v1/worker.grpc.pb.h"
+
+namespace tandem {
+
+absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
+    const RemoteGenerateRequest& req, const std::function<void(std::string_view)>& on_text) {
+  auto channel = grpc::CreateChannel(req.router, grpc::InsecureChannelCredentials());
+  auto stub = v1::Generation::NewStub(channel);
+  v1::GenerateRequest g;
+  g.set_text(req.prompt);
+  *g.mutable_sampling() = ToProto(req.sampling);
+  g.set_max_tokens(req.max_tokens);
+  for (const auto& s : req.stop) g.add_stop(s);
+  g.set_ignore_eos(req.ignore_eos);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(req.timeout_seconds * 1000)));
+  auto reader = stub->Generate(&ctx, g);
+  RemoteGenerateResult result;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    result.tokens.insert(result.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    if (!resp.text().empty() && on_text) on_text(resp.text());
+    if (resp.timings().ttft_seconds() > 0 && result.ttft_seconds == 0) {
+      result.ttft_seconds = resp.timings().ttft_seconds();
+    }
+    if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      switch (resp.finish_reason()) {
+        case v1::FINISH_REASON_STOP:
+          result.finish_reason = "stop";
+          break;
+        case v1::FINISH_REASON_LENGTH:
+          result.finish_reason = "length";
+          break;
+        case v1::FINISH_REASON_CONTEXT:
+          result.finish_reason = "context";
+          break;
+        default:
+          break;
+      }
+      result.e2e_seconds = resp.timings().e2e_seconds();
+    }
+  }
+  if (absl::Status s = FromGrpc(reader->Finish()); !s.ok()) return s;
+  return result;
+}
+
+namespace {
+
+std::string ExecutableDir() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+// Starts `argv` with stdout on a pipe; returns the pid and the read end.
+pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd) {
+  int fds[2];
+  if (::pipe(fds) != 0) return -1;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "tandem up: cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  *stdout_fd = fds[0];
+  return pid;
+}
+
+// The "listening HOST:PORT" line a server prints when it is up.
+std::string ReadListeningLine(int fd) {
+  std::string line;
+  char c;
+  while (::read(fd, &c, 1) == 1) {
+    if (c == '\n') break;
+    line.push_back(c);
+  }
+  const std::string prefix = "listening ";
+  return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
+}
+
+}  // namespace
+
+int RunLocalCluster(const ClusterOptions& o) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string bin =
+      o.server_binary.empty() ? ExecutableDir() + "/tandem-server" : o.server_binary;
+  std::vector<pid_t> children;
+  std::vector<int> fds;
+  auto stop_all = [&](int code) {
+    for (pid_t p : children) ::kill(p, SIGTERM);
+    for (pid_t p : children) ::waitpid(p, nullptr, 0);
+    for (int fd : fds) ::close(fd);
+    return code;
+  };
+  std::vector<std::string> common = {"--model", o.model};
+  if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
+
+  std::vector<std::string> router_argv = {bin, "--role=router", "--port",
+                                          std::to_string(o.router_port)};
+  router_argv.insert(router_argv.end(), common.begin(), common.end());
+  int fd;
+  pid_t pid = Spawn(router_argv, &fd);
+  if (pid < 0) return stop_all(1);
+  children.push_back(pid);
+  fds.push_back(fd);
+  const std::string router = ReadListeningLine(fd);
+  if (router.empty()) {
+    std::fprintf(stderr, "tandem up: the router did not start\n");
+    return stop_all(1);
+  }
+  for (int i = 0; i < o.prefill + o.decode; ++i) {
+    std::vector<std::string> argv = {bin, i < o.prefill ? "--role=prefill" : "--role=decode",
+                                     "--router", router};
+    argv.insert(argv.end(), common.begin(), common.end());
+    argv.insert(argv.end(), o.extra_worker_flags.begin(), o.extra_worker_flags.end());
+    pid = Spawn(argv, &fd);
+    if (pid < 0) return stop_all(1);
+    children.push_back(pid);
+    fds.push_back(fd);
+    if (ReadListeningLine(fd).empty()) {
+      std::fprintf(stderr, "tandem up: a worker did not start\n");
+      return stop_all(1);
+    }
+  }
+  // Ready when every worker is registered and healthy.
+  auto stub =
+      v1::Registry::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (;;) {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    int healthy = 0;
+    if (stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+      for (const auto& w : resp.workers()) healthy += w.healthy();
+    }
+    if (healthy >= o.prefill + o.decode) break;
+    if (std::chrono::steady_clock::now() > give_up) {
+      std::fprintf(stderr, "tandem up: workers did not register within 60 s\n");
+      return stop_all(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  std::printf("ready router=%s\n", router.c_str());
+  std::fflush(stdout);
+  int sig = 0;
+  sigwait(&signals, &sig);
+  if (sig == SIGCHLD) std::fprintf(stderr, "tandem up: a process exited; stopping the cluster\n");
+  return stop_all(sig == SIGCHLD ? 1 : 0);
+}
+
+}  // namespace tandem

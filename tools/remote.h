@@ -1,0 +1,54 @@
+// The `tandem` CLI's client side of a running cluster (no gRPC in this header): streaming
+// generation through a router, and `tandem up`, which starts a local cluster.
+#ifndef TANDEM_TOOLS_REMOTE_H_
+#define TANDEM_TOOLS_REMOTE_H_
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/sampler.h"
+
+namespace tandem {
+
+struct RemoteGenerateRequest {
+  std::string router;  // host:port
+  std::string prompt;
+  SamplingParams sampling;
+  int max_tokens = 256;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  double timeout_seconds = 600;
+};
+
+struct RemoteGenerateResult {
+  std::vector<int> tokens;
+  std::string finish_reason;
+  double ttft_seconds = 0;
+  double e2e_seconds = 0;
+};
+
+// Streams the completion; `on_text` gets each text delta.
+absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
+    const RemoteGenerateRequest& req, const std::function<void(std::string_view)>& on_text);
+
+struct ClusterOptions {
+  std::string model;
+  std::string tokenizer;  // empty: found next to the model
+  int prefill = 1;
+  int decode = 1;
+  int router_port = 0;
+  std::string server_binary;  // tandem-server; default: next to the running executable
+  std::vector<std::string> extra_worker_flags;
+};
+
+// `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"
+// once every worker is registered and healthy, and stops them all on SIGINT/SIGTERM (or when
+// a child dies). Returns the exit code.
+int RunLocalCluster(const ClusterOptions& options);
+
+}  // namespace tandem
+
+#endif  // TANDEM_TOOLS_REMOTE_H_
