@@ -1,15 +1,23 @@
-// engine_bench: prefill and decode throughput of the CPU engine.
-//   prefill tokens/s for prompts of 128 and 512 tokens (one sequence, one forward call);
-//   decode tokens/s at batch 1, 8 and 32 (each sequence has a 64-token context).
-// Models: stories260K (../shared) and a random-weight stories110M-shaped model (f32, written to
-// a temporary folder). Prints a table and writes bench/results/engine_bench.json.
+// engine_bench: prefill and decode throughput of the CPU engine, against the machine's roofline.
 //
-//   build/bin/engine_bench [--models stories260K,stories110M] [--out
-//   bench/results/engine_bench.json]
-#include <sys/stat.h>
+// Measures, in the same run, the machine's read bandwidth (every thread streams its part of a
+// 1 GiB buffer, far larger than the last-level cache; re-measured before and after every decode
+// case, as it drifts on a shared machine) and its float32 FMA peak (every thread runs
+// independent 8-lane FMAs on registers). Then, per model and weight dtype:
+//   prefill 512: one sequence, one forward call;
+//   decode b1 / b32: 1 or 32 sequences with a 64-token context each, one token per sequence per
+//   step.
+// Roofline of a case: decode is bounded by (weight bytes + KV bytes read per step) / bandwidth
+// and by FLOPs / peak, whichever is slower; prefill by FLOPs / peak. The fraction reported is
+// measured tokens/s over that bound. Figures are the best of several repetitions.
+//
+//   build/bin/engine_bench [--models stories110M,stories260K] [--dtypes f32,f16,bf16]
+//                          [--cases decode_b1,decode_b32,prefill_512] [--threads N]
+//                          [--out bench/results/engine_bench.json]
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +29,8 @@
 
 #include "engine/model.h"
 #include "engine/model_writer.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
 
@@ -33,6 +43,127 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// ---------------------------------------------------------------------------------------------
+// Machine limits.
+
+TANDEM_AVX2 float SumAvx2(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  return cpu::simd::HorizontalSum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+}
+
+float SumScalar(const float* p, int64_t n) {
+  float a[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  }
+  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+// Read bandwidth in bytes/s: `threads` threads each stream a contiguous part of a 1 GiB buffer.
+// The bandwidth this machine gets varies from second to second (other tenants), so the
+// benchmark measures it around every decode case rather than once.
+class BandwidthMeter {
+ public:
+  explicit BandwidthMeter(int threads)
+      : threads_(threads),
+        buf_(static_cast<float*>(std::aligned_alloc(64, kFloats * sizeof(float)))),
+        pool_(threads) {
+    pool_.ParallelFor(kFloats, kFloats / threads_, [&](int64_t b, int64_t e) {
+      std::fill(buf_ + b, buf_ + e, 1.0f);  // fault the pages in on the thread that reads them
+    });
+  }
+  ~BandwidthMeter() { std::free(buf_); }
+
+  // Best of 5 passes.
+  double Measure() {
+    const bool avx = cpu::ActiveIsa() == cpu::Isa::kAvx2;
+    std::atomic<float> sink{0};
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      pool_.ParallelFor(kFloats, kFloats / threads_, [&](int64_t b, int64_t e) {
+        sink = sink + (avx ? SumAvx2(buf_ + b, e - b) : SumScalar(buf_ + b, e - b));
+      });
+      best = std::min(best, Seconds(t0, Clock::now()));
+    }
+    return kFloats * sizeof(float) / best;
+  }
+
+ private:
+  static constexpr int64_t kFloats = int64_t{1} << 28;  // 1 GiB
+  int threads_;
+  float* buf_;
+  ThreadPool pool_;
+};
+
+// 12 independent FMA chains of 8 lanes: 192 FLOPs per iteration.
+TANDEM_AVX2 float FmaLoopAvx2(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  return cpu::simd::HorizontalSum(s);
+}
+
+// Float32 FMA peak in FLOP/s over `threads` threads (0 without AVX2: not measured).
+double MeasureFmaPeak(int threads) {
+  if (cpu::ActiveIsa() != cpu::Isa::kAvx2) return 0;
+  const int64_t iters = 20'000'000;
+  ThreadPool pool(threads);
+  std::atomic<float> sink{0};
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    pool.ParallelFor(threads, 1, [&](int64_t, int64_t) { sink = sink + FmaLoopAvx2(iters); });
+    best = std::min(best, Seconds(t0, Clock::now()));
+  }
+  return 192.0 * iters * threads / best;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cost model of one forward pass.
+
+// Bytes of every matrix a forward pass reads in full (the embedding is only gathered, unless
+// it is also the classifier).
+double MatrixBytes(const Model& m) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  double bytes = 0;
+  auto add = [&](const WeightRef& r) { bytes += double(r.rows) * r.cols * DTypeSize(r.dtype); };
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightRef* r : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) add(*r);
+  }
+  add(w.classifier);
+  (void)c;
+  return bytes;
+}
+
+// Multiply-add FLOPs of `tokens` new tokens of one sequence after `context` cached positions,
+// with logits for the last token only.
+double ForwardFlops(const ModelConfig& c, int tokens, int context) {
+  const double per_token_matmul = 2.0 * c.n_layers *
+                                  (double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() +
+                                   double(c.q_dim()) * c.dim + 3.0 * c.dim * c.hidden_dim);
+  double attended = 0;  // sum over new tokens of the positions each attends to
+  for (int t = 0; t < tokens; ++t) attended += context + t + 1;
+  const double attention = 2.0 * 2.0 * c.n_layers * c.n_heads * c.head_dim * attended;
+  return per_token_matmul * tokens + attention + 2.0 * c.vocab_size * c.dim;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timed cases.
+
 std::vector<int> RandomIds(int n, int vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int> ids(n);
@@ -40,7 +171,7 @@ std::vector<int> RandomIds(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
-// Best of `reps` runs of one prefill of `len` tokens.
+// Best of `reps` runs of one prefill of `len` tokens, in tokens/s.
 double PrefillTokensPerSecond(const Model& m, int len, int reps) {
   const int bs = 16;
   const int nb = (len + bs - 1) / bs;
@@ -59,8 +190,9 @@ double PrefillTokensPerSecond(const Model& m, int len, int reps) {
   return len / best;
 }
 
-// `batch` sequences, each prefilled with `context` tokens, then `steps` decode steps.
-double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps) {
+// `batch` sequences, each prefilled with `context` tokens, then `steps` decode steps, `reps`
+// times from the same context; best tokens/s.
+double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps, int reps) {
   const int bs = 16;
   const int per_seq = (context + steps + bs - 1) / bs;
   auto cache = KvCache::Create(m.config(), per_seq * batch, bs);
@@ -73,15 +205,79 @@ double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps) 
     if (!m.Forward({&c, 1}, &*cache, &logits).ok()) return 0;
   }
   std::vector<SequenceChunk> chunks(batch);
-  const auto t0 = Clock::now();
-  for (int step = 0; step < steps; ++step) {
-    const int pos = context + step;
-    for (int s = 0; s < batch; ++s) {
-      chunks[s] = {std::span<const int>(tokens[s]).subspan(pos, 1), pos, tables[s], false};
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; ++step) {
+      const int pos = context + step;
+      for (int s = 0; s < batch; ++s) {
+        chunks[s] = {std::span<const int>(tokens[s]).subspan(pos, 1), pos, tables[s], false};
+      }
+      if (!m.Forward(chunks, &*cache, &logits).ok()) return 0;
     }
-    if (!m.Forward(chunks, &*cache, &logits).ok()) return 0;
+    best = std::min(best, Seconds(t0, Clock::now()));
   }
-  return static_cast<double>(batch) * steps / Seconds(t0, Clock::now());
+  return static_cast<double>(batch) * steps / best;
+}
+
+struct Machine {
+  int threads = 1;
+  BandwidthMeter* bandwidth = nullptr;
+  double peak_flops = 0;
+};
+
+struct Case {
+  std::string name;
+  double tokens_per_s = 0;
+  double roofline_tokens_per_s = 0;
+  std::string bound;            // "bandwidth" or "compute"
+  double read_bytes_per_s = 0;  // measured around the case (decode only)
+  double bytes_per_step = 0;    // weights + KV read per decode step
+  double flops_per_token = 0;
+};
+
+// Decode of `batch` sequences at average context `ctx`: the slower of the byte and FLOP bounds.
+Case DecodeCase(const Model& m, const Machine& hw, int batch, int context, int steps, int reps) {
+  const ModelConfig& c = m.config();
+  Case k;
+  k.name = "decode_b" + std::to_string(batch);
+  // The larger of the bandwidths measured just before and just after: the stricter roofline.
+  const double bw_before = hw.bandwidth->Measure();
+  k.tokens_per_s = DecodeTokensPerSecond(m, batch, context, steps, reps);
+  k.read_bytes_per_s = std::max(bw_before, hw.bandwidth->Measure());
+  const double ctx = context + steps / 2.0;  // positions attended on average
+  const double kv_bytes = 2.0 * c.n_layers * ctx * c.kv_dim() * sizeof(float);
+  const double step_bytes = MatrixBytes(m) + batch * kv_bytes;
+  const double step_flops = batch * ForwardFlops(c, 1, static_cast<int>(ctx) - 1);
+  const double t_bw = step_bytes / k.read_bytes_per_s;
+  k.bytes_per_step = step_bytes;
+  k.flops_per_token = step_flops / batch;
+  const double t_fl = hw.peak_flops > 0 ? step_flops / hw.peak_flops : 0;
+  k.bound = t_bw >= t_fl ? "bandwidth" : "compute";
+  k.roofline_tokens_per_s = batch / std::max(t_bw, t_fl);
+  return k;
+}
+
+Case PrefillCase(const Model& m, const Machine& hw, int len, int reps) {
+  Case k;
+  k.name = "prefill_" + std::to_string(len);
+  k.tokens_per_s = PrefillTokensPerSecond(m, len, reps);
+  k.bound = "compute";
+  k.flops_per_token = ForwardFlops(m.config(), len, 0) / len;
+  k.roofline_tokens_per_s =
+      hw.peak_flops > 0 ? len / (ForwardFlops(m.config(), len, 0) / hw.peak_flops) : 0;
+  return k;
+}
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = std::min(s.find(',', b), s.size());
+    if (e > b) out.push_back(s.substr(b, e - b));
+    b = e + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -89,24 +285,49 @@ double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps) 
 
 int main(int argc, char** argv) {
   using namespace tandem;
-  std::string models = "stories260K,stories110M";
+  std::string models = "stories110M";
+  std::string dtypes = "f32,f16,bf16";
+  std::string case_names = "decode_b1,decode_b32,prefill_512";
   std::string out_path = "bench/results/engine_bench.json";
-  std::string shared = TANDEM_SHARED_DIR;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--models") models = argv[i + 1];
-    if (a == "--out") out_path = argv[i + 1];
+    if (a == "--models") {
+      models = argv[i + 1];
+    } else if (a == "--dtypes" || a == "--dtype") {
+      dtypes = argv[i + 1];
+    } else if (a == "--cases") {
+      case_names = argv[i + 1];
+    } else if (a == "--threads") {
+      threads = std::max(1, std::atoi(argv[i + 1]));
+    } else if (a == "--out") {
+      out_path = argv[i + 1];
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
   }
-  auto backend = MakeCpuBackend();
+  BandwidthMeter meter(threads);
+  Machine hw;
+  hw.threads = threads;
+  hw.bandwidth = &meter;
+  hw.peak_flops = MeasureFmaPeak(threads);
+  const double first_bw = meter.Measure();
+  std::printf(
+      "machine: %d threads, isa %s, fp32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s now "
+      "(re-measured around each decode case)\n",
+      threads, cpu::ActiveIsa() == cpu::Isa::kAvx2 ? "avx2" : "scalar", hw.peak_flops / 1e9,
+      first_bw / 1e9);
+
+  auto backend = MakeCpuBackend(threads);
   nlohmann::json results = nlohmann::json::array();
-  std::printf("%-14s %-6s %10s %10s %10s %10s %10s\n", "model", "dtype", "pf128 t/s", "pf512 t/s",
-              "dec b1", "dec b8", "dec b32");
-  for (const std::string name : {"stories260K", "stories110M"}) {
-    if (models.find(name) == std::string::npos) continue;
+  std::printf("%-12s %-5s %-12s %10s %12s %9s  %-9s %s\n", "model", "dtype", "case", "tok/s",
+              "roofline", "fraction", "bound", "GB/s");
+  for (const std::string& name : Split(models)) {
     std::string path;
     std::filesystem::path tmp;
     if (name == "stories260K") {
-      path = shared + "/models/stories260K/stories260K.bin";
+      path = std::string(TANDEM_SHARED_DIR) + "/models/stories260K/stories260K.bin";
     } else {
       tmp = std::filesystem::temp_directory_path() / ("tandem_bench_" + std::to_string(::getpid()));
       auto cfg = RandomModelConfig(name);
@@ -116,34 +337,67 @@ int main(int argc, char** argv) {
       }
       path = tmp.string();
     }
-    auto model = Model::Load(path, backend.get());
-    if (!model.ok()) {
-      std::fprintf(stderr, "%s: %s\n", name.c_str(), std::string(model.status().message()).c_str());
-      return 1;
+    for (const std::string& dt : Split(dtypes)) {
+      DType dtype;
+      if (dt == "f32") {
+        dtype = DType::kF32;
+      } else if (dt == "f16") {
+        dtype = DType::kF16;
+      } else if (dt == "bf16") {
+        dtype = DType::kBF16;
+      } else {
+        std::fprintf(stderr, "--dtypes: %s is not f32, f16 or bf16\n", dt.c_str());
+        return 2;
+      }
+      auto model = Model::Load(path, backend.get(), dtype);
+      if (!model.ok()) {
+        std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                     std::string(model.status().message()).c_str());
+        return 1;
+      }
+      const Model& m = **model;
+      const bool small = m.config().dim < 256;
+      std::vector<Case> cases;
+      for (const std::string& c : Split(case_names)) {
+        if (c == "decode_b1") {
+          cases.push_back(DecodeCase(m, hw, 1, 64, small ? 64 : 16, small ? 5 : 3));
+        } else if (c == "decode_b32") {
+          cases.push_back(DecodeCase(m, hw, 32, 64, small ? 32 : 8, small ? 5 : 2));
+        } else if (c == "prefill_512") {
+          cases.push_back(PrefillCase(m, hw, 512, small ? 10 : 3));
+        } else {
+          std::fprintf(stderr, "--cases: unknown case %s\n", c.c_str());
+          return 2;
+        }
+      }
+      for (const Case& k : cases) {
+        const double frac =
+            k.roofline_tokens_per_s > 0 ? k.tokens_per_s / k.roofline_tokens_per_s : 0;
+        std::printf("%-12s %-5s %-12s %10.1f %12.1f %8.1f%%  %-9s %.1f\n", name.c_str(), dt.c_str(),
+                    k.name.c_str(), k.tokens_per_s, k.roofline_tokens_per_s, 100 * frac,
+                    k.bound.c_str(), k.read_bytes_per_s / 1e9);
+        results.push_back({{"model", name},
+                           {"dtype", dt},
+                           {"case", k.name},
+                           {"tokens_per_s", k.tokens_per_s},
+                           {"roofline_tokens_per_s", k.roofline_tokens_per_s},
+                           {"fraction_of_roofline", frac},
+                           {"bound", k.bound},
+                           {"read_bandwidth_bytes_per_s", k.read_bytes_per_s},
+                           {"bytes_per_step", k.bytes_per_step},
+                           {"flops_per_token", k.flops_per_token},
+                           {"matrix_bytes", MatrixBytes(m)}});
+      }
+      std::fflush(stdout);
     }
-    const Model& m = **model;
-    const bool small = m.config().dim < 256;
-    const double pf128 = PrefillTokensPerSecond(m, 128, small ? 20 : 3);
-    const double pf512 = PrefillTokensPerSecond(m, 512, small ? 10 : 2);
-    const int steps = small ? 64 : 16;
-    const double d1 = DecodeTokensPerSecond(m, 1, 64, steps);
-    const double d8 = DecodeTokensPerSecond(m, 8, 64, steps);
-    const double d32 = DecodeTokensPerSecond(m, 32, 64, steps);
-    std::printf("%-14s %-6s %10.0f %10.0f %10.1f %10.1f %10.1f\n", name.c_str(), "f32", pf128,
-                pf512, d1, d8, d32);
-    results.push_back({{"model", name},
-                       {"dtype", "f32"},
-                       {"n_layers", m.config().n_layers},
-                       {"dim", m.config().dim},
-                       {"prefill_tokens_per_s", {{"128", pf128}, {"512", pf512}}},
-                       {"decode_tokens_per_s", {{"1", d1}, {"8", d8}, {"32", d32}}}});
-    model->reset();
     if (!tmp.empty()) std::filesystem::remove_all(tmp);
   }
   nlohmann::json doc = {{"benchmark", "engine_bench"},
                         {"backend", "cpu"},
-                        {"threads", DefaultThreadPool().num_threads()},
-                        {"hardware_concurrency", std::thread::hardware_concurrency()},
+                        {"isa", cpu::ActiveIsa() == cpu::Isa::kAvx2 ? "avx2" : "scalar"},
+                        {"threads", threads},
+                        {"read_bandwidth_bytes_per_s_at_start", first_bw},
+                        {"fp32_peak_flops", hw.peak_flops},
                         {"results", results}};
   std::filesystem::create_directories(std::filesystem::path(out_path).parent_path());
   std::ofstream(out_path) << doc.dump(2) << "\n";

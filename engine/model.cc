@@ -15,13 +15,53 @@ const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
   return buf.data();
 }
 
-absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Backend* backend) {
+void ModelWeights::ConvertMatrices(DType dtype) {
+  // Tied matrices share one converted buffer: keyed by the source pointer.
+  std::vector<std::pair<const void*, const void*>> converted;  // {source, converted}
+  auto convert = [&](WeightRef& m) {
+    if (m.data == nullptr || m.dtype == dtype) return;
+    for (const auto& [src, dst] : converted) {
+      if (src == m.data) {
+        m = WeightRef{dtype, dst, m.rows, m.cols};
+        return;
+      }
+    }
+    const size_t n = static_cast<size_t>(m.rows) * m.cols;
+    const void* dst;
+    if (dtype == DType::kF32) {
+      dst = Own(m.dtype, m.data, static_cast<int64_t>(n));
+    } else {
+      std::vector<float> row(m.cols);
+      std::vector<uint16_t>& buf = owned16.emplace_back(n);
+      for (int64_t r = 0; r < m.rows; ++r) {
+        ConvertToF32(m.dtype, static_cast<const char*>(m.data) + r * m.cols * DTypeSize(m.dtype),
+                     row.data(), m.cols);
+        uint16_t* out = buf.data() + r * m.cols;
+        for (int64_t c = 0; c < m.cols; ++c) {
+          out[c] = dtype == DType::kF16 ? F32ToF16(row[c]) : F32ToBf16(row[c]);
+        }
+      }
+      dst = buf.data();
+    }
+    converted.emplace_back(m.data, dst);
+    m = WeightRef{dtype, dst, m.rows, m.cols};
+  };
+  convert(token_embedding);
+  convert(classifier);
+  for (LayerWeights& l : layers) {
+    for (WeightRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) convert(*m);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Backend* backend,
+                                                   std::optional<DType> weight_dtype) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrFormat("model path %s does not exist", path));
   }
   auto loaded = S_ISDIR(st.st_mode) ? LoadHfModel(path) : LoadLlama2cCheckpoint(path);
   if (!loaded.ok()) return loaded.status();
+  if (weight_dtype.has_value()) loaded->second.ConvertMatrices(*weight_dtype);
   return std::make_unique<Model>(std::move(loaded->first), std::move(loaded->second), backend);
 }
 

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -44,10 +45,14 @@ struct ModelWeights {
 
   // What the pointers above point into.
   std::vector<std::shared_ptr<MappedFile>> files;
-  std::vector<std::vector<float>> owned;  // small tensors converted to float32
+  std::vector<std::vector<float>> owned;       // small tensors converted to float32
+  std::vector<std::vector<uint16_t>> owned16;  // matrices converted to f16/bf16 at load
 
   // Converts a tensor of any dtype to float32 kept in `owned`.
   const float* Own(DType dtype, const void* data, int64_t n);
+  // Converts every matrix not already stored as `dtype` into a buffer owned here (a tied
+  // classifier stays the same buffer as the embedding).
+  void ConvertMatrices(DType dtype);
 };
 
 // The new tokens of one sequence in a Forward call.
@@ -61,8 +66,10 @@ struct SequenceChunk {
 class Model {
  public:
   // Loads a Hugging Face model directory or a llama2.c checkpoint (.bin), chosen by `path`.
-  // The backend must outlive the model.
-  static absl::StatusOr<std::unique_ptr<Model>> Load(const std::string& path, Backend* backend);
+  // With `weight_dtype`, matrices stored in another dtype are converted to it at load (else
+  // they are used in place as stored). The backend must outlive the model.
+  static absl::StatusOr<std::unique_ptr<Model>> Load(
+      const std::string& path, Backend* backend, std::optional<DType> weight_dtype = std::nullopt);
   Model(ModelConfig config, ModelWeights weights, Backend* backend);
 
   const ModelConfig& config() const { return config_; }

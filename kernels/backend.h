@@ -74,8 +74,9 @@ class Backend {
   virtual void Add(float* x, const float* y, int64_t n) = 0;
 };
 
-// The CPU backend (always available).
-std::unique_ptr<Backend> MakeCpuBackend();
+// The CPU backend (always available), with its own pool of `num_threads` threads (<= 0: the
+// TANDEM_NUM_THREADS environment variable, else one per hardware thread).
+std::unique_ptr<Backend> MakeCpuBackend(int num_threads = 0);
 
 }  // namespace tandem
 

@@ -1,10 +1,16 @@
-// The CPU kernels against naive double-precision loops, and dtype conversions.
+// The CPU kernels against naive double-precision loops, on both ISA paths, and dtype
+// conversions.
 #include "kernels/cpu/cpu_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
@@ -40,65 +46,123 @@ TEST(DTypeTest, Bf16AndF16RoundTrip) {
   }
 }
 
-class MatmulTest : public ::testing::TestWithParam<DType> {};
+// Every kernel test runs on both instruction-set paths (the portable scalar one and AVX2, when
+// the CPU has it), with and without a thread pool.
+struct KernelParams {
+  cpu::Isa isa;
+  bool pooled;
+};
 
-TEST_P(MatmulTest, MatchesNaiveLoop) {
-  const DType dt = GetParam();
-  for (int n : {1, 3, 4, 9}) {
-    const int rows = 37, cols = 70;
-    const auto x = Random(n * cols, 1);
-    const auto wf = Random(rows * cols, 2);
-    const auto bias = Random(rows, 3);
-    std::vector<uint16_t> w16(rows * cols);
-    std::vector<float> wq(rows * cols);  // the weights as the kernel sees them
-    for (int i = 0; i < rows * cols; ++i) {
-      if (dt == DType::kF32) {
-        wq[i] = wf[i];
-      } else {
-        w16[i] = dt == DType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
-        wq[i] = dt == DType::kBF16 ? Bf16ToF32(w16[i]) : F16ToF32(w16[i]);
+std::string ParamName(const ::testing::TestParamInfo<KernelParams>& info) {
+  return std::string(info.param.isa == cpu::Isa::kAvx2 ? "Avx2" : "Scalar") +
+         (info.param.pooled ? "Pooled" : "Inline");
+}
+
+std::vector<KernelParams> AllPaths() {
+  std::vector<KernelParams> out;
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2}) {
+    if (isa == cpu::Isa::kAvx2 && !cpu::CpuHasAvx2()) continue;
+    for (bool pooled : {false, true}) out.push_back({isa, pooled});
+  }
+  return out;
+}
+
+class KernelTest : public ::testing::TestWithParam<KernelParams> {
+ protected:
+  void SetUp() override {
+    saved_ = cpu::ActiveIsa();
+    ASSERT_EQ(cpu::SetIsa(GetParam().isa), GetParam().isa);
+  }
+  void TearDown() override { cpu::SetIsa(saved_); }
+  ThreadPool* pool() { return GetParam().pooled ? &pool_ : nullptr; }
+
+  cpu::Isa saved_;
+  ThreadPool pool_{3};  // more threads than this machine has cores: exercises the handoff
+};
+
+INSTANTIATE_TEST_SUITE_P(Paths, KernelTest, ::testing::ValuesIn(AllPaths()), ParamName);
+
+TEST(IsaTest, SetIsaFallsBackWithoutAvx2) {
+  const cpu::Isa saved = cpu::ActiveIsa();
+  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kScalar), cpu::Isa::kScalar);
+  EXPECT_EQ(cpu::ActiveIsa(), cpu::Isa::kScalar);
+  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx2), cpu::CpuHasAvx2() ? cpu::Isa::kAvx2 : cpu::Isa::kScalar);
+  cpu::SetIsa(saved);
+}
+
+TEST_P(KernelTest, MatmulMatchesNaiveLoop) {
+  // Token counts cover the decode rows (1-3 tokens), the prefill tiles (4 tokens and tails of
+  // 1-3) and more than one 64-token block; rows not a multiple of 3 and cols not a multiple of
+  // 8 exercise the row and column tails; 2100 columns take three depth blocks of 700.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int n : {1, 2, 3, 4, 5, 6, 7, 9, 70}) {
+      for (auto [rows, cols] :
+           {std::pair{37, 70}, std::pair{8, 8}, std::pair{5, 3}, std::pair{7, 2100}}) {
+        const auto x = Random(n * cols, 1);
+        const auto wf = Random(rows * cols, 2);
+        const auto bias = Random(rows, 3);
+        std::vector<uint16_t> w16(rows * cols);
+        std::vector<float> wq(rows * cols);  // the weights as the kernel sees them
+        for (int i = 0; i < rows * cols; ++i) {
+          if (dt == DType::kF32) {
+            wq[i] = wf[i];
+          } else {
+            w16[i] = dt == DType::kBF16 ? F32ToBf16(wf[i]) : F32ToF16(wf[i]);
+            wq[i] = dt == DType::kBF16 ? Bf16ToF32(w16[i]) : F16ToF32(w16[i]);
+          }
+        }
+        WeightRef w{dt, dt == DType::kF32 ? static_cast<const void*>(wf.data()) : w16.data(), rows,
+                    cols};
+        for (bool with_bias : {true, false}) {
+          std::vector<float> y(n * rows, NAN);
+          cpu::Matmul(x.data(), w, with_bias ? bias.data() : nullptr, y.data(), n, pool());
+          for (int t = 0; t < n; ++t) {
+            for (int r = 0; r < rows; ++r) {
+              double ref = with_bias ? bias[r] : 0.0;
+              for (int c = 0; c < cols; ++c) ref += double(x[t * cols + c]) * wq[r * cols + c];
+              // float32 accumulation of `cols` products of unit normals in any order: error
+              // ~6e-8 * sqrt(cols) * sqrt(cols) (the partial sums' size), well below 2e-6 * cols.
+              ASSERT_NEAR(y[t * rows + r], ref, 2e-6 * cols)
+                  << DTypeName(dt) << " n=" << n << " rows=" << rows << " t=" << t << " r=" << r;
+            }
+          }
+        }
       }
     }
-    WeightRef w{dt, dt == DType::kF32 ? static_cast<const void*>(wf.data()) : w16.data(), rows,
-                cols};
-    std::vector<float> y(n * rows);
-    cpu::Matmul(x.data(), w, bias.data(), y.data(), n);
+  }
+}
+
+TEST_P(KernelTest, RmsNormSiluAdd) {
+  for (int dim : {19, 64, 77}) {
+    const int n = 3;
+    const auto x = Random(n * dim, 4), w = Random(dim, 5);
+    std::vector<float> y(n * dim);
+    cpu::RmsNorm(x.data(), w.data(), y.data(), n, dim, 1e-5f, pool());
     for (int t = 0; t < n; ++t) {
-      for (int r = 0; r < rows; ++r) {
-        double ref = bias[r];
-        for (int c = 0; c < cols; ++c) ref += double(x[t * cols + c]) * wq[r * cols + c];
-        // float32 accumulation of 70 products of unit normals: error ~1e-6 * sqrt(70) * |terms|
-        EXPECT_NEAR(y[t * rows + r], ref, 1e-4) << t << "," << r;
-      }
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
+      const double s = 1.0 / std::sqrt(ss / dim + 1e-5);
+      for (int i = 0; i < dim; ++i) EXPECT_NEAR(y[t * dim + i], w[i] * x[t * dim + i] * s, 1e-5);
     }
   }
+  // SiluMul over more than one parallel chunk, with gates far out in both tails (the vector
+  // exp clamps its input to [-87, 88]).
+  const int64_t m = 40000 + 5;
+  auto g = Random(m, 6), u = Random(m, 7);
+  g[0] = 100.f, g[1] = -100.f, g[2] = 30.f, g[3] = -30.f;
+  std::vector<float> out(m);
+  cpu::SiluMul(g.data(), u.data(), out.data(), m, pool());
+  for (int64_t i = 0; i < m; ++i) {
+    const double ref = g[i] / (1 + std::exp(-double(g[i]))) * u[i];
+    // exp with relative error ~2e-7 (vector) or ~1 ulp (libm): relative error ~1e-6.
+    ASSERT_NEAR(out[i], ref, 1e-6 * (1 + std::abs(ref))) << i;
+  }
+  std::vector<float> a = g;
+  cpu::Add(a.data(), u.data(), m, pool());
+  for (int64_t i = 0; i < m; ++i) ASSERT_FLOAT_EQ(a[i], g[i] + u[i]);
 }
 
-INSTANTIATE_TEST_SUITE_P(DTypes, MatmulTest,
-                         ::testing::Values(DType::kF32, DType::kBF16, DType::kF16));
-
-TEST(CpuOpsTest, RmsNormSiluAdd) {
-  const int n = 3, dim = 19;
-  const auto x = Random(n * dim, 4), w = Random(dim, 5);
-  std::vector<float> y(n * dim);
-  cpu::RmsNorm(x.data(), w.data(), y.data(), n, dim, 1e-5f);
-  for (int t = 0; t < n; ++t) {
-    double ss = 0;
-    for (int i = 0; i < dim; ++i) ss += double(x[t * dim + i]) * x[t * dim + i];
-    const double s = 1.0 / std::sqrt(ss / dim + 1e-5);
-    for (int i = 0; i < dim; ++i) EXPECT_NEAR(y[t * dim + i], w[i] * x[t * dim + i] * s, 1e-5);
-  }
-  std::vector<float> out(n * dim);
-  cpu::SiluMul(x.data(), w.data(), out.data(), dim);
-  for (int i = 0; i < dim; ++i) {
-    EXPECT_NEAR(out[i], x[i] / (1 + std::exp(-double(x[i]))) * w[i], 1e-5);
-  }
-  std::vector<float> a = x;
-  cpu::Add(a.data(), x.data(), n * dim);
-  for (int i = 0; i < n * dim; ++i) EXPECT_FLOAT_EQ(a[i], 2 * x[i]);
-}
-
-TEST(CpuOpsTest, RopeStylesAreRelatedByPermutation) {
+TEST_P(KernelTest, RopeStylesAreRelatedByPermutation) {
   // Interleaved RoPE on x equals half-style RoPE on x with pairs (2i, 2i+1) moved to (i, i+hd/2).
   const int hd = 8, heads = 2, n = 3;
   const auto x = Random(n * heads * hd, 6);
@@ -111,79 +175,143 @@ TEST(CpuOpsTest, RopeStylesAreRelatedByPermutation) {
       b[t * hd + i + hd / 2] = x[t * hd + 2 * i + 1];
     }
   }
-  cpu::Rope(a.data(), n, heads, hd, pos.data(), inv.data(), RopeStyle::kInterleaved);
-  cpu::Rope(b.data(), n, heads, hd, pos.data(), inv.data(), RopeStyle::kHalf);
+  cpu::Rope(a.data(), n, heads, hd, pos.data(), inv.data(), RopeStyle::kInterleaved, pool());
+  cpu::Rope(b.data(), n, heads, hd, pos.data(), inv.data(), RopeStyle::kHalf, pool());
   for (int t = 0; t < n * heads; ++t) {
     for (int i = 0; i < hd / 2; ++i) {
       EXPECT_FLOAT_EQ(a[t * hd + 2 * i], b[t * hd + i]);
       EXPECT_FLOAT_EQ(a[t * hd + 2 * i + 1], b[t * hd + i + hd / 2]);
     }
   }
-  // Position 0 is the identity.
+  // Position 0 is the identity; position 5 rotates pair 0 by 5 radians.
   EXPECT_FLOAT_EQ(a[0], x[0]);
+  const int o = 1 * heads * hd;
+  EXPECT_NEAR(a[o], x[o] * std::cos(5.0) - x[o + 1] * std::sin(5.0), 1e-5);
 }
 
-TEST(CpuOpsTest, PagedAttentionMatchesContiguous) {
-  // One sequence of 5 tokens scattered over blocks of 2 in a shuffled order.
-  const int heads = 4, kvh = 2, hd = 8, len = 5, bs = 2;
+// Naive attention of token (seq, pos) for query q [n_heads, hd] over the rows k/v
+// [len, n_kv_heads, hd] of its sequence, in double precision.
+std::vector<double> NaiveAttention(const float* q, const std::vector<float>& k,
+                                   const std::vector<float>& v, int pos, int heads, int kvh, int hd,
+                                   int window) {
   const int width = kvh * hd;
-  const auto q = Random(heads * hd, 7);
-  const auto k = Random(len * width, 8), v = Random(len * width, 9);
-  std::vector<int> table = {3, 0, 2};
-  std::vector<float> kc(4 * bs * width, NAN), vc(4 * bs * width, NAN);
-  std::vector<int> slots;
-  for (int p = 0; p < len; ++p) slots.push_back(table[p / bs] * bs + p % bs);
-  cpu::WriteKv(k.data(), v.data(), slots.data(), len, width, kc.data(), vc.data());
-  int seq = 0, pos = len - 1;
-  PagedAttentionArgs a;
-  a.num_tokens = 1;
-  a.n_heads = heads;
-  a.n_kv_heads = kvh;
-  a.head_dim = hd;
-  a.block_size = bs;
-  a.max_blocks_per_seq = 3;
-  a.token_seq = &seq;
-  a.token_pos = &pos;
-  a.block_tables = table.data();
-  std::vector<float> out(heads * hd);
-  cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, out.data());
+  const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
+  std::vector<double> out(heads * hd, 0.0);
   for (int h = 0; h < heads; ++h) {
     const int g = h / (heads / kvh);
-    std::vector<double> s(len);
-    double mx = -1e30, sum = 0;
-    for (int j = 0; j < len; ++j) {
+    std::vector<double> s(pos + 1);
+    double mx = -1e300, sum = 0;
+    for (int j = first; j <= pos; ++j) {
       double d = 0;
       for (int i = 0; i < hd; ++i) d += double(q[h * hd + i]) * k[j * width + g * hd + i];
       s[j] = d / std::sqrt(double(hd));
       mx = std::max(mx, s[j]);
     }
-    for (double& x : s) sum += (x = std::exp(x - mx));
+    for (int j = first; j <= pos; ++j) sum += (s[j] = std::exp(s[j] - mx));
     for (int i = 0; i < hd; ++i) {
-      double o = 0;
-      for (int j = 0; j < len; ++j) o += s[j] / sum * v[j * width + g * hd + i];
-      EXPECT_NEAR(out[h * hd + i], o, 1e-5);
+      for (int j = first; j <= pos; ++j) out[h * hd + i] += s[j] / sum * v[j * width + g * hd + i];
     }
   }
-  // A sliding window of 2 attends to positions 3 and 4 only: changing K/V at 0..2 is invisible.
-  a.sliding_window = 2;
-  std::vector<float> w1(heads * hd), w2(heads * hd);
-  cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, w1.data());
-  for (int p = 0; p < 3; ++p) {
-    for (int i = 0; i < width; ++i) kc[slots[p] * width + i] = vc[slots[p] * width + i] = 100.f;
+  return out;
+}
+
+TEST_P(KernelTest, PagedAttentionMatchesNaive) {
+  // Two sequences in one call, as the engine batches them: sequence 0 prefills positions
+  // [0, 13) (query tiles of 8 and 5), sequence 1 decodes position 9 after 9 cached positions.
+  // GQA (4 query heads on 2 KV heads); head_dim 8, 12 (8 + scalar tail), 40 (32 + 8) and 64; blocks
+  // of 4 in shuffled order; with and without a sliding window.
+  for (int hd : {8, 12, 40, 64}) {
+    for (int window : {0, 3}) {
+      const int heads = 4, kvh = 2, bs = 4, width = kvh * hd;
+      const std::vector<int> lens = {13, 10};
+      const std::vector<std::vector<int>> tables = {{5, 0, 7, 2}, {1, 6, 3}};
+      const int max_blocks = 4;
+      std::vector<int> flat_tables(2 * max_blocks, 0);
+      for (int s = 0; s < 2; ++s) {
+        std::copy(tables[s].begin(), tables[s].end(), flat_tables.begin() + s * max_blocks);
+      }
+      std::vector<float> kc(8 * bs * width, NAN), vc(8 * bs * width, NAN);
+      std::vector<std::vector<float>> ks, vs;
+      for (int s = 0; s < 2; ++s) {
+        ks.push_back(Random(lens[s] * width, 10 + s));
+        vs.push_back(Random(lens[s] * width, 20 + s));
+        std::vector<int> slots;
+        for (int p = 0; p < lens[s]; ++p) slots.push_back(tables[s][p / bs] * bs + p % bs);
+        cpu::WriteKv(ks[s].data(), vs[s].data(), slots.data(), lens[s], width, kc.data(),
+                     vc.data());
+      }
+      std::vector<int> token_seq, token_pos;
+      for (int p = 0; p < 13; ++p) token_seq.push_back(0), token_pos.push_back(p);
+      token_seq.push_back(1), token_pos.push_back(9);
+      const int T = static_cast<int>(token_seq.size());
+      const auto q = Random(T * heads * hd, 30);
+      PagedAttentionArgs a;
+      a.num_tokens = T;
+      a.n_heads = heads;
+      a.n_kv_heads = kvh;
+      a.head_dim = hd;
+      a.block_size = bs;
+      a.max_blocks_per_seq = max_blocks;
+      a.token_seq = token_seq.data();
+      a.token_pos = token_pos.data();
+      a.block_tables = flat_tables.data();
+      a.sliding_window = window;
+      std::vector<float> out(T * heads * hd, NAN);
+      cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, out.data(), pool());
+      for (int t = 0; t < T; ++t) {
+        const int s = token_seq[t];
+        const auto ref = NaiveAttention(q.data() + t * heads * hd, ks[s], vs[s], token_pos[t],
+                                        heads, kvh, hd, window);
+        for (int i = 0; i < heads * hd; ++i) {
+          // float32 dot products of <= 64 terms and sums of <= 13 weights: ~1e-6.
+          ASSERT_NEAR(out[t * heads * hd + i], ref[i], 1e-5)
+              << "hd=" << hd << " window=" << window << " t=" << t << " i=" << i;
+        }
+      }
+    }
   }
-  cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, w2.data());
-  EXPECT_EQ(w1, w2);
 }
 
 TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
   ThreadPool pool(3);
   for (int64_t n : {0, 1, 5, 100, 1001}) {
-    std::vector<int> hits(n, 0);
-    pool.ParallelFor(n, 7, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) ++hits[i];
-    });
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+    for (int64_t grain : {1, 7, 2000}) {
+      std::vector<int> hits(n, 0);
+      pool.ParallelFor(n, grain, [&](int64_t b, int64_t e) {
+        EXPECT_TRUE(b % grain == 0 && (e - b == grain || e == n)) << b << " " << e;
+        for (int64_t i = b; i < e; ++i) ++hits[i];
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << n << " " << i;
+    }
   }
+}
+
+TEST(ThreadPoolTest, ManyLoopsSpinningAndSleeping) {
+  // Back-to-back loops meet spinning workers; loops after a pause longer than the spin time meet
+  // sleeping ones. Neither may lose a wake-up.
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  for (int round = 0; round < 2000; ++round) {
+    if (round % 500 == 499) {
+      std::this_thread::sleep_for(std::chrono::microseconds(3 * ThreadPool::kSpinMicros));
+    }
+    pool.ParallelFor(4, 1, [&](int64_t b, int64_t e) { total += e - b; });
+  }
+  EXPECT_EQ(total.load(), 2000 * 4);
+}
+
+TEST(ThreadPoolTest, ConcurrentCallersAreSerialized) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  auto caller = [&] {
+    for (int i = 0; i < 300; ++i) {
+      pool.ParallelFor(10, 1, [&](int64_t b, int64_t e) { total += e - b; });
+    }
+  };
+  std::thread a(caller), b(caller);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2 * 300 * 10);
 }
 
 }  // namespace
