@@ -22,7 +22,8 @@ absl::Status DecodeEngineOptions::Validate() const {
 }
 
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* model,
-                                                                   DecodeEngineOptions options) {
+                                                                   DecodeEngineOptions options,
+                                                                   DecodeMetrics* metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const ModelConfig& c = model->config();
   if (options.num_blocks == 0) {
@@ -33,7 +34,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   }
   auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
   if (!cache.ok()) return cache.status();
-  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*cache)));
+  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*cache), metrics));
   auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
@@ -41,9 +42,11 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   return e;
 }
 
-DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache)
+DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache,
+                           DecodeMetrics* metrics)
     : model_(model),
       options_(options),
+      metrics_(metrics),
       cache_(std::move(cache)),
       scheduler_(options.num_blocks, options.block_size, options.max_running) {}
 
@@ -78,6 +81,7 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   r.tokens = request.prompt;
   r.lease_id = lease->id;
   lease_to_handle_[lease->id] = handle;
+  UpdateGaugesLocked();
   return Admission{handle, KvTarget{receiver_->endpoint(), lease->id, lease->generation}};
 }
 
@@ -88,7 +92,10 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
   // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
   const std::vector<int> table(blocks->begin(), blocks->end());
   if (absl::Status s = ScatterKv(payload, h, table, &cache_); !s.ok()) return s;
-  return leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  absl::Status s = leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  if (s.ok() && metrics_)
+    metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));
+  return s;
 }
 
 absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
@@ -118,6 +125,7 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
   }
   if (absl::Status s = scheduler_.Start(handle); !s.ok()) return s;
   r.state = State::kRunning;
+  UpdateGaugesLocked();
   work_cv_.notify_one();
   return absl::OkStatus();
 }
@@ -168,7 +176,19 @@ void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
   }
   scheduler_.Release(handle);
   r.state = State::kDone;
+  UpdateGaugesLocked();
   output_cv_.notify_all();
+}
+
+void DecodeEngine::UpdateGaugesLocked() {
+  if (metrics_ == nullptr) return;
+  const int running = static_cast<int>(scheduler_.running().size());
+  metrics_->num_requests_running.Set(running);
+  metrics_->num_requests_waiting.Set(scheduler_.num_admitted() - running);
+  metrics_->kv_leases_waiting.Set(static_cast<double>(leases_.size()));
+  const int total = scheduler_.num_blocks();
+  metrics_->kv_cache_usage.Set(
+      total > 0 ? 1.0 - static_cast<double>(scheduler_.num_free_blocks()) / total : 0.0);
 }
 
 void DecodeEngine::Loop() {
@@ -178,6 +198,7 @@ void DecodeEngine::Loop() {
   while (!stop_) {
     // Leases whose KV never completed: free them and fail their requests.
     for (ExpiredLease& e : leases_.Expire(absl::Now())) {
+      if (metrics_) metrics_->kv_leases_expired.Increment();
       auto h = lease_to_handle_.find(e.lease.id);
       if (h == lease_to_handle_.end()) continue;
       const uint64_t handle = h->second;
@@ -190,6 +211,7 @@ void DecodeEngine::Loop() {
       it->second.state = State::kDone;
       output_cv_.notify_all();
     }
+    UpdateGaugesLocked();
     // Requests cancelled while running leave between steps.
     for (uint64_t handle : std::vector<uint64_t>(scheduler_.running())) {
       auto it = requests_.find(handle);
@@ -215,7 +237,13 @@ void DecodeEngine::Loop() {
       reqs.push_back(&r);
     }
     lock.unlock();  // Admit, Accept and readers proceed during the step
+    const absl::Time t0 = absl::Now();
     const absl::Status st = model_->Forward(batch, &cache_, &logits);
+    if (metrics_) {
+      metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+      metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+      if (st.ok()) metrics_->generation_tokens.Increment(static_cast<double>(batch.size()));
+    }
     lock.lock();
     ++steps_;
     for (size_t i = 0; i < batch_ids.size(); ++i) {

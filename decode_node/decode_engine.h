@@ -25,6 +25,7 @@
 #include "engine/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"
+#include "metrics/metrics.h"
 
 namespace tandem {
 
@@ -42,8 +43,10 @@ struct DecodeEngineOptions {
 
 class DecodeEngine final : public KvSink {
  public:
+  // `metrics` (nullptr: none) must outlive the engine.
   static absl::StatusOr<std::unique_ptr<DecodeEngine>> Create(const Model* model,
-                                                              DecodeEngineOptions options);
+                                                              DecodeEngineOptions options,
+                                                              DecodeMetrics* metrics = nullptr);
   ~DecodeEngine() override;
 
   struct Admission {
@@ -93,13 +96,17 @@ class DecodeEngine final : public KvSink {
     absl::Status error;
   };
 
-  DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache);
+  DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache,
+               DecodeMetrics* metrics);
   void Loop();
   // Ends `r` (under mu_): releases its lease and blocks, wakes its reader.
   void EndLocked(uint64_t handle, Request& r);
+  // Sets the gauges from the scheduler and the lease table (under mu_).
+  void UpdateGaugesLocked();
 
   const Model* model_;
   DecodeEngineOptions options_;
+  DecodeMetrics* metrics_;
   KvCache cache_;
   std::unique_ptr<KvReceiver> receiver_;
 

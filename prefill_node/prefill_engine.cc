@@ -22,7 +22,8 @@ absl::Status PrefillEngineOptions::Validate() const {
 
 absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model* model,
                                                                      KvSender* sender,
-                                                                     PrefillEngineOptions options) {
+                                                                     PrefillEngineOptions options,
+                                                                     PrefillMetrics* metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const ModelConfig& c = model->config();
   if (options.num_blocks == 0) {
@@ -39,16 +40,18 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
   }
   auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
   if (!cache.ok()) return cache.status();
-  std::unique_ptr<PrefillEngine> e(new PrefillEngine(model, sender, options, std::move(*cache)));
+  std::unique_ptr<PrefillEngine> e(
+      new PrefillEngine(model, sender, options, std::move(*cache), metrics));
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
 
 PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options,
-                             KvCache cache)
+                             KvCache cache, PrefillMetrics* metrics)
     : model_(model),
       sender_(sender),
       options_(options),
+      metrics_(metrics),
       cache_(std::move(cache)),
       scheduler_(options.scheduler),
       pool_(options.num_blocks) {}
@@ -93,6 +96,10 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
         job->blocks.push_back(*hit);
       }
       job->cached = static_cast<int>(job->blocks.size()) * bs;
+      if (metrics_) {
+        metrics_->prefix_cache_queries.Increment(len);
+        metrics_->prefix_cache_hits.Increment(job->cached);
+      }
     }
     const int needed = (len + bs - 1) / bs - static_cast<int>(job->blocks.size());
     auto fresh = pool_.Allocate(needed);
@@ -108,6 +115,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
       return s;
     }
     jobs_[id] = job;
+    if (metrics_) metrics_->num_requests_waiting.Increment();
     work_cv_.notify_one();
     // Wait for the compute, watching for cancellation and the deadline.
     while (!job->done) {
@@ -122,6 +130,11 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
         done_cv_.wait(lock, [&] { return job->done; });
       }
     }
+    if (metrics_) {
+      (job->started == absl::Time() ? metrics_->num_requests_waiting
+                                    : metrics_->num_requests_running)
+          .Decrement();
+    }
   }
   if (!job->status.ok()) {
     sender_->Forget(target);
@@ -130,7 +143,16 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   const absl::Time computed = absl::Now();
   absl::Status acked = sender_->Wait(target, deadline);
   sender_->Forget(target);
-  if (!acked.ok()) return acked;
+  if (!acked.ok()) {
+    if (metrics_) metrics_->kv_transfer_failures.Increment();
+    return acked;
+  }
+  if (metrics_) {
+    metrics_->prompt_tokens.Increment(len);
+    if (job->first_send != absl::InfinitePast()) {
+      metrics_->kv_transfer_time.Observe(absl::ToDoubleSeconds(absl::Now() - job->first_send));
+    }
+  }
   PrefillResult r;
   r.first_token = job->first_token;
   r.cached_tokens = job->cached;
@@ -144,7 +166,11 @@ absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count)
   auto payload = GatherKv(cache_, layer, job.blocks, start, count);
   if (!payload.ok()) return payload.status();
   KvChunkHeader h = MakeKvChunkHeader(cache_, job.id, layer, start, count);
-  return sender_->Send(job.target, h, std::move(*payload));
+  const size_t bytes = payload->size();
+  if (job.first_send == absl::InfinitePast()) job.first_send = absl::Now();
+  absl::Status s = sender_->Send(job.target, h, std::move(*payload));
+  if (s.ok() && metrics_) metrics_->kv_transfer_bytes.Increment(static_cast<double>(bytes));
+  return s;
 }
 
 void PrefillEngine::FinishLocked(Job& job) {
@@ -186,7 +212,14 @@ void PrefillEngine::Loop() {
     std::vector<SequenceChunk> batch;
     for (const auto& w : work) {
       std::shared_ptr<Job> job = jobs_.at(w.id);
-      if (job->started == absl::Time()) job->started = absl::Now();
+      if (job->started == absl::Time()) {
+        job->started = absl::Now();
+        if (metrics_) {
+          metrics_->num_requests_waiting.Decrement();
+          metrics_->num_requests_running.Increment();
+          metrics_->queue_time.Observe(absl::ToDoubleSeconds(job->started - job->enqueued));
+        }
+      }
       batch_jobs.push_back(job);
       batch.push_back({std::span<const int>(job->prompt).subspan(w.start, w.count), w.start,
                        job->blocks, false});
@@ -208,6 +241,12 @@ void PrefillEngine::Loop() {
       }
     });
     const double step_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (metrics_) {
+      int tokens = 0;
+      for (const auto& w : work) tokens += w.count;
+      metrics_->batch_tokens.Observe(tokens);
+      metrics_->step_time.Observe(step_seconds);
+    }
     lock.lock();
     for (size_t i = 0; i < work.size(); ++i) {
       Job& job = *batch_jobs[i];

@@ -21,6 +21,7 @@
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
+#include "metrics/metrics.h"
 
 namespace tandem {
 
@@ -44,9 +45,10 @@ struct PrefillResult {
 
 class PrefillEngine {
  public:
-  // `sender` must outlive the engine.
+  // `sender` and `metrics` (nullptr: none) must outlive the engine.
   static absl::StatusOr<std::unique_ptr<PrefillEngine>> Create(const Model* model, KvSender* sender,
-                                                               PrefillEngineOptions options);
+                                                               PrefillEngineOptions options,
+                                                               PrefillMetrics* metrics = nullptr);
   ~PrefillEngine();
 
   // Computes `prompt`, ships its KV to `target`, samples the first token (at position
@@ -77,7 +79,8 @@ class PrefillEngine {
     int cached = 0;
     bool cached_sent = false;
     absl::Time enqueued;
-    absl::Time started;
+    absl::Time started;                            // first chunk scheduled; absl::Time() until then
+    absl::Time first_send = absl::InfinitePast();  // first KV chunk queued (loop thread)
     // Set by the loop:
     bool done = false;
     absl::Status status;
@@ -86,7 +89,8 @@ class PrefillEngine {
     std::atomic<bool> cancelled{false};
   };
 
-  PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options, KvCache cache);
+  PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options, KvCache cache,
+                PrefillMetrics* metrics);
   void Loop();
   // Sends layers [0, n_layers) of tokens [start, start + count) of `job` (under mu_).
   absl::Status SendRange(Job& job, int layer, int start, int count);
@@ -95,6 +99,7 @@ class PrefillEngine {
   const Model* model_;
   KvSender* sender_;
   PrefillEngineOptions options_;
+  PrefillMetrics* metrics_;
   KvCache cache_;
 
   mutable std::mutex mu_;

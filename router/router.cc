@@ -116,17 +116,59 @@ class CancelWatcher {
 
 double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 
+const char* RoleName(WorkerRole role) {
+  return role == WorkerRole::kPrefill ? "prefill" : "decode";
+}
+
+// A request counts as waiting until its first token is sent, then as running until it ends.
+class PhaseGauges {
+ public:
+  explicit PhaseGauges(RouterMetrics* m) : m_(m) {
+    if (m_) m_->num_requests_waiting.Increment();
+  }
+  ~PhaseGauges() {
+    if (m_) (running_ ? m_->num_requests_running : m_->num_requests_waiting).Decrement();
+  }
+  void Running() {
+    if (m_ && !running_) {
+      m_->num_requests_waiting.Decrement();
+      m_->num_requests_running.Increment();
+    }
+    running_ = true;
+  }
+
+ private:
+  RouterMetrics* m_;
+  bool running_ = false;
+};
+
 }  // namespace
 
-Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterOptions options)
+Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterOptions options,
+               RouterMetrics* metrics)
     : config_(std::move(config)),
       tokenizer_(std::move(tokenizer)),
       options_(options),
+      metrics_(metrics),
       generation_(std::make_unique<GenerationAdaptor>(this)),
       registry_service_(std::make_unique<RegistryAdaptor>(this)),
-      registry_(options.registry) {}
+      registry_(options.registry) {
+  if (metrics_) {
+    metrics_hook_ = metrics_->registry.AddCollectHook([this] { UpdateWorkerMetrics(); });
+  }
+}
 
-Router::~Router() = default;
+Router::~Router() {
+  if (metrics_) metrics_->registry.RemoveCollectHook(metrics_hook_);
+}
+
+void Router::UpdateWorkerMetrics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::Time now = absl::Now();
+  for (const WorkerEntry* w : registry_.List()) {
+    metrics_->worker_healthy(w->id, RoleName(w->role)).Set(registry_.Healthy(*w, now) ? 1 : 0);
+  }
+}
 
 std::shared_ptr<grpc::Channel> Router::ChannelFor(const std::string& address) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -161,6 +203,13 @@ int Router::InFlight() {
 
 grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                               grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  grpc::Status s = RunGenerate(ctx, req, writer);
+  if (metrics_) metrics_->requests(s.error_code()).Increment();
+  return s;
+}
+
+grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                 grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const absl::Time t0 = absl::Now();
   auto parsed = ValidateGenerateRequest(*req, config_, *tokenizer_, options_.limits);
   if (!parsed.ok()) return ToGrpc(parsed.status());
@@ -184,6 +233,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
       r->in_flight_.erase(id);
     }
   } in_flight_guard{this, request_id};
+  PhaseGauges phase(metrics_);
   CancelWatcher watcher(ctx);
   auto client_gone = [&]() -> grpc::Status {
     if (absl::Now() >= absl::FromChrono(ctx->deadline())) {
@@ -214,6 +264,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
     }
     if (!pick) break;
     tried.insert(*pick);
+    if (metrics_) metrics_->routing_decisions(*pick, "decode").Increment();
     auto address = AddressOf(*pick);
     if (!address) continue;
     auto c = std::make_unique<grpc::ClientContext>();
@@ -252,6 +303,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
   }
   if (!d_stream) return last_error;
   const absl::Time admitted = absl::Now();
+  if (metrics_) metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted - t0));
   // Every exit from here closes the decode stream; cancelling it frees the blocks there.
   struct StreamCloser {
     grpc::ClientContext* c;
@@ -286,6 +338,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
     prefill_id = registry_.PickPrefill(hashes, absl::Now(), {});
   }
   if (!prefill_id) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+  if (metrics_) metrics_->routing_decisions(*prefill_id, "prefill").Increment();
   auto p_address = AddressOf(*prefill_id);
   if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
   v1::PrefillRequest preq;
@@ -310,6 +363,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
     }
   }
   if (!ps.ok()) return ps;
+  if (metrics_) metrics_->prompt_tokens.Increment(prompt_len);
 
   // 3. Stream: the first token from the prefill, the rest from the decode worker.
   IncrementalDecoder detok(tokenizer_.get(), greq.prompt);
@@ -347,14 +401,45 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
     t->set_e2e_seconds(Since(t0));
   };
 
+  // Sends `resp` to the client and counts its tokens: the first one for TTFT, every later one
+  // for the inter-token latency (a message of k tokens spreads its wait over the k).
+  absl::Time last_token_at;
+  double ttft = 0;
+  auto write = [&]() {
+    if (!writer->Write(resp)) return false;
+    const int n = resp.token_ids_size();
+    if (metrics_ == nullptr || n == 0) return true;
+    const absl::Time now = absl::Now();
+    if (last_token_at == absl::Time()) {
+      metrics_->time_to_first_token.Observe(ttft);
+      phase.Running();  // the first message holds the first token only
+    } else {
+      const double each = absl::ToDoubleSeconds(now - last_token_at) / n;
+      for (int i = 0; i < n; ++i) metrics_->inter_token_latency.Observe(each);
+    }
+    last_token_at = now;
+    metrics_->generation_tokens.Increment(n);
+    return true;
+  };
+  // The request ended well and its last message is written.
+  auto succeeded = [&]() {
+    if (metrics_ == nullptr) return grpc::Status::OK;
+    const double e2e = Since(t0);
+    metrics_->success(FinishReasonName(*finish)).Increment();
+    metrics_->e2e_request_latency.Observe(e2e);
+    if (generated > 1) metrics_->time_per_output_token.Observe((e2e - ttft) / (generated - 1));
+    return grpc::Status::OK;
+  };
+
   const bool done_at_first = add_token(presp.first_token());
-  resp.mutable_timings()->set_ttft_seconds(Since(t0));
+  ttft = Since(t0);
+  resp.mutable_timings()->set_ttft_seconds(ttft);
   if (done_at_first) {
     finish_response();
-    if (!writer->Write(resp)) return client_gone();
-    return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
+    if (!write()) return client_gone();
+    return succeeded();  // the closer cancels the decode stream: blocks freed there
   }
-  if (!writer->Write(resp)) return client_gone();
+  if (!write()) return client_gone();
   v1::DecodeClientMessage start;
   start.mutable_start()->set_first_token(presp.first_token());
   if (!d_stream->Write(start)) {
@@ -381,10 +466,10 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
     }
     if (ended) {
       finish_response();
-      if (!writer->Write(resp)) return client_gone();
-      return grpc::Status::OK;
+      if (!write()) return client_gone();
+      return succeeded();
     }
-    if (resp.token_ids_size() > 0 && !writer->Write(resp)) return client_gone();
+    if (resp.token_ids_size() > 0 && !write()) return client_gone();
   }
   closer.finished = true;
   grpc::Status s = d_stream->Finish();
@@ -465,7 +550,7 @@ grpc::Status Router::Detokenize(const v1::DetokenizeRequest* req, v1::Detokenize
                                           i, tokenizer_->vocab_size()));
     }
   }
-  resp->set_text(tokenizer_->Decode(ids));
+  resp->set_text(ToValidUtf8(tokenizer_->Decode(ids)));
   return grpc::Status::OK;
 }
 

@@ -17,6 +17,7 @@
 
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
+#include "metrics/metrics.h"
 #include "router/ingress.h"
 #include "router/registry.h"
 #include "tandem/v1/generation.grpc.pb.h"
@@ -34,7 +35,9 @@ struct RouterOptions {
 
 class Router {
  public:
-  Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterOptions options);
+  // `metrics` (nullptr: none) must outlive the router.
+  Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterOptions options,
+         RouterMetrics* metrics = nullptr);
   ~Router();
 
   grpc::Service* generation_service() { return generation_.get(); }
@@ -58,12 +61,19 @@ class Router {
   grpc::Status ListWorkers(v1::ListWorkersResponse* resp);
 
  private:
+  // Generate without the per-status count.
+  grpc::Status RunGenerate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                           grpc::ServerWriter<v1::GenerateResponse>* writer);
+  // Sets the per-worker health gauges (a collect hook: health changes with time).
+  void UpdateWorkerMetrics();
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
   std::optional<std::string> AddressOf(const std::string& worker_id);
 
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
   RouterOptions options_;
+  RouterMetrics* metrics_;
+  int metrics_hook_ = 0;
   std::unique_ptr<grpc::Service> generation_;
   std::unique_ptr<grpc::Service> registry_service_;
 

@@ -17,6 +17,8 @@
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "kernels/backend_loader.h"
+#include "metrics/metrics.h"
+#include "metrics/metrics_server.h"
 #include "prefill_node/prefill_engine.h"
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
@@ -30,6 +32,7 @@ constexpr char kUsage[] =
     R"(usage: tandem-server --role=router|prefill|decode|all --model PATH [flags]
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
+          --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
 router:   --heartbeat-ms 500
 workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
@@ -37,7 +40,8 @@ prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --
 decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
 all:      router, prefill and decode in one process with the in-process KV transport
 
-Prints "listening HOST:PORT" on stdout when serving; SIGINT/SIGTERM stop it (exit 0).
+Prints "listening HOST:PORT" (gRPC) and then "metrics HOST:PORT" (http://HOST:PORT/metrics) on
+stdout when serving; SIGINT/SIGTERM stop it (exit 0).
 )";
 
 int Fail(const std::string& msg) {
@@ -65,7 +69,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       args,
       {"role", "model", "tokenizer", "host", "port", "device", "heartbeat-ms", "router",
        "worker-id", "block-size", "num-blocks", "kv-bytes", "kv-transport", "token-budget",
-       "prefill-chunk", "kv-listen", "max-running", "lease-timeout-ms"},
+       "prefill-chunk", "kv-listen", "max-running", "lease-timeout-ms", "metrics-port"},
       {"no-prefix-cache"});
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
@@ -84,11 +88,15 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto chunk = f->GetInt("prefill-chunk", 512);
   auto max_running = f->GetInt("max-running", 256);
   auto lease_ms = f->GetInt("lease-timeout-ms", 60000);
+  auto metrics_port = f->GetInt("metrics-port", 0);
   for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
-                        &max_running, &lease_ms}) {
+                        &max_running, &lease_ms, &metrics_port}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
+  if (*metrics_port < 0 || *metrics_port > 65535) {
+    return Fail("--metrics-port must be in [0, 65535]");
+  }
   const bool is_router = role == "router" || role == "all";
   const bool is_prefill = role == "prefill" || role == "all";
   const bool is_decode = role == "decode" || role == "all";
@@ -97,6 +105,15 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
   // The colocated mode moves KV in memory.
   const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
+
+  // The metrics outlive every component that observes through them.
+  auto metrics = std::make_shared<MetricsRegistry>(ModelLabel(model_path));
+  std::unique_ptr<RouterMetrics> router_metrics;
+  std::unique_ptr<PrefillMetrics> prefill_metrics;
+  std::unique_ptr<DecodeMetrics> decode_metrics;
+  if (is_router) router_metrics = std::make_unique<RouterMetrics>(*metrics);
+  if (is_prefill) prefill_metrics = std::make_unique<PrefillMetrics>(*metrics);
+  if (is_decode) decode_metrics = std::make_unique<DecodeMetrics>(*metrics);
 
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
@@ -125,7 +142,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.model_name = model_path;
     ro.heartbeat_interval_ms = static_cast<int>(*heartbeat);
     ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * *heartbeat, 1000));
-    router = std::make_unique<Router>(*config, std::move(*tok), ro);
+    router = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics.get());
   }
 
   std::unique_ptr<KvSender> sender;
@@ -142,7 +159,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     po.scheduler.token_budget = static_cast<int>(*budget);
     po.scheduler.chunk_size = static_cast<int>(*chunk);
     po.prefix_cache = !f->Has("no-prefix-cache");
-    auto p = PrefillEngine::Create(model.get(), sender.get(), po);
+    auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
     prefill_service = std::make_unique<PrefillService>(prefill.get());
@@ -160,7 +177,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
-    auto d = DecodeEngine::Create(model.get(), dopt);
+    auto d = DecodeEngine::Create(model.get(), dopt, decode_metrics.get());
     if (!d.ok()) return Fail(std::string(d.status().message()));
     decode = std::move(*d);
     decode_service = std::make_unique<DecodeService>(decode.get());
@@ -185,6 +202,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (!server || bound_port == 0)
     return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
   const std::string address = absl::StrFormat("%s:%d", host, bound_port);
+  // Declared after the components: stops serving scrapes before they go away.
+  auto metrics_server = MetricsServer::Start(host, static_cast<int>(*metrics_port), metrics);
+  if (!metrics_server.ok()) return Fail(std::string(metrics_server.status().message()));
 
   std::vector<std::unique_ptr<RegistrationClient>> registrations;
   const std::string router_address = role == "all" ? address : f->Get("router");
@@ -205,9 +225,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (decode) {
     register_worker(v1::WORKER_ROLE_DECODE, "decode", [d = decode.get()] { return d->Load(); });
   }
-  std::printf("listening %s\n", address.c_str());
+  // One write: a reader that stops after the first line still finds both in the pipe.
+  std::printf("listening %s\nmetrics %s\n", address.c_str(), (*metrics_server)->address().c_str());
   std::fflush(stdout);
-  std::fprintf(stderr, "[tandem-server] role=%s listening on %s%s\n", role.c_str(), address.c_str(),
+  std::fprintf(stderr, "[tandem-server] role=%s listening on %s metrics=%s%s\n", role.c_str(),
+               address.c_str(), (*metrics_server)->address().c_str(),
                decode ? (" kv=" + decode->kv_endpoint()).c_str() : "");
 
   int sig = 0;

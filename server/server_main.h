@@ -5,8 +5,9 @@
 
 namespace tandem {
 
-// `fixed_role` is nullptr for tandem-server (which reads --role). Prints one line
-// "listening HOST:PORT" on stdout once serving; exits 0 after SIGINT/SIGTERM.
+// `fixed_role` is nullptr for tandem-server (which reads --role). Prints two lines on stdout
+// once serving, in one write: "listening HOST:PORT" (gRPC) then "metrics HOST:PORT" (the
+// Prometheus endpoint, http://HOST:PORT/metrics); exits 0 after SIGINT/SIGTERM.
 int ServerMain(int argc, char** argv, const char* fixed_role);
 
 }  // namespace tandem

@@ -94,16 +94,32 @@ pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd) {
   return pid;
 }
 
-// The "listening HOST:PORT" line a server prints when it is up.
-std::string ReadListeningLine(int fd) {
+// A line a server prints when it is up: "listening HOST:PORT", then "metrics HOST:PORT".
+std::string ReadListeningLine(int fd, const std::string& prefix = "listening ") {
   std::string line;
   char c;
   while (::read(fd, &c, 1) == 1) {
     if (c == '\n') break;
     line.push_back(c);
   }
-  const std::string prefix = "listening ";
   return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
+}
+
+bool WaitForWorkers(const std::string& router, int n) {
+  auto stub =
+      v1::Registry::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < give_up) {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    int healthy = 0;
+    if (stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+      for (const auto& w : resp.workers()) healthy += w.healthy();
+    }
+    if (healthy >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
 }
 
 }  // namespace
@@ -142,6 +158,8 @@ int RunLocalCluster(const ClusterOptions& o) {
     std::fprintf(stderr, "tandem up: the router did not start\n");
     return stop_all(1);
   }
+  // "ROLE=HOST:PORT" of each process's /metrics, printed once the cluster is ready.
+  std::vector<std::string> metrics = {"router=" + ReadListeningLine(fd, "metrics ")};
   for (int i = 0; i < o.prefill + o.decode; ++i) {
     std::vector<std::string> argv = {bin, i < o.prefill ? "--role=prefill" : "--role=decode",
                                      "--router", router};
@@ -155,26 +173,16 @@ int RunLocalCluster(const ClusterOptions& o) {
       std::fprintf(stderr, "tandem up: a worker did not start\n");
       return stop_all(1);
     }
+    metrics.push_back((i < o.prefill ? "prefill=" : "decode=") + ReadListeningLine(fd, "metrics "));
   }
-  // Ready when every worker is registered and healthy.
-  auto stub =
-      v1::Registry::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (;;) {
-    grpc::ClientContext ctx;
-    v1::ListWorkersResponse resp;
-    int healthy = 0;
-    if (stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
-      for (const auto& w : resp.workers()) healthy += w.healthy();
-    }
-    if (healthy >= o.prefill + o.decode) break;
-    if (std::chrono::steady_clock::now() > give_up) {
-      std::fprintf(stderr, "tandem up: workers did not register within 60 s\n");
-      return stop_all(1);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Ready when every worker is registered and healthy. The probe's channel is closed before
+  // waiting: an open client channel holds up the router's graceful shutdown.
+  if (!WaitForWorkers(router, o.prefill + o.decode)) {
+    std::fprintf(stderr, "tandem up: workers did not register within 60 s\n");
+    return stop_all(1);
   }
   std::printf("ready router=%s\n", router.c_str());
+  for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);

@@ -45,8 +45,8 @@ struct ClusterOptions {
 };
 
 // `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"
-// once every worker is registered and healthy, and stops them all on SIGINT/SIGTERM (or when
-// a child dies). Returns the exit code.
+// once every worker is registered and healthy, then "metrics ROLE=HOST:PORT" for each process,
+// and stops them all on SIGINT/SIGTERM (or when a child dies). Returns the exit code.
 int RunLocalCluster(const ClusterOptions& options);
 
 }  // namespace tandem

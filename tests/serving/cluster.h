@@ -70,6 +70,8 @@ class Cluster {
   const std::vector<std::string>& workers() const { return workers_; }
   v1::Generation::Stub* generation() { return generation_.get(); }
   std::vector<pid_t>& pids() { return pids_; }
+  // The /metrics address (HOST:PORT) of each process, in start order: the router first.
+  const std::vector<std::string>& metrics() const { return metrics_; }
 
   v1::ListWorkersResponse Workers() {
     grpc::ClientContext ctx;
@@ -114,12 +116,16 @@ class Cluster {
     }
     ::close(fds[1]);
     pids_.push_back(pid);
-    std::string line;
-    char c;
-    while (::read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    auto read_line = [&](const std::string& prefix) {
+      std::string line;
+      char c;
+      while (::read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+      return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
+    };
+    const std::string address = read_line("listening ");
+    metrics_.push_back(read_line("metrics "));  // the second line
     ::close(fds[0]);
-    const std::string prefix = "listening ";
-    return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
+    return address;
   }
 
   bool WaitHealthy(int n) {
@@ -134,6 +140,7 @@ class Cluster {
   }
 
   std::vector<pid_t> pids_;
+  std::vector<std::string> metrics_;
   std::string router_;
   std::vector<std::string> workers_;
   int expected_workers_ = 0;

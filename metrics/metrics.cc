@@ -1,0 +1,261 @@
+#include "metrics/metrics.h"
+
+#include <map>
+#include <utility>
+
+#include "prometheus/text_serializer.h"
+
+namespace tandem {
+namespace {
+
+// gRPC status code names, indexed by code (grpc::StatusCode; not included here to keep gRPC
+// out of the metrics library).
+constexpr std::array<const char*, 17> kGrpcCodeNames = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+constexpr std::array<const char*, 3> kFinishReasons = {"stop", "length", "context"};
+
+// One help text per family. Several roles share a family (the `role` label tells them apart),
+// so the text says what each role counts.
+const std::map<std::string, std::string>& HelpTexts() {
+  static const auto* kHelp = new std::map<std::string, std::string>{
+      {"tandem_requests_total", "Router: Generate requests by final gRPC status code."},
+      {"tandem_request_success_total", "Router: successfully finished requests by reason."},
+      {"tandem_worker_healthy",
+       "Router: 1 while a registered worker is healthy (heartbeating, serving, not ejected)."},
+      {"tandem_routing_decisions_total", "Router: workers picked for requests."},
+      {"tandem_resumes_total", "Router: requests resumed on another prefill/decode pair."},
+      {"tandem_time_to_first_token_seconds",
+       "Router: request arrival to its first token sent to the client."},
+      {"tandem_inter_token_latency_seconds",
+       "Router: time between consecutive tokens sent to a client."},
+      {"tandem_request_time_per_output_token_seconds",
+       "Router: per request of two or more tokens, (e2e - ttft) / (tokens - 1)."},
+      {"tandem_e2e_request_latency_seconds",
+       "Router: arrival to the last token, successful requests."},
+      {"tandem_request_queue_time_seconds",
+       "Router: arrival to admission on a decode worker. Prefill: enqueued to first chunk."},
+      {"tandem_prompt_tokens_total",
+       "Prompt tokens of requests whose prefill succeeded (router and prefill)."},
+      {"tandem_generation_tokens_total",
+       "Router: tokens streamed to clients. Decode: tokens sampled by decode steps."},
+      {"tandem_num_requests_running",
+       "Router: decoding, past the first token. Prefill: being computed or shipped. Decode: in "
+       "the running batch."},
+      {"tandem_num_requests_waiting",
+       "Router: in admission or prefill, no token sent yet. Prefill: queued, no chunk computed. "
+       "Decode: admitted, not yet running."},
+      {"tandem_prefill_batch_tokens", "Prefill: prompt tokens computed per step."},
+      {"tandem_prefill_step_seconds", "Prefill: duration of one forward step."},
+      {"tandem_prefix_cache_queries_total",
+       "Prefill: prompt tokens looked up in the prefix cache."},
+      {"tandem_prefix_cache_hits_total", "Prefill: prompt tokens found in the prefix cache."},
+      {"tandem_kv_transfer_seconds",
+       "Prefill: per request, first KV chunk sent to the last one acknowledged."},
+      {"tandem_kv_transfer_bytes_total",
+       "KV payload bytes. Prefill: queued for sending. Decode: accepted into leases."},
+      {"tandem_kv_transfer_failures_total",
+       "Prefill: KV transfers that failed (refused, corrupt, connection lost, deadline)."},
+      {"tandem_kv_leases_waiting",
+       "Decode: open KV leases (prompt KV arriving, or the request not started yet)."},
+      {"tandem_kv_cache_usage_perc", "Decode: fraction of the KV blocks in use, 0..1."},
+      {"tandem_decode_batch_size", "Decode: requests per decode step."},
+      {"tandem_decode_step_seconds", "Decode: duration of one decode step."},
+      {"tandem_kv_leases_expired_total", "Decode: leases freed because their KV did not complete."},
+      {"tandem_num_preemptions_total", "Decode: running requests preempted."},
+  };
+  return *kHelp;
+}
+
+const std::string& Help(const std::string& name) { return HelpTexts().at(name); }
+
+prometheus::Labels With(prometheus::Labels labels, const std::string& key,
+                        const std::string& value) {
+  labels[key] = value;
+  return labels;
+}
+
+// The registry merges a family registered again under the same name, so the roles of one
+// process (--role=all) share each family.
+prometheus::Family<prometheus::Counter>& CounterFamily(MetricsRegistry& r,
+                                                       const std::string& name) {
+  return prometheus::BuildCounter().Name(name).Help(Help(name)).Register(r.registry());
+}
+
+prometheus::Family<prometheus::Gauge>& GaugeFamily(MetricsRegistry& r, const std::string& name) {
+  return prometheus::BuildGauge().Name(name).Help(Help(name)).Register(r.registry());
+}
+
+prometheus::Counter& NewCounter(MetricsRegistry& r, const prometheus::Labels& labels,
+                                const std::string& name) {
+  return CounterFamily(r, name).Add(labels);
+}
+
+prometheus::Gauge& NewGauge(MetricsRegistry& r, const prometheus::Labels& labels,
+                            const std::string& name) {
+  return GaugeFamily(r, name).Add(labels);
+}
+
+prometheus::Histogram& NewHistogram(MetricsRegistry& r, const prometheus::Labels& labels,
+                                    const std::string& name, const std::vector<double>& buckets) {
+  return prometheus::BuildHistogram()
+      .Name(name)
+      .Help(Help(name))
+      .Register(r.registry())
+      .Add(labels, buckets);
+}
+
+}  // namespace
+
+const std::vector<double>& RequestLatencyBuckets() {
+  static const auto* kBuckets = new std::vector<double>{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.25,  0.5,   0.75,
+      1.0,   2.5,    5.0,   7.5,  10.0,  20.0, 40.0,  80.0, 160.0, 320.0, 640.0};
+  return *kBuckets;
+}
+
+const std::vector<double>& TokenLatencyBuckets() {
+  static const auto* kBuckets = new std::vector<double>{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15,
+      0.2,    0.3,     0.4,    0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0, 80.0};
+  return *kBuckets;
+}
+
+const std::vector<double>& CountBuckets() {
+  static const auto* kBuckets = [] {
+    auto* b = new std::vector<double>;
+    for (double v = 1; v <= 16384; v *= 2) b->push_back(v);
+    return b;
+  }();
+  return *kBuckets;
+}
+
+std::string ModelLabel(std::string_view model_path) {
+  while (model_path.size() > 1 && model_path.back() == '/') model_path.remove_suffix(1);
+  const size_t slash = model_path.rfind('/');
+  std::string_view base =
+      slash == std::string_view::npos ? model_path : model_path.substr(slash + 1);
+  // A model file loses its extension; a folder keeps its name whole ("Llama-3.2-1B").
+  for (std::string_view ext : {".bin", ".safetensors", ".gguf"}) {
+    if (base.size() > ext.size() && base.substr(base.size() - ext.size()) == ext) {
+      base.remove_suffix(ext.size());
+      break;
+    }
+  }
+  return std::string(base);
+}
+
+MetricsRegistry::MetricsRegistry(std::string model)
+    : model_(std::move(model)), registry_(std::make_shared<prometheus::Registry>()) {}
+
+prometheus::Labels MetricsRegistry::Labels(const std::string& role) const {
+  return {{"model", model_}, {"role", role}};
+}
+
+int MetricsRegistry::AddCollectHook(std::function<void()> hook) {
+  std::lock_guard<std::mutex> lock(hooks_mu_);
+  const int id = next_hook_++;
+  hooks_[id] = std::move(hook);
+  return id;
+}
+
+void MetricsRegistry::RemoveCollectHook(int id) {
+  std::lock_guard<std::mutex> lock(hooks_mu_);
+  hooks_.erase(id);
+}
+
+std::vector<prometheus::MetricFamily> MetricsRegistry::Collect() const {
+  {
+    std::lock_guard<std::mutex> lock(hooks_mu_);
+    for (const auto& [id, hook] : hooks_) hook();
+  }
+  return registry_->Collect();
+}
+
+std::string MetricsRegistry::Serialize() const {
+  return prometheus::TextSerializer().Serialize(Collect());
+}
+
+RouterMetrics::RouterMetrics(MetricsRegistry& r)
+    : registry(r),
+      labels(r.Labels("router")),
+      requests_family(CounterFamily(r, "tandem_requests_total")),
+      success_family(CounterFamily(r, "tandem_request_success_total")),
+      worker_healthy_family(GaugeFamily(r, "tandem_worker_healthy")),
+      routing_family(CounterFamily(r, "tandem_routing_decisions_total")),
+      time_to_first_token(
+          NewHistogram(r, labels, "tandem_time_to_first_token_seconds", RequestLatencyBuckets())),
+      inter_token_latency(
+          NewHistogram(r, labels, "tandem_inter_token_latency_seconds", TokenLatencyBuckets())),
+      time_per_output_token(NewHistogram(r, labels, "tandem_request_time_per_output_token_seconds",
+                                         TokenLatencyBuckets())),
+      e2e_request_latency(
+          NewHistogram(r, labels, "tandem_e2e_request_latency_seconds", RequestLatencyBuckets())),
+      queue_time(
+          NewHistogram(r, labels, "tandem_request_queue_time_seconds", RequestLatencyBuckets())),
+      prompt_tokens(NewCounter(r, labels, "tandem_prompt_tokens_total")),
+      generation_tokens(NewCounter(r, labels, "tandem_generation_tokens_total")),
+      num_requests_running(NewGauge(r, labels, "tandem_num_requests_running")),
+      num_requests_waiting(NewGauge(r, labels, "tandem_num_requests_waiting")),
+      resumes(NewCounter(r, labels, "tandem_resumes_total")) {
+  for (size_t code = 0; code < kGrpcCodeNames.size(); ++code) {
+    requests_by_code[code] = &requests_family.Add(With(labels, "status", kGrpcCodeNames[code]));
+  }
+  // Every finish reason exists from the start, so rate() sees the first one.
+  for (const char* reason : kFinishReasons) success(reason);
+}
+
+prometheus::Counter& RouterMetrics::requests(int grpc_code) {
+  constexpr int kUnknown = 2;
+  if (grpc_code < 0 || grpc_code >= static_cast<int>(requests_by_code.size())) grpc_code = kUnknown;
+  return *requests_by_code[grpc_code];
+}
+
+prometheus::Counter& RouterMetrics::success(std::string_view finished_reason) {
+  return success_family.Add(With(labels, "finished_reason", std::string(finished_reason)));
+}
+
+prometheus::Gauge& RouterMetrics::worker_healthy(const std::string& worker,
+                                                 std::string_view worker_role) {
+  return worker_healthy_family.Add(
+      With(With(labels, "worker", worker), "worker_role", std::string(worker_role)));
+}
+
+prometheus::Counter& RouterMetrics::routing_decisions(const std::string& worker,
+                                                      std::string_view worker_role) {
+  return routing_family.Add(
+      With(With(labels, "worker", worker), "worker_role", std::string(worker_role)));
+}
+
+PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
+    : labels(r.Labels("prefill")),
+      num_requests_waiting(NewGauge(r, labels, "tandem_num_requests_waiting")),
+      num_requests_running(NewGauge(r, labels, "tandem_num_requests_running")),
+      queue_time(
+          NewHistogram(r, labels, "tandem_request_queue_time_seconds", RequestLatencyBuckets())),
+      batch_tokens(NewHistogram(r, labels, "tandem_prefill_batch_tokens", CountBuckets())),
+      step_time(NewHistogram(r, labels, "tandem_prefill_step_seconds", TokenLatencyBuckets())),
+      prefix_cache_queries(NewCounter(r, labels, "tandem_prefix_cache_queries_total")),
+      prefix_cache_hits(NewCounter(r, labels, "tandem_prefix_cache_hits_total")),
+      prompt_tokens(NewCounter(r, labels, "tandem_prompt_tokens_total")),
+      kv_transfer_time(
+          NewHistogram(r, labels, "tandem_kv_transfer_seconds", RequestLatencyBuckets())),
+      kv_transfer_bytes(NewCounter(r, labels, "tandem_kv_transfer_bytes_total")),
+      kv_transfer_failures(NewCounter(r, labels, "tandem_kv_transfer_failures_total")) {}
+
+DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
+    : labels(r.Labels("decode")),
+      num_requests_running(NewGauge(r, labels, "tandem_num_requests_running")),
+      num_requests_waiting(NewGauge(r, labels, "tandem_num_requests_waiting")),
+      kv_leases_waiting(NewGauge(r, labels, "tandem_kv_leases_waiting")),
+      kv_cache_usage(NewGauge(r, labels, "tandem_kv_cache_usage_perc")),
+      batch_size(NewHistogram(r, labels, "tandem_decode_batch_size", CountBuckets())),
+      step_time(NewHistogram(r, labels, "tandem_decode_step_seconds", TokenLatencyBuckets())),
+      generation_tokens(NewCounter(r, labels, "tandem_generation_tokens_total")),
+      kv_transfer_bytes(NewCounter(r, labels, "tandem_kv_transfer_bytes_total")),
+      kv_leases_expired(NewCounter(r, labels, "tandem_kv_leases_expired_total")),
+      preemptions(NewCounter(r, labels, "tandem_num_preemptions_total")) {}
+
+}  // namespace tandem
