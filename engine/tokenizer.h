@@ -42,9 +42,10 @@ class IncrementalDecoder {
   // `prompt_ids` give context (their text is never emitted); may be empty.
   IncrementalDecoder(const Tokenizer* tokenizer, std::span<const int> prompt_ids);
 
-  // Adds one generated id; returns the newly completed text (often empty mid-character).
+  // Adds one generated id; returns the newly completed text (often empty mid-character). The
+  // text is always valid UTF-8: bytes that can never form a character become U+FFFD.
   std::string Add(int id);
-  // Text held back at the end of the stream (an incomplete UTF-8 tail, emitted as-is).
+  // Text held back at the end of the stream (an incomplete tail becomes U+FFFD).
   std::string Flush();
 
  private:
@@ -53,6 +54,10 @@ class IncrementalDecoder {
   size_t prefix_offset_ = 0;  // window start: ids before it are never decoded again
   size_t read_offset_ = 0;    // text of ids_[prefix_offset_, read_offset_) was already emitted
 };
+
+// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD (as
+// Python's errors="replace" does), so the text can travel in a proto3 string or JSON.
+std::string ToValidUtf8(std::string_view s);
 
 // Length of the longest prefix of `s` that is complete UTF-8 (an incomplete trailing sequence is
 // excluded; invalid bytes in the middle count as complete so they are not held forever).

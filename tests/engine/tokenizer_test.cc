@@ -42,12 +42,39 @@ TEST(Utf8Test, CompletePrefix) {
   EXPECT_EQ(CompleteUtf8Prefix("\x80\x80"), 2u);  // stray continuation: nothing to wait for
 }
 
+TEST(Utf8Test, ToValidUtf8ReplacesOnlyIllFormedBytes) {
+  EXPECT_EQ(ToValidUtf8("abc \xE6\x97\xA5 \xF0\x9F\x99\x82"), "abc \xE6\x97\xA5 \xF0\x9F\x99\x82");
+  EXPECT_EQ(ToValidUtf8("a\x80"
+                        "b"),
+            "a\xEF\xBF\xBD"
+            "b");                                                  // stray continuation
+  EXPECT_EQ(ToValidUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
+  EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
+  EXPECT_EQ(ToValidUtf8("x\xE6\x97"), "x\xEF\xBF\xBD\xEF\xBF\xBD");                // truncated
+  EXPECT_EQ(ToValidUtf8(std::string("\0", 1)), std::string("\0", 1));
+}
+
+TEST(IncrementalDecoderTest, OutputIsValidUtf8EvenForByteSoup) {
+  auto tok = Tok();
+  // Byte-fallback ids (3 + byte) that form no character: 0x80, 0xFF, then "A".
+  std::vector<int> ids = {1, 3 + 0x80, 3 + 0xFF, 3 + 'A', 3 + 0xE6, 3 + 0x97};
+  IncrementalDecoder dec(tok.get(), {});
+  std::string all;
+  for (int id : ids) all += dec.Add(id);
+  all += dec.Flush();
+  EXPECT_EQ(ToValidUtf8(all), all);
+  EXPECT_NE(all.find('A'), std::string::npos);
+}
+
 TEST(IncrementalDecoderTest, StreamingEqualsFullDecodeAndNeverSplitsCharacters) {
   auto tok = Tok();
   const std::string text = "Once upon a time 日本語 and 🙂 emoji, café.";
   const auto ids = tok->Encode(text, true);
   for (size_t split = 1; split < ids.size(); split += 3) {
     std::vector<int> prompt(ids.begin(), ids.begin() + split);
+    // A prompt is text: it ends on a character boundary.
+    const std::string prompt_text = tok->Decode(prompt);
+    if (ToValidUtf8(prompt_text) != prompt_text) continue;
     IncrementalDecoder dec(tok.get(), prompt);
     std::string streamed;
     for (size_t i = split; i < ids.size(); ++i) {
