@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_runner.h"
 #include "tools/flags.h"
 #include "tools/remote.h"
 
@@ -33,9 +35,10 @@ commands:
   generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
            [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
+           [--dtype f32|f16|bf16]
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr.
-  score --model PATH [--tokenizer PATH] --text TEXT
+  score --model PATH [--tokenizer PATH] --text TEXT [--dtype f32|f16|bf16]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
   tokenize --tokenizer PATH [--add-special-tokens]
       Reads text on stdin, prints the ids as a JSON array.
@@ -46,6 +49,14 @@ commands:
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered; Ctrl-C stops them.
+  bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
+        [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
+        [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
+        [--slo-ttft S] [--slo-tpot S] [--json FILE] [--no-progress]
+      Load generator: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput.
+      SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M.
+  bench report FILE.json... [--label NAME]... [--svg OUT.svg]
+      Compares runs; draws latency CDFs and throughput vs rate.
   model convert --from CHECKPOINT.bin --out DIR
       Writes a Hugging Face directory (config.json + model.safetensors).
   model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
@@ -68,13 +79,27 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
+absl::StatusOr<DType> ParseDType(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "bf16") return DType::kBF16;
+  if (name == "f16") return DType::kF16;
+  return absl::InvalidArgumentError("--dtype must be f32, bf16 or f16");
+}
+
 absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   if (!f.Has("model")) return absl::InvalidArgumentError("--model is required");
+  // --dtype: the weight storage; matrices stored otherwise are converted at load.
+  std::optional<DType> weight_dtype;
+  if (f.Has("dtype")) {
+    auto dt = ParseDType(f.Get("dtype"));
+    if (!dt.ok()) return dt.status();
+    weight_dtype = *dt;
+  }
   Loaded l;
   auto backend = MakeBackend(f.Get("device", "auto"));
   if (!backend.ok()) return backend.status();
   l.backend = std::move(*backend);
-  auto model = Model::Load(f.Get("model"), l.backend.get());
+  auto model = Model::Load(f.Get("model"), l.backend.get(), weight_dtype);
   if (!model.ok()) return model.status();
   l.model = std::move(*model);
   std::string tok_path = f.Get("tokenizer");
@@ -91,11 +116,11 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
 }
 
 int Generate(const std::vector<std::string>& args) {
-  auto f =
-      Flags::Parse(args,
-                   {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k", "top-p",
-                    "seed", "stop", "block-size", "prefill-chunk", "device", "router", "timeout"},
-                   {"ignore-eos"});
+  auto f = Flags::Parse(
+      args,
+      {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k", "top-p", "seed",
+       "stop", "block-size", "prefill-chunk", "device", "router", "timeout", "dtype"},
+      {"ignore-eos"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
   GenerationRequest req;
@@ -185,7 +210,7 @@ int Generate(const std::vector<std::string>& args) {
 }
 
 int Score(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device"}, {});
+  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device", "dtype"}, {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("text")) return Fail(absl::InvalidArgumentError("--text is required"));
   auto loaded = LoadModelAndTokenizer(*f);
@@ -252,6 +277,104 @@ int Detokenize(const std::vector<std::string>& args) {
   return 0;
 }
 
+int BenchReport(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"svg", "label"}, {});
+  if (!f.ok()) return Fail(f.status());
+  if (f->positional().empty())
+    return Fail(absl::InvalidArgumentError("bench report: name JSON files"));
+  std::vector<nlohmann::json> runs;
+  std::vector<std::string> labels = f->GetAll("label");
+  for (size_t i = 0; i < f->positional().size(); ++i) {
+    const std::string& path = f->positional()[i];
+    auto text = ReadFileToString(path);
+    if (!text.ok()) return Fail(text.status());
+    auto j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("summary")) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrFormat("%s: not a tandem bench JSON file", path)));
+    }
+    if (labels.size() <= i) labels.push_back(path);
+    std::printf("== %s\n%s", labels[i].c_str(), j["summary"].dump(2).c_str());
+    std::printf("\n");
+    runs.push_back(std::move(j));
+  }
+  if (f->Has("svg")) {
+    auto svg = bench::RenderReportSvg(runs, labels);
+    if (!svg.ok()) return Fail(svg.status());
+    if (absl::Status s = WriteStringToFile(f->Get("svg"), *svg); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s\n", f->Get("svg").c_str());
+  }
+  return 0;
+}
+
+int Bench(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "report") {
+    return BenchReport(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  auto f = Flags::Parse(args,
+                        {"router", "rate", "arrival", "burstiness", "concurrency", "input-len",
+                         "output-len", "trace", "num-requests", "duration", "warmup", "seed",
+                         "temperature", "timeout", "max-inflight", "slo-ttft", "slo-tpot", "json"},
+                        {"no-progress"});
+  if (!f.ok()) return Fail(f.status());
+  bench::BenchConfig c;
+  c.router = f->Get("router");
+  auto rate = f->GetDouble("rate", 0);
+  auto burst = f->GetDouble("burstiness", 1);
+  auto conc = f->GetInt("concurrency", 8);
+  auto n = f->GetInt("num-requests", 100);
+  auto dur = f->GetDouble("duration", 0);
+  auto warm = f->GetInt("warmup", 0);
+  auto seed = f->GetInt("seed", 0);
+  auto temp = f->GetDouble("temperature", 0);
+  auto timeout = f->GetDouble("timeout", 600);
+  auto inflight = f->GetInt("max-inflight", 1024);
+  auto slo_ttft = f->GetDouble("slo-ttft", 0);
+  auto slo_tpot = f->GetDouble("slo-tpot", 0);
+  for (const auto* v : {&rate, &burst, &dur, &temp, &timeout, &slo_ttft, &slo_tpot}) {
+    if (!v->ok()) return Fail(v->status());
+  }
+  for (const auto* v : {&conc, &n, &warm, &seed, &inflight}) {
+    if (!v->ok()) return Fail(v->status());
+  }
+  const std::string arrival = f->Get("arrival", "poisson");
+  if (arrival == "poisson") {
+    c.arrival = bench::ArrivalProcess::Kind::kPoisson;
+  } else if (arrival == "constant") {
+    c.arrival = bench::ArrivalProcess::Kind::kConstant;
+  } else if (arrival == "gamma") {
+    c.arrival = bench::ArrivalProcess::Kind::kGamma;
+  } else {
+    return Fail(absl::InvalidArgumentError("--arrival must be poisson, constant or gamma"));
+  }
+  c.rate = *rate;
+  c.burstiness = *burst;
+  c.concurrency = static_cast<int>(std::clamp<int64_t>(*conc, 0, 1 << 16));
+  c.num_requests = static_cast<int>(std::clamp<int64_t>(*n, 0, 1 << 24));
+  c.duration = *dur;
+  c.warmup = static_cast<int>(std::clamp<int64_t>(*warm, -1, 1 << 20));
+  c.seed = static_cast<uint64_t>(*seed);
+  c.temperature = static_cast<float>(*temp);
+  c.timeout = *timeout;
+  c.max_inflight = static_cast<int>(std::clamp<int64_t>(*inflight, 0, 1 << 20));
+  c.slo.ttft = *slo_ttft;
+  c.slo.tpot = *slo_tpot;
+  c.input_len = f->Get("input-len", "128");
+  c.output_len = f->Get("output-len", "128");
+  c.trace = f->Get("trace");
+  c.progress = !f->Has("no-progress");
+  auto run = bench::RunBench(c);
+  if (!run.ok()) return Fail(run.status());
+  std::printf("%s", bench::FormatSummary(run->summary).c_str());
+  if (f->Has("json")) {
+    if (absl::Status s = WriteStringToFile(f->Get("json"), run->ToJson().dump(1) + "\n"); !s.ok()) {
+      return Fail(s);
+    }
+    std::fprintf(stderr, "wrote %s\n", f->Get("json").c_str());
+  }
+  return 0;
+}
+
 int Up(const std::vector<std::string>& args) {
   auto f = Flags::Parse(args, {"model", "tokenizer", "prefill", "decode", "router-port"}, {});
   if (!f.ok()) return Fail(f.status());
@@ -298,23 +421,15 @@ int ModelCommand(const std::vector<std::string>& args) {
     }
     auto config = RandomModelConfig(f->Get("shape"));
     if (!config.ok()) return Fail(config.status());
-    const std::string dt = f->Get("dtype", "bf16");
-    DType dtype;
-    if (dt == "f32") {
-      dtype = DType::kF32;
-    } else if (dt == "bf16") {
-      dtype = DType::kBF16;
-    } else if (dt == "f16") {
-      dtype = DType::kF16;
-    } else {
-      return Fail(absl::InvalidArgumentError("--dtype must be f32, bf16 or f16"));
-    }
+    auto dtype_or = ParseDType(f->Get("dtype", "bf16"));
+    if (!dtype_or.ok()) return Fail(dtype_or.status());
+    const DType dtype = *dtype_or;
     auto seed = f->GetInt("seed", 0);
     if (!seed.ok()) return Fail(seed.status());
     if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok())
       return Fail(s);
     std::fprintf(stderr, "wrote %s (%s, %s)\n", f->Get("out").c_str(), f->Get("shape").c_str(),
-                 dt.c_str());
+                 std::string(DTypeName(dtype)).c_str());
     return 0;
   }
   return Fail(absl::InvalidArgumentError(absl::StrFormat("model: unknown subcommand %s", sub)));
@@ -336,6 +451,7 @@ int main(int argc, char** argv) {
   if (cmd == "detokenize") return tandem::Detokenize(args);
   if (cmd == "model") return tandem::ModelCommand(args);
   if (cmd == "up") return tandem::Up(args);
+  if (cmd == "bench") return tandem::Bench(args);
   std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
   return 2;
 }

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# The interference experiment: does splitting prefill from decode keep decode latency steady
+# when bursts of long prompts arrive? Same two CPU cores, same model, same workload:
+#   colocated:      tandem-server --role=all (one process, 2 threads)
+#   disaggregated:  router + 1 prefill worker (1 thread) + 1 decode worker (1 thread)
+# Workload, run twice with the same seeds: a steady decode stream (closed loop, 4 in flight,
+# 16-token prompts, 150-token outputs) plus bursts of long prompts (gamma arrivals with
+# burstiness 0.25, 200-token prompts, 4-token outputs).
+# Model: random weights of the stories15M shape (f32), written once into the output folder.
+# Writes OUT/{colocated,disaggregated}-{steady,bursts}.json, OUT/interference.svg and
+# OUT/summary.json (TPOT p99 of the steady stream, TTFT p99 of the bursts).
+#   bench/interference/run.sh [OUT_DIR]      (default bench/results/interference)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD_DIR:-build}
+OUT=${1:-bench/results/interference}
+mkdir -p "$OUT"
+bin="$BUILD/bin"
+shared="$(bash scripts/fetch_model.sh)"
+tok="$shared/models/stories260K/tok512.bin"  # prompts are token ids; the router needs one
+model="$OUT/stories15M-random"
+[ -f "$model/config.json" ] || "$bin/tandem" model random --shape stories15M --dtype f32 --out "$model"
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# start ROLE THREADS [flags...]: starts tandem-server; sets ADDR to its address. (Not run in a
+# command substitution, so the pid lands in this shell's list.)
+start() {
+  local role=$1 threads=$2
+  shift 2
+  local log
+  log="$(mktemp)"
+  TANDEM_NUM_THREADS=$threads "$bin/tandem-server" --role="$role" --model "$model" --tokenizer "$tok" \
+    "$@" >"$log" 2>/dev/null &
+  pids+=($!)
+  for _ in $(seq 1 200); do
+    local addr
+    addr="$(sed -n 's/^listening //p' "$log" | head -1 | cut -d' ' -f1)"
+    if [ -n "$addr" ]; then ADDR=$addr; rm -f "$log"; return; fi
+    sleep 0.05
+  done
+  echo "tandem-server --role=$role did not start" >&2
+  exit 1
+}
+
+workload() {
+  local name=$1 router=$2
+  sleep 1  # registration
+  "$bin/tandem" bench --router "$router" --concurrency 4 --input-len 16 --output-len 150 \
+    --num-requests 24 --seed 1 --no-progress --json "$OUT/$name-steady.json" >"$OUT/$name-steady.txt" &
+  local steady=$!
+  "$bin/tandem" bench --router "$router" --rate 1.5 --arrival gamma --burstiness 0.25 \
+    --input-len 200 --output-len 4 --num-requests 12 --seed 2 --no-progress \
+    --json "$OUT/$name-bursts.json" >"$OUT/$name-bursts.txt"
+  wait $steady
+  echo "== $name: steady decode stream"; cat "$OUT/$name-steady.txt"
+  echo "== $name: prompt bursts"; cat "$OUT/$name-bursts.txt"
+}
+
+start all 2
+workload colocated "$ADDR"
+cleanup
+pids=()
+
+start router 1 --heartbeat-ms 200
+router=$ADDR
+start prefill 1 --router "$router"
+start decode 1 --router "$router"
+workload disaggregated "$router"
+
+"$bin/tandem" bench report "$OUT/colocated-steady.json" "$OUT/disaggregated-steady.json" \
+  --label "colocated: steady decode" --label "disaggregated: steady decode" \
+  --svg "$OUT/interference.svg" >/dev/null
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+s = {}
+for mode in ("colocated", "disaggregated"):
+    steady = json.load(open(f"{out}/{mode}-steady.json"))["summary"]
+    bursts = json.load(open(f"{out}/{mode}-bursts.json"))["summary"]
+    s[mode] = {"steady_tpot_p99_ms": steady["tpot_s"]["p99"] * 1e3,
+               "steady_tpot_p50_ms": steady["tpot_s"]["p50"] * 1e3,
+               "steady_itl_p99_ms": steady["itl_s"]["p99"] * 1e3,
+               "bursts_ttft_p99_ms": bursts["ttft_s"]["p99"] * 1e3,
+               "bursts_ttft_p50_ms": bursts["ttft_s"]["p50"] * 1e3}
+json.dump(s, open(f"{out}/summary.json", "w"), indent=2)
+print(json.dumps(s, indent=2))
+PY

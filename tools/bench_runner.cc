@@ -1,0 +1,259 @@
+#include "tools/bench_runner.h"
+
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "tandem/v1/generation.grpc.pb.h"
+
+namespace tandem::bench {
+
+absl::Status BenchConfig::Validate() const {
+  if (router.empty()) return absl::InvalidArgumentError("--router is required");
+  if (rate < 0 || !std::isfinite(rate)) return absl::InvalidArgumentError("--rate must be >= 0");
+  if (!(burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
+  if (rate == 0 && concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
+  if (num_requests < 1) return absl::InvalidArgumentError("--num-requests must be >= 1");
+  if (warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
+  if (duration < 0) return absl::InvalidArgumentError("--duration must be >= 0");
+  if (!(timeout > 0)) return absl::InvalidArgumentError("--timeout must be > 0");
+  if (max_inflight < 1) return absl::InvalidArgumentError("--max-inflight must be >= 1");
+  if (!(temperature >= 0)) return absl::InvalidArgumentError("--temperature must be >= 0");
+  if (trace.empty()) {
+    if (auto d = LengthDistribution::Parse(input_len); !d.ok()) return d.status();
+    if (auto d = LengthDistribution::Parse(output_len); !d.ok()) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json BenchConfig::ToJson() const {
+  const char* kinds[] = {"poisson", "constant", "gamma"};
+  return {{"router", router},
+          {"mode", rate > 0 ? "open" : "closed"},
+          {"rate", rate},
+          {"arrival", kinds[static_cast<int>(arrival)]},
+          {"burstiness", burstiness},
+          {"concurrency", concurrency},
+          {"input_len", input_len},
+          {"output_len", output_len},
+          {"trace", trace},
+          {"num_requests", num_requests},
+          {"duration", duration},
+          {"warmup", warmup},
+          {"seed", seed},
+          {"temperature", temperature},
+          {"slo_ttft_s", slo.ttft},
+          {"slo_tpot_s", slo.tpot}};
+}
+
+nlohmann::json BenchRun::ToJson() const {
+  nlohmann::json requests = nlohmann::json::array();
+  for (const auto& r : records) requests.push_back(bench::ToJson(r));
+  return {{"config", config.ToJson()}, {"summary", bench::ToJson(summary)}, {"requests", requests}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs one request to the end and fills `rec`.
+void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
+            Clock::time_point t0, RequestRecord* rec) {
+  auto since = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  v1::GenerateRequest req;
+  if (!w.prompt.empty()) {
+    req.mutable_tokens()->mutable_ids()->Add(w.prompt.begin(), w.prompt.end());
+  } else {
+    req.set_text(w.text);
+  }
+  req.set_max_tokens(w.output_tokens);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(c.temperature);
+  req.mutable_sampling()->set_seed(c.seed + rec->id);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
+  rec->sent = since();
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    const double now = since();
+    if (resp.token_ids_size() > 0 && rec->first_token < 0) rec->first_token = now;
+    for (int i = 0; i < resp.token_ids_size(); ++i) rec->token_times.push_back(now);
+    rec->output_tokens += resp.token_ids_size();
+    if (resp.has_usage() && resp.usage().prompt_tokens() > 0) {
+      rec->prompt_tokens = resp.usage().prompt_tokens();
+    }
+  }
+  grpc::Status s = reader->Finish();
+  rec->done = since();
+  rec->status_code = static_cast<int>(s.error_code());
+  rec->status_message = s.error_message();
+}
+
+}  // namespace
+
+absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
+  if (absl::Status s = c.Validate(); !s.ok()) return s;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  // Several channels, so one HTTP/2 connection's stream limit does not cap the concurrency.
+  std::vector<std::unique_ptr<v1::Generation::Stub>> stubs;
+  for (int i = 0; i < 4; ++i) {
+    args.SetInt("tandem.channel_index", i);  // distinct args: distinct connections
+    stubs.push_back(v1::Generation::NewStub(
+        grpc::CreateCustomChannel(c.router, grpc::InsecureChannelCredentials(), args)));
+  }
+  v1::ModelInfo info;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status s = stubs[0]->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+    if (!s.ok()) {
+      return absl::UnavailableError(absl::StrFormat("router %s: %s", c.router, s.error_message()));
+    }
+  }
+  // The workload, fixed by the seed.
+  const int total = c.warmup + c.num_requests;
+  std::vector<WorkItem> items;
+  if (!c.trace.empty()) {
+    auto trace = LoadTrace(c.trace, info.vocab_size(), c.seed);
+    if (!trace.ok()) return trace.status();
+    for (int i = 0; i < total; ++i) items.push_back((*trace)[i % trace->size()]);
+  } else {
+    auto in = *LengthDistribution::Parse(c.input_len);
+    auto out = *LengthDistribution::Parse(c.output_len);
+    std::mt19937_64 rng(c.seed);
+    for (int i = 0; i < total; ++i) {
+      WorkItem w;
+      // Leave room for the output within the context.
+      const int o = std::min(out.Sample(rng), std::max(1, info.max_context() - 2));
+      const int p = std::min(in.Sample(rng), std::max(1, info.max_context() - 1 - o));
+      w.prompt = RandomPrompt(p, info.vocab_size(), rng);
+      w.output_tokens = o;
+      items.push_back(std::move(w));
+    }
+  }
+  BenchRun run;
+  run.config = c;
+  run.records.resize(total);
+  for (int i = 0; i < total; ++i) {
+    run.records[i].id = i;
+    run.records[i].warmup = i < c.warmup;
+    run.records[i].prompt_tokens = static_cast<int>(items[i].prompt.size());
+  }
+  const Clock::time_point t0 = Clock::now();
+  std::atomic<int> started{0}, finished{0}, failed{0};
+  std::atomic<int64_t> tokens{0};
+  std::atomic<bool> all_sent{false};
+
+  // Progress on stderr.
+  std::thread progress;
+  std::atomic<bool> stop_progress{false};
+  if (c.progress) {
+    progress = std::thread([&] {
+      const bool tty = ::isatty(2);
+      int64_t last_tokens = 0;
+      auto last = Clock::now();
+      while (!stop_progress) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 500 : 5000));
+        const auto now = Clock::now();
+        const int64_t tk = tokens.load();
+        const double rate = (tk - last_tokens) / std::chrono::duration<double>(now - last).count();
+        last_tokens = tk;
+        last = now;
+        const int done = finished.load();
+        const int bar = total > 0 ? 30 * done / total : 0;
+        std::fprintf(stderr, "%s[bench] [%s%s] %d/%d done, %d failed, %d in flight, %.0f tok/s%s",
+                     tty ? "\r" : "", std::string(bar, '#').c_str(),
+                     std::string(30 - bar, '.').c_str(), done, total, failed.load(),
+                     started.load() - done, rate, tty ? "   " : "\n");
+      }
+      if (tty) std::fputc('\n', stderr);
+    });
+  }
+
+  auto run_index = [&](int i) {
+    ++started;
+    RequestRecord& rec = run.records[i];
+    RunOne(stubs[i % stubs.size()].get(), items[i], c, t0, &rec);
+    tokens += rec.output_tokens;
+    if (!rec.ok()) ++failed;
+    ++finished;
+  };
+  // Warm-up: closed loop, not measured.
+  {
+    std::vector<std::thread> threads;
+    std::atomic<int> next{0};
+    for (int t = 0; t < std::min(std::max(1, c.concurrency), std::max(1, c.warmup)); ++t) {
+      threads.emplace_back([&] {
+        for (int i; (i = next++) < c.warmup;) run_index(i);
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  const Clock::time_point measure_start = Clock::now();
+  auto out_of_time = [&] {
+    return c.duration > 0 &&
+           std::chrono::duration<double>(Clock::now() - measure_start).count() >= c.duration;
+  };
+  int sent_count = c.warmup;
+  if (c.rate > 0) {
+    ArrivalProcess arrivals(c.arrival, c.rate, c.burstiness, c.seed ^ 0x5eed);
+    std::vector<std::thread> threads;
+    std::mutex mu;
+    std::condition_variable cv;
+    int inflight = 0;
+    Clock::time_point next = Clock::now();
+    for (int i = c.warmup; i < total && !out_of_time(); ++i) {
+      next += std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(arrivals.NextGap()));
+      std::this_thread::sleep_until(next);
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return inflight < c.max_inflight; });
+        ++inflight;
+      }
+      threads.emplace_back([&, i] {
+        run_index(i);
+        std::lock_guard<std::mutex> lock(mu);
+        --inflight;
+        cv.notify_one();
+      });
+      ++sent_count;
+    }
+    for (auto& t : threads) t.join();
+  } else {
+    std::vector<std::thread> threads;
+    std::atomic<int> next{c.warmup};
+    std::atomic<int> sent{c.warmup};
+    for (int t = 0; t < c.concurrency; ++t) {
+      threads.emplace_back([&] {
+        for (;;) {
+          if (out_of_time()) return;
+          const int i = next++;
+          if (i >= total) return;
+          ++sent;
+          run_index(i);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    sent_count = sent.load();
+  }
+  all_sent = true;
+  stop_progress = true;
+  if (progress.joinable()) progress.join();
+  run.records.resize(sent_count);  // requests never sent (duration limit) are not records
+  run.summary = Summarize(run.records, c.slo);
+  return run;
+}
+
+}  // namespace tandem::bench

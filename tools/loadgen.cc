@@ -1,0 +1,413 @@
+#include "tools/loadgen.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace tandem::bench {
+
+ArrivalProcess::ArrivalProcess(Kind kind, double rate, double burstiness, uint64_t seed)
+    : kind_(kind),
+      rate_(rate),
+      rng_(seed),
+      gamma_(burstiness, 1.0 / (rate * burstiness)),
+      exp_(rate) {}
+
+double ArrivalProcess::NextGap() {
+  switch (kind_) {
+    case Kind::kPoisson:
+      return exp_(rng_);
+    case Kind::kConstant:
+      return 1.0 / rate_;
+    case Kind::kGamma:
+      return gamma_(rng_);
+  }
+  return 1.0 / rate_;
+}
+
+absl::StatusOr<LengthDistribution> LengthDistribution::Parse(const std::string& spec) {
+  LengthDistribution d;
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "length \"%s\": expected N, uniform:LO:HI or lognormal:MEDIAN:SIGMA (optionally "
+        ":max=M)",
+        spec));
+  };
+  if (!parts.empty() && absl::StartsWith(parts.back(), "max=")) {
+    if (!absl::SimpleAtoi(parts.back().substr(4), &d.max_) || d.max_ < 1) return bad();
+    parts.pop_back();
+  }
+  if (parts.size() == 1) {
+    int n;
+    if (!absl::SimpleAtoi(parts[0], &n) || n < 1) return bad();
+    d.kind_ = Kind::kFixed;
+    d.a_ = n;
+  } else if (parts.size() == 3 && parts[0] == "uniform") {
+    int lo, hi;
+    if (!absl::SimpleAtoi(parts[1], &lo) || !absl::SimpleAtoi(parts[2], &hi) || lo < 1 || hi < lo) {
+      return bad();
+    }
+    d.kind_ = Kind::kUniform;
+    d.a_ = lo;
+    d.b_ = hi;
+  } else if (parts.size() == 3 && parts[0] == "lognormal") {
+    double median, sigma;
+    if (!absl::SimpleAtod(parts[1], &median) || !absl::SimpleAtod(parts[2], &sigma) ||
+        !(median >= 1) || !(sigma >= 0)) {
+      return bad();
+    }
+    d.kind_ = Kind::kLogNormal;
+    d.a_ = std::log(median);
+    d.b_ = sigma;
+  } else {
+    return bad();
+  }
+  return d;
+}
+
+int LengthDistribution::Sample(std::mt19937_64& rng) const {
+  double v = a_;
+  switch (kind_) {
+    case Kind::kFixed:
+      break;
+    case Kind::kUniform:
+      v = std::uniform_int_distribution<int>(static_cast<int>(a_), static_cast<int>(b_))(rng);
+      break;
+    case Kind::kLogNormal:
+      v = std::round(std::lognormal_distribution<double>(a_, b_)(rng));
+      break;
+  }
+  return std::clamp(static_cast<int>(std::min(v, 1e9)), 1, max_);
+}
+
+double LengthDistribution::Mean(int samples) const {
+  std::mt19937_64 rng(1);
+  double s = 0;
+  for (int i = 0; i < samples; ++i) s += Sample(rng);
+  return s / samples;
+}
+
+std::vector<int> RandomPrompt(int length, int vocab_size, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int> tok(3, std::max(3, vocab_size - 1));
+  std::vector<int> p(length);
+  for (int& t : p) t = tok(rng);
+  return p;
+}
+
+absl::StatusOr<std::vector<WorkItem>> LoadTrace(const std::string& path, int vocab_size,
+                                                uint64_t seed) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrFormat("cannot open trace %s", path));
+  std::mt19937_64 rng(seed);
+  std::vector<WorkItem> items;
+  std::string line;
+  int lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    auto bad = [&](const char* why) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s:%d: %s", path, lineno, why));
+    };
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    WorkItem w;
+    if (!j.contains("output_tokens") || !j["output_tokens"].is_number_integer() ||
+        j["output_tokens"].get<int64_t>() < 1 || j["output_tokens"].get<int64_t>() > (1 << 20)) {
+      return bad("output_tokens must be a positive integer");
+    }
+    w.output_tokens = j["output_tokens"].get<int>();
+    if (j.contains("prompt") && j["prompt"].is_string()) {
+      w.text = j["prompt"].get<std::string>();
+      if (w.text.empty()) return bad("prompt must not be empty");
+    } else if (j.contains("prompt_tokens") && j["prompt_tokens"].is_number_integer() &&
+               j["prompt_tokens"].get<int64_t>() >= 1 &&
+               j["prompt_tokens"].get<int64_t>() <= (1 << 20)) {
+      w.prompt = RandomPrompt(j["prompt_tokens"].get<int>(), vocab_size, rng);
+    } else {
+      return bad("needs prompt (text) or prompt_tokens (a positive integer)");
+    }
+    items.push_back(std::move(w));
+  }
+  if (items.empty()) return absl::InvalidArgumentError(absl::StrFormat("%s: no requests", path));
+  return items;
+}
+
+std::optional<double> RequestRecord::tpot() const {
+  if (!ok() || output_tokens < 2 || first_token < 0) return std::nullopt;
+  return (done - first_token) / (output_tokens - 1);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * (v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - lo);
+}
+
+Percentiles Summarize(std::vector<double> v) {
+  Percentiles p;
+  p.count = static_cast<int>(v.size());
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  p.mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  p.p50 = Percentile(v, 0.5);
+  p.p90 = Percentile(v, 0.9);
+  p.p99 = Percentile(v, 0.99);
+  p.max = v.back();
+  return p;
+}
+
+namespace {
+const char* StatusName(int code) {
+  static const char* kNames[] = {"OK",
+                                 "CANCELLED",
+                                 "UNKNOWN",
+                                 "INVALID_ARGUMENT",
+                                 "DEADLINE_EXCEEDED",
+                                 "NOT_FOUND",
+                                 "ALREADY_EXISTS",
+                                 "PERMISSION_DENIED",
+                                 "RESOURCE_EXHAUSTED",
+                                 "FAILED_PRECONDITION",
+                                 "ABORTED",
+                                 "OUT_OF_RANGE",
+                                 "UNIMPLEMENTED",
+                                 "INTERNAL",
+                                 "UNAVAILABLE",
+                                 "DATA_LOSS",
+                                 "UNAUTHENTICATED"};
+  return code >= 0 && code <= 16 ? kNames[code] : "UNKNOWN";
+}
+}  // namespace
+
+BenchSummary Summarize(const std::vector<RequestRecord>& records, const Slo& slo) {
+  BenchSummary s;
+  std::vector<double> ttft, tpot, itl, e2e;
+  double start = 1e300, end = 0;
+  int good = 0;
+  for (const auto& r : records) {
+    if (r.warmup) continue;
+    ++s.sent;
+    start = std::min(start, r.sent);
+    end = std::max(end, r.done);
+    if (r.ok()) {
+      ++s.completed;
+      s.prompt_tokens += r.prompt_tokens;
+      s.output_tokens += r.output_tokens;
+      if (r.first_token >= 0) ttft.push_back(r.ttft());
+      const auto t = r.tpot();
+      if (t) tpot.push_back(*t);
+      e2e.push_back(r.e2e());
+      for (size_t i = 1; i < r.token_times.size(); ++i) {
+        itl.push_back(r.token_times[i] - r.token_times[i - 1]);
+      }
+      const bool meets = (slo.ttft <= 0 || (r.first_token >= 0 && r.ttft() <= slo.ttft)) &&
+                         (slo.tpot <= 0 || !t || *t <= slo.tpot);
+      good += meets;
+    } else {
+      const bool rejected =
+          r.status_code == 8 || r.status_code == 3 || (r.status_code == 14 && r.first_token < 0);
+      if (rejected) {
+        ++s.rejected[StatusName(r.status_code)];
+        ++s.rejected_total;
+      } else {
+        ++s.failed;
+      }
+    }
+  }
+  s.duration = end > start ? end - start : 0;
+  if (s.duration > 0) {
+    s.request_throughput = s.completed / s.duration;
+    s.output_token_throughput = s.output_tokens / s.duration;
+    s.total_token_throughput = (s.prompt_tokens + s.output_tokens) / s.duration;
+    s.goodput = good / s.duration;
+  }
+  s.slo_attainment = s.sent > 0 ? static_cast<double>(good) / s.sent : 0;
+  s.ttft = Summarize(ttft);
+  s.tpot = Summarize(tpot);
+  s.itl = Summarize(itl);
+  s.e2e = Summarize(e2e);
+  return s;
+}
+
+namespace {
+nlohmann::json ToJson(const Percentiles& p) {
+  return {{"count", p.count}, {"mean", p.mean}, {"p50", p.p50},
+          {"p90", p.p90},     {"p99", p.p99},   {"max", p.max}};
+}
+}  // namespace
+
+nlohmann::json ToJson(const BenchSummary& s) {
+  return {{"sent", s.sent},
+          {"completed", s.completed},
+          {"failed", s.failed},
+          {"rejected", s.rejected},
+          {"rejected_total", s.rejected_total},
+          {"duration_s", s.duration},
+          {"request_throughput", s.request_throughput},
+          {"output_token_throughput", s.output_token_throughput},
+          {"total_token_throughput", s.total_token_throughput},
+          {"goodput", s.goodput},
+          {"slo_attainment", s.slo_attainment},
+          {"prompt_tokens", s.prompt_tokens},
+          {"output_tokens", s.output_tokens},
+          {"ttft_s", ToJson(s.ttft)},
+          {"tpot_s", ToJson(s.tpot)},
+          {"itl_s", ToJson(s.itl)},
+          {"e2e_s", ToJson(s.e2e)}};
+}
+
+nlohmann::json ToJson(const RequestRecord& r) {
+  return {{"id", r.id},
+          {"warmup", r.warmup},
+          {"sent", r.sent},
+          {"first_token", r.first_token},
+          {"done", r.done},
+          {"prompt_tokens", r.prompt_tokens},
+          {"output_tokens", r.output_tokens},
+          {"status", StatusName(r.status_code)},
+          {"message", r.status_message},
+          {"token_times", r.token_times}};
+}
+
+std::string FormatSummary(const BenchSummary& s) {
+  std::string rejected;
+  for (const auto& [name, n] : s.rejected) rejected += absl::StrFormat(" %s=%d", name, n);
+  auto row = [](const char* name, const Percentiles& p) {
+    return absl::StrFormat("  %-5s ms   mean %9.2f  p50 %9.2f  p90 %9.2f  p99 %9.2f  (n=%d)\n",
+                           name, p.mean * 1e3, p.p50 * 1e3, p.p90 * 1e3, p.p99 * 1e3, p.count);
+  };
+  return absl::StrFormat(
+             "requests: sent %d, completed %d, rejected %d%s, failed %d\n"
+             "duration %.2f s; %.2f req/s, %.1f output tok/s, %.1f total tok/s\n"
+             "goodput %.2f req/s (SLO attainment %.1f%%)\n",
+             s.sent, s.completed, s.rejected_total, rejected, s.failed, s.duration,
+             s.request_throughput, s.output_token_throughput, s.total_token_throughput, s.goodput,
+             100 * s.slo_attainment) +
+         row("TTFT", s.ttft) + row("TPOT", s.tpot) + row("ITL", s.itl) + row("E2E", s.e2e);
+}
+
+absl::StatusOr<std::string> RenderReportSvg(const std::vector<nlohmann::json>& runs,
+                                            const std::vector<std::string>& labels) {
+  if (runs.empty()) return absl::InvalidArgumentError("report: no runs");
+  static const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                  "#9467bd", "#8c564b", "#e377c2", "#17becf"};
+  const int W = 1300, H = 420, panel_w = 360, panel_h = 300, top = 50, left0 = 60, gap = 70;
+  std::ostringstream svg;
+  svg << absl::StrFormat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+      "font-family=\"sans-serif\" "
+      "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+      W, H + 30 * static_cast<int>((runs.size() + 3) / 4));
+  // Per-request latencies of each run, in ms.
+  auto latencies = [](const nlohmann::json& run, const char* what) {
+    std::vector<double> v;
+    if (!run.contains("requests")) return v;
+    for (const auto& r : run["requests"]) {
+      if (r.value("warmup", false) || r.value("status", "") != "OK") continue;
+      const double sent = r.value("sent", 0.0), first = r.value("first_token", -1.0),
+                   done = r.value("done", 0.0);
+      const int out = r.value("output_tokens", 0);
+      if (std::string(what) == "ttft" && first >= 0) v.push_back((first - sent) * 1e3);
+      if (std::string(what) == "tpot" && first >= 0 && out >= 2) {
+        v.push_back((done - first) / (out - 1) * 1e3);
+      }
+    }
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto panel = [&](int index, const char* title, const char* xlabel,
+                   const std::vector<std::vector<std::pair<double, double>>>& series, bool cdf) {
+    const int x0 = left0 + index * (panel_w + gap), y0 = top;
+    double xmax = 0, ymax = cdf ? 1.0 : 0;
+    for (const auto& s : series) {
+      for (const auto& [x, y] : s) {
+        xmax = std::max(xmax, x);
+        ymax = std::max(ymax, y);
+      }
+    }
+    if (xmax <= 0) xmax = 1;
+    if (ymax <= 0) ymax = 1;
+    svg << absl::StrFormat(
+        "<text x=\"%d\" y=\"%d\" font-weight=\"bold\">%s</text>\n"
+        "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n",
+        x0, y0 - 10, title, x0, y0, panel_w, panel_h);
+    for (int t = 0; t <= 4; ++t) {
+      const double fx = xmax * t / 4, fy = ymax * t / 4;
+      svg << absl::StrFormat(
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" fill=\"#444\">%.3g</text>\n"
+          "<text x=\"%d\" y=\"%d\" text-anchor=\"end\" fill=\"#444\">%.3g</text>\n",
+          x0 + panel_w * t / 4, y0 + panel_h + 15, fx, x0 - 4, y0 + panel_h - panel_h * t / 4 + 4,
+          fy);
+    }
+    svg << absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                           x0 + panel_w / 2, y0 + panel_h + 32, xlabel);
+    for (size_t i = 0; i < series.size(); ++i) {
+      if (series[i].empty()) continue;
+      std::string pts;
+      for (const auto& [x, y] : series[i]) {
+        pts += absl::StrFormat("%.1f,%.1f ", x0 + panel_w * x / xmax,
+                               y0 + panel_h - panel_h * y / ymax);
+      }
+      svg << absl::StrFormat(
+          "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>\n",
+          kColors[i % 8], pts);
+      if (!cdf) {  // scatter points: a run is one point
+        for (const auto& [x, y] : series[i]) {
+          svg << absl::StrFormat("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n",
+                                 x0 + panel_w * x / xmax, y0 + panel_h - panel_h * y / ymax,
+                                 kColors[i % 8]);
+        }
+      }
+    }
+  };
+  for (const char* what : {"ttft", "tpot"}) {
+    std::vector<std::vector<std::pair<double, double>>> series;
+    for (const auto& run : runs) {
+      auto v = latencies(run, what);
+      std::vector<std::pair<double, double>> s;
+      for (size_t k = 0; k < v.size(); ++k) s.emplace_back(v[k], (k + 1.0) / v.size());
+      series.push_back(std::move(s));
+    }
+    panel(std::string(what) == "ttft" ? 0 : 1,
+          std::string(what) == "ttft" ? "TTFT CDF" : "TPOT CDF",
+          std::string(what) == "ttft" ? "time to first token (ms)" : "time per output token (ms)",
+          series, true);
+  }
+  // Throughput against offered rate: one point per run, runs with the same label joined.
+  std::vector<std::vector<std::pair<double, double>>> tput(1);
+  for (const auto& run : runs) {
+    const double rate = run.contains("config") ? run["config"].value("rate", 0.0) : 0.0;
+    const double t =
+        run.contains("summary") ? run["summary"].value("output_token_throughput", 0.0) : 0.0;
+    if (rate > 0) tput[0].emplace_back(rate, t);
+  }
+  std::sort(tput[0].begin(), tput[0].end());
+  panel(2, "Output tokens/s vs request rate", "offered rate (req/s)", tput, false);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const int x = left0 + static_cast<int>(i % 4) * 280, y = H + 10 + static_cast<int>(i / 4) * 24;
+    std::string label = i < labels.size() ? labels[i] : absl::StrFormat("run %d", i + 1);
+    for (char& c : label) {
+      if (c == '<' || c == '>' || c == '&') c = '_';
+    }
+    svg << absl::StrFormat(
+        "<rect x=\"%d\" y=\"%d\" width=\"14\" height=\"4\" fill=\"%s\"/><text x=\"%d\" "
+        "y=\"%d\">%s</text>\n",
+        x, y - 4, kColors[i % 8], x + 20, y, label);
+  }
+  svg << "</svg>\n";
+  return svg.str();
+}
+
+}  // namespace tandem::bench

@@ -1,0 +1,125 @@
+// The pieces of `tandem bench` that need no network: arrival processes, prompt/output length
+// distributions, per-request records, latency statistics, goodput, the JSON report and the SVG
+// comparison chart. Everything random is seeded, so a run repeats.
+#ifndef TANDEM_TOOLS_LOADGEN_H_
+#define TANDEM_TOOLS_LOADGEN_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::bench {
+
+// Inter-arrival gaps of an open-loop load, in seconds.
+class ArrivalProcess {
+ public:
+  enum class Kind { kPoisson, kConstant, kGamma };
+  // rate in requests/s (> 0). For kGamma, burstiness = 1 is Poisson, < 1 burstier, > 1 more
+  // regular (shape = burstiness, mean gap 1/rate), as in vLLM's benchmark.
+  ArrivalProcess(Kind kind, double rate, double burstiness, uint64_t seed);
+  double NextGap();
+
+ private:
+  Kind kind_;
+  double rate_;
+  std::mt19937_64 rng_;
+  std::gamma_distribution<double> gamma_;
+  std::exponential_distribution<double> exp_;
+};
+
+// A distribution of token counts, parsed from a spec:
+//   "N" (fixed), "uniform:LO:HI" (inclusive), "lognormal:MEDIAN:SIGMA" (ShareGPT-like; rounded,
+//   at least 1), each optionally capped with ":max=M".
+class LengthDistribution {
+ public:
+  static absl::StatusOr<LengthDistribution> Parse(const std::string& spec);
+  int Sample(std::mt19937_64& rng) const;
+  double Mean(int samples = 20000) const;  // estimated, for reports
+
+ private:
+  enum class Kind { kFixed, kUniform, kLogNormal };
+  Kind kind_ = Kind::kFixed;
+  double a_ = 0, b_ = 0;
+  int max_ = 1 << 30;
+};
+
+// One request of the workload.
+struct WorkItem {
+  std::vector<int> prompt;  // token ids
+  std::string text;         // or text (from a trace), when prompt is empty
+  int output_tokens = 0;
+};
+
+// Trace lines: {"prompt_tokens": N, "output_tokens": M} or {"prompt": "text", "output_tokens": M}.
+absl::StatusOr<std::vector<WorkItem>> LoadTrace(const std::string& path, int vocab_size,
+                                                uint64_t seed);
+
+// Random prompts of the given length: token ids in [3, vocab) (clear of BOS/EOS/UNK).
+std::vector<int> RandomPrompt(int length, int vocab_size, std::mt19937_64& rng);
+
+// What happened to one request. Times are seconds since the run started.
+struct RequestRecord {
+  int id = 0;
+  bool warmup = false;
+  double sent = 0;
+  double first_token = -1;  // -1: never
+  double done = 0;
+  std::vector<double> token_times;  // arrival time of each streamed message's tokens
+  int prompt_tokens = 0;
+  int output_tokens = 0;
+  int status_code = 0;  // gRPC status code; 0 = OK
+  std::string status_message;
+
+  bool ok() const { return status_code == 0; }
+  double ttft() const { return first_token - sent; }
+  double e2e() const { return done - sent; }
+  // Time per output token after the first: (done - first_token) / (output_tokens - 1).
+  std::optional<double> tpot() const;
+};
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0, max = 0;
+  int count = 0;
+};
+// Linear interpolation between closest ranks (numpy's default).
+Percentiles Summarize(std::vector<double> values);
+double Percentile(std::vector<double> sorted_values, double q);
+
+struct Slo {
+  double ttft = 0;  // seconds; 0 = no limit
+  double tpot = 0;
+};
+
+struct BenchSummary {
+  int sent = 0, completed = 0, failed = 0;
+  std::map<std::string, int> rejected;  // by status name (RESOURCE_EXHAUSTED, ...)
+  int rejected_total = 0;
+  double duration = 0;  // first send to last completion, measured requests only
+  double request_throughput = 0, output_token_throughput = 0, total_token_throughput = 0;
+  double goodput = 0;  // requests/s meeting every SLO
+  double slo_attainment = 0;
+  Percentiles ttft, tpot, itl, e2e;
+  int64_t prompt_tokens = 0, output_tokens = 0;
+};
+// Statuses that count as "rejected" (the server refused to take the request) rather than
+// "failed": RESOURCE_EXHAUSTED, UNAVAILABLE before the first token, INVALID_ARGUMENT.
+BenchSummary Summarize(const std::vector<RequestRecord>& records, const Slo& slo);
+
+nlohmann::json ToJson(const BenchSummary& s);
+nlohmann::json ToJson(const RequestRecord& r);
+std::string FormatSummary(const BenchSummary& s);
+
+// `tandem bench report`: latency CDFs (TTFT, TPOT) of several runs and, when the runs differ
+// in request rate, throughput against rate, as one self-contained SVG.
+absl::StatusOr<std::string> RenderReportSvg(const std::vector<nlohmann::json>& runs,
+                                            const std::vector<std::string>& labels);
+
+}  // namespace tandem::bench
+
+#endif  // TANDEM_TOOLS_LOADGEN_H_
