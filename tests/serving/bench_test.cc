@@ -2,6 +2,7 @@
 // what the requests asked for.
 #include <gtest/gtest.h>
 
+#include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
 #include "tools/bench_runner.h"
 
@@ -33,6 +34,19 @@ TEST(BenchIntegrationTest, OpenLoopAccountingAddsUp) {
   EXPECT_DOUBLE_EQ(s.slo_attainment, 1.0);  // generous SLOs on a tiny model
   EXPECT_EQ(run->records.size(), 32u);      // warm-up records are kept, marked
   EXPECT_TRUE(cluster.AllBlocksFree());
+  // The servers saw what the bench measured: the router's token counters (warm-up included)
+  // equal the tokens the bench received and the prompts it sent.
+  int64_t streamed = 0, prompts = 0;
+  for (const auto& r : run->records) {
+    streamed += r.output_tokens;
+    prompts += r.prompt_tokens;
+  }
+  const auto samples = testing::Scrape(cluster.metrics()[0]);
+  EXPECT_EQ(testing::MetricValue(samples, "tandem_generation_tokens_total", {{"role", "router"}}),
+            static_cast<double>(streamed));
+  EXPECT_EQ(testing::MetricValue(samples, "tandem_prompt_tokens_total", {{"role", "router"}}),
+            static_cast<double>(prompts));
+  EXPECT_EQ(testing::MetricValue(samples, "tandem_requests_total", {{"status", "OK"}}), 32.0);
 }
 
 TEST(BenchIntegrationTest, ClosedLoopWithOverloadCountsRejections) {
