@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/generator.h"
@@ -115,7 +116,9 @@ class DecodeEngine final : public KvSink {
   std::condition_variable output_cv_;  // readers wait for tokens
   DecodeScheduler scheduler_;
   LeaseTable leases_;
-  absl::flat_hash_map<uint64_t, Request> requests_;
+  // node_hash_map: the step loop keeps Request pointers across the unlocked forward pass while
+  // Admit inserts; a flat map would move them on rehash.
+  absl::node_hash_map<uint64_t, Request> requests_;
   absl::flat_hash_map<uint64_t, uint64_t> lease_to_handle_;
   uint64_t next_handle_ = 1;
   int64_t steps_ = 0;

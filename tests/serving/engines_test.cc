@@ -174,6 +174,34 @@ TEST_P(EnginesTest, CancelFreesBlocksOnBothSides) {
   decode_->Cancel(adm2->handle);
 }
 
+// Admissions (map insertions) while requests decode must not disturb the running ones: the
+// step loop holds on to them across the unlocked forward pass.
+TEST_P(EnginesTest, AdmissionsDuringDecodeLeaveRunningRequestsIntact) {
+  GenerationRequest r;
+  r.prompt = tok_->Encode("Once upon a time", true);
+  r.max_tokens = 300;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  Generator alone(model_.get(), nullptr, {});
+  auto want = alone.Generate({&r, 1});
+  ASSERT_TRUE(want.ok());
+  absl::StatusOr<std::vector<int>> got = absl::UnknownError("not run");
+  std::thread runner([&] { got = RunDisaggregated(r); });
+  GenerationRequest small;
+  small.prompt = {1, 403};
+  small.max_tokens = 1;
+  // Kept admitted, so the request map grows (and rehashes) while the long request decodes.
+  std::vector<uint64_t> handles;
+  for (int i = 0; i < 200; ++i) {
+    auto adm = decode_->Admit(small);
+    if (adm.ok()) handles.push_back(adm->handle);
+  }
+  runner.join();
+  for (uint64_t h : handles) decode_->Cancel(h);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, (*want)[0].tokens);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, EnginesTest, ::testing::Values("local", "tcp"));
 
 }  // namespace
