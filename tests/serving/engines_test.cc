@@ -159,18 +159,26 @@ TEST_P(EnginesTest, CancelFreesBlocksOnBothSides) {
   EXPECT_FALSE(o.tokens.empty());
   decode_->Cancel(adm->handle);
   for (int i = 0; i < 100 && !decode_->Idle(); ++i) absl::SleepFor(absl::Milliseconds(10));
-  // A prefill cancelled mid-way (a long prompt in chunks of 7) is aborted.
+  // A prefill cancelled mid-way is aborted: a long prompt computed one token per step (~480
+  // steps) on its own engine, cancelled at the waiter's first poll after it was queued.
+  PrefillEngineOptions slow;
+  slow.num_blocks = 64;
+  slow.scheduler.chunk_size = 1;
+  auto slow_prefill = PrefillEngine::Create(model_.get(), sender_.get(), slow);
+  ASSERT_TRUE(slow_prefill.ok());
   GenerationRequest long_req = r;
   long_req.prompt.resize(480);
   for (int i = 1; i < 480; ++i) long_req.prompt[i] = 3 + (i * 37) % 500;
   long_req.max_tokens = 10;
   auto adm2 = decode_->Admit(long_req);
   ASSERT_TRUE(adm2.ok()) << adm2.status();
-  const absl::Time cancel_at = absl::Now() + absl::Milliseconds(15);
-  auto pre2 =
-      prefill_->Prefill(adm2->handle, long_req.prompt, long_req.sampling, adm2->target,
-                        absl::Now() + absl::Seconds(30), [&] { return absl::Now() >= cancel_at; });
+  int polls = 0;
+  auto pre2 = (*slow_prefill)
+                  ->Prefill(adm2->handle, long_req.prompt, long_req.sampling, adm2->target,
+                            absl::Now() + absl::Seconds(30),
+                            [&] { return ++polls > 1; });  // not before it starts
   EXPECT_EQ(pre2.status().code(), absl::StatusCode::kCancelled) << pre2.status();
+  EXPECT_TRUE((*slow_prefill)->Idle());
   decode_->Cancel(adm2->handle);
 }
 
