@@ -6,10 +6,12 @@
 # Workload, run twice with the same seeds: a steady decode stream (closed loop, 4 in flight,
 # 16-token prompts, 150-token outputs) plus bursts of long prompts (gamma arrivals with
 # burstiness 0.25, 200-token prompts, 4-token outputs).
-# Model: random weights of the stories15M shape (f32), written once into the output folder.
+# Model: random weights of a real shape (f32), written once into the output folder.
 # Writes OUT/{colocated,disaggregated}-{steady,bursts}.json, OUT/interference.svg and
-# OUT/summary.json (TPOT p99 of the steady stream, TTFT p99 of the bursts).
+# OUT/summary.json (TPOT and inter-token latency of the steady stream, TTFT of the bursts).
 #   bench/interference/run.sh [OUT_DIR]      (default bench/results/interference)
+# Knobs (environment): SHAPE (stories15M), BURST_PROMPT (200 tokens), STEADY_OUTPUT (150),
+# STEADY_REQUESTS (24), BURSTS (12), BURST_RATE (1.5 req/s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD_DIR:-build}
@@ -18,8 +20,14 @@ mkdir -p "$OUT"
 bin="$BUILD/bin"
 shared="$(bash scripts/fetch_model.sh)"
 tok="$shared/models/stories260K/tok512.bin"  # prompts are token ids; the router needs one
-model="$OUT/stories15M-random"
-[ -f "$model/config.json" ] || "$bin/tandem" model random --shape stories15M --dtype f32 --out "$model"
+SHAPE=${SHAPE:-stories15M}
+BURST_PROMPT=${BURST_PROMPT:-200}
+STEADY_OUTPUT=${STEADY_OUTPUT:-150}
+STEADY_REQUESTS=${STEADY_REQUESTS:-24}
+BURSTS=${BURSTS:-12}
+BURST_RATE=${BURST_RATE:-1.5}
+model="$OUT/$SHAPE-random"
+[ -f "$model/config.json" ] || "$bin/tandem" model random --shape "$SHAPE" --dtype f32 --out "$model"
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -48,11 +56,11 @@ start() {
 workload() {
   local name=$1 router=$2
   sleep 1  # registration
-  "$bin/tandem" bench --router "$router" --concurrency 4 --input-len 16 --output-len 150 \
-    --num-requests 24 --seed 1 --no-progress --json "$OUT/$name-steady.json" >"$OUT/$name-steady.txt" &
+  "$bin/tandem" bench --router "$router" --concurrency 4 --input-len 16 --output-len "$STEADY_OUTPUT" \
+    --num-requests "$STEADY_REQUESTS" --seed 1 --no-progress --json "$OUT/$name-steady.json" >"$OUT/$name-steady.txt" &
   local steady=$!
-  "$bin/tandem" bench --router "$router" --rate 1.5 --arrival gamma --burstiness 0.25 \
-    --input-len 200 --output-len 4 --num-requests 12 --seed 2 --no-progress \
+  "$bin/tandem" bench --router "$router" --rate "$BURST_RATE" --arrival gamma --burstiness 0.25 \
+    --input-len "$BURST_PROMPT" --output-len 4 --num-requests "$BURSTS" --seed 2 --no-progress \
     --json "$OUT/$name-bursts.json" >"$OUT/$name-bursts.txt"
   wait $steady
   echo "== $name: steady decode stream"; cat "$OUT/$name-steady.txt"
@@ -74,9 +82,10 @@ workload disaggregated "$router"
   --label "colocated: steady decode" --label "disaggregated: steady decode" \
   --svg "$OUT/interference.svg" >/dev/null
 python3 - "$OUT" <<'PY'
-import json, sys
+import json, os, sys
 out = sys.argv[1]
-s = {}
+s = {"shape": os.environ.get("SHAPE", "stories15M"),
+     "burst_prompt_tokens": int(os.environ.get("BURST_PROMPT", "200"))}
 for mode in ("colocated", "disaggregated"):
     steady = json.load(open(f"{out}/{mode}-steady.json"))["summary"]
     bursts = json.load(open(f"{out}/{mode}-bursts.json"))["summary"]
