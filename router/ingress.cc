@@ -13,19 +13,8 @@ absl::Status Invalid(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(absl::StrFormat("%s: %s", field, why));
 }
 
-bool ValidUtf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = s[i];
-    int n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    }
-    i += n;
-  }
-  return true;
-}
+// One definition of well-formed UTF-8 for the whole project (engine/tokenizer.h).
+bool ValidUtf8(std::string_view s) { return ToValidUtf8(s) == s; }
 
 }  // namespace
 
