@@ -1,5 +1,7 @@
 #include "engine/tokenizer.h"
 
+#include "engine/tokenizer/unicode.h"
+
 namespace tandem {
 
 size_t CompleteUtf8Prefix(std::string_view s) {
@@ -21,42 +23,7 @@ size_t CompleteUtf8Prefix(std::string_view s) {
   return n;  // only continuation bytes: invalid, nothing to wait for
 }
 
-std::string ToValidUtf8(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = 0;
-    uint32_t min = 0;
-    if (c < 0x80) {
-      n = 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      n = 2, min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 3, min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 4, min = 0x10000;
-    }
-    bool ok = n > 0 && i + n <= s.size();
-    uint32_t cp = n == 1 ? c : c & (0xFF >> (n + 1));
-    for (size_t k = 1; ok && k < n; ++k) {
-      const unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      ok = (cc & 0xC0) == 0x80;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    // Overlong forms, surrogates and code points past U+10FFFF are not well-formed.
-    ok = ok && (n == 1 || cp >= min) && !(cp >= 0xD800 && cp <= 0xDFFF) && cp <= 0x10FFFF;
-    if (ok) {
-      out.append(s.substr(i, n));
-      i += n;
-    } else {
-      out.append("\xEF\xBF\xBD");
-      ++i;
-    }
-  }
-  return out;
-}
+std::string ToValidUtf8(std::string_view s) { return unicode::ToValidUtf8(s); }
 
 IncrementalDecoder::IncrementalDecoder(const Tokenizer* tokenizer, std::span<const int> prompt_ids)
     : tokenizer_(tokenizer), ids_(prompt_ids.begin(), prompt_ids.end()) {

@@ -55,8 +55,8 @@ class IncrementalDecoder {
   size_t read_offset_ = 0;    // text of ids_[prefix_offset_, read_offset_) was already emitted
 };
 
-// `s` with every byte that is not part of a well-formed UTF-8 sequence replaced by U+FFFD (as
-// Python's errors="replace" does), so the text can travel in a proto3 string or JSON.
+// `s` with every maximal ill-formed subsequence replaced by U+FFFD (Rust's from_utf8_lossy,
+// which the Hugging Face decoders use), so the text can travel in a proto3 string or JSON.
 std::string ToValidUtf8(std::string_view s);
 
 // Length of the longest prefix of `s` that is complete UTF-8 (an incomplete trailing sequence is

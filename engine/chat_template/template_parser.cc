@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/chat_template/status_macros.h"
 #include "engine/chat_template/template_renderer.h"
+#include "engine/tokenizer/unicode.h"
 
 namespace tandem::chat_template {
 namespace {
@@ -69,24 +70,6 @@ size_t PyWhitespaceRun(std::string_view s, size_t pos) {
     end += cps[0].size();
   }
   return end - pos;
-}
-
-void AppendUtf8(uint32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 int HexValue(char c) {
@@ -156,7 +139,7 @@ absl::StatusOr<std::string> DecodeStringLiteral(std::string_view raw, int line) 
           return absl::InvalidArgumentError(
               absl::StrFormat("line %d: invalid \\U escape in string literal", line));
         }
-        AppendUtf8(cp, &out);
+        unicode::AppendUtf8(cp, &out);
         i += n;
         break;
       }
@@ -170,7 +153,7 @@ absl::StatusOr<std::string> DecodeStringLiteral(std::string_view raw, int line) 
                ++k) {
             cp = cp * 8 + (raw[++i] - '0');
           }
-          AppendUtf8(cp, &out);
+          unicode::AppendUtf8(cp, &out);
         } else {
           // Python keeps unknown escapes as written.
           out.push_back('\\');

@@ -50,7 +50,7 @@ TEST(Utf8Test, ToValidUtf8ReplacesOnlyIllFormedBytes) {
             "b");                                                  // stray continuation
   EXPECT_EQ(ToValidUtf8("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong '/'
   EXPECT_EQ(ToValidUtf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate
-  EXPECT_EQ(ToValidUtf8("x\xE6\x97"), "x\xEF\xBF\xBD\xEF\xBF\xBD");                // truncated
+  EXPECT_EQ(ToValidUtf8("x\xE6\x97"), "x\xEF\xBF\xBD");  // truncated: one maximal subpart
   EXPECT_EQ(ToValidUtf8(std::string("\0", 1)), std::string("\0", 1));
 }
 
