@@ -46,13 +46,16 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(
   const int64_t dim = c.dim, hid = c.hidden_dim, L = c.n_layers, kv = c.kv_dim(),
                 vocab = c.vocab_size, q = c.q_dim();
   const int64_t rope_table = int64_t{c.max_seq_len} * c.head_dim / 2;
-  const int64_t expected_floats = vocab * dim + L * dim + L * dim * q + 2 * L * kv * dim +
-                                  L * q * dim + L * dim + 3 * L * dim * hid + dim + 2 * rope_table +
-                                  (shared_classifier ? 0 : vocab * dim);
-  const int64_t expected = 28 + 4 * expected_floats;
-  if (static_cast<int64_t>(file->size()) != expected) {
-    return corrupt(absl::StrFormat("%d bytes, but the header describes %d (truncated or corrupt)",
-                                   file->size(), expected));
+  // The size the header describes, in 128 bits: a corrupt header's products overflow 64.
+  using Wide = unsigned __int128;
+  const Wide expected_floats = Wide(vocab) * dim + Wide(L) * dim + Wide(L) * dim * q +
+                               2 * Wide(L) * kv * dim + Wide(L) * q * dim + Wide(L) * dim +
+                               3 * Wide(L) * dim * hid + dim + 2 * Wide(rope_table) +
+                               (shared_classifier ? 0 : Wide(vocab) * dim);
+  const Wide expected = 28 + 4 * expected_floats;
+  if (Wide(file->size()) != expected) {
+    return corrupt(absl::StrFormat("%d bytes, but the header describes %.0f (truncated or corrupt)",
+                                   file->size(), static_cast<double>(expected)));
   }
 
   const float* p = reinterpret_cast<const float*>(file->data() + 28);
