@@ -14,6 +14,7 @@
 #include "server/grpc_util.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tools/server_process.h"
 
 namespace tandem {
 
@@ -62,49 +63,6 @@ absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
 
 namespace {
 
-std::string ExecutableDir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string path(buf, static_cast<size_t>(n));
-  return path.substr(0, path.rfind('/'));
-}
-
-// Starts `argv` with stdout on a pipe; returns the pid and the read end.
-pid_t Spawn(const std::vector<std::string>& argv, int* stdout_fd) {
-  int fds[2];
-  if (::pipe(fds) != 0) return -1;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::close(fds[0]);
-    ::close(fds[1]);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "tandem up: cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  *stdout_fd = fds[0];
-  return pid;
-}
-
-// A line a server prints when it is up: "listening HOST:PORT", then "metrics HOST:PORT".
-std::string ReadListeningLine(int fd, const std::string& prefix = "listening ") {
-  std::string line;
-  char c;
-  while (::read(fd, &c, 1) == 1) {
-    if (c == '\n') break;
-    line.push_back(c);
-  }
-  return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
-}
-
 bool WaitForWorkers(const std::string& router, int n) {
   auto stub =
       v1::Registry::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
@@ -132,48 +90,39 @@ int RunLocalCluster(const ClusterOptions& o) {
   sigaddset(&signals, SIGCHLD);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  const std::string bin =
-      o.server_binary.empty() ? ExecutableDir() + "/tandem-server" : o.server_binary;
+  const std::string bin = o.server_binary.empty() ? DefaultServerBinary() : o.server_binary;
   std::vector<pid_t> children;
-  std::vector<int> fds;
   auto stop_all = [&](int code) {
     for (pid_t p : children) ::kill(p, SIGTERM);
     for (pid_t p : children) ::waitpid(p, nullptr, 0);
-    for (int fd : fds) ::close(fd);
     return code;
   };
   std::vector<std::string> common = {"--model", o.model};
   if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
 
-  std::vector<std::string> router_argv = {bin, "--role=router", "--port",
-                                          std::to_string(o.router_port)};
-  router_argv.insert(router_argv.end(), common.begin(), common.end());
-  int fd;
-  pid_t pid = Spawn(router_argv, &fd);
-  if (pid < 0) return stop_all(1);
-  children.push_back(pid);
-  fds.push_back(fd);
-  const std::string router = ReadListeningLine(fd);
-  if (router.empty()) {
+  std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port)};
+  router_args.insert(router_args.end(), common.begin(), common.end());
+  ServerProcess r = StartServerProcess(bin, router_args);
+  if (r.pid > 0) children.push_back(r.pid);
+  if (r.address.empty()) {
     std::fprintf(stderr, "tandem up: the router did not start\n");
     return stop_all(1);
   }
+  const std::string router = r.address;
   // "ROLE=HOST:PORT" of each process's /metrics, printed once the cluster is ready.
-  std::vector<std::string> metrics = {"router=" + ReadListeningLine(fd, "metrics ")};
+  std::vector<std::string> metrics = {"router=" + r.metrics};
   for (int i = 0; i < o.prefill + o.decode; ++i) {
-    std::vector<std::string> argv = {bin, i < o.prefill ? "--role=prefill" : "--role=decode",
-                                     "--router", router};
-    argv.insert(argv.end(), common.begin(), common.end());
-    argv.insert(argv.end(), o.extra_worker_flags.begin(), o.extra_worker_flags.end());
-    pid = Spawn(argv, &fd);
-    if (pid < 0) return stop_all(1);
-    children.push_back(pid);
-    fds.push_back(fd);
-    if (ReadListeningLine(fd).empty()) {
+    std::vector<std::string> args = {i < o.prefill ? "--role=prefill" : "--role=decode", "--router",
+                                     router};
+    args.insert(args.end(), common.begin(), common.end());
+    args.insert(args.end(), o.extra_worker_flags.begin(), o.extra_worker_flags.end());
+    ServerProcess w = StartServerProcess(bin, args);
+    if (w.pid > 0) children.push_back(w.pid);
+    if (w.address.empty()) {
       std::fprintf(stderr, "tandem up: a worker did not start\n");
       return stop_all(1);
     }
-    metrics.push_back((i < o.prefill ? "prefill=" : "decode=") + ReadListeningLine(fd, "metrics "));
+    metrics.push_back((i < o.prefill ? "prefill=" : "decode=") + w.metrics);
   }
   // Ready when every worker is registered and healthy. The probe's channel is closed before
   // waiting: an open client channel holds up the router's graceful shutdown.

@@ -16,6 +16,7 @@
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tests/test_util.h"
+#include "tools/server_process.h"
 
 namespace tandem::testing {
 
@@ -99,33 +100,10 @@ class Cluster {
  private:
   // Starts tandem-server with `args`; returns the address it prints.
   std::string Start(const std::vector<std::string>& args) {
-    int fds[2];
-    if (::pipe(fds) != 0) return "";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(fds[1], 1);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      std::vector<std::string> all = {BinDir() + "/tandem-server"};
-      all.insert(all.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : all) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    pids_.push_back(pid);
-    auto read_line = [&](const std::string& prefix) {
-      std::string line;
-      char c;
-      while (::read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-      return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : "";
-    };
-    const std::string address = read_line("listening ");
-    metrics_.push_back(read_line("metrics "));  // the second line
-    ::close(fds[0]);
-    return address;
+    const ServerProcess p = StartServerProcess(BinDir() + "/tandem-server", args);
+    if (p.pid > 0) pids_.push_back(p.pid);
+    metrics_.push_back(p.metrics);
+    return p.address;
   }
 
   bool WaitHealthy(int n) {

@@ -1,0 +1,59 @@
+#include "tools/server_process.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+namespace tandem {
+
+std::string DefaultServerBinary() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "tandem-server";
+  std::string path(buf, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/')) + "/tandem-server";
+}
+
+ServerProcess StartServerProcess(const std::string& binary, const std::vector<std::string>& args) {
+  ServerProcess p;
+  int fds[2];
+  if (::pipe(fds) != 0) return p;
+  // Build argv before fork: the child of a threaded process should only exec.
+  std::vector<std::string> all = {binary};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  p.pid = ::fork();
+  if (p.pid == 0) {
+    ::dup2(fds[1], 1);
+    ::close(fds[0]);
+    ::close(fds[1]);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    ::execv(argv[0], argv.data());
+    std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  if (p.pid < 0) {
+    ::close(fds[0]);
+    return p;
+  }
+  auto read_line = [&](const std::string& prefix) {
+    std::string line;
+    char c;
+    while (::read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : std::string();
+  };
+  p.address = read_line("listening ");
+  if (!p.address.empty()) p.metrics = read_line("metrics ");
+  ::close(fds[0]);
+  return p;
+}
+
+}  // namespace tandem

@@ -1,0 +1,29 @@
+// Starting a tandem-server process and reading the addresses it announces: used by `tandem up`,
+// the real-process tests and the benchmarks. No gRPC here.
+#ifndef TANDEM_TOOLS_SERVER_PROCESS_H_
+#define TANDEM_TOOLS_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string address;  // gRPC host:port ("listening ..."); empty if it did not start
+  std::string metrics;  // Prometheus host:port ("metrics ...")
+};
+
+// Runs `binary args...` with an empty signal mask and its stdout on a pipe, and reads the two
+// lines a server prints once serving. The pipe is closed afterwards (a server writes nothing
+// else to stdout). On failure `address` is empty; a started child must still be reaped.
+ServerProcess StartServerProcess(const std::string& binary, const std::vector<std::string>& args);
+
+// tandem-server next to the running executable.
+std::string DefaultServerBinary();
+
+}  // namespace tandem
+
+#endif  // TANDEM_TOOLS_SERVER_PROCESS_H_
