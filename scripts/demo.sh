@@ -27,5 +27,6 @@ for _ in $(seq 1 300); do
 done
 [ -n "$router" ] || { echo "the cluster did not become ready" >&2; cat "$log" >&2; exit 1; }
 echo "[demo] cluster ready: router at $router (1 prefill + 1 decode worker)" >&2
-if [ $# -eq 0 ]; then set -- --prompt "Once upon a time" --max-tokens 120; fi
+if [ $# -eq 0 ]; then set -- --max-tokens 120; fi
+case " $* " in *" --prompt"*) ;; *) set -- --prompt "Once upon a time" "$@" ;; esac
 "$BUILD_DIR/bin/tandem" generate --router "$router" "$@"
