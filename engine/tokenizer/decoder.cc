@@ -209,18 +209,11 @@ absl::StatusOr<std::unique_ptr<Decoder>> MakeDecoder(const json_util::Json& j,
     return std::make_unique<MetaspaceDecoder>(*std::move(replacement), !never);
   }
   if (*type == "Sequence") {
-    auto it = j.find("decoders");
-    if (it == j.end() || !it->is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tokenizer.json: %s.decoders must be an array", where));
-    }
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = MakeDecoder((*it)[i], absl::StrFormat("%s.decoders[%d]", where, i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequenceDecoder>(std::move(steps));
+    auto steps = json_util::GetSequence<Decoder>(
+        j, "decoders", where,
+        [](const json_util::Json& e, const std::string& w) { return MakeDecoder(e, w); });
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequenceDecoder>(*std::move(steps));
   }
   return absl::UnimplementedError(
       absl::StrFormat("tokenizer.json: %s: decoder type \"%s\" is not supported", where, *type));

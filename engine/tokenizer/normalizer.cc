@@ -123,18 +123,11 @@ absl::StatusOr<std::unique_ptr<Normalizer>> MakeNormalizer(const json_util::Json
     return std::make_unique<StripNormalizer>(*left, *right);
   }
   if (*type == "Sequence") {
-    auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tokenizer.json: %s.normalizers must be an array", where));
-    }
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = MakeNormalizer((*it)[i], absl::StrFormat("%s.normalizers[%d]", where, i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequenceNormalizer>(std::move(steps));
+    auto steps = json_util::GetSequence<Normalizer>(
+        j, "normalizers", where,
+        [](const json_util::Json& e, const std::string& w) { return MakeNormalizer(e, w); });
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequenceNormalizer>(*std::move(steps));
   }
   return absl::UnimplementedError(
       absl::StrFormat("tokenizer.json: %s: normalizer type \"%s\" is not supported", where, *type));

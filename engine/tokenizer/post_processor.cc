@@ -157,15 +157,11 @@ absl::StatusOr<std::unique_ptr<PostProcessor>> MakePostProcessor(const json_util
   if (*type == "ByteLevel") return std::make_unique<NoOpProcessor>();
   if (*type == "BertProcessing" || *type == "RobertaProcessing") return MakeClsSep(j, where);
   if (*type == "Sequence") {
-    auto it = j.find("processors");
-    if (it == j.end() || !it->is_array()) return Bad(where, "processors must be an array");
-    std::vector<std::unique_ptr<PostProcessor>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = MakePostProcessor((*it)[i], absl::StrFormat("%s.processors[%d]", where, i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequenceProcessor>(std::move(steps));
+    auto steps = json_util::GetSequence<PostProcessor>(
+        j, "processors", where,
+        [](const json_util::Json& e, const std::string& w) { return MakePostProcessor(e, w); });
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequenceProcessor>(*std::move(steps));
   }
   return absl::UnimplementedError(absl::StrFormat(
       "tokenizer.json: %s: post-processor type \"%s\" is not supported", where, *type));

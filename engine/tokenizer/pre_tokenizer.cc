@@ -338,18 +338,11 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> MakePreTokenizer(const json_util::
   }
   if (*type == "WhitespaceSplit") return std::make_unique<RegexOrWhitespacePreTokenizer>(nullptr);
   if (*type == "Sequence") {
-    auto it = j.find("pretokenizers");
-    if (it == j.end() || !it->is_array()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("tokenizer.json: %s.pretokenizers must be an array", where));
-    }
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (size_t i = 0; i < it->size(); ++i) {
-      auto step = MakePreTokenizer((*it)[i], absl::StrFormat("%s.pretokenizers[%d]", where, i));
-      if (!step.ok()) return step.status();
-      steps.push_back(*std::move(step));
-    }
-    return std::make_unique<SequencePreTokenizer>(std::move(steps));
+    auto steps = json_util::GetSequence<PreTokenizer>(
+        j, "pretokenizers", where,
+        [](const json_util::Json& e, const std::string& w) { return MakePreTokenizer(e, w); });
+    if (!steps.ok()) return steps.status();
+    return std::make_unique<SequencePreTokenizer>(*std::move(steps));
   }
   return absl::UnimplementedError(absl::StrFormat(
       "tokenizer.json: %s: pre-tokenizer type \"%s\" is not supported", where, *type));
