@@ -118,6 +118,9 @@ void WorkerRegistry::ReportFailure(const std::string& id, absl::Time now) {
   if (it == workers_.end()) return;
   WorkerEntry& w = it->second;
   if (++w.consecutive_failures >= options_.max_consecutive_failures) {
+    // Never eject the last healthy worker of a role: with nowhere else to go, a flaky worker
+    // beats none (as Envoy's max ejection percent).
+    if (Healthy(w, now) && CountHealthy(w.role, now) <= 1) return;
     absl::Duration backoff = options_.ejection;
     for (int i = 0; i < w.ejections && backoff < options_.max_ejection; ++i) backoff *= 2;
     w.ejected_until = now + std::min(backoff, options_.max_ejection);

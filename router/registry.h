@@ -76,7 +76,8 @@ class WorkerRegistry {
 
   // Outlier ejection: `max_consecutive_failures` failures in a row eject a worker for the
   // back-off (ejection, doubled per ejection without a success since, capped); after it the
-  // worker gets traffic again, and one success resets the count.
+  // worker gets traffic again, and one success resets the count. The last healthy worker of a
+  // role is never ejected.
   void ReportFailure(const std::string& id, absl::Time now);
   void ReportSuccess(const std::string& id);
 

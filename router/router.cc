@@ -469,20 +469,26 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
         --r->waiting_for_room_;
       }
     } queued{this};
-    for (int attempt = 0; attempt < options_.decode_attempts && !d_stream;) {
+    // Workers refused for room in this round; cleared when the request waits for room.
+    int unavailable = 0;
+    bool widened = false;
+    while (!d_stream) {
       std::optional<std::string> pick;
-      bool no_room = false;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
-        if (!pick && attempt == 0 && !failed_decode.empty()) {
-          // Every healthy worker failed this request once: a transient fault is retried anywhere.
+        const absl::Time now = absl::Now();
+        pick = registry_.PickDecode(total_tokens, now, tried);
+        if (!pick && !widened && !failed_decode.empty()) {
+          // Every worker with room failed this request once: a transient fault is retried
+          // anywhere (the registry ejects a worker that keeps failing).
+          widened = true;
           tried.clear();
-          pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
+          pick = registry_.PickDecode(total_tokens, now, tried);
         }
-        no_room = !pick && registry_.CountHealthy(WorkerRole::kDecode, absl::Now()) > 0;
-        if (no_room) {
-          // Wait for room (a request ending, a heartbeat) in a bounded queue.
+        if (!pick) {
+          if (registry_.CountHealthy(WorkerRole::kDecode, now) == 0) return last_error;
+          // No room anywhere (by the heartbeats' view or the workers' refusals): wait for a
+          // request to end or a heartbeat, in a bounded queue.
           if (!queued.held) {
             if (waiting_for_room_ >= options_.max_queued) {
               return grpc::Status(
@@ -494,19 +500,18 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
             ++waiting_for_room_;
             queued.held = true;
           }
-          if (absl::Now() >= queue_until || is_gone()) {
-            return is_gone() ? client_gone()
-                             : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                            absl::StrFormat("no decode worker had room within "
-                                                            "the queue timeout; retry after %d ms",
-                                                            options_.retry_after_ms));
+          if (is_gone()) return client_gone();
+          if (now >= queue_until) {
+            return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                absl::StrFormat("no decode worker had room within the queue "
+                                                "timeout; retry after %d ms",
+                                                options_.retry_after_ms));
           }
           room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+          tried = failed_decode;
           continue;
         }
       }
-      if (!pick) break;
-      ++attempt;
       tried.insert(*pick);
       if (metrics_) metrics_->routing_decisions(*pick, "decode").Increment();
       auto address = AddressOf(*pick);
@@ -540,6 +545,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
           s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
       if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
         report(*pick, &failed_decode);
+        if (++unavailable >= options_.decode_attempts) return last_error;
       } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
         return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
       }
@@ -712,6 +718,12 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     resp.set_request_id(request_id);
     finish.reset();
     if (metrics_) metrics_->resumes.Increment();
+    // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
+    // heartbeat to be routable again.
+    const absl::Time resume_at =
+        std::min(call.deadline, absl::Now() + absl::Milliseconds(100 << std::min(resumes, 3)));
+    while (absl::Now() < resume_at && !is_gone()) absl::SleepFor(absl::Milliseconds(10));
+    if (is_gone()) return client_gone();
     std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id.c_str(),
                  static_cast<int>(generated.size()), s.error_message().c_str());
   }

@@ -76,14 +76,39 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  auto f = Flags::Parse(
-      args,
-      {"role",         "model",        "tokenizer",        "host",         "port",
-       "device",       "heartbeat-ms", "router",           "worker-id",    "block-size",
-       "num-blocks",   "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
-       "kv-listen",    "max-running",  "lease-timeout-ms", "metrics-port", "api-keys-file",
-       "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms"},
-      {"no-prefix-cache"});
+  auto f = Flags::Parse(args,
+                        {"role",
+                         "model",
+                         "tokenizer",
+                         "host",
+                         "port",
+                         "device",
+                         "heartbeat-ms",
+                         "router",
+                         "worker-id",
+                         "block-size",
+                         "num-blocks",
+                         "kv-bytes",
+                         "kv-transport",
+                         "token-budget",
+                         "prefill-chunk",
+                         "kv-listen",
+                         "max-running",
+                         "lease-timeout-ms",
+                         "metrics-port",
+                         "api-keys-file",
+                         "max-inflight",
+                         "max-queued",
+                         "queue-timeout-ms",
+                         "max-resumes",
+                         "prefill-timeout-ms",
+                         "fault",
+                         "drain-timeout-ms",
+                         "wedge-timeout-ms",
+                         "ejection-ms",
+                         "keepalive-ms",
+                         "max-threads"},
+                        {"no-prefix-cache"});
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
   if (role != "router" && role != "prefill" && role != "decode" && role != "all") {
