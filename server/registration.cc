@@ -8,9 +8,10 @@ namespace tandem {
 
 RegistrationClient::RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                                        std::function<WorkerLoadSnapshot()> load,
-                                       std::function<bool()> serving)
-    : stub_(v1::Registry::NewStub(
-          grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
+                                       std::function<bool()> serving,
+                                       std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(v1::Registry::NewStub(grpc::CreateChannel(
+          router_address, credentials ? credentials : grpc::InsecureChannelCredentials()))),
       base_(std::move(base)),
       load_(std::move(load)),
       serving_(std::move(serving)),

@@ -23,6 +23,7 @@
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
 #include "server/registration.h"
+#include "server/tls.h"
 #include "tools/flags.h"
 
 namespace tandem {
@@ -33,6 +34,8 @@ constexpr char kUsage[] =
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
+          --tls-cert PEM --tls-key PEM (serve TLS)  --tls-ca PEM (and mutual TLS, every port
+          and channel)  --max-message-bytes 16777216 (largest request received)
 router:   --heartbeat-ms 500  --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
 workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
@@ -66,14 +69,18 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     std::fputs(kUsage, stdout);
     return 0;
   }
+  // A table; clang-format lays out at most 25 entries in columns.
+  // clang-format off
   auto f = Flags::Parse(
       args,
       {"role",         "model",        "tokenizer",        "host",         "port",
        "device",       "heartbeat-ms", "router",           "worker-id",    "block-size",
        "num-blocks",   "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
        "kv-listen",    "max-running",  "lease-timeout-ms", "metrics-port", "api-keys-file",
-       "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms"},
+       "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms",
+       "tls-cert",     "tls-key",      "tls-ca",           "max-message-bytes"},
       {"no-prefix-cache"});
+  // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
   if (role != "router" && role != "prefill" && role != "decode" && role != "all") {
@@ -97,9 +104,10 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto queue_timeout_ms = f->GetInt("queue-timeout-ms", 10000);
   auto max_resumes = f->GetInt("max-resumes", 3);
   auto prefill_timeout_ms = f->GetInt("prefill-timeout-ms", 30000);
+  auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
   for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
                         &max_running, &lease_ms, &metrics_port, &max_inflight, &max_queued,
-                        &queue_timeout_ms, &max_resumes, &prefill_timeout_ms}) {
+                        &queue_timeout_ms, &max_resumes, &prefill_timeout_ms, &max_message_bytes}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   if (*max_inflight < 1) return Fail("--max-inflight must be >= 1");
@@ -107,6 +115,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (*queue_timeout_ms < 0) return Fail("--queue-timeout-ms must be >= 0");
   if (*max_resumes < 0) return Fail("--max-resumes must be >= 0");
   if (*prefill_timeout_ms < 1) return Fail("--prefill-timeout-ms must be >= 1");
+  if (*max_message_bytes < 1024 || *max_message_bytes > INT32_MAX) {
+    return Fail("--max-message-bytes must be in [1024, 2^31)");
+  }
+  auto tls = LoadServerTls({f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")});
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
@@ -161,6 +174,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.queue_timeout = absl::Milliseconds(*queue_timeout_ms);
     ro.max_resumes = static_cast<int>(*max_resumes);
     ro.prefill_timeout = absl::Milliseconds(*prefill_timeout_ms);
+    ro.worker_credentials = MakePeerChannelCredentials(*tls);
     if (f->Has("api-keys-file")) {
       auto keys = ApiKeys::Load(f->Get("api-keys-file"));
       if (!keys.ok()) return Fail(std::string(keys.status().message()));
@@ -211,9 +225,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), MakeServerCredentials(*tls),
                            &bound_port);
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(*max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (router) {
@@ -241,7 +255,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_address(address);
     req.set_model(model_path);
     registrations.push_back(std::make_unique<RegistrationClient>(
-        router_address, req, std::move(load), [] { return true; }));
+        router_address, req, std::move(load), [] { return true; },
+        MakePeerChannelCredentials(*tls)));
   };
   if (prefill) {
     register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });
