@@ -9,12 +9,14 @@ namespace tandem {
 RegistrationClient::RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                                        std::function<WorkerLoadSnapshot()> load,
                                        std::function<bool()> serving,
+                                       std::function<bool()> draining,
                                        std::shared_ptr<grpc::ChannelCredentials> credentials)
     : stub_(v1::Registry::NewStub(grpc::CreateChannel(
           router_address, credentials ? credentials : grpc::InsecureChannelCredentials()))),
       base_(std::move(base)),
       load_(std::move(load)),
       serving_(std::move(serving)),
+      draining_(std::move(draining)),
       thread_([this] { Run(); }) {}
 
 RegistrationClient::~RegistrationClient() {
@@ -46,6 +48,7 @@ void RegistrationClient::Run() {
       req.set_worker_id(base_.worker_id());
       *req.mutable_load() = ToProto(load_());
       req.set_serving(serving_());
+      req.set_draining(draining_ && draining_());
       v1::HeartbeatResponse resp;
       grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
       if (!s.ok() || !resp.known()) registered_ = false;

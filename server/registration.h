@@ -22,6 +22,7 @@ class RegistrationClient {
   // `credentials`: of the channel to the router (nullptr: plaintext).
   RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                      std::function<WorkerLoadSnapshot()> load, std::function<bool()> serving,
+                     std::function<bool()> draining = nullptr,
                      std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~RegistrationClient();
   bool registered() const { return registered_.load(); }
@@ -32,6 +33,7 @@ class RegistrationClient {
   v1::RegisterRequest base_;
   std::function<WorkerLoadSnapshot()> load_;
   std::function<bool()> serving_;
+  std::function<bool()> draining_;
   std::atomic<bool> registered_{false};
   std::mutex mu_;
   std::condition_variable cv_;
