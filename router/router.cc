@@ -232,7 +232,10 @@ std::shared_ptr<grpc::Channel> Router::ChannelFor(const std::string& address) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(1000, options_.keepalive_ms / 2));
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetMaxReceiveMessageSize(64 << 20);
-    ch = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    ch = grpc::CreateCustomChannel(address,
+                                   options_.worker_credentials ? options_.worker_credentials
+                                                               : grpc::InsecureChannelCredentials(),
+                                   args);
   }
   return ch;
 }

@@ -51,6 +51,9 @@ struct RouterOptions {
   int keepalive_ms = 10000;
   // Bearer tokens required on the Generation API (none: open).
   ApiKeys api_keys;
+  // The credentials of the calls to workers (server/tls.h MakePeerChannelCredentials); nullptr:
+  // plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
 };
 
 // A Generate call independent of the front end (the gRPC stream or the HTTP API).

@@ -11,6 +11,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   nlohmann-json3-dev
+  openssl libssl-dev
   prometheus
   clang-format
 )

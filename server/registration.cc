@@ -9,9 +9,10 @@ namespace tandem {
 RegistrationClient::RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                                        std::function<WorkerLoadSnapshot()> load,
                                        std::function<bool()> serving,
-                                       std::function<bool()> draining)
-    : stub_(v1::Registry::NewStub(
-          grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
+                                       std::function<bool()> draining,
+                                       std::shared_ptr<grpc::ChannelCredentials> credentials)
+    : stub_(v1::Registry::NewStub(grpc::CreateChannel(
+          router_address, credentials ? credentials : grpc::InsecureChannelCredentials()))),
       base_(std::move(base)),
       load_(std::move(load)),
       serving_(std::move(serving)),

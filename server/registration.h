@@ -3,6 +3,8 @@
 #ifndef TANDEM_SERVER_REGISTRATION_H_
 #define TANDEM_SERVER_REGISTRATION_H_
 
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -17,9 +19,11 @@ namespace tandem {
 
 class RegistrationClient {
  public:
+  // `credentials`: of the channel to the router (nullptr: plaintext).
   RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                      std::function<WorkerLoadSnapshot()> load, std::function<bool()> serving,
-                     std::function<bool()> draining = nullptr);
+                     std::function<bool()> draining = nullptr,
+                     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~RegistrationClient();
   bool registered() const { return registered_.load(); }
 

@@ -29,6 +29,7 @@
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
 #include "server/registration.h"
+#include "server/tls.h"
 #include "tools/flags.h"
 
 namespace tandem {
@@ -39,6 +40,8 @@ constexpr char kUsage[] =
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
+          --tls-cert PEM --tls-key PEM (serve TLS)  --tls-ca PEM (and mutual TLS, every port
+          and channel)  --max-message-bytes 16777216 (largest request received)
 router:   --heartbeat-ms 500  --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
           --ejection-ms 5000 (outlier ejection back-off, doubling)  --keepalive-ms 10000
@@ -76,39 +79,19 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  auto f = Flags::Parse(args,
-                        {"role",
-                         "model",
-                         "tokenizer",
-                         "host",
-                         "port",
-                         "device",
-                         "heartbeat-ms",
-                         "router",
-                         "worker-id",
-                         "block-size",
-                         "num-blocks",
-                         "kv-bytes",
-                         "kv-transport",
-                         "token-budget",
-                         "prefill-chunk",
-                         "kv-listen",
-                         "max-running",
-                         "lease-timeout-ms",
-                         "metrics-port",
-                         "api-keys-file",
-                         "max-inflight",
-                         "max-queued",
-                         "queue-timeout-ms",
-                         "max-resumes",
-                         "prefill-timeout-ms",
-                         "fault",
-                         "drain-timeout-ms",
-                         "wedge-timeout-ms",
-                         "ejection-ms",
-                         "keepalive-ms",
-                         "max-threads"},
-                        {"no-prefix-cache"});
+  // A table (clang-format puts one entry per line once there are more than 25).
+  // clang-format off
+  auto f = Flags::Parse(
+      args,
+      {"role",         "model",        "tokenizer",        "host",         "port",
+       "device",       "heartbeat-ms", "router",           "worker-id",    "block-size",
+       "num-blocks",   "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
+       "kv-listen",    "max-running",  "lease-timeout-ms", "metrics-port", "api-keys-file",
+       "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms",
+       "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
+       "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes"},
+      {"no-prefix-cache"});
+  // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
   if (role != "router" && role != "prefill" && role != "decode" && role != "all") {
@@ -144,6 +127,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
         &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms, &max_threads}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
+  auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
+  if (!max_message_bytes.ok()) return Fail(std::string(max_message_bytes.status().message()));
   if (*max_inflight < 1) return Fail("--max-inflight must be >= 1");
   if (*max_queued < 0) return Fail("--max-queued must be >= 0");
   if (*queue_timeout_ms < 0) return Fail("--queue-timeout-ms must be >= 0");
@@ -156,6 +141,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (*max_threads < 0) return Fail("--max-threads must be >= 0");
   auto faults = FaultSpec::Parse(f->Get("fault"));
   if (!faults.ok()) return Fail(std::string(faults.status().message()));
+  if (*max_message_bytes < 1024 || *max_message_bytes > INT32_MAX) {
+    return Fail("--max-message-bytes must be in [1024, 2^31)");
+  }
+  auto tls = LoadServerTls({f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")});
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
@@ -212,6 +202,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.prefill_timeout = absl::Milliseconds(*prefill_timeout_ms);
     ro.registry.ejection = absl::Milliseconds(*ejection_ms);
     ro.keepalive_ms = static_cast<int>(*keepalive_ms);
+    ro.worker_credentials = MakePeerChannelCredentials(*tls);
     if (f->Has("api-keys-file")) {
       auto keys = ApiKeys::Load(f->Get("api-keys-file"));
       if (!keys.ok()) return Fail(std::string(keys.status().message()));
@@ -269,9 +260,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), MakeServerCredentials(*tls),
                            &bound_port);
-  builder.SetMaxReceiveMessageSize(16 << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(*max_message_bytes));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(*keepalive_ms));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
                              std::max(1000, static_cast<int>(*keepalive_ms) / 2));
@@ -359,7 +350,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_model(model_path);
     registrations.push_back(std::make_unique<RegistrationClient>(
         router_address, req, std::move(load), [&serving] { return serving.load(); },
-        [&draining] { return draining.load(); }));
+        [&draining] { return draining.load(); }, MakePeerChannelCredentials(*tls)));
   };
   if (prefill) {
     register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });

@@ -80,6 +80,7 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
+  AddApiKey(c.security.api_key, &ctx);
   rec->sent = since();
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
@@ -102,19 +103,22 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
 
 absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   if (absl::Status s = c.Validate(); !s.ok()) return s;
+  auto credentials = ClientChannelCredentials(c.security.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   // Several channels, so one HTTP/2 connection's stream limit does not cap the concurrency.
   std::vector<std::unique_ptr<v1::Generation::Stub>> stubs;
   for (int i = 0; i < 4; ++i) {
     args.SetInt("tandem.channel_index", i);  // distinct args: distinct connections
-    stubs.push_back(v1::Generation::NewStub(
-        grpc::CreateCustomChannel(c.router, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(
+        v1::Generation::NewStub(grpc::CreateCustomChannel(c.router, *credentials, args)));
   }
   v1::ModelInfo info;
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    AddApiKey(c.security.api_key, &ctx);
     grpc::Status s = stubs[0]->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrFormat("router %s: %s", c.router, s.error_message()));

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "server/tls.h"
 #include "tools/loadgen.h"
 
 namespace tandem::bench {
@@ -30,7 +31,8 @@ struct BenchConfig {
   double timeout = 600;     // per request, seconds
   int max_inflight = 1024;  // open loop: sends wait beyond this
   Slo slo;
-  bool progress = true;  // live line on stderr
+  bool progress = true;     // live line on stderr
+  ClientSecurity security;  // TLS files and the API key (not written to the JSON)
 
   absl::Status Validate() const;
   nlohmann::json ToJson() const;

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_format.h"
 #include "server/grpc_util.h"
+#include "server/tls.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tools/server_process.h"
@@ -20,7 +21,9 @@ namespace tandem {
 
 absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
     const RemoteGenerateRequest& req, const std::function<void(std::string_view)>& on_text) {
-  auto channel = grpc::CreateChannel(req.router, grpc::InsecureChannelCredentials());
+  auto credentials = ClientChannelCredentials(req.security.tls);
+  if (!credentials.ok()) return credentials.status();
+  auto channel = grpc::CreateChannel(req.router, *credentials);
   auto stub = v1::Generation::NewStub(channel);
   v1::GenerateRequest g;
   g.set_text(req.prompt);
@@ -31,6 +34,7 @@ absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(req.timeout_seconds * 1000)));
+  AddApiKey(req.security.api_key, &ctx);
   auto reader = stub->Generate(&ctx, g);
   RemoteGenerateResult result;
   v1::GenerateResponse resp;
@@ -63,9 +67,9 @@ absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
 
 namespace {
 
-bool WaitForWorkers(const std::string& router, int n) {
-  auto stub =
-      v1::Registry::NewStub(grpc::CreateChannel(router, grpc::InsecureChannelCredentials()));
+bool WaitForWorkers(const std::string& router, int n,
+                    std::shared_ptr<grpc::ChannelCredentials> credentials) {
+  auto stub = v1::Registry::NewStub(grpc::CreateChannel(router, credentials));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < give_up) {
     grpc::ClientContext ctx;
@@ -99,9 +103,22 @@ int RunLocalCluster(const ClusterOptions& o) {
   };
   std::vector<std::string> common = {"--model", o.model};
   if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
+  // The probe of the workers is a peer like the workers: the same certificate, if any.
+  auto tls = LoadServerTls(o.tls);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "tandem up: %s\n", std::string(tls.status().message()).c_str());
+    return stop_all(2);
+  }
+  for (const auto& [flag, path] :
+       {std::pair{"--tls-cert", o.tls.cert}, std::pair{"--tls-key", o.tls.key},
+        std::pair{"--tls-ca", o.tls.ca}}) {
+    if (!path.empty()) common.insert(common.end(), {flag, path});
+  }
 
   std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port)};
   router_args.insert(router_args.end(), common.begin(), common.end());
+  if (!o.api_keys_file.empty())
+    router_args.insert(router_args.end(), {"--api-keys-file", o.api_keys_file});
   ServerProcess r = StartServerProcess(bin, router_args);
   if (r.pid > 0) children.push_back(r.pid);
   if (r.address.empty()) {
@@ -126,7 +143,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   }
   // Ready when every worker is registered and healthy. The probe's channel is closed before
   // waiting: an open client channel holds up the router's graceful shutdown.
-  if (!WaitForWorkers(router, o.prefill + o.decode)) {
+  if (!WaitForWorkers(router, o.prefill + o.decode, MakePeerChannelCredentials(*tls))) {
     std::fprintf(stderr, "tandem up: workers did not register within 60 s\n");
     return stop_all(1);
   }

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampler.h"
+#include "server/tls.h"
 
 namespace tandem {
 
@@ -21,6 +22,7 @@ struct RemoteGenerateRequest {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   double timeout_seconds = 600;
+  ClientSecurity security;  // TLS files and the API key
 };
 
 struct RemoteGenerateResult {
@@ -42,6 +44,8 @@ struct ClusterOptions {
   int router_port = 0;
   std::string server_binary;  // tandem-server; default: next to the running executable
   std::vector<std::string> extra_worker_flags;
+  TlsFlags tls;               // passed to every process; the readiness probe uses them too
+  std::string api_keys_file;  // passed to the router
 };
 
 // `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"

@@ -45,14 +45,19 @@ commands:
   detokenize --tokenizer PATH
       Reads a JSON array of ids on stdin, prints the text.
   generate --router HOST:PORT --prompt TEXT [sampling flags as above] [--timeout S]
-      The same through a running router.
+           [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--api-key KEY]
+      The same through a running router (TLS when a --tls-* flag is given; the
+      API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
+     [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered; Ctrl-C stops them.
+      TLS flags go to every process, the API keys to the router.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
         [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
         [--slo-ttft S] [--slo-tpot S] [--json FILE] [--no-progress]
+        [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--api-key KEY]
       Load generator: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput.
       SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M.
   bench report FILE.json... [--label NAME]... [--svg OUT.svg]
@@ -115,12 +120,20 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   return l;
 }
 
+// --tls-ca/--tls-cert/--tls-key and --api-key (else $TANDEM_API_KEY) of a router client.
+ClientSecurity ClientSecurityFrom(const Flags& f) {
+  ClientSecurity s;
+  s.tls = {f.Get("tls-cert"), f.Get("tls-key"), f.Get("tls-ca")};
+  s.api_key = ApiKeyFromFlagOrEnv(f.Get("api-key"));
+  return s;
+}
+
 int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(
-      args,
-      {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k", "top-p", "seed",
-       "stop", "block-size", "prefill-chunk", "device", "router", "timeout", "dtype"},
-      {"ignore-eos"});
+  auto f = Flags::Parse(args,
+                        {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k",
+                         "top-p", "seed", "stop", "block-size", "prefill-chunk", "device", "router",
+                         "timeout", "dtype", "tls-ca", "tls-cert", "tls-key", "api-key"},
+                        {"ignore-eos"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
   GenerationRequest req;
@@ -164,6 +177,7 @@ int Generate(const std::vector<std::string>& args) {
     auto timeout = f->GetDouble("timeout", 600);
     if (!timeout.ok()) return Fail(timeout.status());
     r.timeout_seconds = *timeout;
+    r.security = ClientSecurityFrom(*f);
     std::fwrite(prompt.data(), 1, prompt.size(), stdout);
     std::fflush(stdout);
     auto res = RemoteGenerate(r, [](std::string_view text) {
@@ -311,11 +325,12 @@ int Bench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "report") {
     return BenchReport(std::vector<std::string>(args.begin() + 1, args.end()));
   }
-  auto f = Flags::Parse(args,
-                        {"router", "rate", "arrival", "burstiness", "concurrency", "input-len",
-                         "output-len", "trace", "num-requests", "duration", "warmup", "seed",
-                         "temperature", "timeout", "max-inflight", "slo-ttft", "slo-tpot", "json"},
-                        {"no-progress"});
+  auto f = Flags::Parse(
+      args, {"router",      "rate",     "arrival",      "burstiness", "concurrency", "input-len",
+             "output-len",  "trace",    "num-requests", "duration",   "warmup",      "seed",
+             "temperature", "timeout",  "max-inflight", "slo-ttft",   "slo-tpot",    "json",
+             "tls-ca",      "tls-cert", "tls-key",      "api-key"},
+      {"no-progress"});
   if (!f.ok()) return Fail(f.status());
   bench::BenchConfig c;
   c.router = f->Get("router");
@@ -363,6 +378,7 @@ int Bench(const std::vector<std::string>& args) {
   c.output_len = f->Get("output-len", "128");
   c.trace = f->Get("trace");
   c.progress = !f->Has("no-progress");
+  c.security = ClientSecurityFrom(*f);
   auto run = bench::RunBench(c);
   if (!run.ok()) return Fail(run.status());
   std::printf("%s", bench::FormatSummary(run->summary).c_str());
@@ -376,7 +392,10 @@ int Bench(const std::vector<std::string>& args) {
 }
 
 int Up(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "tokenizer", "prefill", "decode", "router-port"}, {});
+  auto f = Flags::Parse(args,
+                        {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert",
+                         "tls-key", "tls-ca", "api-keys-file"},
+                        {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
@@ -396,6 +415,8 @@ int Up(const std::vector<std::string>& args) {
   o.prefill = static_cast<int>(*p);
   o.decode = static_cast<int>(*d);
   o.router_port = static_cast<int>(*port);
+  o.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
+  o.api_keys_file = f->Get("api-keys-file");
   return RunLocalCluster(o);
 }
 

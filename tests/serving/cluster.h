@@ -20,20 +20,32 @@
 
 namespace tandem::testing {
 
+// TLS and API keys for a cluster (tests/security).
+struct ClusterSecurity {
+  std::vector<std::string> all_flags;     // every process (--tls-*)
+  std::vector<std::string> router_flags;  // the router only (--api-keys-file)
+  // The credentials of this object's channel to the router; nullptr: plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
 class Cluster {
  public:
   // prefill == 0 && decode == 0: one `tandem-server --role=all` process.
-  Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {}) {
-    const std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+  Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {},
+          const ClusterSecurity& security = {}) {
+    std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+    model.insert(model.end(), security.all_flags.begin(), security.all_flags.end());
     if (prefill == 0 && decode == 0) {
       std::vector<std::string> argv = {"--role=all"};
       argv.insert(argv.end(), model.begin(), model.end());
+      argv.insert(argv.end(), security.router_flags.begin(), security.router_flags.end());
       argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
       router_ = Start(argv);
       expected_workers_ = 2;
     } else {
       std::vector<std::string> argv = {"--role=router", "--heartbeat-ms", "100"};
       argv.insert(argv.end(), model.begin(), model.end());
+      argv.insert(argv.end(), security.router_flags.begin(), security.router_flags.end());
       router_ = Start(argv);
       for (int i = 0; i < prefill + decode; ++i) {
         std::vector<std::string> w = {i < prefill ? "--role=prefill" : "--role=decode", "--router",
@@ -44,7 +56,8 @@ class Cluster {
       }
       expected_workers_ = prefill + decode;
     }
-    channel_ = grpc::CreateChannel(router_, grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateChannel(
+        router_, security.credentials ? security.credentials : grpc::InsecureChannelCredentials());
     generation_ = v1::Generation::NewStub(channel_);
     registry_ = v1::Registry::NewStub(channel_);
     ready_ = WaitHealthy(expected_workers_);
