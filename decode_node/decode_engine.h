@@ -38,6 +38,9 @@ struct DecodeEngineOptions {
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
   std::string transport = "tcp";                     // the KV receiver's kind
   std::string listen = "127.0.0.1:0";                // tcp: host:port; local: a name
+  // tcp: the host put in KV targets, reachable by prefill workers on other hosts (empty: the
+  // listening host; needed when `listen` is a wildcard such as 0.0.0.0).
+  std::string advertise_host;
 
   absl::Status Validate() const;
 };
@@ -77,7 +80,7 @@ class DecodeEngine final : public KvSink {
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
 
   WorkerLoadSnapshot Load() const;
-  std::string kv_endpoint() const { return receiver_->endpoint(); }
+  std::string kv_endpoint() const { return kv_endpoint_; }
   // The leak check: no request, lease or block in use.
   bool Idle() const;
   int64_t steps() const;
@@ -110,6 +113,7 @@ class DecodeEngine final : public KvSink {
   DecodeMetrics* metrics_;
   KvCache cache_;
   std::unique_ptr<KvReceiver> receiver_;
+  std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;    // the loop waits for running requests

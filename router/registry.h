@@ -40,6 +40,10 @@ struct RegistryOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(3);  // silent this long: unhealthy
   int max_consecutive_failures = 3;                     // then ejected...
   absl::Duration ejection = absl::Seconds(5);           // ...for this long
+  // Silent this long: removed from the registry (a worker whose pod or host is gone never
+  // comes back under the same address; it registers again if it was only cut off). Must be
+  // >= heartbeat_timeout; InfiniteDuration keeps silent workers forever.
+  absl::Duration forget_after = absl::Seconds(30);
   size_t max_prefixes_per_worker = 16384;
 };
 
@@ -69,6 +73,9 @@ class WorkerRegistry {
                                          const std::set<std::string>& exclude);
   // Block size the prefill workers hash prompts with (0 when none is registered).
   int PrefillBlockSize() const;
+
+  // Removes every worker silent for longer than `forget_after`; returns them, by id.
+  std::vector<WorkerEntry> ForgetSilent(absl::Time now);
 
   void ReportFailure(const std::string& id, absl::Time now);
   void ReportSuccess(const std::string& id);

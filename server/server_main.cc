@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,11 @@ constexpr char kUsage[] =
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
-router:   --heartbeat-ms 500
-workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
+          --advertise-host HOST (the address others reach this process at; default
+          $TANDEM_ADVERTISE_HOST, else --host; required for workers when --host is 0.0.0.0)
+router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the registry)
+workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
+          registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
 prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
 decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
@@ -66,10 +70,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     return 0;
   }
   auto f = Flags::Parse(
-      args,
-      {"role", "model", "tokenizer", "host", "port", "device", "heartbeat-ms", "router",
-       "worker-id", "block-size", "num-blocks", "kv-bytes", "kv-transport", "token-budget",
-       "prefill-chunk", "kv-listen", "max-running", "lease-timeout-ms", "metrics-port"},
+      args, {"role",           "model",        "tokenizer",        "host",         "port",
+             "device",         "heartbeat-ms", "router",           "worker-id",    "block-size",
+             "num-blocks",     "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
+             "kv-listen",      "max-running",  "lease-timeout-ms", "metrics-port", "advertise-host",
+             "forget-after-ms"},
       {"no-prefix-cache"});
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
@@ -89,8 +94,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_running = f->GetInt("max-running", 256);
   auto lease_ms = f->GetInt("lease-timeout-ms", 60000);
   auto metrics_port = f->GetInt("metrics-port", 0);
+  auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
-                        &max_running, &lease_ms, &metrics_port}) {
+                        &max_running, &lease_ms, &metrics_port, &forget_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
@@ -102,6 +108,29 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   const bool is_decode = role == "decode" || role == "all";
   if (role != "all" && role != "router" && !f->Has("router")) {
     return Fail("--router HOST:PORT is required for a worker");
+  }
+  if (role != "all" && role != "router") {
+    // A name that does not resolve yet is retried; a malformed one is an error now.
+    auto resolved = ResolveHostPort(f->Get("router"));
+    if (!resolved.ok() && absl::IsInvalidArgument(resolved.status())) {
+      return Fail(std::string(resolved.status().message()));
+    }
+  }
+  // The address other hosts reach this process at (registered with the router, put in KV
+  // targets). A wildcard listening address cannot be advertised.
+  const char* env_advertise = std::getenv("TANDEM_ADVERTISE_HOST");
+  std::string advertise_host =
+      f->Get("advertise-host", env_advertise != nullptr ? env_advertise : "");
+  if (advertise_host.empty()) {
+    if ((host == "0.0.0.0" || host == "::" || host == "[::]") && (is_prefill || is_decode) &&
+        role != "all") {
+      return Fail("--advertise-host is required when --host is a wildcard (" + host +
+                  "); or set TANDEM_ADVERTISE_HOST (e.g. to the pod IP)");
+    }
+    advertise_host = host;
+  }
+  if (advertise_host.front() == '[' && advertise_host.back() == ']') {
+    advertise_host = advertise_host.substr(1, advertise_host.size() - 2);
   }
   // The colocated mode moves KV in memory.
   const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
@@ -142,6 +171,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.model_name = model_path;
     ro.heartbeat_interval_ms = static_cast<int>(*heartbeat);
     ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * *heartbeat, 1000));
+    ro.registry.forget_after = absl::Milliseconds(*forget_ms);
+    if (ro.registry.forget_after < ro.registry.heartbeat_timeout) {
+      return Fail(absl::StrFormat("--forget-after-ms must be >= the heartbeat timeout (%d ms)",
+                                  absl::ToInt64Milliseconds(ro.registry.heartbeat_timeout)));
+    }
     router = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics.get());
   }
 
@@ -174,6 +208,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.max_running = static_cast<int>(*max_running);
     dopt.lease_timeout = absl::Milliseconds(*lease_ms);
     dopt.transport = kv_transport;
+    dopt.advertise_host = advertise_host;
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
@@ -201,7 +236,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0)
     return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
-  const std::string address = absl::StrFormat("%s:%d", host, bound_port);
+  const std::string address = JoinHostPort(advertise_host, bound_port);
   // Declared after the components: stops serving scrapes before they go away.
   auto metrics_server = MetricsServer::Start(host, static_cast<int>(*metrics_port), metrics);
   if (!metrics_server.ok()) return Fail(std::string(metrics_server.status().message()));
