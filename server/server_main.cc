@@ -37,6 +37,8 @@ common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device a
           --advertise-host HOST (the address others reach this process at; default
           $TANDEM_ADVERTISE_HOST, else --host; required for workers when --host is 0.0.0.0)
 router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the registry)
+          --api-keys-file PATH  --max-inflight 1024  --max-queued 256
+          --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
 workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
           registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
@@ -70,11 +72,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     return 0;
   }
   auto f = Flags::Parse(
-      args, {"role",           "model",        "tokenizer",        "host",         "port",
-             "device",         "heartbeat-ms", "router",           "worker-id",    "block-size",
-             "num-blocks",     "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
-             "kv-listen",      "max-running",  "lease-timeout-ms", "metrics-port", "advertise-host",
-             "forget-after-ms"},
+      args,
+      {"role",           "model",          "tokenizer",        "host",         "port",
+       "device",         "heartbeat-ms",   "router",           "worker-id",    "block-size",
+       "num-blocks",     "kv-bytes",       "kv-transport",     "token-budget", "prefill-chunk",
+       "kv-listen",      "max-running",    "lease-timeout-ms", "metrics-port", "api-keys-file",
+       "max-inflight",   "max-queued",     "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms",
+       "advertise-host", "forget-after-ms"},
       {"no-prefix-cache"});
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
@@ -94,11 +98,22 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_running = f->GetInt("max-running", 256);
   auto lease_ms = f->GetInt("lease-timeout-ms", 60000);
   auto metrics_port = f->GetInt("metrics-port", 0);
+  auto max_inflight = f->GetInt("max-inflight", 1024);
+  auto max_queued = f->GetInt("max-queued", 256);
+  auto queue_timeout_ms = f->GetInt("queue-timeout-ms", 10000);
+  auto max_resumes = f->GetInt("max-resumes", 3);
+  auto prefill_timeout_ms = f->GetInt("prefill-timeout-ms", 30000);
   auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
-                        &max_running, &lease_ms, &metrics_port, &forget_ms}) {
+                        &max_running, &lease_ms, &metrics_port, &max_inflight, &max_queued,
+                        &queue_timeout_ms, &max_resumes, &prefill_timeout_ms, &forget_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
+  if (*max_inflight < 1) return Fail("--max-inflight must be >= 1");
+  if (*max_queued < 0) return Fail("--max-queued must be >= 0");
+  if (*queue_timeout_ms < 0) return Fail("--queue-timeout-ms must be >= 0");
+  if (*max_resumes < 0) return Fail("--max-resumes must be >= 0");
+  if (*prefill_timeout_ms < 1) return Fail("--prefill-timeout-ms must be >= 1");
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
@@ -175,6 +190,16 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     if (ro.registry.forget_after < ro.registry.heartbeat_timeout) {
       return Fail(absl::StrFormat("--forget-after-ms must be >= the heartbeat timeout (%d ms)",
                                   absl::ToInt64Milliseconds(ro.registry.heartbeat_timeout)));
+    }
+    ro.max_in_flight = static_cast<int>(*max_inflight);
+    ro.max_queued = static_cast<int>(*max_queued);
+    ro.queue_timeout = absl::Milliseconds(*queue_timeout_ms);
+    ro.max_resumes = static_cast<int>(*max_resumes);
+    ro.prefill_timeout = absl::Milliseconds(*prefill_timeout_ms);
+    if (f->Has("api-keys-file")) {
+      auto keys = ApiKeys::Load(f->Get("api-keys-file"));
+      if (!keys.ok()) return Fail(std::string(keys.status().message()));
+      ro.api_keys = std::move(*keys);
     }
     router = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics.get());
   }
