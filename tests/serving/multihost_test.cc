@@ -210,6 +210,12 @@ const std::vector<std::string>& Prompts() {
 class MultiHostTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (::geteuid() != 0) {
+      GTEST_SKIP() << "multi-host test skipped: needs root to create network namespaces (ip netns)";
+    }
+    if (IpBinary().empty()) {
+      GTEST_SKIP() << "multi-host test skipped: needs iproute2's `ip` to create network namespaces";
+    }
     // This process moves into the client namespace and its gRPC threads stay there: one test
     // per process (as ctest runs them).
     static bool used = false;
