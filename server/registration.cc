@@ -91,14 +91,20 @@ class RegistrationClient::Link {
             grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()))),
         thread_([this] { Run(); }) {}
 
-  // `goodbye`: the worker is shutting down; tell the router it no longer serves.
-  void Stop(bool goodbye) {
+  // Wakes the link's thread to end (a call in flight finishes first, within its deadline).
+  void RequestStop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
-    thread_.join();
+  }
+
+  // Joins the thread. `goodbye`: the worker is shutting down; tell the router it no longer
+  // serves (one call, 500 ms at most).
+  void Stop(bool goodbye) {
+    RequestStop();
+    if (thread_.joinable()) thread_.join();
     if (!goodbye || !registered_) return;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
@@ -176,7 +182,14 @@ RegistrationClient::~RegistrationClient() {
   }
   cv_.notify_all();
   thread_.join();
-  for (auto& [address, link] : links_) link->Stop(/*goodbye=*/true);
+  // Every link stops at once, so that an unreachable router delays shutdown by one deadline
+  // rather than one per router; then the goodbyes go out in parallel.
+  for (auto& [address, link] : links_) link->RequestStop();
+  std::vector<std::thread> goodbyes;
+  for (auto& [address, link] : links_) {
+    goodbyes.emplace_back([l = link.get()] { l->Stop(/*goodbye=*/true); });
+  }
+  for (auto& t : goodbyes) t.join();
 }
 
 std::vector<std::string> RegistrationClient::registered_with() const {
