@@ -8,7 +8,7 @@
    in NEWER_FIELDS below (each with the Kubernetes version that introduced it); the
    ServiceMonitor (a Prometheus Operator CRD) is checked against SERVICE_MONITOR.
 3. Consistency across objects: selectors match pod labels, referenced ConfigMaps, PVCs and
-   container ports exist, probes are native gRPC probes, the grace period outlasts the drain,
+   container ports exist, probes are native gRPC probes, the grace period outlasts the drain (--drain-timeout-ms),
    workers point at the router Service, the dashboard ConfigMap holds
    deploy/grafana/tandem-dashboard.json byte for byte, GPUs are requested only by the gpu
    overlay's workers.
@@ -33,8 +33,16 @@ DEPLOY = os.path.join(ROOT, "deploy")
 K8S = os.path.join(DEPLOY, "k8s")
 SKIP = 77
 
-# tandem-server's drain after SIGTERM: in-flight calls get this long (server/server_main.cc).
-DRAIN_SECONDS = 5
+# After SIGTERM, tandem-server drains for up to --drain-timeout-ms (its default is read from
+# server/server_main.cc), then stops within about a second and says goodbye to the routers:
+# the grace period must exceed the drain by this margin.
+GRACE_MARGIN_SECONDS = 5
+
+
+def default_drain_seconds():
+    with open(os.path.join(ROOT, "server", "server_main.cc"), encoding="utf-8") as f:
+        m = re.search(r'GetInt\("drain-timeout-ms", (\d+)\)', f.read())
+    return int(m.group(1)) / 1000 if m else None
 ROUTER_SERVICE = "tandem-router"
 GRPC_PORT = 7000
 
@@ -242,6 +250,12 @@ def check_consistency(overlay, objs, problems):
     if len(namespaces) != 1:
         problems.add(where, f"objects span namespaces {sorted(map(str, namespaces))}")
 
+    drain = default_drain_seconds()
+    if drain is None:
+        problems.add(where, "cannot find the --drain-timeout-ms default in server/server_main.cc")
+        drain = 0
+    config_text = " ".join(str(v) for c in configmaps.values() if c["metadata"]["name"]
+                           .startswith("tandem-config") for v in c.get("data", {}).values())
     pod_labels = {}
     for name, d in deployments.items():
         w = f"{where}: Deployment {name}"
@@ -255,8 +269,13 @@ def check_consistency(overlay, objs, problems):
         if ann.get("prometheus.io/scrape") != "true":
             problems.add(w, "no prometheus.io/scrape annotation")
         grace = pod.get("terminationGracePeriodSeconds", 30)
-        if grace <= DRAIN_SECONDS:
-            problems.add(w, f"terminationGracePeriodSeconds {grace} <= the {DRAIN_SECONDS} s drain")
+        command_text = " ".join(" ".join(c.get("command", []) + c.get("args", []))
+                                for c in pod["containers"])
+        flags = re.findall(r"--drain-timeout-ms[ =](\d+)", command_text + " " + config_text)
+        pod_drain = max([int(x) / 1000 for x in flags], default=drain)
+        if grace < pod_drain + GRACE_MARGIN_SECONDS:
+            problems.add(w, f"terminationGracePeriodSeconds {grace} does not outlast the "
+                            f"{pod_drain:g} s drain by {GRACE_MARGIN_SECONDS} s")
         sc = pod.get("securityContext", {})
         if not sc.get("runAsNonRoot") or not sc.get("runAsUser"):
             problems.add(w, "pods must run as a non-root user (runAsNonRoot, runAsUser)")
@@ -608,7 +627,8 @@ def self_test(kubectl):
         ("exec probe", lambda o: container(o, "tandem-router").update(
             readinessProbe={"exec": {"command": ["true"]}}), "native grpc probe"),
         ("short grace", lambda o: deployment(o, "tandem-prefill")["spec"]["template"]["spec"]
-         .update(terminationGracePeriodSeconds=DRAIN_SECONDS), "terminationGracePeriodSeconds"),
+         .update(terminationGracePeriodSeconds=int(default_drain_seconds())),
+         "terminationGracePeriodSeconds"),
         ("no GPU", lambda o: container(o, "tandem-decode")["resources"]["limits"]
          .pop("nvidia.com/gpu"), "must request nvidia.com/gpu"),
         ("router GPU", lambda o: container(o, "tandem-router").setdefault("resources", {})

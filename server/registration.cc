@@ -141,6 +141,7 @@ class RegistrationClient::Link {
         req.set_worker_id(owner_->base_.worker_id());
         *req.mutable_load() = ToProto(owner_->load_());
         req.set_serving(owner_->serving_());
+        req.set_draining(owner_->draining_ && owner_->draining_());
         v1::HeartbeatResponse resp;
         grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
         if (!s.ok() || !resp.known()) {
@@ -167,11 +168,13 @@ class RegistrationClient::Link {
 
 RegistrationClient::RegistrationClient(std::string router, v1::RegisterRequest base,
                                        std::function<WorkerLoadSnapshot()> load,
-                                       std::function<bool()> serving, RegistrationOptions options)
+                                       std::function<bool()> serving,
+                                       std::function<bool()> draining, RegistrationOptions options)
     : router_(std::move(router)),
       base_(std::move(base)),
       load_(std::move(load)),
       serving_(std::move(serving)),
+      draining_(std::move(draining)),
       options_(options),
       thread_([this] { Run(); }) {}
 

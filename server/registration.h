@@ -38,11 +38,11 @@ struct RegistrationOptions {
 class RegistrationClient {
  public:
   // `router`: HOST:PORT as given to --router (validated by ResolveHostPort's rules; a name
-  // that does not resolve yet is retried). `load` and `serving` are called from the link
-  // threads.
+  // that does not resolve yet is retried). `load`, `serving` and `draining` (nullptr: never)
+  // are called from the link threads.
   RegistrationClient(std::string router, v1::RegisterRequest base,
                      std::function<WorkerLoadSnapshot()> load, std::function<bool()> serving,
-                     RegistrationOptions options = {});
+                     std::function<bool()> draining = nullptr, RegistrationOptions options = {});
   ~RegistrationClient();
 
   // Routers (resolved addresses) this worker is registered with now.
@@ -57,6 +57,7 @@ class RegistrationClient {
   const v1::RegisterRequest base_;
   const std::function<WorkerLoadSnapshot()> load_;
   const std::function<bool()> serving_;
+  const std::function<bool()> draining_;
   const RegistrationOptions options_;
 
   mutable std::mutex mu_;

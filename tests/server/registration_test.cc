@@ -143,7 +143,7 @@ TEST(RegistrationClient, UnresolvableNameKeepsRetryingWithoutRegistering) {
   options.retry_interval = absl::Milliseconds(10);
   RegistrationClient client(
       "no-such-router.invalid:7000", base, [] { return WorkerLoadSnapshot{}; }, [] { return true; },
-      options);
+      /*draining=*/nullptr, options);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_FALSE(client.registered());
   EXPECT_TRUE(client.registered_with().empty());
