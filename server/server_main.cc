@@ -170,6 +170,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     }
     advertise_host = host;
   }
+  if (advertise_host.empty()) return Fail("--host must not be empty");
   if (advertise_host.front() == '[' && advertise_host.back() == ']') {
     advertise_host = advertise_host.substr(1, advertise_host.size() - 2);
   }
