@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/sampler.h"
 #include "kv_transfer/kv_pack.h"
@@ -38,6 +39,14 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
+  e->kv_endpoint_ = e->receiver_->endpoint();
+  if (options.transport == "tcp" && !options.advertise_host.empty()) {
+    // "tcp://HOST:PORT": keep the bound port, replace the host.
+    const std::string port = e->kv_endpoint_.substr(e->kv_endpoint_.rfind(':') + 1);
+    e->kv_endpoint_ = options.advertise_host.find(':') == std::string::npos
+                          ? absl::StrCat("tcp://", options.advertise_host, ":", port)
+                          : absl::StrCat("tcp://[", options.advertise_host, "]:", port);
+  }
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
@@ -86,7 +95,7 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   r.lease_id = lease->id;
   lease_to_handle_[lease->id] = handle;
   UpdateGaugesLocked();
-  return Admission{handle, KvTarget{receiver_->endpoint(), lease->id, lease->generation}};
+  return Admission{handle, KvTarget{kv_endpoint_, lease->id, lease->generation}};
 }
 
 absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> payload) {

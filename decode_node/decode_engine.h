@@ -40,7 +40,10 @@ struct DecodeEngineOptions {
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
   std::string transport = "tcp";                     // the KV receiver's kind
   std::string listen = "127.0.0.1:0";                // tcp: host:port; local: a name
-  FaultSpec faults;                                  // step faults (tests)
+  // tcp: the host put in KV targets, reachable by prefill workers on other hosts (empty: the
+  // listening host; needed when `listen` is a wildcard such as 0.0.0.0).
+  std::string advertise_host;
+  FaultSpec faults;  // step faults (tests)
 
   absl::Status Validate() const;
 };
@@ -88,7 +91,7 @@ class DecodeEngine final : public KvSink {
   absl::Time last_failed_step() const;
 
   WorkerLoadSnapshot Load() const;
-  std::string kv_endpoint() const { return receiver_->endpoint(); }
+  std::string kv_endpoint() const { return kv_endpoint_; }
   // The leak check: no request, lease or block in use.
   bool Idle() const;
   int64_t steps() const;
@@ -121,6 +124,7 @@ class DecodeEngine final : public KvSink {
   DecodeMetrics* metrics_;
   KvCache cache_;
   std::unique_ptr<KvReceiver> receiver_;
+  std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;    // the loop waits for running requests

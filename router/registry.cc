@@ -113,6 +113,21 @@ int WorkerRegistry::PrefillBlockSize() const {
   return 0;
 }
 
+std::vector<WorkerEntry> WorkerRegistry::ForgetSilent(absl::Time now) {
+  std::vector<WorkerEntry> forgotten;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    if (now - it->second.last_seen > options_.forget_after) {
+      forgotten.push_back(std::move(it->second));
+      workers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  std::sort(forgotten.begin(), forgotten.end(),
+            [](const WorkerEntry& a, const WorkerEntry& b) { return a.id < b.id; });
+  return forgotten;
+}
+
 void WorkerRegistry::ReportFailure(const std::string& id, absl::Time now) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;

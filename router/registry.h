@@ -44,6 +44,10 @@ struct RegistryOptions {
   int max_consecutive_failures = 3;                     // then ejected...
   absl::Duration ejection = absl::Seconds(5);           // ...for this long, doubling while it
   absl::Duration max_ejection = absl::Seconds(60);      // keeps failing, up to this
+  // Silent this long: removed from the registry (a worker whose pod or host is gone never
+  // comes back under the same address; it registers again if it was only cut off). Must be
+  // >= heartbeat_timeout; InfiniteDuration keeps silent workers forever.
+  absl::Duration forget_after = absl::Seconds(30);
   size_t max_prefixes_per_worker = 16384;
 };
 
@@ -73,6 +77,9 @@ class WorkerRegistry {
                                          const std::set<std::string>& exclude);
   // Block size the prefill workers hash prompts with (0 when none is registered).
   int PrefillBlockSize() const;
+
+  // Removes every worker silent for longer than `forget_after`; returns them, by id.
+  std::vector<WorkerEntry> ForgetSilent(absl::Time now);
 
   // Outlier ejection: `max_consecutive_failures` failures in a row eject a worker for the
   // back-off (ejection, doubled per ejection without a success since, capped); after it the

@@ -215,9 +215,19 @@ Router::~Router() {
   if (metrics_) metrics_->registry.RemoveCollectHook(metrics_hook_);
 }
 
+void Router::ForgetSilentWorkersLocked(absl::Time now) {
+  for (const WorkerEntry& w : registry_.ForgetSilent(now)) {
+    std::fprintf(stderr, "[router] forgot worker %s at %s: no heartbeat for %s\n", w.id.c_str(),
+                 w.address.c_str(), absl::FormatDuration(now - w.last_seen).c_str());
+    if (metrics_) metrics_->worker_healthy(w.id, RoleName(w.role)).Set(0);
+    channels_.erase(w.address);
+  }
+}
+
 void Router::UpdateWorkerMetrics() {
   std::lock_guard<std::mutex> lock(mu_);
   const absl::Time now = absl::Now();
+  ForgetSilentWorkersLocked(now);
   for (const WorkerEntry* w : registry_.List()) {
     metrics_->worker_healthy(w->id, RoleName(w->role)).Set(registry_.Healthy(*w, now) ? 1 : 0);
   }
@@ -830,6 +840,7 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    ForgetSilentWorkersLocked(absl::Now());
     registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()), absl::Now());
   }
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
@@ -839,6 +850,7 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
 grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    ForgetSilentWorkersLocked(absl::Now());
     resp->set_known(registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(),
                                         absl::Now(), req->draining()));
   }
@@ -849,6 +861,7 @@ grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatRes
 grpc::Status Router::ListWorkers(v1::ListWorkersResponse* resp) {
   std::lock_guard<std::mutex> lock(mu_);
   const absl::Time now = absl::Now();
+  ForgetSilentWorkersLocked(now);
   for (const WorkerEntry* w : registry_.List()) {
     v1::WorkerInfo* info = resp->add_workers();
     info->set_worker_id(w->id);

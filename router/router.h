@@ -108,6 +108,8 @@ class Router {
   grpc::Status RunGenerate(const v1::GenerateRequest& req, const StreamCall& call);
   // Sets the per-worker health gauges (a collect hook: health changes with time).
   void UpdateWorkerMetrics();
+  // Drops workers silent for longer than options_.registry.forget_after (and their channels).
+  void ForgetSilentWorkersLocked(absl::Time now);
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
   std::optional<std::string> AddressOf(const std::string& worker_id);
 

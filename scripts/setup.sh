@@ -14,7 +14,11 @@ PACKAGES=(
   openssl libssl-dev
   prometheus
   clang-format
+  python3-kubernetes yamllint iproute2
 )
+# kubectl (for `kubectl kustomize` in the deploy checks): Debian's kubernetes-client, unless a
+# kubectl from elsewhere (e.g. the Kubernetes apt repository) is already installed.
+if ! command -v kubectl >/dev/null 2>&1; then PACKAGES+=(kubernetes-client); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,10 +43,14 @@ common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device a
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
           --tls-cert PEM --tls-key PEM (serve TLS)  --tls-ca PEM (and mutual TLS, every port
           and channel)  --max-message-bytes 16777216 (largest request received)
-router:   --heartbeat-ms 500  --api-keys-file PATH  --max-inflight 1024  --max-queued 256
+          --advertise-host HOST (the address others reach this process at; default
+          $TANDEM_ADVERTISE_HOST, else --host; required for workers when --host is 0.0.0.0)
+router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the registry)
+          --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
           --ejection-ms 5000 (outlier ejection back-off, doubling)  --keepalive-ms 10000
-workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
+workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
+          registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
 prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
 decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
@@ -89,7 +94,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "kv-listen",    "max-running",  "lease-timeout-ms", "metrics-port", "api-keys-file",
        "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms",
        "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
-       "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes"},
+       "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
+       "forget-after-ms"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -120,11 +126,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto ejection_ms = f->GetInt("ejection-ms", 5000);
   auto keepalive_ms = f->GetInt("keepalive-ms", 10000);
   auto max_threads = f->GetInt("max-threads", 0);
+  auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v :
        {&port,         &block_size, &num_blocks,       &kv_bytes,     &heartbeat,
         &budget,       &chunk,      &max_running,      &lease_ms,     &metrics_port,
         &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,  &prefill_timeout_ms,
-        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms, &max_threads}) {
+        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms, &max_threads,
+        &forget_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
@@ -155,6 +163,30 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   const bool is_decode = role == "decode" || role == "all";
   if (role != "all" && role != "router" && !f->Has("router")) {
     return Fail("--router HOST:PORT is required for a worker");
+  }
+  if (role != "all" && role != "router") {
+    // A name that does not resolve yet is retried; a malformed one is an error now.
+    auto resolved = ResolveHostPort(f->Get("router"));
+    if (!resolved.ok() && absl::IsInvalidArgument(resolved.status())) {
+      return Fail(std::string(resolved.status().message()));
+    }
+  }
+  // The address other hosts reach this process at (registered with the router, put in KV
+  // targets). A wildcard listening address cannot be advertised.
+  const char* env_advertise = std::getenv("TANDEM_ADVERTISE_HOST");
+  std::string advertise_host =
+      f->Get("advertise-host", env_advertise != nullptr ? env_advertise : "");
+  if (advertise_host.empty()) {
+    if ((host == "0.0.0.0" || host == "::" || host == "[::]") && (is_prefill || is_decode) &&
+        role != "all") {
+      return Fail("--advertise-host is required when --host is a wildcard (" + host +
+                  "); or set TANDEM_ADVERTISE_HOST (e.g. to the pod IP)");
+    }
+    advertise_host = host;
+  }
+  if (advertise_host.empty()) return Fail("--host must not be empty");
+  if (advertise_host.front() == '[' && advertise_host.back() == ']') {
+    advertise_host = advertise_host.substr(1, advertise_host.size() - 2);
   }
   // The colocated mode moves KV in memory.
   const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
@@ -195,6 +227,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.model_name = model_path;
     ro.heartbeat_interval_ms = static_cast<int>(*heartbeat);
     ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * *heartbeat, 1000));
+    ro.registry.forget_after = absl::Milliseconds(*forget_ms);
+    if (ro.registry.forget_after < ro.registry.heartbeat_timeout) {
+      return Fail(absl::StrFormat("--forget-after-ms must be >= the heartbeat timeout (%d ms)",
+                                  absl::ToInt64Milliseconds(ro.registry.heartbeat_timeout)));
+    }
     ro.max_in_flight = static_cast<int>(*max_inflight);
     ro.max_queued = static_cast<int>(*max_queued);
     ro.queue_timeout = absl::Milliseconds(*queue_timeout_ms);
@@ -246,6 +283,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.max_running = static_cast<int>(*max_running);
     dopt.lease_timeout = absl::Milliseconds(*lease_ms);
     dopt.transport = kv_transport;
+    dopt.advertise_host = advertise_host;
     dopt.faults = *faults;
     dopt.listen =
         f->Get("kv-listen",
@@ -285,7 +323,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0)
     return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
-  const std::string address = absl::StrFormat("%s:%d", host, bound_port);
+  const std::string address = JoinHostPort(advertise_host, bound_port);
   // Declared after the components: stops serving scrapes before they go away.
   auto metrics_server = MetricsServer::Start(host, static_cast<int>(*metrics_port), metrics);
   if (!metrics_server.ok()) return Fail(std::string(metrics_server.status().message()));
@@ -348,9 +386,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_role(r);
     req.set_address(address);
     req.set_model(model_path);
+    RegistrationOptions ro;
+    ro.credentials = MakePeerChannelCredentials(*tls);
     registrations.push_back(std::make_unique<RegistrationClient>(
         router_address, req, std::move(load), [&serving] { return serving.load(); },
-        [&draining] { return draining.load(); }, MakePeerChannelCredentials(*tls)));
+        [&draining] { return draining.load(); }, ro));
   };
   if (prefill) {
     register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });

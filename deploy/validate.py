@@ -1,0 +1,756 @@
+#!/usr/bin/python3
+"""Offline checks of deploy/ (the deploy_validate test; no cluster, no Docker daemon needed).
+
+1. `kubectl kustomize` builds the base and every overlay under deploy/k8s/overlays.
+2. Every object is checked against the Kubernetes API schema: the model classes of the
+   python3-kubernetes client (Debian package), walked strictly: an unknown field, a wrong type or
+   a missing required field is an error. API fields newer than the installed client are added
+   in NEWER_FIELDS below (each with the Kubernetes version that introduced it); the
+   ServiceMonitor (a Prometheus Operator CRD) is checked against SERVICE_MONITOR.
+3. Consistency across objects: selectors match pod labels, referenced ConfigMaps, PVCs and
+   container ports exist, probes are native gRPC probes, the grace period outlasts the drain (--drain-timeout-ms),
+   workers point at the router Service, the dashboard ConfigMap holds
+   deploy/grafana/tandem-dashboard.json byte for byte, GPUs are requested only by the gpu
+   overlay's workers.
+4. yamllint (deploy/yamllint.yaml) over every YAML file under deploy/.
+5. deploy/docker/Dockerfile and .dockerignore: Debian has no Dockerfile linter (hadolint is not
+   packaged), so check_dockerfile() below checks what a linter would and what this project
+   needs (see its docstring).
+
+Exit status: 0 all good, 1 problems (each printed), 77 a tool is missing (skipped).
+"""
+
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPLOY = os.path.join(ROOT, "deploy")
+K8S = os.path.join(DEPLOY, "k8s")
+SKIP = 77
+
+# After SIGTERM, tandem-server drains for up to --drain-timeout-ms (its default is read from
+# server/server_main.cc), then stops within about a second and says goodbye to the routers:
+# the grace period must exceed the drain by this margin.
+GRACE_MARGIN_SECONDS = 5
+
+
+def default_drain_seconds():
+    with open(os.path.join(ROOT, "server", "server_main.cc"), encoding="utf-8") as f:
+        m = re.search(r'GetInt\("drain-timeout-ms", (\d+)\)', f.read())
+    return int(m.group(1)) / 1000 if m else None
+ROUTER_SERVICE = "tandem-router"
+GRPC_PORT = 7000
+
+# API fields newer than python3-kubernetes 22.6 (Kubernetes 1.22), as {model: {json name: type}},
+# and the models they need. Only what the manifests use; each line names its source.
+NEWER_FIELDS = {
+    # Probe.grpc: GRPCAction, alpha in 1.23, beta (on by default) in 1.24, GA in 1.27.
+    "V1Probe": {"grpc": "V1GRPCAction"},
+}
+NEWER_MODELS = {
+    "V1GRPCAction": {"fields": {"port": "int", "service": "str"}, "required": ["port"]},
+}
+
+# monitoring.coreos.com/v1 ServiceMonitor: the fields of the Prometheus Operator's CRD that a
+# ServiceMonitor like ours can use (spec.endpoints[] abbreviated to its common fields).
+SERVICE_MONITOR = {
+    "fields": {
+        "apiVersion": "str",
+        "kind": "str",
+        "metadata": "V1ObjectMeta",
+        "spec": {
+            "fields": {
+                "selector": "V1LabelSelector",
+                "namespaceSelector": {"fields": {"any": "bool", "matchNames": "list[str]"}},
+                "jobLabel": "str",
+                "targetLabels": "list[str]",
+                "podTargetLabels": "list[str]",
+                "sampleLimit": "int",
+                "endpoints": [{
+                    "fields": {
+                        "port": "str", "targetPort": "object", "path": "str", "scheme": "str",
+                        "interval": "str", "scrapeTimeout": "str", "honorLabels": "bool",
+                        "honorTimestamps": "bool", "params": "dict(str, list[str])",
+                        "relabelings": "list[object]", "metricRelabelings": "list[object]",
+                    },
+                }],
+            },
+            "required": ["selector", "endpoints"],
+        },
+    },
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+}
+
+
+class Problems:
+    def __init__(self):
+        self.items = []
+
+    def add(self, where, msg):
+        self.items.append(f"{where}: {msg}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+
+def model_class(name):
+    import kubernetes.client as kc
+    return getattr(kc, name, None)
+
+
+def check_value(value, schema, path, problems):
+    """Checks `value` against `schema`: a client type name ("str", "list[V1Container]",
+    "V1PodSpec", ...) or an inline object schema ({"fields": ..., "required": ...} or [that])."""
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            problems.add(path, f"expected a list, got {type(value).__name__}")
+            return
+        for i, v in enumerate(value):
+            check_value(v, schema[0], f"{path}[{i}]", problems)
+        return
+    if isinstance(schema, dict):
+        check_object(value, schema["fields"], schema.get("required", []), path, problems)
+        return
+    t = schema
+    if t.startswith("list["):
+        if not isinstance(value, list):
+            problems.add(path, f"expected a list, got {type(value).__name__}")
+            return
+        for i, v in enumerate(value):
+            check_value(v, t[5:-1], f"{path}[{i}]", problems)
+    elif t.startswith("dict("):
+        inner = t[t.index(",") + 1:-1].strip()
+        if not isinstance(value, dict):
+            problems.add(path, f"expected a map, got {type(value).__name__}")
+            return
+        for k, v in value.items():
+            if not isinstance(k, str):
+                problems.add(path, f"map key {k!r} is not a string")
+            check_value(v, inner, f"{path}.{k}", problems)
+    elif t == "str":
+        if not isinstance(value, str):
+            problems.add(path, f"expected a string, got {value!r}")
+    elif t == "int":
+        if not isinstance(value, int) or isinstance(value, bool):
+            problems.add(path, f"expected an integer, got {value!r}")
+    elif t == "float":
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            problems.add(path, f"expected a number, got {value!r}")
+    elif t == "bool":
+        if not isinstance(value, bool):
+            problems.add(path, f"expected true or false, got {value!r}")
+    elif t == "datetime" or t == "date":
+        if not isinstance(value, str):
+            problems.add(path, f"expected a timestamp string, got {value!r}")
+    elif t == "object":
+        pass  # IntOrString, RawExtension: any JSON value
+    elif t in NEWER_MODELS:
+        m = NEWER_MODELS[t]
+        check_object(value, m["fields"], m.get("required", []), path, problems)
+    else:
+        cls = model_class(t)
+        if cls is None:
+            problems.add(path, f"unknown model {t} (python3-kubernetes too old?)")
+            return
+        fields = {json_name: cls.openapi_types[attr] for attr, json_name in cls.attribute_map.items()}
+        fields.update(NEWER_FIELDS.get(t, {}))
+        check_object(value, fields, required_fields(cls), path, problems, t)
+
+
+def required_fields(cls):
+    """JSON names of the fields the client's model refuses to leave unset."""
+    import kubernetes.client as kc
+    required = []
+    config = kc.Configuration()
+    config.client_side_validation = True
+    for attr, json_name in cls.attribute_map.items():
+        obj = cls.__new__(cls)
+        obj.local_vars_configuration = config
+        try:
+            setattr(obj, attr, None)
+        except ValueError:
+            required.append(json_name)
+    return required
+
+
+def check_object(value, fields, required, path, problems, type_name="object"):
+    if not isinstance(value, dict):
+        problems.add(path, f"expected an object ({type_name}), got {value!r}")
+        return
+    for k, v in value.items():
+        if k not in fields:
+            problems.add(f"{path}.{k}", f"unknown field (not in {type_name})")
+            continue
+        if v is None:
+            continue
+        check_value(v, fields[k], f"{path}.{k}", problems)
+    for r in required:
+        if value.get(r) is None:
+            problems.add(path, f"required field {r} is missing ({type_name})")
+
+
+def check_schema(obj, where, problems):
+    api, kind = obj.get("apiVersion", ""), obj.get("kind", "")
+    if (api, kind) == ("monitoring.coreos.com/v1", "ServiceMonitor"):
+        check_value(obj, SERVICE_MONITOR, where, problems)
+        return
+    version = api.split("/")[-1]
+    name = version[:1].upper() + version[1:] + kind
+    if model_class(name) is None:
+        problems.add(where, f"no Kubernetes model for {api} {kind}")
+        return
+    check_value(obj, name, where, problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consistency
+
+
+def matches(selector, labels):
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        has = e["key"] in labels
+        val = labels.get(e["key"])
+        op = e["operator"]
+        if op == "In" and val not in e.get("values", []):
+            return False
+        if op == "NotIn" and val in e.get("values", []):
+            return False
+        if op == "Exists" and not has:
+            return False
+        if op == "DoesNotExist" and has:
+            return False
+    return True
+
+
+def check_consistency(overlay, objs, problems):
+    where = f"overlay {overlay}"
+    by_kind = {}
+    for o in objs:
+        by_kind.setdefault(o["kind"], []).append(o)
+    deployments = {d["metadata"]["name"]: d for d in by_kind.get("Deployment", [])}
+    configmaps = {c["metadata"]["name"]: c for c in by_kind.get("ConfigMap", [])}
+    pvcs = {c["metadata"]["name"] for c in by_kind.get("PersistentVolumeClaim", [])}
+    services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+
+    roles = {"tandem-router": "router", "tandem-prefill": "prefill", "tandem-decode": "decode"}
+    for name in roles:
+        if name not in deployments:
+            problems.add(where, f"Deployment {name} is missing")
+
+    namespaces = {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"}
+    if len(namespaces) != 1:
+        problems.add(where, f"objects span namespaces {sorted(map(str, namespaces))}")
+
+    drain = default_drain_seconds()
+    if drain is None:
+        problems.add(where, "cannot find the --drain-timeout-ms default in server/server_main.cc")
+        drain = 0
+    config_text = " ".join(str(v) for c in configmaps.values() if c["metadata"]["name"]
+                           .startswith("tandem-config") for v in c.get("data", {}).values())
+    pod_labels = {}
+    for name, d in deployments.items():
+        w = f"{where}: Deployment {name}"
+        spec = d["spec"]
+        labels = spec["template"]["metadata"].get("labels", {})
+        pod_labels[name] = labels
+        if not matches(spec["selector"], labels):
+            problems.add(w, "selector does not match the pod template's labels")
+        pod = spec["template"]["spec"]
+        ann = spec["template"]["metadata"].get("annotations", {})
+        if ann.get("prometheus.io/scrape") != "true":
+            problems.add(w, "no prometheus.io/scrape annotation")
+        grace = pod.get("terminationGracePeriodSeconds", 30)
+        command_text = " ".join(" ".join(c.get("command", []) + c.get("args", []))
+                                for c in pod["containers"])
+        flags = re.findall(r"--drain-timeout-ms[ =](\d+)", command_text + " " + config_text)
+        pod_drain = max([int(x) / 1000 for x in flags], default=drain)
+        if grace < pod_drain + GRACE_MARGIN_SECONDS:
+            problems.add(w, f"terminationGracePeriodSeconds {grace} does not outlast the "
+                            f"{pod_drain:g} s drain by {GRACE_MARGIN_SECONDS} s")
+        sc = pod.get("securityContext", {})
+        if not sc.get("runAsNonRoot") or not sc.get("runAsUser"):
+            problems.add(w, "pods must run as a non-root user (runAsNonRoot, runAsUser)")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for v in volumes.values():
+            if "configMap" in v and v["configMap"]["name"] not in configmaps:
+                problems.add(w, f"volume {v['name']}: no ConfigMap {v['configMap']['name']}")
+            if "persistentVolumeClaim" in v and v["persistentVolumeClaim"]["claimName"] not in pvcs:
+                problems.add(w, f"volume {v['name']}: no PVC "
+                                f"{v['persistentVolumeClaim']['claimName']} in the overlay")
+        for c in pod["containers"]:
+            cw = f"{w} container {c['name']}"
+            ports = {p["containerPort"] for p in c.get("ports", [])}
+            port_names = {p.get("name") for p in c.get("ports", [])}
+            for probe in ("readinessProbe", "livenessProbe"):
+                p = c.get(probe)
+                if p is None or "grpc" not in p:
+                    problems.add(cw, f"{probe} must be a native grpc probe (grpc.health.v1)")
+                elif p["grpc"]["port"] not in ports:
+                    problems.add(cw, f"{probe} port {p['grpc']['port']} is not a container port")
+            if "metrics" not in port_names:
+                problems.add(cw, "no port named metrics")
+            for ef in c.get("envFrom", []):
+                ref = ef.get("configMapRef", {}).get("name")
+                if ref is not None and ref not in configmaps:
+                    problems.add(cw, f"envFrom: no ConfigMap {ref}")
+            for m in c.get("volumeMounts", []):
+                if m["name"] not in volumes:
+                    problems.add(cw, f"volumeMount {m['name']}: no such volume")
+            command = " ".join(c.get("command", []) + c.get("args", []))
+            role = roles.get(name)
+            if role and f"tandem-{role}" not in command:
+                problems.add(cw, f"does not run tandem-{role}")
+            if role in ("prefill", "decode"):
+                if f"--router {ROUTER_SERVICE}:{GRPC_PORT}" not in command:
+                    problems.add(cw, f"workers must register at --router {ROUTER_SERVICE}:{GRPC_PORT}")
+                env = {e["name"]: e for e in c.get("env", [])}
+                adv = env.get("TANDEM_ADVERTISE_HOST", {}).get("valueFrom", {}).get("fieldRef", {})
+                if adv.get("fieldPath") != "status.podIP" and "--advertise-host" not in command:
+                    problems.add(cw, "workers must advertise the pod IP (TANDEM_ADVERTISE_HOST)")
+            gpus = {k: v for k, v in (c.get("resources", {}).get("limits") or {}).items()
+                    if k == "nvidia.com/gpu"}
+            wants_gpu = overlay == "gpu" and role in ("prefill", "decode")
+            if wants_gpu and not gpus:
+                problems.add(cw, "the gpu overlay's workers must request nvidia.com/gpu")
+            if not wants_gpu and gpus:
+                problems.add(cw, "requests a GPU outside the gpu overlay's workers")
+            if wants_gpu and gpus:
+                req = (c.get("resources", {}).get("requests") or {}).get("nvidia.com/gpu")
+                if req is not None and req != gpus["nvidia.com/gpu"]:
+                    problems.add(cw, "nvidia.com/gpu requests and limits differ")
+
+    router = services.get(ROUTER_SERVICE)
+    if router is None:
+        problems.add(where, f"Service {ROUTER_SERVICE} is missing")
+    else:
+        if router["spec"].get("clusterIP") != "None":
+            problems.add(where, f"Service {ROUTER_SERVICE} must be headless (clusterIP: None)")
+        if GRPC_PORT not in [p["port"] for p in router["spec"]["ports"]]:
+            problems.add(where, f"Service {ROUTER_SERVICE} does not expose {GRPC_PORT}")
+    for name, s in services.items():
+        sel = {"matchLabels": s["spec"].get("selector", {})}
+        if not any(matches(sel, l) for l in pod_labels.values()):
+            problems.add(where, f"Service {name} selects no Deployment's pods")
+        for p in s["spec"]["ports"]:
+            target = p.get("targetPort", p["port"])
+            if isinstance(target, str):
+                ok = any(matches(sel, pod_labels[d]) and target in
+                         {cp.get("name") for c in deployments[d]["spec"]["template"]["spec"]
+                          ["containers"] for cp in c.get("ports", [])} for d in deployments)
+                if not ok:
+                    problems.add(where, f"Service {name}: no selected pod has port {target}")
+    for pdb in by_kind.get("PodDisruptionBudget", []):
+        if not any(matches(pdb["spec"]["selector"], l) for l in pod_labels.values()):
+            problems.add(where, f"PodDisruptionBudget {pdb['metadata']['name']} selects no pods")
+    covered = {d for d in deployments
+               for pdb in by_kind.get("PodDisruptionBudget", [])
+               if matches(pdb["spec"]["selector"], pod_labels[d])}
+    for d in deployments:
+        if d not in covered:
+            problems.add(where, f"Deployment {d} has no PodDisruptionBudget")
+    monitors = by_kind.get("ServiceMonitor", [])
+    if not monitors:
+        problems.add(where, "no ServiceMonitor")
+    for m in monitors:
+        sel = m["spec"]["selector"]
+        for role in ("tandem-router", "tandem-prefill", "tandem-decode"):
+            s = services.get(role)
+            if s is None or not matches(sel, s["metadata"].get("labels", {})):
+                problems.add(where, f"ServiceMonitor {m['metadata']['name']} misses Service {role}")
+            elif "metrics" not in [p.get("name") for p in s["spec"]["ports"]]:
+                problems.add(where, f"Service {role} has no metrics port")
+
+    dashboards = [c for c in configmaps.values() if "tandem-dashboard.json" in c.get("data", {})]
+    with open(os.path.join(DEPLOY, "grafana", "tandem-dashboard.json"), encoding="utf-8") as f:
+        dashboard = f.read()
+    if len(dashboards) != 1:
+        problems.add(where, "expected one ConfigMap with tandem-dashboard.json")
+    elif dashboards[0]["data"]["tandem-dashboard.json"] != dashboard:
+        problems.add(where, "the dashboard ConfigMap differs from deploy/grafana/tandem-dashboard.json")
+    elif dashboards[0]["metadata"].get("labels", {}).get("grafana_dashboard") != "1":
+        problems.add(where, "the dashboard ConfigMap lacks the grafana_dashboard label")
+    config = [c for n, c in configmaps.items() if n.startswith("tandem-config")]
+    if len(config) != 1 or not config[0].get("data", {}).get("TANDEM_MODEL"):
+        problems.add(where, "expected one tandem-config ConfigMap with TANDEM_MODEL")
+
+
+# ---------------------------------------------------------------------------------------------
+# Dockerfile
+
+INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT",
+                "VOLUME", "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL"}
+
+
+def dockerfile_instructions(text):
+    """[(line number, INSTRUCTION, arguments)], continuation lines joined, comments dropped."""
+    out, buf, start = [], "", 0
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not buf and (not stripped or stripped.startswith("#")):
+            continue
+        if buf and stripped.startswith("#"):
+            continue  # a comment inside a continued instruction
+        if not buf:
+            start = n
+        if stripped.endswith("\\"):
+            buf += stripped[:-1] + " "
+            continue
+        buf += stripped
+        word, _, rest = buf.partition(" ")
+        out.append((start, word, rest.strip()))
+        buf = ""
+    if buf:
+        out.append((start, "<unterminated>", buf))
+    return out
+
+
+def dockerignore_excludes(patterns, path):
+    """Whether .dockerignore `patterns` exclude `path` (relative, '/'-separated): the last
+    matching pattern wins; a pattern also excludes everything under a matching folder."""
+    excluded = False
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    for p in patterns:
+        negate = p.startswith("!")
+        pat = p[1:] if negate else p
+        pat = pat.strip("/")
+        regex = re.escape(pat).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*")
+        regex = regex.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+        if any(re.fullmatch(regex, pre) for pre in prefixes):
+            excluded = not negate
+    return excluded
+
+
+def check_dockerfile(problems, text=None, ignore_patterns=None):
+    """deploy/docker/Dockerfile: known instructions; only ARG before the first FROM; every base
+    image pinned to a tag (after ARG defaults), never :latest; unique stage names; COPY --from
+    names an earlier stage; no ADD (COPY is explicit); apt-get update and install in one RUN
+    with -y and --no-install-recommends, lists removed; absolute WORKDIRs; numeric EXPOSE; the
+    final stage runs as a non-root user, has a HEALTHCHECK, and exec-form ENTRYPOINT/CMD/
+    HEALTHCHECK (valid JSON arrays); the build context (repository root, .dockerignore)
+    keeps every source folder the build needs and drops build outputs, models and .git."""
+    where = "deploy/docker/Dockerfile"
+    if text is None:
+        with open(os.path.join(DEPLOY, "docker", "Dockerfile"), encoding="utf-8") as f:
+            text = f.read()
+    ins = dockerfile_instructions(text)
+    args = {}
+    stages = []
+    seen_from = False
+    final = {}
+    for n, word, rest in ins:
+        w = f"{where}:{n}"
+        if word != word.upper() or word not in INSTRUCTIONS:
+            problems.add(w, f"unknown or lower-case instruction {word}")
+            continue
+        if word == "ARG":
+            name, _, default = rest.partition("=")
+            if not seen_from:
+                args[name] = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), default)
+            continue
+        if not seen_from and word != "FROM":
+            problems.add(w, f"{word} before the first FROM")
+        if word == "FROM":
+            seen_from = True
+            m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            if not m:
+                problems.add(w, f"cannot parse FROM {rest}")
+                continue
+            image = re.sub(r"\$\{(\w+)\}", lambda x: args.get(x.group(1), "<unset>"), m.group(1))
+            if "<unset>" in image:
+                problems.add(w, f"FROM {m.group(1)}: an ARG without a default before FROM")
+            elif image not in [s for s in stages] and "@" not in image:
+                tag = image.rsplit("/", 1)[-1].partition(":")[2]
+                if not tag:
+                    problems.add(w, f"base image {image} is not pinned to a tag")
+                elif tag == "latest":
+                    problems.add(w, f"base image {image} uses :latest")
+            name = m.group(2) or str(len(stages))
+            if name in stages:
+                problems.add(w, f"stage name {name} is used twice")
+            stages.append(name)
+            final = {"user": None, "healthcheck": False, "entry": False}
+            continue
+        if word == "ADD":
+            problems.add(w, "use COPY (ADD fetches URLs and unpacks archives implicitly)")
+        if word == "COPY":
+            m = re.search(r"--from=(\S+)", rest)
+            if m and m.group(1) not in stages[:-1]:
+                problems.add(w, f"COPY --from={m.group(1)}: no earlier stage of that name")
+        if word == "RUN" and "apt-get install" in rest:
+            if "apt-get update" not in rest:
+                problems.add(w, "apt-get install without apt-get update in the same RUN")
+            if "--no-install-recommends" not in rest or not re.search(r"\s-y\b|--yes", rest):
+                problems.add(w, "apt-get install needs -y and --no-install-recommends")
+            if "rm -rf /var/lib/apt/lists" not in rest:
+                problems.add(w, "remove /var/lib/apt/lists in the RUN that installs")
+        if word == "WORKDIR" and not rest.startswith("/"):
+            problems.add(w, f"WORKDIR {rest} is not absolute")
+        if word == "EXPOSE":
+            for p in rest.split():
+                if not re.fullmatch(r"\d+(/(tcp|udp))?", p) or not 0 < int(p.split("/")[0]) < 65536:
+                    problems.add(w, f"EXPOSE {p} is not a port")
+        if word == "USER":
+            final["user"] = rest.split(":")[0]
+        if word in ("ENTRYPOINT", "CMD", "HEALTHCHECK"):
+            payload = rest
+            if word == "HEALTHCHECK":
+                final["healthcheck"] = rest.strip() != "NONE"
+                payload = rest[rest.index("CMD") + 3:].strip() if " CMD " in f" {rest} " else ""
+                if not payload and final["healthcheck"]:
+                    problems.add(w, "HEALTHCHECK without CMD")
+            if payload:
+                try:
+                    value = json.loads(payload)
+                    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+                        raise ValueError
+                except ValueError:
+                    problems.add(w, f"{word} must be in exec form (a JSON array of strings)")
+            if word == "ENTRYPOINT":
+                final["entry"] = True
+    if len(stages) < 2:
+        problems.add(where, "expected a multi-stage build (build and runtime stages)")
+    if final.get("user") in (None, "root", "0"):
+        problems.add(where, "the final stage must switch to a non-root USER")
+    if not final.get("healthcheck"):
+        problems.add(where, "the final stage has no HEALTHCHECK")
+    if not final.get("entry"):
+        problems.add(where, "the final stage has no ENTRYPOINT")
+    for a in ("BUILD_IMAGE", "RUNTIME_IMAGE"):
+        if a not in args:
+            problems.add(where, f"ARG {a} (the CPU variant's switch) is missing")
+
+    patterns = ignore_patterns
+    if patterns is None:
+        ignore_path = os.path.join(ROOT, ".dockerignore")
+        if not os.path.exists(ignore_path):
+            problems.add(".dockerignore", "missing")
+            return
+        with open(ignore_path, encoding="utf-8") as f:
+            patterns = [l.strip() for l in f if l.strip() and not l.strip().startswith("#")]
+    with open(os.path.join(ROOT, "CMakeLists.txt"), encoding="utf-8") as f:
+        cmake = f.read()
+    # Folders the build always adds (bench and tests are switched off in the image).
+    needed = [d for d in re.findall(r"^add_subdirectory\((\w+)\)", cmake, re.M)
+              if d not in ("bench", "tests")]
+    needed += ["CMakeLists.txt", "cmake", "scripts/fetch_model.sh"]
+    for d in needed:
+        if not os.path.exists(os.path.join(ROOT, d)):
+            problems.add(where, f"the build needs {d}, which does not exist")
+        elif dockerignore_excludes(patterns, d):
+            problems.add(".dockerignore", f"excludes {d}, which the image build needs")
+    for d in (".git", "build", "build-asan", "models"):
+        if not dockerignore_excludes(patterns, d):
+            problems.add(".dockerignore", f"does not exclude {d}")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def render(kubectl, d):
+    import yaml
+    r = subprocess.run([kubectl, "kustomize", d], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    return [o for o in yaml.safe_load_all(r.stdout) if o is not None], ""
+
+
+def self_test(kubectl):
+    """Each check must reject a manifest or Dockerfile broken in the way it looks for."""
+    import copy
+    failures = []
+
+    def expect(label, problems, needle):
+        if not any(needle in p for p in problems.items):
+            failures.append(f"{label}: expected a problem containing {needle!r}, got "
+                            f"{problems.items or 'none'}")
+
+    objs, err = render(kubectl, os.path.join(K8S, "overlays", "gpu"))
+    if objs is None:
+        print("self-test: kubectl kustomize failed: " + err)
+        return 1
+    clean = Problems()
+    check_consistency("gpu", objs, clean)
+    for o in objs:
+        check_schema(o, "gpu", clean)
+    if clean.items:
+        failures.append(f"the gpu overlay itself has problems: {clean.items}")
+
+    def deployment(objs, name):
+        return next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == name)
+
+    schema_cases = [
+        ("unknown field", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
+            imagePullPolcy="Always"), "imagePullPolcy: unknown field"),
+        ("wrong type", lambda d: d["spec"].update(replicas="2"), "expected an integer"),
+        ("missing required", lambda d: d["spec"]["template"]["spec"].pop("containers"),
+         "required field containers"),
+        ("grpc probe without port", lambda d: d["spec"]["template"]["spec"]["containers"][0]
+         ["readinessProbe"]["grpc"].pop("port"), "required field port"),
+        ("unknown probe field", lambda d: d["spec"]["template"]["spec"]["containers"][0]
+         ["livenessProbe"].update(grpcc={"port": 7000}), "grpcc: unknown field"),
+        ("quantity as a number", lambda d: d["spec"]["template"]["spec"]["containers"][0]
+         ["resources"]["limits"].update({"nvidia.com/gpu": 1}), "expected a string"),
+    ]
+    for label, mutate, needle in schema_cases:
+        d = copy.deepcopy(deployment(objs, "tandem-decode"))
+        mutate(d)
+        p = Problems()
+        check_schema(d, "self-test", p)
+        expect(label, p, needle)
+    sm = copy.deepcopy(next(o for o in objs if o["kind"] == "ServiceMonitor"))
+    sm["spec"]["endpoints"][0]["intervall"] = "5s"
+    p = Problems()
+    check_schema(sm, "self-test", p)
+    expect("ServiceMonitor unknown field", p, "intervall: unknown field")
+
+    def mutated(fn):
+        o = copy.deepcopy(objs)
+        fn(o)
+        p = Problems()
+        check_consistency("gpu", o, p)
+        return p
+
+    def container(o, name):
+        return deployment(o, name)["spec"]["template"]["spec"]["containers"][0]
+
+    consistency_cases = [
+        ("exec probe", lambda o: container(o, "tandem-router").update(
+            readinessProbe={"exec": {"command": ["true"]}}), "native grpc probe"),
+        ("short grace", lambda o: deployment(o, "tandem-prefill")["spec"]["template"]["spec"]
+         .update(terminationGracePeriodSeconds=int(default_drain_seconds())),
+         "terminationGracePeriodSeconds"),
+        ("no GPU", lambda o: container(o, "tandem-decode")["resources"]["limits"]
+         .pop("nvidia.com/gpu"), "must request nvidia.com/gpu"),
+        ("router GPU", lambda o: container(o, "tandem-router").setdefault("resources", {})
+         .setdefault("limits", {}).update({"nvidia.com/gpu": "1"}), "requests a GPU outside"),
+        ("dashboard copy", lambda o: next(c for c in o if "tandem-dashboard.json" in
+                                          c.get("data", {}))["data"].update(
+            {"tandem-dashboard.json": "{}"}), "differs from deploy/grafana"),
+        ("wrong router", lambda o: container(o, "tandem-decode").update(
+            args=[container(o, "tandem-decode")["args"][0].replace("tandem-router:", "router:")]),
+         "--router tandem-router"),
+        ("pdb selector", lambda o: [x for x in o if x["kind"] == "PodDisruptionBudget"][0]["spec"]
+         ["selector"]["matchLabels"].update({"app.kubernetes.io/component": "nope"}),
+         "selects no pods"),
+        ("missing configmap", lambda o: o.remove(next(c for c in o if c["kind"] == "ConfigMap" and
+                                                      c["metadata"]["name"].startswith(
+                                                          "tandem-config"))), "envFrom: no ConfigMap"),
+        ("not headless", lambda o: next(x for x in o if x["kind"] == "Service" and
+                                        x["metadata"]["name"] == ROUTER_SERVICE)["spec"].update(
+            clusterIP="10.0.0.1"), "must be headless"),
+        ("selector mismatch", lambda o: deployment(o, "tandem-decode")["spec"]["selector"]
+         ["matchLabels"].update({"app.kubernetes.io/component": "x"}), "selector does not match"),
+    ]
+    for label, fn, needle in consistency_cases:
+        expect(label, mutated(fn), needle)
+
+    with open(os.path.join(DEPLOY, "docker", "Dockerfile"), encoding="utf-8") as f:
+        dockerfile = f.read()
+    docker_cases = [
+        ("latest", lambda t: t.replace("FROM ${RUNTIME_IMAGE} AS runtime",
+                                       "FROM debian:latest AS runtime"), ":latest"),
+        ("untagged", lambda t: t.replace("FROM ${RUNTIME_IMAGE} AS runtime",
+                                         "FROM debian AS runtime"), "not pinned"),
+        ("root", lambda t: t.replace("USER 10001:10001", "USER root"), "non-root USER"),
+        ("no healthcheck", lambda t: re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", t),
+         "no HEALTHCHECK"),
+        ("ADD", lambda t: t.replace("COPY . .", "ADD . ."), "use COPY"),
+        ("recommends", lambda t: t.replace("--no-install-recommends", ""), "--no-install-recommends"),
+        ("shell form", lambda t: t.replace('ENTRYPOINT ["tandem-server"]',
+                                           "ENTRYPOINT tandem-server"), "exec form"),
+        ("bad stage", lambda t: t.replace("--from=build", "--from=builder"), "no earlier stage"),
+    ]
+    for label, fn, needle in docker_cases:
+        changed = fn(dockerfile)
+        if changed == dockerfile:
+            failures.append(f"Dockerfile case {label}: the mutation did not apply")
+            continue
+        p = Problems()
+        check_dockerfile(p, text=changed)
+        expect(f"Dockerfile {label}", p, needle)
+    p = Problems()
+    check_dockerfile(p, ignore_patterns=["engine", "build*"])
+    expect(".dockerignore excluding sources", p, "excludes engine")
+    expect(".dockerignore keeping .git", p, "does not exclude .git")
+    for path, pats, want in [("build/bin", ["build*"], True), ("engine/x.cc", ["build*"], False),
+                             ("a/b/__pycache__", ["**/__pycache__"], True),
+                             ("models", ["models", "!models"], False)]:
+        if dockerignore_excludes(pats, path) != want:
+            failures.append(f"dockerignore_excludes({pats}, {path}) != {want}")
+
+    for f in failures:
+        print("self-test: " + f)
+    n = len(schema_cases) + len(consistency_cases) + len(docker_cases) + 7
+    print(f"deploy validation self-test: {'FAILED' if failures else 'ok'} ({n} cases)")
+    return 1 if failures else 0
+
+
+def main():
+    missing = []
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        missing.append("kubectl (Debian package kubernetes-client)")
+    yamllint = shutil.which("yamllint")
+    if yamllint is None:
+        missing.append("yamllint")
+    try:
+        import kubernetes.client  # noqa: F401
+        import yaml
+    except ImportError:
+        missing.append("python3-kubernetes (run with /usr/bin/python3)")
+    if missing:
+        print("deploy validation skipped: missing " + ", ".join(missing) +
+              " (scripts/setup.sh installs them)")
+        return SKIP
+
+    if "--self-test" in sys.argv[1:]:
+        return self_test(kubectl)
+
+    problems = Problems()
+    overlays = sorted(os.listdir(os.path.join(K8S, "overlays")))
+    if set(overlays) < {"cpu-demo", "gpu"}:
+        problems.add("deploy/k8s/overlays", f"expected cpu-demo and gpu, found {overlays}")
+    counts = {}
+    for overlay in ["base"] + overlays:
+        d = os.path.join(K8S, "base") if overlay == "base" else os.path.join(K8S, "overlays", overlay)
+        objs, err = render(kubectl, d)
+        if objs is None:
+            problems.add(f"kubectl kustomize {os.path.relpath(d, ROOT)}", err)
+            continue
+        counts[overlay] = len(objs)
+        for i, o in enumerate(objs):
+            name = f"{overlay}: {o.get('kind')}/{o.get('metadata', {}).get('name')}"
+            check_schema(o, name, problems)
+        if overlay != "base":
+            check_consistency(overlay, objs, problems)
+
+    r = subprocess.run([yamllint, "-f", "parsable", "-c", os.path.join(DEPLOY, "yamllint.yaml"),
+                        DEPLOY], capture_output=True, text=True)
+    if r.returncode != 0:
+        for line in (r.stdout + r.stderr).strip().splitlines():
+            problems.add("yamllint", line)
+
+    check_dockerfile(problems)
+
+    for p in problems.items:
+        print(p)
+    summary = ", ".join(f"{k} {v} objects" for k, v in counts.items())
+    if problems.items:
+        print(f"deploy validation: {len(problems.items)} problem(s) ({summary})")
+        return 1
+    print(f"deploy validation: ok ({summary}; yamllint; Dockerfile)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

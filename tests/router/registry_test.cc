@@ -1,0 +1,103 @@
+// WorkerRegistry: forgetting workers that stopped heartbeating (issue 11), next to the health
+// rules it builds on.
+#include "router/registry.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem {
+namespace {
+
+WorkerLoadSnapshot Load(int free_blocks) {
+  WorkerLoadSnapshot l;
+  l.block_size = 16;
+  l.free_blocks = free_blocks;
+  l.total_blocks = free_blocks;
+  return l;
+}
+
+RegistryOptions Options() {
+  RegistryOptions o;
+  o.heartbeat_timeout = absl::Seconds(3);
+  o.forget_after = absl::Seconds(30);
+  return o;
+}
+
+std::vector<std::string> Ids(const WorkerRegistry& r) {
+  std::vector<std::string> ids;
+  for (const WorkerEntry* w : r.List()) ids.push_back(w->id);
+  return ids;
+}
+
+TEST(RegistryForget, SilentWorkerIsUnhealthyThenForgotten) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0);
+  r.Register("d2", WorkerRole::kDecode, "10.0.0.2:7000", Load(100), t0);
+  // d2 keeps heartbeating, d1 goes silent.
+  for (int s = 1; s <= 40; ++s) {
+    ASSERT_TRUE(r.Heartbeat("d2", Load(100), true, t0 + absl::Seconds(s)));
+  }
+  const absl::Time unhealthy = t0 + absl::Seconds(4);
+  EXPECT_FALSE(r.Healthy(*r.Find("d1"), unhealthy));
+  EXPECT_TRUE(r.ForgetSilent(unhealthy).empty()) << "unhealthy is not yet forgotten";
+  EXPECT_EQ(Ids(r), (std::vector<std::string>{"d1", "d2"}));
+  // Exactly at forget_after it is kept; past it, it is removed and returned.
+  EXPECT_TRUE(r.ForgetSilent(t0 + absl::Seconds(30)).empty());
+  const std::vector<WorkerEntry> gone = r.ForgetSilent(t0 + absl::Seconds(31));
+  ASSERT_EQ(gone.size(), 1u);
+  EXPECT_EQ(gone[0].id, "d1");
+  EXPECT_EQ(gone[0].address, "10.0.0.1:7000");
+  EXPECT_EQ(gone[0].role, WorkerRole::kDecode);
+  EXPECT_EQ(Ids(r), (std::vector<std::string>{"d2"}));
+  EXPECT_EQ(r.Find("d1"), nullptr);
+  // A forgotten worker's heartbeat is refused: it must register again.
+  EXPECT_FALSE(r.Heartbeat("d1", Load(100), true, t0 + absl::Seconds(32)));
+  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0 + absl::Seconds(33));
+  EXPECT_TRUE(r.Healthy(*r.Find("d1"), t0 + absl::Seconds(33)));
+  EXPECT_EQ(r.CountHealthy(WorkerRole::kDecode, t0 + absl::Seconds(33)), 2);
+}
+
+TEST(RegistryForget, ForgottenWorkersAreNeverPicked) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  r.Register("p1", WorkerRole::kPrefill, "10.0.0.1:1", Load(10), t0);
+  r.Register("d1", WorkerRole::kDecode, "10.0.0.2:1", Load(10), t0);
+  const absl::Time later = t0 + absl::Minutes(5);
+  const std::vector<WorkerEntry> gone = r.ForgetSilent(later);
+  ASSERT_EQ(gone.size(), 2u);
+  EXPECT_EQ(gone[0].id, "d1");  // sorted by id
+  EXPECT_EQ(gone[1].id, "p1");
+  EXPECT_TRUE(r.List().empty());
+  EXPECT_FALSE(r.PickDecode(16, later, {}).has_value());
+  EXPECT_FALSE(r.PickPrefill({}, later, {}).has_value());
+  EXPECT_EQ(r.PrefillBlockSize(), 0);
+  // Reporting on a forgotten id is harmless.
+  r.ReportFailure("d1", later);
+  r.ReportSuccess("p1");
+  EXPECT_TRUE(r.List().empty());
+}
+
+TEST(RegistryForget, NotServingWorkerThatStillHeartbeatsIsKept) {
+  // A draining worker (serving=false) is unhealthy but alive: it stays registered.
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0);
+  for (int s = 1; s <= 60; ++s) r.Heartbeat("d1", Load(10), false, t0 + absl::Seconds(s));
+  const absl::Time now = t0 + absl::Seconds(60);
+  EXPECT_FALSE(r.Healthy(*r.Find("d1"), now));
+  EXPECT_TRUE(r.ForgetSilent(now).empty());
+  EXPECT_EQ(Ids(r), (std::vector<std::string>{"d1"}));
+}
+
+TEST(RegistryForget, InfiniteForgetAfterKeepsEveryone) {
+  RegistryOptions o = Options();
+  o.forget_after = absl::InfiniteDuration();
+  WorkerRegistry r(o);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0);
+  EXPECT_TRUE(r.ForgetSilent(t0 + absl::Hours(24 * 365)).empty());
+  EXPECT_EQ(r.List().size(), 1u);
+}
+
+}  // namespace
+}  // namespace tandem
