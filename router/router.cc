@@ -375,10 +375,12 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
   std::optional<FinishReason> finish;
   v1::GenerateResponse resp;
   resp.set_request_id(request_id);
-  // Adds one token to `resp`; returns true when the request ends with it.
-  auto add_token = [&](int token) {
+  // Adds one token (and its logprobs, when asked for) to `resp`; returns true when the request
+  // ends with it.
+  auto add_token = [&](int token, const v1::TokenLogprobs* logprobs) {
     ++generated;
     resp.add_token_ids(token);
+    if (logprobs != nullptr && greq.sampling.logprobs) *resp.add_logprobs() = *logprobs;
     finish = CheckFinish(config_, greq, token, generated, prompt_len + generated);
     if (finish == FinishReason::kStop) return true;  // EOS: no text
     bool stopped = false;
@@ -434,7 +436,7 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
     return grpc::Status::OK;
   };
 
-  const bool done_at_first = add_token(presp.first_token());
+  const bool done_at_first = add_token(presp.first_token(), &presp.first_logprobs());
   ttft = Since(t0);
   resp.mutable_timings()->set_ttft_seconds(ttft);
   if (done_at_first) {
@@ -458,8 +460,9 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
     resp.set_request_id(request_id);
     bool ended = false;
     if (msg.has_tokens()) {
-      for (int token : msg.tokens().ids()) {
-        if ((ended = add_token(token))) break;
+      const v1::DecodeTokens& t = msg.tokens();
+      for (int i = 0; i < t.ids_size() && !ended; ++i) {
+        ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
       }
     } else if (msg.has_finished()) {
       // The decode worker ended on the same conditions the router checks; trust its reason
