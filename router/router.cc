@@ -13,31 +13,45 @@
 namespace tandem {
 namespace {
 
+// The public API; every call passes the API keys first.
 class GenerationAdaptor final : public v1::Generation::Service {
  public:
   explicit GenerationAdaptor(Router* r) : r_(r) {}
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
+    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
     return r_->Generate(ctx, req, writer);
   }
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                      v1::ScoreResponse* resp) override {
+    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
     return r_->Score(ctx, req, resp);
   }
-  grpc::Status Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* req,
+  grpc::Status Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
                         v1::TokenizeResponse* resp) override {
+    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
     return r_->Tokenize(req, resp);
   }
-  grpc::Status Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* req,
+  grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
                           v1::DetokenizeResponse* resp) override {
+    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
     return r_->Detokenize(req, resp);
   }
-  grpc::Status GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
+  grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest*,
                             v1::ModelInfo* resp) override {
+    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
     return r_->GetModelInfo(resp);
   }
 
  private:
+  grpc::Status Auth(grpc::ServerContext* ctx) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const std::string_view value = it == md.end()
+                                       ? std::string_view()
+                                       : std::string_view(it->second.data(), it->second.size());
+    return r_->Authorize(value);
+  }
   Router* r_;
 };
 
@@ -72,10 +86,12 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
 }
 
 // Cancels the client contexts of a request's worker calls when the router's own client goes
-// away (cancel or deadline). Runs until Done().
+// away (`cancelled` turns true: a gRPC cancel or deadline, an HTTP disconnect). Polls every
+// 5 ms until Done().
 class CancelWatcher {
  public:
-  explicit CancelWatcher(grpc::ServerContext* ctx) : thread_([this, ctx] { Run(ctx); }) {}
+  explicit CancelWatcher(std::function<bool()> cancelled)
+      : cancelled_fn_(std::move(cancelled)), thread_([this] { Run(); }) {}
   ~CancelWatcher() { Done(); }
   void Watch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -85,6 +101,10 @@ class CancelWatcher {
   void Unwatch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
     watched_.erase(c);
+  }
+  bool cancelled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
   }
   void Done() {
     {
@@ -96,16 +116,22 @@ class CancelWatcher {
   }
 
  private:
-  void Run(grpc::ServerContext* ctx) {
+  void Run() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!done_) {
-      if (!cancelled_ && ctx->IsCancelled()) {
-        cancelled_ = true;
-        for (auto* c : watched_) c->TryCancel();
+      if (!cancelled_ && cancelled_fn_) {
+        lock.unlock();
+        const bool gone = cancelled_fn_();
+        lock.lock();
+        if (gone) {
+          cancelled_ = true;
+          for (auto* c : watched_) c->TryCancel();
+        }
       }
       cv_.wait_for(lock, std::chrono::milliseconds(5));
     }
   }
+  std::function<bool()> cancelled_fn_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<grpc::ClientContext*> watched_;
@@ -191,6 +217,17 @@ std::optional<std::string> Router::AddressOf(const std::string& worker_id) {
   return w->address;
 }
 
+grpc::Status Router::Authorize(std::string_view authorization) const {
+  if (options_.api_keys.Allows(absl::string_view(authorization.data(), authorization.size()))) {
+    return grpc::Status::OK;
+  }
+  if (metrics_) metrics_->requests(grpc::StatusCode::UNAUTHENTICATED).Increment();
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      authorization.empty()
+                          ? "authorization: a bearer token is required (\"Bearer KEY\")"
+                          : "authorization: the bearer token is not a known API key");
+}
+
 int Router::HealthyWorkers(WorkerRole role) {
   std::lock_guard<std::mutex> lock(mu_);
   return registry_.CountHealthy(role, absl::Now());
@@ -201,25 +238,75 @@ int Router::InFlight() {
   return static_cast<int>(in_flight_.size());
 }
 
+namespace {
+absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+}  // namespace
+
 grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                               grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  grpc::Status s = RunGenerate(ctx, req, writer);
+  StreamCall call;
+  call.deadline = DeadlineOf(ctx);
+  call.cancelled = [ctx] { return ctx->IsCancelled(); };
+  call.write = [writer](const v1::GenerateResponse& r) { return writer->Write(r); };
+  grpc::Status s = GenerateStream(*req, call);
+  if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    // gRPC's retry pushback: a well-behaved client waits this long before trying again.
+    ctx->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(options_.retry_after_ms));
+  }
+  return s;
+}
+
+grpc::Status Router::GenerateStream(const v1::GenerateRequest& req, const StreamCall& call) {
+  grpc::Status s = RunGenerate(req, call);
   if (metrics_) metrics_->requests(s.error_code()).Increment();
   return s;
 }
 
-grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                                 grpc::ServerWriter<v1::GenerateResponse>* writer) {
+namespace {
+
+// Whether a failed attempt may be resumed on other workers: the fault was a worker's or the
+// KV transfer's, not the request's.
+bool Resumable(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:        // a worker died or its stream broke
+    case grpc::StatusCode::ABORTED:            // the KV transfer failed (refused, lost)
+    case grpc::StatusCode::DATA_LOSS:          // a KV chunk failed its checksum
+    case grpc::StatusCode::DEADLINE_EXCEEDED:  // an internal deadline (the client's is checked)
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+// One request, over as many attempts as faults require. An attempt admits `prompt + tokens
+// streamed so far` on a decode worker, prefills it on a prefill worker and relays the decode
+// worker's tokens; when a worker dies or the KV transfer fails, the next attempt resumes after
+// the last token the client has, on workers that have not failed this request. Sampling is
+// keyed by (seed, position), so the resumed tokens are the ones the failed worker would have
+// produced.
+grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCall& call) {
   const absl::Time t0 = absl::Now();
-  auto parsed = ValidateGenerateRequest(*req, config_, *tokenizer_, options_.limits);
+  auto parsed = ValidateGenerateRequest(req, config_, *tokenizer_, options_.limits);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const GenerationRequest& greq = *parsed;
   const int prompt_len = static_cast<int>(greq.prompt.size());
 
-  std::string request_id = req->request_id();
+  std::string request_id = req.request_id();
   if (request_id.empty()) request_id = absl::StrFormat("req-%d", next_request_++);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrFormat("router: %d requests in flight (the limit); retry after "
+                                          "%d ms",
+                                          options_.max_in_flight, options_.retry_after_ms));
+    }
     if (!in_flight_.insert(request_id).second) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           absl::StrFormat("request_id: \"%s\" is already in flight", request_id));
@@ -229,159 +316,45 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
     Router* r;
     std::string id;
     ~InFlightGuard() {
-      std::lock_guard<std::mutex> lock(r->mu_);
-      r->in_flight_.erase(id);
+      {
+        std::lock_guard<std::mutex> lock(r->mu_);
+        r->in_flight_.erase(id);
+      }
+      r->room_cv_.notify_all();
     }
   } in_flight_guard{this, request_id};
   PhaseGauges phase(metrics_);
-  CancelWatcher watcher(ctx);
+  CancelWatcher watcher(call.cancelled);
   // The client's own timer fires first and cancels the stream; our copy of its deadline (sent
   // as a relative timeout) lands a little later. A cancel that close to the deadline is the
   // deadline.
   auto client_gone = [&]() -> grpc::Status {
-    if (absl::Now() + absl::Milliseconds(50) >= absl::FromChrono(ctx->deadline())) {
+    if (absl::Now() + absl::Milliseconds(50) >= call.deadline) {
       return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
     }
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
   };
+  auto is_gone = [&] {
+    return watcher.cancelled() || (call.cancelled && call.cancelled()) ||
+           absl::Now() >= call.deadline;
+  };
 
-  // 1. Admission on a decode worker: the stream that lives as long as the request there.
-  const int total_tokens = static_cast<int>(
-      std::min<int64_t>(int64_t{prompt_len} + greq.max_tokens, config_.max_seq_len));
-  std::set<std::string> tried;
-  std::unique_ptr<grpc::ClientContext> d_ctx;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>>
-      d_stream;
-  std::string decode_id;
-  KvTarget target;
-  grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
-  for (int attempt = 0; attempt < options_.decode_attempts && !d_stream; ++attempt) {
-    std::optional<std::string> pick;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
-      if (!pick && registry_.CountHealthy(WorkerRole::kDecode, absl::Now()) > 0) {
-        last_error = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  "no decode worker has room for the request");
-      }
-    }
-    if (!pick) break;
-    tried.insert(*pick);
-    if (metrics_) metrics_->routing_decisions(*pick, "decode").Increment();
-    auto address = AddressOf(*pick);
-    if (!address) continue;
-    auto c = std::make_unique<grpc::ClientContext>();
-    c->set_deadline(ctx->deadline());
-    watcher.Watch(c.get());
-    auto stream = v1::DecodeWorker::NewStub(ChannelFor(*address))->Decode(c.get());
-    v1::DecodeClientMessage admit;
-    v1::DecodeAdmit* a = admit.mutable_admit();
-    a->set_request_id(request_id);
-    a->mutable_prompt_ids()->Add(greq.prompt.begin(), greq.prompt.end());
-    *a->mutable_sampling() = ToProto(greq.sampling);
-    a->set_max_tokens(greq.max_tokens);
-    a->set_ignore_eos(greq.ignore_eos);
-    v1::DecodeServerMessage reply;
-    if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
-      target = tandem::FromProto(reply.admitted().kv_target());
-      d_ctx = std::move(c);
-      d_stream = std::move(stream);
-      decode_id = *pick;
-      std::lock_guard<std::mutex> lock(mu_);
-      registry_.ReportSuccess(*pick);
-      break;
-    }
-    stream->WritesDone();
-    grpc::Status s = stream->Finish();
-    watcher.Unwatch(c.get());
-    if (ctx->IsCancelled()) return client_gone();
-    last_error =
-        s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      std::lock_guard<std::mutex> lock(mu_);
-      registry_.ReportFailure(*pick, absl::Now());
-    } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
-    }
-  }
-  if (!d_stream) return last_error;
-  const absl::Time admitted = absl::Now();
-  if (metrics_) metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted - t0));
-  // Every exit from here closes the decode stream; cancelling it frees the blocks there.
-  struct StreamCloser {
-    grpc::ClientContext* c;
-    grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>* s;
-    CancelWatcher* w;
-    bool finished = false;
-    ~StreamCloser() {
-      if (!finished) {
-        c->TryCancel();
-        s->Finish().ok();
-      }
-      w->Unwatch(c);
-    }
-  } closer{d_ctx.get(), d_stream.get(), &watcher};
-
-  // 2. Prefill into the lease.
-  const int bs = [&] {
-    std::lock_guard<std::mutex> lock(mu_);
-    return registry_.PrefillBlockSize();
-  }();
-  std::vector<uint64_t> hashes;
-  if (bs > 0) {
-    uint64_t parent = 0;
-    for (int b = 0; (b + 1) * bs <= prompt_len - 1; ++b) {
-      parent = HashBlockTokens(parent, std::span<const int>(greq.prompt).subspan(b * bs, bs));
-      hashes.push_back(parent);
-    }
-  }
-  std::optional<std::string> prefill_id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    prefill_id = registry_.PickPrefill(hashes, absl::Now(), {});
-  }
-  if (!prefill_id) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
-  if (metrics_) metrics_->routing_decisions(*prefill_id, "prefill").Increment();
-  auto p_address = AddressOf(*prefill_id);
-  if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
-  v1::PrefillRequest preq;
-  preq.set_request_id(request_id);
-  preq.mutable_prompt_ids()->Add(greq.prompt.begin(), greq.prompt.end());
-  *preq.mutable_sampling() = ToProto(greq.sampling);
-  *preq.mutable_kv_target() = ToProto(target);
-  v1::PrefillResponse presp;
-  grpc::ClientContext p_ctx;
-  p_ctx.set_deadline(ctx->deadline());
-  watcher.Watch(&p_ctx);
-  grpc::Status ps =
-      v1::PrefillWorker::NewStub(ChannelFor(*p_address))->Prefill(&p_ctx, preq, &presp);
-  watcher.Unwatch(&p_ctx);
-  if (ctx->IsCancelled()) return client_gone();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ps.ok()) {
-      registry_.ReportSuccess(*prefill_id);
-    } else if (ps.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      registry_.ReportFailure(*prefill_id, absl::Now());
-    }
-  }
-  if (!ps.ok()) return ps;
-  if (metrics_) metrics_->prompt_tokens.Increment(prompt_len);
-
-  // 3. Stream: the first token from the prefill, the rest from the decode worker.
+  // What the client has been sent (or is about to be): it survives the attempts.
   IncrementalDecoder detok(tokenizer_.get(), greq.prompt);
   StopStringMatcher stop(greq.stop_strings);
-  int generated = 0;
+  std::vector<int> generated;
   std::optional<FinishReason> finish;
   v1::GenerateResponse resp;
-  resp.set_request_id(request_id);
+  absl::Time admitted_at;
+  v1::PrefillResponse first_presp;  // the first attempt's prefill (for the timings)
   // Adds one token (and its logprobs, when asked for) to `resp`; returns true when the request
   // ends with it.
   auto add_token = [&](int token, const v1::TokenLogprobs* logprobs) {
-    ++generated;
+    generated.push_back(token);
+    const int n = static_cast<int>(generated.size());
     resp.add_token_ids(token);
     if (logprobs != nullptr && greq.sampling.logprobs) *resp.add_logprobs() = *logprobs;
-    finish = CheckFinish(config_, greq, token, generated, prompt_len + generated);
+    finish = CheckFinish(config_, greq, token, n, prompt_len + n);
     if (finish == FinishReason::kStop) return true;  // EOS: no text
     bool stopped = false;
     resp.mutable_text()->append(stop.Add(detok.Add(token), &stopped));
@@ -397,22 +370,23 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
     }
     resp.set_finish_reason(ToProto(*finish));
     resp.mutable_usage()->set_prompt_tokens(prompt_len);
-    resp.mutable_usage()->set_completion_tokens(generated);
+    resp.mutable_usage()->set_completion_tokens(static_cast<int>(generated.size()));
     v1::Timings* t = resp.mutable_timings();
-    t->set_queue_seconds(absl::ToDoubleSeconds(admitted - t0));
-    t->set_prefill_seconds(presp.queue_seconds() + presp.compute_seconds() +
-                           presp.kv_transfer_seconds());
-    t->set_kv_transfer_seconds(presp.kv_transfer_seconds());
+    t->set_queue_seconds(absl::ToDoubleSeconds(admitted_at - t0));
+    t->set_prefill_seconds(first_presp.queue_seconds() + first_presp.compute_seconds() +
+                           first_presp.kv_transfer_seconds());
+    t->set_kv_transfer_seconds(first_presp.kv_transfer_seconds());
     t->set_e2e_seconds(Since(t0));
   };
-
   // Sends `resp` to the client and counts its tokens: the first one for TTFT, every later one
   // for the inter-token latency (a message of k tokens spreads its wait over the k).
   absl::Time last_token_at;
   double ttft = 0;
   auto write = [&]() {
-    if (!writer->Write(resp)) return false;
+    if (!call.write(resp)) return false;
     const int n = resp.token_ids_size();
+    resp.Clear();
+    resp.set_request_id(request_id);
     if (metrics_ == nullptr || n == 0) return true;
     const absl::Time now = absl::Now();
     if (last_token_at == absl::Time()) {
@@ -426,67 +400,273 @@ grpc::Status Router::RunGenerate(grpc::ServerContext* ctx, const v1::GenerateReq
     metrics_->generation_tokens.Increment(n);
     return true;
   };
-  // The request ended well and its last message is written.
-  auto succeeded = [&]() {
-    if (metrics_ == nullptr) return grpc::Status::OK;
-    const double e2e = Since(t0);
-    metrics_->success(FinishReasonName(*finish)).Increment();
-    metrics_->e2e_request_latency.Observe(e2e);
-    if (generated > 1) metrics_->time_per_output_token.Observe((e2e - ttft) / (generated - 1));
-    return grpc::Status::OK;
+  resp.set_request_id(request_id);
+
+  // Workers that failed this request: not picked again for it.
+  std::set<std::string> failed_decode, failed_prefill;
+  auto report = [&](const std::string& worker, std::set<std::string>* failed) {
+    failed->insert(worker);
+    std::lock_guard<std::mutex> lock(mu_);
+    registry_.ReportFailure(worker, absl::Now());
   };
 
-  const bool done_at_first = add_token(presp.first_token(), &presp.first_logprobs());
-  ttft = Since(t0);
-  resp.mutable_timings()->set_ttft_seconds(ttft);
-  if (done_at_first) {
-    finish_response();
-    if (!write()) return client_gone();
-    return succeeded();  // the closer cancels the decode stream: blocks freed there
-  }
-  if (!write()) return client_gone();
-  v1::DecodeClientMessage start;
-  start.mutable_start()->set_first_token(presp.first_token());
-  if (!d_stream->Write(start)) {
-    closer.finished = true;
-    grpc::Status s = d_stream->Finish();
-    if (ctx->IsCancelled()) return client_gone();
-    return s.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode worker closed the stream")
-                  : s;
-  }
-  v1::DecodeServerMessage msg;
-  while (d_stream->Read(&msg)) {
-    resp.Clear();
-    resp.set_request_id(request_id);
-    bool ended = false;
-    if (msg.has_tokens()) {
-      const v1::DecodeTokens& t = msg.tokens();
-      for (int i = 0; i < t.ids_size() && !ended; ++i) {
-        ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
+  // One attempt. OK: the request finished and its last message is written. Otherwise the
+  // status says why (Resumable() ones may be retried).
+  auto attempt = [&]() -> grpc::Status {
+    std::vector<int> prompt = greq.prompt;
+    prompt.insert(prompt.end(), generated.begin(), generated.end());
+    const int len = static_cast<int>(prompt.size());
+    const int remaining = greq.max_tokens - static_cast<int>(generated.size());
+    const int total_tokens =
+        static_cast<int>(std::min<int64_t>(int64_t{len} + remaining, config_.max_seq_len));
+
+    // 1. Admission on a decode worker: the stream that lives as long as the request there.
+    //    With no room anywhere the request waits (bounded) for room to free up.
+    std::set<std::string> tried = failed_decode;
+    std::unique_ptr<grpc::ClientContext> d_ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>>
+        d_stream;
+    std::string decode_id;
+    KvTarget target;
+    grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
+    const absl::Time queue_until = std::min(call.deadline, absl::Now() + options_.queue_timeout);
+    // Holds a place in the wait queue while the request waits for room.
+    struct QueueSlot {
+      Router* r;
+      bool held = false;
+      ~QueueSlot() {
+        if (!held) return;
+        std::lock_guard<std::mutex> lock(r->mu_);
+        --r->waiting_for_room_;
       }
-    } else if (msg.has_finished()) {
-      // The decode worker ended on the same conditions the router checks; trust its reason
-      // only if the router had not already ended.
-      if (!finish) finish = FinishReason::kLength;
-      ended = true;
+    } queued{this};
+    for (int attempt = 0; attempt < options_.decode_attempts && !d_stream;) {
+      std::optional<std::string> pick;
+      bool no_room = false;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
+        no_room = !pick && registry_.CountHealthy(WorkerRole::kDecode, absl::Now()) > 0;
+        if (no_room) {
+          // Wait for room (a request ending, a heartbeat) in a bounded queue.
+          if (!queued.held) {
+            if (waiting_for_room_ >= options_.max_queued) {
+              return grpc::Status(
+                  grpc::StatusCode::RESOURCE_EXHAUSTED,
+                  absl::StrFormat("no decode worker has room and %d requests are queued (the "
+                                  "limit); retry after %d ms",
+                                  options_.max_queued, options_.retry_after_ms));
+            }
+            ++waiting_for_room_;
+            queued.held = true;
+          }
+          if (absl::Now() >= queue_until || is_gone()) {
+            return is_gone() ? client_gone()
+                             : grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                            absl::StrFormat("no decode worker had room within "
+                                                            "the queue timeout; retry after %d ms",
+                                                            options_.retry_after_ms));
+          }
+          room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+          continue;
+        }
+      }
+      if (!pick) break;
+      ++attempt;
+      tried.insert(*pick);
+      if (metrics_) metrics_->routing_decisions(*pick, "decode").Increment();
+      auto address = AddressOf(*pick);
+      if (!address) continue;
+      auto c = std::make_unique<grpc::ClientContext>();
+      c->set_deadline(absl::ToChronoTime(call.deadline));
+      watcher.Watch(c.get());
+      auto stream = v1::DecodeWorker::NewStub(ChannelFor(*address))->Decode(c.get());
+      v1::DecodeClientMessage admit;
+      v1::DecodeAdmit* a = admit.mutable_admit();
+      a->set_request_id(request_id);
+      a->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+      *a->mutable_sampling() = ToProto(greq.sampling);
+      a->set_max_tokens(remaining);
+      a->set_ignore_eos(greq.ignore_eos);
+      v1::DecodeServerMessage reply;
+      if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
+        target = tandem::FromProto(reply.admitted().kv_target());
+        d_ctx = std::move(c);
+        d_stream = std::move(stream);
+        decode_id = *pick;
+        std::lock_guard<std::mutex> lock(mu_);
+        registry_.ReportSuccess(*pick);
+        break;
+      }
+      stream->WritesDone();
+      grpc::Status s = stream->Finish();
+      watcher.Unwatch(c.get());
+      if (is_gone()) return client_gone();
+      last_error =
+          s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+        report(*pick, &failed_decode);
+      } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+        return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
+      }
     }
-    if (ended) {
+    if (!d_stream) return last_error;
+    if (admitted_at == absl::Time()) {
+      admitted_at = absl::Now();
+      if (metrics_) metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at - t0));
+    }
+    // Every exit from here closes the decode stream; cancelling it frees the blocks there.
+    struct StreamCloser {
+      grpc::ClientContext* c;
+      grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>* s;
+      CancelWatcher* w;
+      bool finished = false;
+      ~StreamCloser() {
+        if (!finished) {
+          c->TryCancel();
+          s->Finish().ok();
+        }
+        w->Unwatch(c);
+      }
+    } closer{d_ctx.get(), d_stream.get(), &watcher};
+
+    // 2. Prefill into the lease.
+    const int bs = [&] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return registry_.PrefillBlockSize();
+    }();
+    std::vector<uint64_t> hashes;
+    if (bs > 0) {
+      uint64_t parent = 0;
+      for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
+        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
+        hashes.push_back(parent);
+      }
+    }
+    std::optional<std::string> prefill_id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      prefill_id = registry_.PickPrefill(hashes, absl::Now(), failed_prefill);
+    }
+    if (!prefill_id) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+    }
+    if (metrics_) metrics_->routing_decisions(*prefill_id, "prefill").Increment();
+    auto p_address = AddressOf(*prefill_id);
+    if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
+    v1::PrefillRequest preq;
+    preq.set_request_id(request_id);
+    preq.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
+    *preq.mutable_sampling() = ToProto(greq.sampling);
+    *preq.mutable_kv_target() = ToProto(target);
+    v1::PrefillResponse presp;
+    grpc::ClientContext p_ctx;
+    // The prefill, KV transfer included, must finish within the prefill timeout: a stalled
+    // worker is given up on and the request resumed elsewhere.
+    p_ctx.set_deadline(
+        absl::ToChronoTime(std::min(call.deadline, absl::Now() + options_.prefill_timeout)));
+    watcher.Watch(&p_ctx);
+    grpc::Status ps =
+        v1::PrefillWorker::NewStub(ChannelFor(*p_address))->Prefill(&p_ctx, preq, &presp);
+    watcher.Unwatch(&p_ctx);
+    if (is_gone()) return client_gone();
+    if (!ps.ok()) {
+      // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled. ABORTED /
+      // DATA_LOSS: the transfer failed (the prefill worker names the decode side's refusal).
+      if (ps.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        report(*prefill_id, &failed_prefill);
+      }
+      return ps;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      registry_.ReportSuccess(*prefill_id);
+    }
+    if (generated.empty()) {
+      first_presp = presp;
+      if (metrics_) metrics_->prompt_tokens.Increment(prompt_len);
+    }
+
+    // 3. Stream: the first token from the prefill, the rest from the decode worker.
+    const bool first_ever = generated.empty();
+    const bool done_at_first = add_token(presp.first_token(), &presp.first_logprobs());
+    if (first_ever) {
+      ttft = Since(t0);
+      resp.mutable_timings()->set_ttft_seconds(ttft);
+    }
+    if (done_at_first) {
       finish_response();
       if (!write()) return client_gone();
-      return succeeded();
+      return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
     }
-    if (resp.token_ids_size() > 0 && !write()) return client_gone();
+    if (!write()) return client_gone();
+    auto decode_broke = [&](grpc::Status s) {
+      if (is_gone()) return client_gone();
+      if (s.ok()) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
+      }
+      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) report(decode_id, &failed_decode);
+      return s;
+    };
+    v1::DecodeClientMessage start;
+    start.mutable_start()->set_first_token(presp.first_token());
+    if (!d_stream->Write(start)) {
+      closer.finished = true;
+      return decode_broke(d_stream->Finish());
+    }
+    v1::DecodeServerMessage msg;
+    while (d_stream->Read(&msg)) {
+      bool ended = false;
+      if (msg.has_tokens()) {
+        const v1::DecodeTokens& t = msg.tokens();
+        for (int i = 0; i < t.ids_size() && !ended; ++i) {
+          ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
+        }
+      } else if (msg.has_finished()) {
+        // The decode worker ended on the same conditions the router checks; trust its reason
+        // only if the router had not already ended.
+        if (!finish) finish = FinishReason::kLength;
+        ended = true;
+      }
+      if (ended) {
+        finish_response();
+        if (!write()) return client_gone();
+        return grpc::Status::OK;
+      }
+      if (resp.token_ids_size() > 0 && !write()) return client_gone();
+    }
+    closer.finished = true;
+    return decode_broke(d_stream->Finish());
+  };
+
+  for (int resumes = 0;; ++resumes) {
+    grpc::Status s = attempt();
+    if (s.ok()) {
+      if (metrics_) {
+        const double e2e = Since(t0);
+        const int n = static_cast<int>(generated.size());
+        metrics_->success(FinishReasonName(*finish)).Increment();
+        metrics_->e2e_request_latency.Observe(e2e);
+        if (n > 1) metrics_->time_per_output_token.Observe((e2e - ttft) / (n - 1));
+      }
+      return s;
+    }
+    if (is_gone()) return client_gone();
+    if (!Resumable(s)) return s;
+    if (resumes >= options_.max_resumes) {
+      return grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
+                                                          s.error_message(), resumes));
+    }
+    // An attempt fails only between writes: every token in `generated` reached the client, and
+    // the resumed prompt ends with the last of them.
+    resp.Clear();
+    resp.set_request_id(request_id);
+    finish.reset();
+    if (metrics_) metrics_->resumes.Increment();
+    std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id.c_str(),
+                 static_cast<int>(generated.size()), s.error_message().c_str());
   }
-  closer.finished = true;
-  grpc::Status s = d_stream->Finish();
-  if (ctx->IsCancelled()) return client_gone();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE)
-      registry_.ReportFailure(decode_id, absl::Now());
-  }
-  return s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode stream ended without Finished")
-                : s;
 }
 
 grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
@@ -594,9 +774,12 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
 }
 
 grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
-  std::lock_guard<std::mutex> lock(mu_);
-  resp->set_known(
-      registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(), absl::Now()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    resp->set_known(
+        registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(), absl::Now()));
+  }
+  room_cv_.notify_all();  // fresh load: queued requests look for room again
   return grpc::Status::OK;
 }
 

@@ -9,17 +9,21 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
 
+#include "absl/time/time.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
 #include "metrics/metrics.h"
 #include "router/ingress.h"
 #include "router/registry.h"
+#include "server/api_keys.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -29,8 +33,30 @@ struct RouterOptions {
   std::string model_name;
   int heartbeat_interval_ms = 500;
   RegistryOptions registry;
-  int decode_attempts = 3;  // decode workers tried when one has no room
+  int decode_attempts = 3;  // decode workers tried per admission when one refuses
   IngressLimits limits;
+  // Fault tolerance: a request whose worker dies or whose KV transfer fails is resumed on other
+  // workers (prompt + tokens streamed so far) at most this many times.
+  int max_resumes = 3;
+  // A prefill (compute and KV transfer) taking longer is abandoned and resumed elsewhere.
+  absl::Duration prefill_timeout = absl::Seconds(30);
+  // Overload: requests in flight at once; requests waiting for decode room, and how long.
+  // Beyond either: RESOURCE_EXHAUSTED with a retry hint of `retry_after_ms`.
+  int max_in_flight = 1024;
+  int max_queued = 256;
+  absl::Duration queue_timeout = absl::Seconds(10);
+  int retry_after_ms = 200;
+  // Bearer tokens required on the Generation API (none: open).
+  ApiKeys api_keys;
+};
+
+// A Generate call independent of the front end (the gRPC stream or the HTTP API).
+struct StreamCall {
+  absl::Time deadline = absl::InfiniteFuture();  // the client's deadline
+  // Polled every few ms: true once the client went away (cancel, disconnect).
+  std::function<bool()> cancelled;
+  // Sends one message to the client; false when the client is gone.
+  std::function<bool(const v1::GenerateResponse&)> write;
 };
 
 class Router {
@@ -43,10 +69,18 @@ class Router {
   grpc::Service* generation_service() { return generation_.get(); }
   grpc::Service* registry_service() { return registry_service_.get(); }
 
+  // OK when the `authorization` header value passes the API keys (UNAUTHENTICATED naming the
+  // header otherwise). The gRPC adaptor and the HTTP API call it before anything else.
+  grpc::Status Authorize(std::string_view authorization) const;
+
   // Workers registered and healthy, per role.
   int HealthyWorkers(WorkerRole role);
   // Requests in flight (the leak check for the router).
   int InFlight();
+
+  // The whole request: validation, admission, prefill, the token stream, resumes. Written
+  // messages are the gRPC API's; the status is final (metrics count it).
+  grpc::Status GenerateStream(const v1::GenerateRequest& req, const StreamCall& call);
 
   // RPC bodies (public for the service adaptors).
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -62,8 +96,7 @@ class Router {
 
  private:
   // Generate without the per-status count.
-  grpc::Status RunGenerate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                           grpc::ServerWriter<v1::GenerateResponse>* writer);
+  grpc::Status RunGenerate(const v1::GenerateRequest& req, const StreamCall& call);
   // Sets the per-worker health gauges (a collect hook: health changes with time).
   void UpdateWorkerMetrics();
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
@@ -81,6 +114,8 @@ class Router {
   WorkerRegistry registry_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> in_flight_;
+  std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
+  int waiting_for_room_ = 0;
   std::atomic<uint64_t> next_request_{1};
 };
 

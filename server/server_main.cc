@@ -33,7 +33,8 @@ constexpr char kUsage[] =
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
-router:   --heartbeat-ms 500
+router:   --heartbeat-ms 500  --api-keys-file PATH  --max-inflight 1024  --max-queued 256
+          --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
 workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
 prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
@@ -67,9 +68,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
   auto f = Flags::Parse(
       args,
-      {"role", "model", "tokenizer", "host", "port", "device", "heartbeat-ms", "router",
-       "worker-id", "block-size", "num-blocks", "kv-bytes", "kv-transport", "token-budget",
-       "prefill-chunk", "kv-listen", "max-running", "lease-timeout-ms", "metrics-port"},
+      {"role",         "model",        "tokenizer",        "host",         "port",
+       "device",       "heartbeat-ms", "router",           "worker-id",    "block-size",
+       "num-blocks",   "kv-bytes",     "kv-transport",     "token-budget", "prefill-chunk",
+       "kv-listen",    "max-running",  "lease-timeout-ms", "metrics-port", "api-keys-file",
+       "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms"},
       {"no-prefix-cache"});
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
@@ -89,10 +92,21 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_running = f->GetInt("max-running", 256);
   auto lease_ms = f->GetInt("lease-timeout-ms", 60000);
   auto metrics_port = f->GetInt("metrics-port", 0);
+  auto max_inflight = f->GetInt("max-inflight", 1024);
+  auto max_queued = f->GetInt("max-queued", 256);
+  auto queue_timeout_ms = f->GetInt("queue-timeout-ms", 10000);
+  auto max_resumes = f->GetInt("max-resumes", 3);
+  auto prefill_timeout_ms = f->GetInt("prefill-timeout-ms", 30000);
   for (const auto* v : {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk,
-                        &max_running, &lease_ms, &metrics_port}) {
+                        &max_running, &lease_ms, &metrics_port, &max_inflight, &max_queued,
+                        &queue_timeout_ms, &max_resumes, &prefill_timeout_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
+  if (*max_inflight < 1) return Fail("--max-inflight must be >= 1");
+  if (*max_queued < 0) return Fail("--max-queued must be >= 0");
+  if (*queue_timeout_ms < 0) return Fail("--queue-timeout-ms must be >= 0");
+  if (*max_resumes < 0) return Fail("--max-resumes must be >= 0");
+  if (*prefill_timeout_ms < 1) return Fail("--prefill-timeout-ms must be >= 1");
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
@@ -142,6 +156,16 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.model_name = model_path;
     ro.heartbeat_interval_ms = static_cast<int>(*heartbeat);
     ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * *heartbeat, 1000));
+    ro.max_in_flight = static_cast<int>(*max_inflight);
+    ro.max_queued = static_cast<int>(*max_queued);
+    ro.queue_timeout = absl::Milliseconds(*queue_timeout_ms);
+    ro.max_resumes = static_cast<int>(*max_resumes);
+    ro.prefill_timeout = absl::Milliseconds(*prefill_timeout_ms);
+    if (f->Has("api-keys-file")) {
+      auto keys = ApiKeys::Load(f->Get("api-keys-file"));
+      if (!keys.ok()) return Fail(std::string(keys.status().message()));
+      ro.api_keys = std::move(*keys);
+    }
     router = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics.get());
   }
 
