@@ -100,7 +100,8 @@ int RunLocalCluster(const ClusterOptions& o) {
   std::vector<std::string> common = {"--model", o.model};
   if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
 
-  std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port)};
+  std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port),
+                                          "--http-port", std::to_string(o.http_port)};
   router_args.insert(router_args.end(), common.begin(), common.end());
   ServerProcess r = StartServerProcess(bin, router_args);
   if (r.pid > 0) children.push_back(r.pid);
@@ -132,6 +133,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   }
   std::printf("ready router=%s\n", router.c_str());
   for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
+  std::printf("http router=%s\n", r.http.c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);

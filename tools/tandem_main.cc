@@ -47,8 +47,10 @@ commands:
   generate --router HOST:PORT --prompt TEXT [sampling flags as above] [--timeout S]
       The same through a running router.
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
+     [--http-port P]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
-      "ready router=HOST:PORT" when all are registered; Ctrl-C stops them.
+      "ready router=HOST:PORT" when all are registered, then "metrics ROLE=HOST:PORT" lines
+      and "http router=HOST:PORT" (the OpenAI-compatible API); Ctrl-C stops them.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
         [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
@@ -376,7 +378,8 @@ int Bench(const std::vector<std::string>& args) {
 }
 
 int Up(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "tokenizer", "prefill", "decode", "router-port"}, {});
+  auto f = Flags::Parse(
+      args, {"model", "tokenizer", "prefill", "decode", "router-port", "http-port"}, {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
@@ -385,7 +388,8 @@ int Up(const std::vector<std::string>& args) {
   auto p = f->GetInt("prefill", 1);
   auto d = f->GetInt("decode", 1);
   auto port = f->GetInt("router-port", 0);
-  for (const auto* v : {&p, &d, &port}) {
+  auto http_port = f->GetInt("http-port", 0);
+  for (const auto* v : {&p, &d, &port, &http_port}) {
     if (!v->ok()) return Fail(v->status());
   }
   if (*p < 1 || *p > 64 || *d < 1 || *d > 64) {
@@ -393,6 +397,9 @@ int Up(const std::vector<std::string>& args) {
   }
   if (*port < 0 || *port > 65535)
     return Fail(absl::InvalidArgumentError("--router-port must be in [0, 65535]"));
+  if (*http_port < 0 || *http_port > 65535)
+    return Fail(absl::InvalidArgumentError("--http-port must be in [0, 65535]"));
+  o.http_port = static_cast<int>(*http_port);
   o.prefill = static_cast<int>(*p);
   o.decode = static_cast<int>(*d);
   o.router_port = static_cast<int>(*port);

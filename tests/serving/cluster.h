@@ -23,17 +23,21 @@ namespace tandem::testing {
 class Cluster {
  public:
   // prefill == 0 && decode == 0: one `tandem-server --role=all` process.
-  Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {}) {
+  // `router_flags` go to the router (or the --role=all process) only.
+  Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {},
+          std::vector<std::string> router_flags = {}) {
     const std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
     if (prefill == 0 && decode == 0) {
       std::vector<std::string> argv = {"--role=all"};
       argv.insert(argv.end(), model.begin(), model.end());
       argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
+      argv.insert(argv.end(), router_flags.begin(), router_flags.end());
       router_ = Start(argv);
       expected_workers_ = 2;
     } else {
       std::vector<std::string> argv = {"--role=router", "--heartbeat-ms", "100"};
       argv.insert(argv.end(), model.begin(), model.end());
+      argv.insert(argv.end(), router_flags.begin(), router_flags.end());
       router_ = Start(argv);
       for (int i = 0; i < prefill + decode; ++i) {
         std::vector<std::string> w = {i < prefill ? "--role=prefill" : "--role=decode", "--router",
@@ -73,6 +77,8 @@ class Cluster {
   std::vector<pid_t>& pids() { return pids_; }
   // The /metrics address (HOST:PORT) of each process, in start order: the router first.
   const std::vector<std::string>& metrics() const { return metrics_; }
+  // The router's OpenAI-compatible HTTP API (HOST:PORT).
+  const std::string& http() const { return http_; }
 
   v1::ListWorkersResponse Workers() {
     grpc::ClientContext ctx;
@@ -103,6 +109,7 @@ class Cluster {
     const ServerProcess p = StartServerProcess(BinDir() + "/tandem-server", args);
     if (p.pid > 0) pids_.push_back(p.pid);
     metrics_.push_back(p.metrics);
+    if (http_.empty()) http_ = p.http;  // the router starts first
     return p.address;
   }
 
@@ -119,6 +126,7 @@ class Cluster {
 
   std::vector<pid_t> pids_;
   std::vector<std::string> metrics_;
+  std::string http_;
   std::string router_;
   std::vector<std::string> workers_;
   int expected_workers_ = 0;
