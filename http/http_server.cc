@@ -153,9 +153,11 @@ struct HttpServer::Impl {
                                 {"max_model_len", model.max_context}};
     if (req.matches.size() > 1) {
       if (req.matches[1] != model.id) {
-        Reply(res, NotFound(absl::StrFormat("model: the model '%s' does not exist",
-                                            req.matches[1].str())));
-        res.status = 404;
+        Reply(res, openai::ToApiError(
+                       grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                    absl::StrFormat("model: the model '%s' does not exist",
+                                                    req.matches[1].str())),
+                       nullptr));
         return;
       }
       res.set_content(m.dump(), "application/json");

@@ -23,10 +23,11 @@ namespace tandem::testing {
 class Cluster {
  public:
   // prefill == 0 && decode == 0: one `tandem-server --role=all` process.
-  // `router_flags` go to the router (or the --role=all process) only.
+  // `router_flags` go to the router (or the --role=all process) only; `model` replaces
+  // stories260K's --model and --tokenizer flags.
   Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {},
-          std::vector<std::string> router_flags = {}) {
-    const std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+          std::vector<std::string> router_flags = {}, std::vector<std::string> model = {}) {
+    if (model.empty()) model = {"--model", Stories260K(), "--tokenizer", Tok512()};
     if (prefill == 0 && decode == 0) {
       std::vector<std::string> argv = {"--role=all"};
       argv.insert(argv.end(), model.begin(), model.end());
