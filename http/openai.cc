@@ -472,7 +472,10 @@ ApiError ToApiError(const grpc::Status& status, const Request* request) {
       e.type = "server_error";
       break;
   }
-  if (const std::string_view field = FieldPrefix(e.message); !field.empty()) {
+  // Only a request's fault names one of its fields ("router: full" is no field).
+  const bool names_field = e.http_status == 400 || e.http_status == 404;
+  if (const std::string_view field = names_field ? FieldPrefix(e.message) : std::string_view();
+      !field.empty()) {
     e.param = OpenAiParam(field, request);
     e.message = e.param + e.message.substr(field.size());
     if (e.http_status == 404 && e.param == "model") e.code = "model_not_found";

@@ -250,6 +250,11 @@ TEST_F(OpenAiTest, StatusCodesMapToHttp) {
   }
   EXPECT_EQ(ToApiError(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "busy"), nullptr).type,
             "rate_limit_error");
+  // Only a request's fault names a field.
+  const ApiError full = ToApiError(
+      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "router: 3 in flight"), nullptr);
+  EXPECT_TRUE(full.param.empty());
+  EXPECT_EQ(full.message, "router: 3 in flight");
 }
 
 TEST_F(OpenAiTest, UnusableChatTemplatesAreClearErrors) {
