@@ -11,6 +11,7 @@
 
 #include "engine/chat_template/chat_template.h"
 #include "engine/llama2c_tokenizer.h"
+#include "engine/load_tokenizer.h"
 #include "engine/model_writer.h"
 #include "tests/http/http_client.h"
 #include "tests/metrics/metrics_text.h"
@@ -335,6 +336,66 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
   // Malformed JSON without a key is 401 first: nothing is read before the key.
   EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
   EXPECT_EQ(Curl(c.http(), "/health").status, 200);
+}
+
+// A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in
+// chat_template_test.cc) in a real router: the template writes <s> and [INST] as text, and they
+// become the special tokens once (tokenized without adding special tokens, as transformers does).
+TEST(HttpClusterTest, MistralTemplateWithAHuggingFaceTokenizer) {
+  testing::TempDir dir;
+  auto config = RandomModelConfig("stories15M");  // vocab 32000, as Mistral's tokenizer
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(WriteRandomModel(*config, DType::kBF16, 1, dir.path() + "/model").ok());
+  const std::string tokenizer =
+      testing::SharedDir() + "/testdata/tokenizers/mistral.tokenizer.json";
+  json tconfig = testing::LoadJson(testing::SharedDir() +
+                                   "/testdata/tokenizers/mistral.tokenizer_config.json");
+  tconfig["chat_template"] =
+      "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+      "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+      "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+      "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+      "message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+      "roles are supported!') }}{% endif %}{% endfor %}";
+  const std::string config_path = WriteFile(dir, "tokenizer_config.json", tconfig.dump());
+  Cluster c(1, 1, {}, {"--chat-template", config_path},
+            {"--model", dir.path() + "/model", "--tokenizer", tokenizer});
+  ASSERT_TRUE(c.ready());
+
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}},
+                                     {{"role", "assistant"}, {"content", "Hello"}},
+                                     {{"role", "user"}, {"content", "Again"}}});
+  auto tok = LoadTokenizer(tokenizer);
+  ASSERT_TRUE(tok.ok());
+  auto tmpl = TokenizerChatTemplate::FromConfig(tconfig.dump());
+  ASSERT_TRUE(tmpl.ok());
+  auto rendered = tmpl->Apply(messages, true);
+  ASSERT_TRUE(rendered.ok());
+  ASSERT_EQ(*rendered, "<s>[INST] Hi [/INST]Hello</s>[INST] Again [/INST]");
+  const std::vector<int> ids = (*tok)->Encode(*rendered, false);
+  ASSERT_EQ(ids[0], 1);  // <s>, once
+  ASSERT_NE(ids[1], 1);
+  v1::GenerateRequest g;
+  g.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  g.set_max_tokens(8);
+  g.set_ignore_eos(true);
+  g.mutable_sampling()->set_temperature(0);
+  const testing::Streamed want = testing::Generate(c.generation(), g);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+
+  json chat = {{"messages", messages}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};
+  HttpReply r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(r.Json()["choices"][0]["message"]["content"], want.text);
+  // The template's own refusal is the request's fault, with its message.
+  chat["messages"] =
+      json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}});
+  r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "messages");
+  EXPECT_EQ(r.Json()["error"]["message"],
+            "messages: Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
 // Random weights in stories110M's shape (vocab 32000, as the Mistral tokenizer): decode is slow
