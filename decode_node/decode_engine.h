@@ -7,6 +7,7 @@
 #ifndef TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 #define TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -20,6 +21,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/fault_injection.h"
 #include "engine/generator.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
@@ -38,6 +40,7 @@ struct DecodeEngineOptions {
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
   std::string transport = "tcp";                     // the KV receiver's kind
   std::string listen = "127.0.0.1:0";                // tcp: host:port; local: a name
+  FaultSpec faults;                                  // step faults (tests)
 
   absl::Status Validate() const;
 };
@@ -76,6 +79,14 @@ class DecodeEngine final : public KvSink {
 
   // KvSink: validates the lease and scatters the chunk into the request's blocks.
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
+
+  // Graceful drain: from now on Admit is UNAVAILABLE; admitted requests run to the end.
+  void BeginDrain();
+  // Progress, for health: the time since the step loop last came around (it does at least
+  // every 50 ms when idle; a step that never returns makes this grow), and the time of the
+  // last failed forward step (absl::InfinitePast() if none).
+  absl::Duration SinceLoopBeat() const;
+  absl::Time last_failed_step() const;
 
   WorkerLoadSnapshot Load() const;
   std::string kv_endpoint() const { return receiver_->endpoint(); }
@@ -125,6 +136,11 @@ class DecodeEngine final : public KvSink {
   uint64_t next_handle_ = 1;
   int64_t steps_ = 0;
   bool stop_ = false;
+  bool draining_ = false;
+  absl::Time last_failed_step_ = absl::InfinitePast();
+  std::atomic<bool> stopping_{false};  // stop_ for code running without mu_
+  std::atomic<int64_t> loop_beat_ns_;
+  StepFaults step_faults_;
   std::thread loop_;
 };
 

@@ -66,6 +66,9 @@ struct KvSenderOptions {
   // reports DATA_LOSS; drop never sends the chunk, so its lease never completes.
   int64_t corrupt_chunk_index = -1;
   int64_t drop_chunk_index = -1;
+  // Every N-th chunk (0: none): the soak test's steady trickle of faults.
+  int64_t corrupt_every = 0;
+  int64_t drop_every = 0;
 };
 
 // Thread-safe. Bookkeeping is per KvTarget (endpoint, lease, generation): the same lease id may

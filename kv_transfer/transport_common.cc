@@ -74,6 +74,12 @@ absl::StatusOr<KvOutgoingChunk> KvSendTracker::Begin(const KvTarget& target,
   const int64_t index = next_chunk_index_.fetch_add(1);
   if (index == options_.corrupt_chunk_index) out.fault = KvFault::kCorrupt;
   if (index == options_.drop_chunk_index) out.fault = KvFault::kDrop;
+  if (options_.corrupt_every > 0 && (index + 1) % options_.corrupt_every == 0) {
+    out.fault = KvFault::kCorrupt;
+  }
+  if (options_.drop_every > 0 && (index + 1) % options_.drop_every == 0) {
+    out.fault = KvFault::kDrop;
+  }
   ++it->second->pending;
   queued_bytes_ += payload.size();
   out.state = it->second;

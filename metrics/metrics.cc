@@ -26,7 +26,8 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_worker_healthy",
        "Router: 1 while a registered worker is healthy (heartbeating, serving, not ejected)."},
       {"tandem_routing_decisions_total", "Router: workers picked for requests."},
-      {"tandem_resumes_total", "Router: requests resumed on another prefill/decode pair."},
+      {"tandem_resumes_total",
+       "Router: request attempts resumed after a worker or KV transfer failure."},
       {"tandem_time_to_first_token_seconds",
        "Router: request arrival to its first token sent to the client."},
       {"tandem_inter_token_latency_seconds",
@@ -64,6 +65,8 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_decode_batch_size", "Decode: requests per decode step."},
       {"tandem_decode_step_seconds", "Decode: duration of one decode step."},
       {"tandem_kv_leases_expired_total", "Decode: leases freed because their KV did not complete."},
+      {"tandem_kv_chunks_rejected_total",
+       "Decode: KV chunks refused (unknown or expired lease, stale generation, bad range)."},
       {"tandem_num_preemptions_total", "Decode: running requests preempted."},
   };
   return *kHelp;
@@ -256,6 +259,7 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       generation_tokens(NewCounter(r, labels, "tandem_generation_tokens_total")),
       kv_transfer_bytes(NewCounter(r, labels, "tandem_kv_transfer_bytes_total")),
       kv_leases_expired(NewCounter(r, labels, "tandem_kv_leases_expired_total")),
+      kv_chunks_rejected(NewCounter(r, labels, "tandem_kv_chunks_rejected_total")),
       preemptions(NewCounter(r, labels, "tandem_num_preemptions_total")) {}
 
 }  // namespace tandem

@@ -100,7 +100,7 @@ struct RouterMetrics {
   prometheus::Counter& generation_tokens;        // tokens streamed to clients
   prometheus::Gauge& num_requests_running;       // past the first token, decoding
   prometheus::Gauge& num_requests_waiting;       // admission and prefill, no token yet
-  prometheus::Counter& resumes;                  // resumed requests (no resume path yet)
+  prometheus::Counter& resumes;                  // attempts resumed after a worker/KV fault
 };
 
 // A prefill worker.
@@ -135,6 +135,7 @@ struct DecodeMetrics {
   prometheus::Counter& generation_tokens;   // tokens sampled by decode steps
   prometheus::Counter& kv_transfer_bytes;   // KV payload bytes accepted into leases
   prometheus::Counter& kv_leases_expired;   // leases whose KV never completed
+  prometheus::Counter& kv_chunks_rejected;  // chunks refused: late writers, stale generations
   prometheus::Counter& preemptions;         // admission reserves every block: stays 0
 };
 

@@ -54,12 +54,15 @@ PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngine
       metrics_(metrics),
       cache_(std::move(cache)),
       scheduler_(options.scheduler),
-      pool_(options.num_blocks) {}
+      pool_(options.num_blocks),
+      loop_beat_ns_(absl::GetCurrentTimeNanos()),
+      step_faults_(options.faults) {}
 
 PrefillEngine::~PrefillEngine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    stopping_ = true;
   }
   work_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -83,6 +86,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   job->enqueued = absl::Now();
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (draining_) return absl::UnavailableError("prefill worker is draining (shutting down)");
     // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its
     // logits give the first token).
     if (options_.prefix_cache) {
@@ -145,7 +149,14 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   sender_->Forget(target);
   if (!acked.ok()) {
     if (metrics_) metrics_->kv_transfer_failures.Increment();
-    return acked;
+    // The router resumes ABORTED and DATA_LOSS elsewhere without blaming this worker: the
+    // decode side refused, lost or never acknowledged the KV. The deadline stays itself.
+    if (acked.code() == absl::StatusCode::kDeadlineExceeded ||
+        acked.code() == absl::StatusCode::kDataLoss) {
+      return acked;
+    }
+    return absl::AbortedError(
+        absl::StrFormat("kv transfer to %s failed: %s", target.endpoint, acked.message()));
   }
   if (metrics_) {
     metrics_->prompt_tokens.Increment(len);
@@ -195,6 +206,7 @@ void PrefillEngine::Loop() {
   std::vector<float> logits;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    loop_beat_ns_ = absl::GetCurrentTimeNanos();
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       if (it->second->cancelled) {
         scheduler_.Remove(it->first);
@@ -234,13 +246,15 @@ void PrefillEngine::Loop() {
       }
     }
     const absl::Time t0 = absl::Now();
-    const absl::Status st = model_->Forward(batch, &cache_, &logits, [&](int layer) {
-      for (size_t i = 0; i < work.size(); ++i) {
-        if (batch_jobs[i]->cancelled) continue;
-        // Errors surface in the sender's Wait; a refused lease stops further sends there.
-        SendRange(*batch_jobs[i], layer, work[i].start, work[i].count).IgnoreError();
-      }
-    });
+    absl::Status st = step_faults_.BeforeStep(stopping_);
+    if (st.ok())
+      st = model_->Forward(batch, &cache_, &logits, [&](int layer) {
+        for (size_t i = 0; i < work.size(); ++i) {
+          if (batch_jobs[i]->cancelled) continue;
+          // Errors surface in the sender's Wait; a refused lease stops further sends there.
+          SendRange(*batch_jobs[i], layer, work[i].start, work[i].count).IgnoreError();
+        }
+      });
     const double step_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     if (metrics_) {
       int tokens = 0;
@@ -249,6 +263,7 @@ void PrefillEngine::Loop() {
       metrics_->step_time.Observe(step_seconds);
     }
     lock.lock();
+    if (!st.ok()) last_failed_step_ = absl::Now();
     for (size_t i = 0; i < work.size(); ++i) {
       Job& job = *batch_jobs[i];
       job.compute_seconds += step_seconds;
@@ -269,6 +284,20 @@ void PrefillEngine::Loop() {
       jobs_.erase(work[i].id);
     }
   }
+}
+
+void PrefillEngine::BeginDrain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  draining_ = true;
+}
+
+absl::Duration PrefillEngine::SinceLoopBeat() const {
+  return absl::Nanoseconds(absl::GetCurrentTimeNanos() - loop_beat_ns_.load());
+}
+
+absl::Time PrefillEngine::last_failed_step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_failed_step_;
 }
 
 absl::StatusOr<std::vector<float>> PrefillEngine::Score(std::span<const int> ids) {

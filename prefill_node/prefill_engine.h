@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/block_pool.h"
+#include "engine/fault_injection.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
@@ -32,6 +33,7 @@ struct PrefillEngineOptions {
   int64_t max_kv_bytes = int64_t{1} << 30;
   PrefillScheduler::Options scheduler;
   bool prefix_cache = true;
+  FaultSpec faults;  // step faults (tests)
 
   absl::Status Validate() const;
 };
@@ -63,6 +65,12 @@ class PrefillEngine {
 
   // Log-probabilities of ids[1..] (one prefill with logits for every position).
   absl::StatusOr<std::vector<float>> Score(std::span<const int> ids);
+
+  // Graceful drain: from now on Prefill is UNAVAILABLE; queued prompts finish.
+  void BeginDrain();
+  // Progress, for health (see DecodeEngine).
+  absl::Duration SinceLoopBeat() const;
+  absl::Time last_failed_step() const;
 
   WorkerLoadSnapshot Load() const;
   int64_t prefix_cache_queries() const { return prefix_queries_.load(); }
@@ -113,6 +121,11 @@ class PrefillEngine {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Job>> jobs_;
   uint64_t next_job_ = 1;
   bool stop_ = false;
+  bool draining_ = false;
+  absl::Time last_failed_step_ = absl::InfinitePast();
+  std::atomic<bool> stopping_{false};  // stop_ for code running without mu_
+  std::atomic<int64_t> loop_beat_ns_{0};
+  StepFaults step_faults_;
   std::atomic<int64_t> prefix_queries_{0};
   std::atomic<int64_t> prefix_hits_{0};
   std::thread loop_;

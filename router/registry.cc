@@ -23,12 +23,13 @@ void WorkerRegistry::Register(const std::string& id, WorkerRole role, const std:
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
-                               absl::Time now) {
+                               absl::Time now, bool draining) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return false;
   it->second.load = load;
   it->second.last_seen = now;
   it->second.serving = serving;
+  it->second.draining_ = draining;
   return true;
 }
 
@@ -115,15 +116,21 @@ int WorkerRegistry::PrefillBlockSize() const {
 void WorkerRegistry::ReportFailure(const std::string& id, absl::Time now) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
-  if (++it->second.consecutive_failures >= options_.max_consecutive_failures) {
-    it->second.ejected_until = now + options_.ejection;
-    it->second.consecutive_failures = 0;
+  WorkerEntry& w = it->second;
+  if (++w.consecutive_failures >= options_.max_consecutive_failures) {
+    absl::Duration backoff = options_.ejection;
+    for (int i = 0; i < w.ejections && backoff < options_.max_ejection; ++i) backoff *= 2;
+    w.ejected_until = now + std::min(backoff, options_.max_ejection);
+    w.consecutive_failures = 0;
+    ++w.ejections;
   }
 }
 
 void WorkerRegistry::ReportSuccess(const std::string& id) {
   auto it = workers_.find(id);
-  if (it != workers_.end()) it->second.consecutive_failures = 0;
+  if (it == workers_.end()) return;
+  it->second.consecutive_failures = 0;
+  it->second.ejections = 0;
 }
 
 }  // namespace tandem

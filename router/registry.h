@@ -28,7 +28,10 @@ struct WorkerEntry {
   WorkerLoadSnapshot load;
   absl::Time last_seen;
   bool serving = true;
+  bool draining_ = false;
+  bool draining() const { return draining_; }
   int consecutive_failures = 0;
+  int ejections = 0;  // in a row, without a success in between: the back-off doubles
   absl::Time ejected_until = absl::InfinitePast();
   // Prefill workers: block hashes of prompts recently routed there (what its prefix cache
   // probably holds), bounded.
@@ -39,7 +42,8 @@ struct WorkerEntry {
 struct RegistryOptions {
   absl::Duration heartbeat_timeout = absl::Seconds(3);  // silent this long: unhealthy
   int max_consecutive_failures = 3;                     // then ejected...
-  absl::Duration ejection = absl::Seconds(5);           // ...for this long
+  absl::Duration ejection = absl::Seconds(5);           // ...for this long, doubling while it
+  absl::Duration max_ejection = absl::Seconds(60);      // keeps failing, up to this
   size_t max_prefixes_per_worker = 16384;
 };
 
@@ -52,7 +56,7 @@ class WorkerRegistry {
                 const WorkerLoadSnapshot& load, absl::Time now);
   // False when the id is unknown (the worker must register again).
   bool Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
-                 absl::Time now);
+                 absl::Time now, bool draining = false);
 
   bool Healthy(const WorkerEntry& w, absl::Time now) const;
   std::vector<const WorkerEntry*> List() const;
@@ -70,6 +74,9 @@ class WorkerRegistry {
   // Block size the prefill workers hash prompts with (0 when none is registered).
   int PrefillBlockSize() const;
 
+  // Outlier ejection: `max_consecutive_failures` failures in a row eject a worker for the
+  // back-off (ejection, doubled per ejection without a success since, capped); after it the
+  // worker gets traffic again, and one success resets the count.
   void ReportFailure(const std::string& id, absl::Time now);
   void ReportSuccess(const std::string& id);
 

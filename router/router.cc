@@ -101,6 +101,16 @@ class CancelWatcher {
   void Unwatch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
     watched_.erase(c);
+    workers_.erase(c);
+  }
+  // Also cancels `c` when `bad` turns true (checked every 100 ms); abandoned(c) says so after.
+  void WatchWorker(grpc::ClientContext* c, std::function<bool()> bad) {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers_[c] = std::move(bad);
+  }
+  bool abandoned(grpc::ClientContext* c) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return abandoned_.count(c) > 0;
   }
   bool cancelled() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -128,6 +138,20 @@ class CancelWatcher {
           for (auto* c : watched_) c->TryCancel();
         }
       }
+      if (++ticks_ % 20 == 0 && !workers_.empty()) {
+        auto workers = workers_;
+        lock.unlock();
+        std::vector<grpc::ClientContext*> bad;
+        for (auto& [c, fn] : workers) {
+          if (fn()) bad.push_back(c);
+        }
+        lock.lock();
+        for (auto* c : bad) {
+          if (workers_.erase(c) == 0) continue;  // unwatched meanwhile
+          abandoned_.insert(c);
+          c->TryCancel();
+        }
+      }
       cv_.wait_for(lock, std::chrono::milliseconds(5));
     }
   }
@@ -135,6 +159,9 @@ class CancelWatcher {
   std::mutex mu_;
   std::condition_variable cv_;
   std::set<grpc::ClientContext*> watched_;
+  std::map<grpc::ClientContext*, std::function<bool()>> workers_;
+  std::set<grpc::ClientContext*> abandoned_;
+  int64_t ticks_ = 0;
   bool cancelled_ = false;
   bool done_ = false;
   std::thread thread_;
@@ -201,8 +228,8 @@ std::shared_ptr<grpc::Channel> Router::ChannelFor(const std::string& address) {
   auto& ch = channels_[address];
   if (!ch) {
     grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(1000, options_.keepalive_ms / 2));
     args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     args.SetMaxReceiveMessageSize(64 << 20);
     ch = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -292,6 +319,10 @@ bool Resumable(const grpc::Status& s) {
 // produced.
 grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCall& call) {
   const absl::Time t0 = absl::Now();
+  if (draining_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "router is draining (shutting down); send to another replica");
+  }
   auto parsed = ValidateGenerateRequest(req, config_, *tokenizer_, options_.limits);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   const GenerationRequest& greq = *parsed;
@@ -446,6 +477,11 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       {
         std::unique_lock<std::mutex> lock(mu_);
         pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
+        if (!pick && attempt == 0 && !failed_decode.empty()) {
+          // Every healthy worker failed this request once: a transient fault is retried anywhere.
+          tried.clear();
+          pick = registry_.PickDecode(total_tokens, absl::Now(), tried);
+        }
         no_room = !pick && registry_.CountHealthy(WorkerRole::kDecode, absl::Now()) > 0;
         if (no_room) {
           // Wait for room (a request ending, a heartbeat) in a bounded queue.
@@ -529,6 +565,13 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
         w->Unwatch(c);
       }
     } closer{d_ctx.get(), d_stream.get(), &watcher};
+    // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
+    // abandoned: its stream is cancelled and the request resumed elsewhere.
+    watcher.WatchWorker(d_ctx.get(), [this, id = decode_id] {
+      std::lock_guard<std::mutex> lock(mu_);
+      const WorkerEntry* w = registry_.Find(id);
+      return w == nullptr || (!registry_.Healthy(*w, absl::Now()) && !w->draining());
+    });
 
     // 2. Prefill into the lease.
     const int bs = [&] {
@@ -547,6 +590,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     {
       std::lock_guard<std::mutex> lock(mu_);
       prefill_id = registry_.PickPrefill(hashes, absl::Now(), failed_prefill);
+      if (!prefill_id) prefill_id = registry_.PickPrefill(hashes, absl::Now(), {});
     }
     if (!prefill_id) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
@@ -571,10 +615,12 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     watcher.Unwatch(&p_ctx);
     if (is_gone()) return client_gone();
     if (!ps.ok()) {
-      // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled. ABORTED /
-      // DATA_LOSS: the transfer failed (the prefill worker names the decode side's refusal).
+      // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what
+      // it sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame
+      // here; a dead decode worker is found at the next admission).
       if (ps.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+          ps.error_code() == grpc::StatusCode::DATA_LOSS) {
         report(*prefill_id, &failed_prefill);
       }
       return ps;
@@ -603,6 +649,11 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     if (!write()) return client_gone();
     auto decode_broke = [&](grpc::Status s) {
       if (is_gone()) return client_gone();
+      if (watcher.abandoned(d_ctx.get())) {
+        report(decode_id, &failed_decode);
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            absl::StrFormat("decode worker %s turned unhealthy", decode_id));
+      }
       if (s.ok()) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
       }
@@ -776,8 +827,8 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
 grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    resp->set_known(
-        registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(), absl::Now()));
+    resp->set_known(registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(),
+                                        absl::Now(), req->draining()));
   }
   room_cv_.notify_all();  // fresh load: queued requests look for room again
   return grpc::Status::OK;

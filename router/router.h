@@ -46,6 +46,9 @@ struct RouterOptions {
   int max_queued = 256;
   absl::Duration queue_timeout = absl::Seconds(10);
   int retry_after_ms = 200;
+  // Keepalive pings on the channels to workers: a peer silent this long (plus half as much for
+  // the ping's answer) is declared gone, failing its calls with UNAVAILABLE.
+  int keepalive_ms = 10000;
   // Bearer tokens required on the Generation API (none: open).
   ApiKeys api_keys;
 };
@@ -72,6 +75,9 @@ class Router {
   // OK when the `authorization` header value passes the API keys (UNAUTHENTICATED naming the
   // header otherwise). The gRPC adaptor and the HTTP API call it before anything else.
   grpc::Status Authorize(std::string_view authorization) const;
+
+  // Graceful drain: new requests are UNAVAILABLE from now on; those in flight finish.
+  void BeginDrain() { draining_ = true; }
 
   // Workers registered and healthy, per role.
   int HealthyWorkers(WorkerRole role);
@@ -120,6 +126,7 @@ class Router {
   std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
   int waiting_for_room_ = 0;
   std::atomic<uint64_t> next_request_{1};
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace tandem

@@ -8,12 +8,14 @@ namespace tandem {
 
 RegistrationClient::RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
                                        std::function<WorkerLoadSnapshot()> load,
-                                       std::function<bool()> serving)
+                                       std::function<bool()> serving,
+                                       std::function<bool()> draining)
     : stub_(v1::Registry::NewStub(
           grpc::CreateChannel(router_address, grpc::InsecureChannelCredentials()))),
       base_(std::move(base)),
       load_(std::move(load)),
       serving_(std::move(serving)),
+      draining_(std::move(draining)),
       thread_([this] { Run(); }) {}
 
 RegistrationClient::~RegistrationClient() {
@@ -45,6 +47,7 @@ void RegistrationClient::Run() {
       req.set_worker_id(base_.worker_id());
       *req.mutable_load() = ToProto(load_());
       req.set_serving(serving_());
+      req.set_draining(draining_ && draining_());
       v1::HeartbeatResponse resp;
       grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
       if (!s.ok() || !resp.known()) registered_ = false;

@@ -18,7 +18,8 @@ namespace tandem {
 class RegistrationClient {
  public:
   RegistrationClient(const std::string& router_address, v1::RegisterRequest base,
-                     std::function<WorkerLoadSnapshot()> load, std::function<bool()> serving);
+                     std::function<WorkerLoadSnapshot()> load, std::function<bool()> serving,
+                     std::function<bool()> draining = nullptr);
   ~RegistrationClient();
   bool registered() const { return registered_.load(); }
 
@@ -28,6 +29,7 @@ class RegistrationClient {
   v1::RegisterRequest base_;
   std::function<WorkerLoadSnapshot()> load_;
   std::function<bool()> serving_;
+  std::function<bool()> draining_;
   std::atomic<bool> registered_{false};
   std::mutex mu_;
   std::condition_variable cv_;

@@ -6,14 +6,20 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "decode_node/decode_engine.h"
 #include "decode_node/decode_service.h"
+#include "engine/fault_injection.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "http/http_server.h"
@@ -36,6 +42,7 @@ common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device a
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
 router:   --heartbeat-ms 500  --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
+          --ejection-ms 5000 (outlier ejection back-off, doubling)  --keepalive-ms 10000
           --http-port 0 (OpenAI-compatible HTTP API on --host; 0 = pick a free port)
           --http-threads 64  --http-timeout-ms 0 (0 = no deadline)  --chat-template PATH
           --served-model-name NAME (default: the model's file or folder name)
@@ -43,11 +50,14 @@ workers:  --router HOST:PORT (prefill, decode)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
 prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
 decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
+workers:  --wedge-timeout-ms 10000 (a step loop stuck this long turns health NOT_SERVING)
+          --fault SPEC (test builds: inject faults, see engine/fault_injection.h)
+all:      --drain-timeout-ms 30000 (SIGTERM: NOT_SERVING at once, in-flight work finishes)
 all:      router, prefill and decode in one process with the in-process KV transport
 
 Prints "listening HOST:PORT" (gRPC) and then "metrics HOST:PORT" (http://HOST:PORT/metrics) on
 stdout when serving, and a router then "http HOST:PORT" (the OpenAI-compatible API);
-SIGINT/SIGTERM stop it (exit 0).
+SIGINT/SIGTERM drain and stop it (exit 0).
 )";
 
 int Fail(const std::string& msg) {
@@ -106,10 +116,17 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto http_port = f->GetInt("http-port", 0);
   auto http_threads = f->GetInt("http-threads", 64);
   auto http_timeout_ms = f->GetInt("http-timeout-ms", 0);
+  auto drain_ms = f->GetInt("drain-timeout-ms", 30000);
+  auto wedge_ms = f->GetInt("wedge-timeout-ms", 10000);
+  auto ejection_ms = f->GetInt("ejection-ms", 5000);
+  auto keepalive_ms = f->GetInt("keepalive-ms", 10000);
+  auto max_threads = f->GetInt("max-threads", 0);
   for (const auto* v :
-       {&port, &block_size, &num_blocks, &kv_bytes, &heartbeat, &budget, &chunk, &max_running,
-        &lease_ms, &metrics_port, &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,
-        &prefill_timeout_ms, &http_port, &http_threads, &http_timeout_ms}) {
+       {&port,         &block_size,   &num_blocks,       &kv_bytes,     &heartbeat,
+        &budget,       &chunk,        &max_running,      &lease_ms,     &metrics_port,
+        &max_inflight, &max_queued,   &queue_timeout_ms, &max_resumes,  &prefill_timeout_ms,
+        &drain_ms,     &wedge_ms,     &ejection_ms,      &keepalive_ms, &max_threads,
+        &http_port,    &http_threads, &http_timeout_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   if (*max_inflight < 1) return Fail("--max-inflight must be >= 1");
@@ -117,6 +134,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (*queue_timeout_ms < 0) return Fail("--queue-timeout-ms must be >= 0");
   if (*max_resumes < 0) return Fail("--max-resumes must be >= 0");
   if (*prefill_timeout_ms < 1) return Fail("--prefill-timeout-ms must be >= 1");
+  if (*drain_ms < 0) return Fail("--drain-timeout-ms must be >= 0");
+  if (*wedge_ms < 100) return Fail("--wedge-timeout-ms must be >= 100");
+  if (*ejection_ms < 0) return Fail("--ejection-ms must be >= 0");
+  if (*keepalive_ms < 1000) return Fail("--keepalive-ms must be >= 1000");
+  if (*max_threads < 0) return Fail("--max-threads must be >= 0");
+  auto faults = FaultSpec::Parse(f->Get("fault"));
+  if (!faults.ok()) return Fail(std::string(faults.status().message()));
   HttpServerOptions http_options;
   http_options.host = f->Get("host", "127.0.0.1");
   http_options.port = static_cast<int>(*http_port);
@@ -181,6 +205,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.queue_timeout = absl::Milliseconds(*queue_timeout_ms);
     ro.max_resumes = static_cast<int>(*max_resumes);
     ro.prefill_timeout = absl::Milliseconds(*prefill_timeout_ms);
+    ro.registry.ejection = absl::Milliseconds(*ejection_ms);
+    ro.keepalive_ms = static_cast<int>(*keepalive_ms);
     if (f->Has("api-keys-file")) {
       auto keys = ApiKeys::Load(f->Get("api-keys-file"));
       if (!keys.ok()) return Fail(std::string(keys.status().message()));
@@ -208,7 +234,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   std::unique_ptr<PrefillEngine> prefill;
   std::unique_ptr<PrefillService> prefill_service;
   if (is_prefill) {
-    auto s = MakeKvSender(kv_transport);
+    KvSenderOptions so;
+    so.corrupt_chunk_index = faults->kv_corrupt_chunk;
+    so.drop_chunk_index = faults->kv_drop_chunk;
+    so.corrupt_every = faults->kv_corrupt_every;
+    so.drop_every = faults->kv_drop_every;
+    auto s = MakeKvSender(kv_transport, so);
     if (!s.ok()) return Fail(std::string(s.status().message()));
     sender = std::move(*s);
     PrefillEngineOptions po;
@@ -218,6 +249,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     po.scheduler.token_budget = static_cast<int>(*budget);
     po.scheduler.chunk_size = static_cast<int>(*chunk);
     po.prefix_cache = !f->Has("no-prefix-cache");
+    po.faults = *faults;
     auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
@@ -233,6 +265,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.max_running = static_cast<int>(*max_running);
     dopt.lease_timeout = absl::Milliseconds(*lease_ms);
     dopt.transport = kv_transport;
+    dopt.faults = *faults;
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
@@ -249,8 +282,19 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), grpc::InsecureServerCredentials(),
                            &bound_port);
   builder.SetMaxReceiveMessageSize(16 << 20);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(*keepalive_ms));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                             std::max(1000, static_cast<int>(*keepalive_ms) / 2));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // Peers (the router's channels) ping as often as every 1 s: allow it without GOAWAY.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  // The synchronous server runs each call on a thread: bound them, so a burst of thousands of
+  // calls is refused (RESOURCE_EXHAUSTED) instead of growing memory without limit.
+  grpc::ResourceQuota quota("tandem-server");
+  quota.SetMaxThreads(static_cast<int>(
+      *max_threads > 0 ? *max_threads : std::max<int64_t>(512, 2 * *max_inflight + 128)));
+  builder.SetResourceQuota(quota);
   if (router) {
     builder.RegisterService(router->generation_service());
     builder.RegisterService(router->registry_service());
@@ -271,6 +315,54 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     http_server = std::move(*h);
   }
 
+  // Health: NOT_SERVING while draining, while a step loop is wedged, and for a while after a
+  // forward step failed (out of memory); the router reads it from the heartbeats too.
+  std::atomic<bool> serving{true};
+  std::atomic<bool> draining{false};
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  std::mutex monitor_mu;
+  std::condition_variable monitor_cv;
+  bool monitor_stop = false;
+  std::thread monitor([&] {
+    const absl::Duration wedge = absl::Milliseconds(*wedge_ms);
+    std::unique_lock<std::mutex> lock(monitor_mu);
+    while (!monitor_stop) {
+      const absl::Time now = absl::Now();
+      std::string why;
+      if (draining) {
+        why = "draining";
+      } else if ((prefill && prefill->SinceLoopBeat() > wedge) ||
+                 (decode && decode->SinceLoopBeat() > wedge)) {
+        why = "step loop wedged";
+      } else if ((prefill && now - prefill->last_failed_step() < absl::Seconds(2)) ||
+                 (decode && now - decode->last_failed_step() < absl::Seconds(2))) {
+        why = "forward step failed";
+      }
+      const bool ok = why.empty();
+      if (ok != serving.load()) {
+        serving = ok;
+        health->SetServingStatus(ok);
+        std::fprintf(stderr, "[tandem-server] health: %s%s\n",
+                     ok ? "SERVING" : "NOT_SERVING: ", why.c_str());
+      }
+      monitor_cv.wait_for(lock, std::chrono::milliseconds(100));
+    }
+  });
+  struct MonitorStopper {
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& stop;
+    std::thread& t;
+    ~MonitorStopper() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      t.join();
+    }
+  } monitor_stopper{monitor_mu, monitor_cv, monitor_stop, monitor};
+
   std::vector<std::unique_ptr<RegistrationClient>> registrations;
   const std::string router_address = role == "all" ? address : f->Get("router");
   auto register_worker = [&](v1::WorkerRole r, const char* suffix,
@@ -282,7 +374,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_address(address);
     req.set_model(model_path);
     registrations.push_back(std::make_unique<RegistrationClient>(
-        router_address, req, std::move(load), [] { return true; }));
+        router_address, req, std::move(load), [&serving] { return serving.load(); },
+        [&draining] { return draining.load(); }));
   };
   if (prefill) {
     register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });
@@ -300,11 +393,28 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::fprintf(stderr, "[tandem-server] signal %d: shutting down\n", sig);
-  server->GetHealthCheckService()->SetServingStatus(false);
-  http_server.reset();  // cancels its requests in flight
+  // Graceful drain: NOT_SERVING at once (health and heartbeats, so the router routes no new
+  // work here), new work refused, in-flight work finished within the drain deadline.
+  const absl::Time drain_until = absl::Now() + absl::Milliseconds(*drain_ms);
+  std::fprintf(stderr, "[tandem-server] signal %d: draining (up to %d ms)\n", sig,
+               static_cast<int>(*drain_ms));
+  draining = true;
+  serving = false;
+  health->SetServingStatus(false);
+  if (router) router->BeginDrain();
+  if (prefill) prefill->BeginDrain();
+  if (decode) decode->BeginDrain();
+  auto busy = [&] {
+    return (router && router->InFlight() > 0) || (prefill && !prefill->Idle()) ||
+           (decode && !decode->Idle());
+  };
+  while (busy() && absl::Now() < drain_until) absl::SleepFor(absl::Milliseconds(20));
+  const bool drained = !busy();
+  std::fprintf(stderr, "[tandem-server] %s; stopping\n",
+               drained ? "drained" : "drain deadline passed with work in flight");
+  http_server.reset();  // cancels what the drain left in flight
   registrations.clear();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
   return 0;
 }
