@@ -343,7 +343,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
         } else if (res.status == 413) {
           e.message = absl::StrFormat("the request body is larger than %d bytes", max);
         } else {
-          e.message = absl::StrFormat("HTTP status %d", res.status);
+          e.message = absl::StrFormat(
+              "%s %s: HTTP status %d (malformed request, or a method this "
+              "endpoint does not take)",
+              req.method, req.path, res.status);
         }
         Reply(res, e);
         return httplib::Server::HandlerResponse::Handled;

@@ -12,6 +12,7 @@ PACKAGES=(
   libbenchmark-dev
   nlohmann-json3-dev
   libcpp-httplib-dev
+  curl
   prometheus
   clang-format
 )
