@@ -1,5 +1,6 @@
 #include "http/openai.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <limits>
@@ -311,7 +312,8 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (absl::Status s = SetPrompt(*prompt, &g); !s.ok()) return s;
   }
 
-  // max_tokens: OpenAI's default is 16 for completions; chat runs to the end of the context.
+  // max_tokens: OpenAI's default is 16 for completions; chat runs to the end of the context
+  // (bounded by chat_default_max_tokens).
   const Json* max_tokens = nullptr;
   if (chat) max_tokens = Field(body, "max_completion_tokens");
   if (max_tokens != nullptr) {
@@ -324,7 +326,8 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (!n.ok()) return n.status();
     g.set_max_tokens(static_cast<int32_t>(*n));
   } else {
-    g.set_max_tokens(chat ? model.max_context : 16);
+    const int rest = model.max_context - g.tokens().ids_size();
+    g.set_max_tokens(chat ? std::clamp(rest, 1, model.chat_default_max_tokens) : 16);
   }
 
   v1::SamplingParams* s = g.mutable_sampling();

@@ -25,8 +25,11 @@ enum class Endpoint { kCompletions, kChatCompletions };
 
 // What the HTTP front serves: one model.
 struct ServedModel {
-  std::string id;              // the `model` clients name ("stories260K")
-  int max_context = 0;         // tokens
+  std::string id;       // the `model` clients name ("stories260K")
+  int max_context = 0;  // tokens
+  // A chat request without max_tokens generates to the end of the context, at most this many:
+  // admission reserves KV blocks for every token a request may generate.
+  int chat_default_max_tokens = 1024;
   const Tokenizer* tokenizer;  // token strings of logprobs, chat prompts; not null
   // The chat template, or the reason there is none (NOT_FOUND: the model ships none; or the
   // template's parse error). Chat requests are answered with that error.

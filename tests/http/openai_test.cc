@@ -97,10 +97,14 @@ TEST_F(OpenAiTest, ChatRendersTheTemplateAndTokenizesWithoutSpecialTokens) {
   EXPECT_EQ(r->max_tokens_param, "max_completion_tokens");
   EXPECT_TRUE(r->generate.sampling().logprobs());
   EXPECT_EQ(r->generate.sampling().top_logprobs(), 3);
-  // Without max tokens, chat runs to the end of the context.
+  // Without max tokens, chat runs to the end of the context, at most chat_default_max_tokens.
   r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->generate.max_tokens(), 512);
+  EXPECT_EQ(r->generate.max_tokens(), 512 - r->generate.tokens().ids_size());
+  model_.chat_default_max_tokens = 100;
+  r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.max_tokens(), 100);
 }
 
 // Each bad body: the HTTP status and the parameter named.
