@@ -162,6 +162,9 @@ DecodeEngine::Output DecodeEngine::Next(uint64_t handle, absl::Duration timeout)
   Request& r = it->second;
   out.tokens.assign(r.out.begin(), r.out.end());
   r.out.clear();
+  out.logprobs.assign(std::make_move_iterator(r.out_logprobs.begin()),
+                      std::make_move_iterator(r.out_logprobs.end()));
+  r.out_logprobs.clear();
   if (r.state == State::kDone) {
     out.finish = r.finish;
     out.error = r.error;
@@ -277,6 +280,9 @@ void DecodeEngine::Loop() {
       r.tokens.push_back(token);
       ++r.generated;
       r.out.push_back(token);
+      if (r.req.sampling.logprobs) {
+        r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
+      }
       if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {
         r.finish = *f;
         EndLocked(batch_ids[i], r);

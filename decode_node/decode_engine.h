@@ -70,6 +70,7 @@ class DecodeEngine final : public KvSink {
 
   struct Output {
     std::vector<int> tokens;
+    std::vector<TokenLogprobs> logprobs;  // one per token, with sampling.logprobs
     std::optional<FinishReason> finish;
     absl::Status error;  // set when the request failed (lease expired, forward error)
   };
@@ -107,6 +108,7 @@ class DecodeEngine final : public KvSink {
     State state = State::kAdmitted;
     bool cancel_requested = false;
     std::deque<int> out;
+    std::deque<TokenLogprobs> out_logprobs;
     std::optional<FinishReason> finish;
     absl::Status error;
   };

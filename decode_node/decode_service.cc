@@ -41,6 +41,7 @@ grpc::Status DecodeService::Decode(
     if (!o.tokens.empty()) {
       v1::DecodeServerMessage t;
       t.mutable_tokens()->mutable_ids()->Add(o.tokens.begin(), o.tokens.end());
+      for (const TokenLogprobs& l : o.logprobs) *t.mutable_tokens()->add_logprobs() = ToProto(l);
       if (!stream->Write(t)) return grpc::Status(grpc::StatusCode::CANCELLED, "stream closed");
     }
     if (!o.error.ok()) return ToGrpc(o.error);

@@ -244,6 +244,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       ++stats_.generated_tokens;
       GenerationOutput& out = outputs[s.index];
       out.tokens.push_back(token);
+      if (s.req->sampling.logprobs) {
+        out.logprobs.push_back(ComputeLogprobs(row, token, s.req->sampling.top_logprobs));
+      }
       if (!first_token_seen && s.index == 0) {
         first_token_seen = true;
         stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -297,12 +300,8 @@ absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<con
   if (absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits); !s.ok()) return s;
   std::vector<float> out;
   for (size_t i = 0; i + 1 < ids.size(); ++i) {
-    const float* row = logits.data() + i * c.vocab_size;
-    double max_v = -INFINITY;
-    for (int v = 0; v < c.vocab_size; ++v) max_v = std::max(max_v, static_cast<double>(row[v]));
-    double sum = 0;
-    for (int v = 0; v < c.vocab_size; ++v) sum += std::exp(row[v] - max_v);
-    out.push_back(static_cast<float>(row[ids[i + 1]] - max_v - std::log(sum)));
+    std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
+    out.push_back(ComputeLogprobs(row, ids[i + 1], 0).logprob);
   }
   return out;
 }

@@ -39,6 +39,7 @@ struct GenerationRequest {
 struct GenerationOutput {
   std::vector<int> tokens;  // generated ids (a stopping EOS id included)
   std::string text;         // their text (stop string excluded), when a tokenizer was given
+  std::vector<TokenLogprobs> logprobs;  // one per token, with sampling.logprobs
   FinishReason finish = FinishReason::kLength;
 };
 

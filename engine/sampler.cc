@@ -19,7 +19,35 @@ absl::Status SamplingParams::Validate() const {
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(absl::StrFormat("top_p must be in (0, 1], got %g", top_p));
   }
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_logprobs must be in [0, %d], got %d", kMaxTopLogprobs, top_logprobs));
+  }
   return absl::OkStatus();
+}
+
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int token, int top_n) {
+  const int n = static_cast<int>(logits.size());
+  double max_v = -INFINITY;
+  for (float v : logits) max_v = std::max(max_v, static_cast<double>(v));
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_v);
+  const double log_z = max_v + std::log(sum);
+  TokenLogprobs out;
+  out.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z);
+  top_n = std::clamp(top_n, 0, n);
+  if (top_n > 0) {
+    std::vector<int> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + top_n, order.end(), [&](int a, int b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < top_n; ++i) {
+      out.top.emplace_back(order[i],
+                           static_cast<float>(static_cast<double>(logits[order[i]]) - log_z));
+    }
+  }
+  return out;
 }
 
 namespace {

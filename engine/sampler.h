@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,11 +18,29 @@ struct SamplingParams {
   int top_k = 0;             // 0 = all tokens
   float top_p = 1.0f;        // in (0, 1]
   uint64_t seed = 0;
+  // Report each sampled token's log-probability and the top_logprobs most likely tokens (in
+  // [0, kMaxTopLogprobs]); see ComputeLogprobs. Never changes the draw.
+  bool logprobs = false;
+  int top_logprobs = 0;
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
-  // (0, 1] or NaN.
+  // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs].
   absl::Status Validate() const;
 };
+
+inline constexpr int kMaxTopLogprobs = 20;
+
+// A sampled token's log-probability and the most likely tokens at its position.
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<std::pair<int, float>> top;  // (token id, log-probability), most likely first
+};
+
+// Log-probabilities under the model's own distribution, log-softmax of the raw `logits` (before
+// temperature, top-k and top-p, which only shape the draw): the logprob of `token` and the
+// `top_n` most likely tokens (ties by lower id). Computed in double. The same numbers as
+// ScoreTokens gives for a prompt.
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int token, int top_n);
 
 // A uniform double in [0, 1) that depends only on (seed, counter): SplitMix64 finalizers over
 // the two words (a stateless, counter-based generator).

@@ -166,6 +166,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   }
   PrefillResult r;
   r.first_token = job->first_token;
+  r.first_logprobs = job->first_logprobs;
   r.cached_tokens = job->cached;
   r.queue_seconds = absl::ToDoubleSeconds(job->started - job->enqueued);
   r.compute_seconds = job->compute_seconds;
@@ -274,6 +275,9 @@ void PrefillEngine::Loop() {
       } else {
         std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
         job.first_token = Sample(row, job.sampling, job.prompt.size());
+        if (job.sampling.logprobs) {
+          job.first_logprobs = ComputeLogprobs(row, job.first_token, job.sampling.top_logprobs);
+        }
       }
       scheduler_.Remove(work[i].id);
       FinishLocked(job);

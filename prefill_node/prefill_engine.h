@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,7 @@ struct PrefillResult {
   double queue_seconds = 0;
   double compute_seconds = 0;
   double transfer_seconds = 0;  // after compute: waiting for the last acknowledgements
+  std::optional<TokenLogprobs> first_logprobs;  // with sampling.logprobs
 };
 
 class PrefillEngine {
@@ -93,6 +95,7 @@ class PrefillEngine {
     bool done = false;
     absl::Status status;
     int first_token = -1;
+    std::optional<TokenLogprobs> first_logprobs;
     double compute_seconds = 0;
     std::atomic<bool> cancelled{false};
   };

@@ -23,6 +23,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   resp->set_queue_seconds(r->queue_seconds);
   resp->set_compute_seconds(r->compute_seconds);
   resp->set_kv_transfer_seconds(r->transfer_seconds);
+  if (r->first_logprobs) *resp->mutable_first_logprobs() = ToProto(*r->first_logprobs);
   return grpc::Status::OK;
 }
 

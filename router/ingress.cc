@@ -68,6 +68,13 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
     return Invalid("sampling.top_p", absl::StrFormat("must be in (0, 1], got %g", s.top_p));
   }
+  if (s.top_logprobs < 0 || s.top_logprobs > kMaxTopLogprobs) {
+    return Invalid("sampling.top_logprobs",
+                   absl::StrFormat("must be in [0, %d], got %d", kMaxTopLogprobs, s.top_logprobs));
+  }
+  if (s.top_logprobs > 0 && !s.logprobs) {
+    return Invalid("sampling.top_logprobs", "needs sampling.logprobs to be true");
+  }
   if (req.max_tokens() < 1) {
     return Invalid("max_tokens", absl::StrFormat("must be >= 1, got %d", req.max_tokens()));
   }

@@ -391,11 +391,13 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
   v1::GenerateResponse resp;
   absl::Time admitted_at;
   v1::PrefillResponse first_presp;  // the first attempt's prefill (for the timings)
-  // Adds one token to `resp`; returns true when the request ends with it.
-  auto add_token = [&](int token) {
+  // Adds one token (and its logprobs, when asked for) to `resp`; returns true when the request
+  // ends with it.
+  auto add_token = [&](int token, const v1::TokenLogprobs* logprobs) {
     generated.push_back(token);
     const int n = static_cast<int>(generated.size());
     resp.add_token_ids(token);
+    if (logprobs != nullptr && greq.sampling.logprobs) *resp.add_logprobs() = *logprobs;
     finish = CheckFinish(config_, greq, token, n, prompt_len + n);
     if (finish == FinishReason::kStop) return true;  // EOS: no text
     bool stopped = false;
@@ -653,7 +655,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
 
     // 3. Stream: the first token from the prefill, the rest from the decode worker.
     const bool first_ever = generated.empty();
-    const bool done_at_first = add_token(presp.first_token());
+    const bool done_at_first = add_token(presp.first_token(), &presp.first_logprobs());
     if (first_ever) {
       ttft = Since(t0);
       resp.mutable_timings()->set_ttft_seconds(ttft);
@@ -687,8 +689,9 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     while (d_stream->Read(&msg)) {
       bool ended = false;
       if (msg.has_tokens()) {
-        for (int token : msg.tokens().ids()) {
-          if ((ended = add_token(token))) break;
+        const v1::DecodeTokens& t = msg.tokens();
+        for (int i = 0; i < t.ids_size() && !ended; ++i) {
+          ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
         }
       } else if (msg.has_finished()) {
         // The decode worker ended on the same conditions the router checks; trust its reason

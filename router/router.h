@@ -86,6 +86,9 @@ class Router {
   int HealthyWorkers(WorkerRole role);
   // Requests in flight (the leak check for the router).
   int InFlight();
+  // The model's tokenizer and configuration (the HTTP API renders chat prompts and token texts).
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ModelConfig& config() const { return config_; }
 
   // The whole request: validation, admission, prefill, the token stream, resumes. Written
   // messages are the gRPC API's; the status is final (metrics count it).

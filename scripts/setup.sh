@@ -12,6 +12,8 @@ PACKAGES=(
   libbenchmark-dev
   nlohmann-json3-dev
   openssl libssl-dev
+  libcpp-httplib-dev
+  curl
   prometheus
   clang-format
   python3-kubernetes yamllint iproute2

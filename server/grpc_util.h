@@ -31,6 +31,8 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.top_k = p.top_k();
   if (p.has_top_p()) s.top_p = p.top_p();
   s.seed = p.seed();
+  s.logprobs = p.logprobs();
+  s.top_logprobs = p.top_logprobs();
   return s;
 }
 
@@ -40,6 +42,19 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_top_k(s.top_k);
   p.set_top_p(s.top_p);
   p.set_seed(s.seed);
+  p.set_logprobs(s.logprobs);
+  p.set_top_logprobs(s.top_logprobs);
+  return p;
+}
+
+inline v1::TokenLogprobs ToProto(const TokenLogprobs& l) {
+  v1::TokenLogprobs p;
+  p.set_logprob(l.logprob);
+  for (const auto& [token, logprob] : l.top) {
+    v1::TopLogprob* t = p.add_top();
+    t->set_token_id(token);
+    t->set_logprob(logprob);
+  }
   return p;
 }
 

@@ -23,6 +23,7 @@
 #include "engine/fault_injection.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
+#include "http/http_server.h"
 #include "kernels/backend_loader.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
@@ -49,6 +50,9 @@ router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the 
           --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
           --ejection-ms 5000 (outlier ejection back-off, doubling)  --keepalive-ms 10000
+          --http-port 0 (OpenAI-compatible HTTP API on --host; 0 = pick a free port)
+          --http-threads 64  --http-timeout-ms 0 (0 = no deadline)  --chat-template PATH
+          --served-model-name NAME (default: the model's file or folder name)
 workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
           registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
@@ -60,7 +64,8 @@ all:      --drain-timeout-ms 30000 (SIGTERM: NOT_SERVING at once, in-flight work
 all:      router, prefill and decode in one process with the in-process KV transport
 
 Prints "listening HOST:PORT" (gRPC) and then "metrics HOST:PORT" (http://HOST:PORT/metrics) on
-stdout when serving; SIGINT/SIGTERM drain and stop it (exit 0).
+stdout when serving, and a router then "http HOST:PORT" (the OpenAI-compatible API);
+SIGINT/SIGTERM drain and stop it (exit 0).
 )";
 
 int Fail(const std::string& msg) {
@@ -95,7 +100,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "max-inflight", "max-queued",   "queue-timeout-ms", "max-resumes",  "prefill-timeout-ms",
        "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
        "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
-       "forget-after-ms"},
+       "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
+       "served-model-name"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -121,6 +127,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto queue_timeout_ms = f->GetInt("queue-timeout-ms", 10000);
   auto max_resumes = f->GetInt("max-resumes", 3);
   auto prefill_timeout_ms = f->GetInt("prefill-timeout-ms", 30000);
+  auto http_port = f->GetInt("http-port", 0);
+  auto http_threads = f->GetInt("http-threads", 64);
+  auto http_timeout_ms = f->GetInt("http-timeout-ms", 0);
   auto drain_ms = f->GetInt("drain-timeout-ms", 30000);
   auto wedge_ms = f->GetInt("wedge-timeout-ms", 10000);
   auto ejection_ms = f->GetInt("ejection-ms", 5000);
@@ -128,11 +137,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_threads = f->GetInt("max-threads", 0);
   auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v :
-       {&port,         &block_size, &num_blocks,       &kv_bytes,     &heartbeat,
-        &budget,       &chunk,      &max_running,      &lease_ms,     &metrics_port,
-        &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,  &prefill_timeout_ms,
-        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms, &max_threads,
-        &forget_ms}) {
+       {&port,         &block_size,   &num_blocks,       &kv_bytes,     &heartbeat,
+        &budget,       &chunk,        &max_running,      &lease_ms,     &metrics_port,
+        &max_inflight, &max_queued,   &queue_timeout_ms, &max_resumes,  &prefill_timeout_ms,
+        &drain_ms,     &wedge_ms,     &ejection_ms,      &keepalive_ms, &max_threads,
+        &forget_ms,    &http_port,    &http_threads,     &http_timeout_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
@@ -154,6 +163,15 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
   auto tls = LoadServerTls({f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")});
   if (!tls.ok()) return Fail(std::string(tls.status().message()));
+  HttpServerOptions http_options;
+  http_options.host = f->Get("host", "127.0.0.1");
+  http_options.port = static_cast<int>(*http_port);
+  http_options.threads = static_cast<int>(std::min<int64_t>(*http_threads, 1 << 14));
+  if (*http_timeout_ms < 0) return Fail("--http-timeout-ms must be >= 0");
+  if (*http_timeout_ms > 0) http_options.request_timeout = absl::Milliseconds(*http_timeout_ms);
+  if (absl::Status s = http_options.Validate(); !s.ok()) {
+    return Fail("--http-port/--http-threads: " + std::string(s.message()));
+  }
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
@@ -212,6 +230,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
 
   std::unique_ptr<Router> router;
+  openai::ServedModel served;
   if (is_router) {
     auto config = LoadModelConfig(model_path);
     if (!config.ok()) return Fail(std::string(config.status().message()));
@@ -246,6 +265,21 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       ro.api_keys = std::move(*keys);
     }
     router = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics.get());
+    served.id = f->Get("served-model-name", ModelLabel(model_path));
+    served.max_context = config->max_seq_len;
+    served.tokenizer = &router->tokenizer();
+    served.chat_template = LoadChatTemplate(model_path, tok_path, f->Get("chat-template"));
+    if (!served.chat_template.ok()) {
+      // An explicit template must load; a model without one still serves /v1/completions.
+      if (f->Has("chat-template")) {
+        return Fail("--chat-template: " + std::string(served.chat_template.status().message()));
+      }
+      if (!absl::IsNotFound(served.chat_template.status())) {
+        std::fprintf(stderr,
+                     "[tandem-server] chat template unusable, chat requests will fail: %s\n",
+                     std::string(served.chat_template.status().message()).c_str());
+      }
+    }
   }
 
   std::unique_ptr<KvSender> sender;
@@ -327,6 +361,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   // Declared after the components: stops serving scrapes before they go away.
   auto metrics_server = MetricsServer::Start(host, static_cast<int>(*metrics_port), metrics);
   if (!metrics_server.ok()) return Fail(std::string(metrics_server.status().message()));
+  std::unique_ptr<HttpServer> http_server;
+  if (router) {
+    auto h = HttpServer::Start(router.get(), std::move(served), router_metrics.get(), http_options);
+    if (!h.ok()) return Fail(std::string(h.status().message()));
+    http_server = std::move(*h);
+  }
 
   // Health: NOT_SERVING while draining, while a step loop is wedged, and for a while after a
   // forward step failed (out of memory); the router reads it from the heartbeats too.
@@ -398,8 +438,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (decode) {
     register_worker(v1::WORKER_ROLE_DECODE, "decode", [d = decode.get()] { return d->Load(); });
   }
-  // One write: a reader that stops after the first line still finds both in the pipe.
-  std::printf("listening %s\nmetrics %s\n", address.c_str(), (*metrics_server)->address().c_str());
+  // One write: a reader that stops after the first line still finds the others in the pipe.
+  std::printf("listening %s\nmetrics %s\n%s", address.c_str(), (*metrics_server)->address().c_str(),
+              http_server ? ("http " + http_server->address() + "\n").c_str() : "");
   std::fflush(stdout);
   std::fprintf(stderr, "[tandem-server] role=%s listening on %s metrics=%s%s\n", role.c_str(),
                address.c_str(), (*metrics_server)->address().c_str(),
@@ -426,6 +467,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   const bool drained = !busy();
   std::fprintf(stderr, "[tandem-server] %s; stopping\n",
                drained ? "drained" : "drain deadline passed with work in flight");
+  http_server.reset();  // cancels what the drain left in flight
   registrations.clear();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();

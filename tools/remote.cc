@@ -115,7 +115,8 @@ int RunLocalCluster(const ClusterOptions& o) {
     if (!path.empty()) common.insert(common.end(), {flag, path});
   }
 
-  std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port)};
+  std::vector<std::string> router_args = {"--role=router", "--port", std::to_string(o.router_port),
+                                          "--http-port", std::to_string(o.http_port)};
   router_args.insert(router_args.end(), common.begin(), common.end());
   if (!o.api_keys_file.empty())
     router_args.insert(router_args.end(), {"--api-keys-file", o.api_keys_file});
@@ -149,6 +150,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   }
   std::printf("ready router=%s\n", router.c_str());
   for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
+  std::printf("http router=%s\n", r.http.c_str());
   std::fflush(stdout);
   int sig = 0;
   sigwait(&signals, &sig);

@@ -42,6 +42,7 @@ struct ClusterOptions {
   int prefill = 1;
   int decode = 1;
   int router_port = 0;
+  int http_port = 0;          // the router's OpenAI-compatible HTTP API
   std::string server_binary;  // tandem-server; default: next to the running executable
   std::vector<std::string> extra_worker_flags;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
@@ -49,8 +50,9 @@ struct ClusterOptions {
 };
 
 // `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"
-// once every worker is registered and healthy, then "metrics ROLE=HOST:PORT" for each process,
-// and stops them all on SIGINT/SIGTERM (or when a child dies). Returns the exit code.
+// once every worker is registered and healthy, then "metrics ROLE=HOST:PORT" for each process
+// and "http router=HOST:PORT" (the OpenAI-compatible API), and stops them all on SIGINT/SIGTERM (or
+// when a child dies). Returns the exit code.
 int RunLocalCluster(const ClusterOptions& options);
 
 }  // namespace tandem

@@ -1,5 +1,6 @@
 #include "tools/server_process.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,6 +53,11 @@ ServerProcess StartServerProcess(const std::string& binary, const std::vector<st
   };
   p.address = read_line("listening ");
   if (!p.address.empty()) p.metrics = read_line("metrics ");
+  // A router's "http" line came in the same write: it is in the pipe already, or not at all.
+  pollfd more{fds[0], POLLIN, 0};
+  if (!p.metrics.empty() && ::poll(&more, 1, 0) > 0 && (more.revents & POLLIN)) {
+    p.http = read_line("http ");
+  }
   ::close(fds[0]);
   return p;
 }

@@ -49,9 +49,10 @@ commands:
       The same through a running router (TLS when a --tls-* flag is given; the
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
-     [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH]
+     [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
-      "ready router=HOST:PORT" when all are registered; Ctrl-C stops them.
+      "ready router=HOST:PORT" when all are registered, then "metrics ROLE=HOST:PORT" lines
+      and "http router=HOST:PORT" (the OpenAI-compatible API); Ctrl-C stops them.
       TLS flags go to every process, the API keys to the router.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
@@ -394,7 +395,7 @@ int Bench(const std::vector<std::string>& args) {
 int Up(const std::vector<std::string>& args) {
   auto f = Flags::Parse(args,
                         {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert",
-                         "tls-key", "tls-ca", "api-keys-file"},
+                         "tls-key", "tls-ca", "api-keys-file", "http-port"},
                         {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -404,7 +405,8 @@ int Up(const std::vector<std::string>& args) {
   auto p = f->GetInt("prefill", 1);
   auto d = f->GetInt("decode", 1);
   auto port = f->GetInt("router-port", 0);
-  for (const auto* v : {&p, &d, &port}) {
+  auto http_port = f->GetInt("http-port", 0);
+  for (const auto* v : {&p, &d, &port, &http_port}) {
     if (!v->ok()) return Fail(v->status());
   }
   if (*p < 1 || *p > 64 || *d < 1 || *d > 64) {
@@ -412,6 +414,9 @@ int Up(const std::vector<std::string>& args) {
   }
   if (*port < 0 || *port > 65535)
     return Fail(absl::InvalidArgumentError("--router-port must be in [0, 65535]"));
+  if (*http_port < 0 || *http_port > 65535)
+    return Fail(absl::InvalidArgumentError("--http-port must be in [0, 65535]"));
+  o.http_port = static_cast<int>(*http_port);
   o.prefill = static_cast<int>(*p);
   o.decode = static_cast<int>(*d);
   o.router_port = static_cast<int>(*port);

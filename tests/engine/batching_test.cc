@@ -96,6 +96,34 @@ TEST_F(BatchingTest, PreemptionRecomputesIdentically) {
   EXPECT_GT(last_stats_.preemptions, 0);
 }
 
+// Asking for logprobs never changes the tokens; they are the model's distribution, the numbers
+// ScoreTokens gives for the same sequence (whatever the temperature).
+TEST_F(BatchingTest, LogprobsMatchScoreTokens) {
+  const auto reference = Alone();
+  std::vector<GenerationRequest> reqs = requests_;
+  for (auto& r : reqs) {
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = 4;
+  }
+  const auto out = Run(reqs, {});
+  ASSERT_EQ(out.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(out[i].tokens, reference[i]) << i;
+    ASSERT_EQ(out[i].logprobs.size(), out[i].tokens.size()) << i;
+    std::vector<int> seq = reqs[i].prompt;
+    seq.insert(seq.end(), out[i].tokens.begin(), out[i].tokens.end());
+    auto score = ScoreTokens(*model_, seq);
+    ASSERT_TRUE(score.ok()) << score.status();
+    for (size_t t = 0; t < out[i].tokens.size(); ++t) {
+      const TokenLogprobs& lp = out[i].logprobs[t];
+      // Batched decode steps and one full-sequence prefill round differently in float.
+      EXPECT_NEAR(lp.logprob, (*score)[reqs[i].prompt.size() - 1 + t], 1e-3) << i << " " << t;
+      ASSERT_EQ(lp.top.size(), 4u);
+      if (reqs[i].sampling.temperature == 0) EXPECT_EQ(lp.top[0].first, out[i].tokens[t]);
+    }
+  }
+}
+
 TEST_F(BatchingTest, StopConditions) {
   GenerationRequest r;
   r.prompt = tok_->Encode("Once upon a time", true);

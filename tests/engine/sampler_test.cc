@@ -147,5 +147,25 @@ TEST(SamplerTest, ValidateNamesTheField) {
   EXPECT_NE(p.Validate().message().find("top_k"), std::string::npos);
 }
 
+TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, -2.0f};
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  const TokenLogprobs lp = ComputeLogprobs(logits, 0, 3);
+  EXPECT_NEAR(lp.logprob, 1.0 - std::log(z), 1e-6);
+  ASSERT_EQ(lp.top.size(), 3u);
+  EXPECT_EQ(lp.top[0].first, 1);  // a tie: the lower id first
+  EXPECT_EQ(lp.top[1].first, 2);
+  EXPECT_EQ(lp.top[2].first, 0);
+  EXPECT_NEAR(lp.top[0].second, 3.0 - std::log(z), 1e-6);
+  EXPECT_EQ(lp.top[2].second, lp.logprob);
+  EXPECT_TRUE(ComputeLogprobs(logits, 3, 0).top.empty());
+  EXPECT_EQ(ComputeLogprobs(logits, 3, 99).top.size(), 4u);  // at most the vocabulary
+  SamplingParams p;
+  p.logprobs = true;
+  p.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_NE(p.Validate().message().find("top_logprobs"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem

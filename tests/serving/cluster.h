@@ -31,21 +31,37 @@ struct ClusterSecurity {
 class Cluster {
  public:
   // prefill == 0 && decode == 0: one `tandem-server --role=all` process.
+  // `router_flags` go to the router (or the --role=all process) only; `model` replaces
+  // stories260K's --model and --tokenizer flags.
   Cluster(int prefill, int decode, std::vector<std::string> worker_flags = {},
-          const ClusterSecurity& security = {}) {
-    std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+          std::vector<std::string> router_flags = {}, std::vector<std::string> model = {}) {
+    Init(prefill, decode, std::move(worker_flags), {}, std::move(router_flags), std::move(model));
+  }
+  // With TLS flags for every process and API keys for the router (security tests).
+  Cluster(int prefill, int decode, std::vector<std::string> worker_flags,
+          const ClusterSecurity& security) {
+    Init(prefill, decode, std::move(worker_flags), security, {}, {});
+  }
+
+ private:
+  void Init(int prefill, int decode, std::vector<std::string> worker_flags,
+            const ClusterSecurity& security, std::vector<std::string> router_flags,
+            std::vector<std::string> model) {
+    if (model.empty()) model = {"--model", Stories260K(), "--tokenizer", Tok512()};
     model.insert(model.end(), security.all_flags.begin(), security.all_flags.end());
+    router_flags.insert(router_flags.end(), security.router_flags.begin(),
+                        security.router_flags.end());
     if (prefill == 0 && decode == 0) {
       std::vector<std::string> argv = {"--role=all"};
       argv.insert(argv.end(), model.begin(), model.end());
-      argv.insert(argv.end(), security.router_flags.begin(), security.router_flags.end());
       argv.insert(argv.end(), worker_flags.begin(), worker_flags.end());
+      argv.insert(argv.end(), router_flags.begin(), router_flags.end());
       router_ = Start(argv);
       expected_workers_ = 2;
     } else {
       std::vector<std::string> argv = {"--role=router", "--heartbeat-ms", "100"};
       argv.insert(argv.end(), model.begin(), model.end());
-      argv.insert(argv.end(), security.router_flags.begin(), security.router_flags.end());
+      argv.insert(argv.end(), router_flags.begin(), router_flags.end());
       router_ = Start(argv);
       for (int i = 0; i < prefill + decode; ++i) {
         std::vector<std::string> w = {i < prefill ? "--role=prefill" : "--role=decode", "--router",
@@ -63,6 +79,7 @@ class Cluster {
     ready_ = WaitHealthy(expected_workers_);
   }
 
+ public:
   ~Cluster() {
     // Close our channel first: the servers' graceful shutdown waits on open client channels.
     generation_.reset();
@@ -86,6 +103,8 @@ class Cluster {
   std::vector<pid_t>& pids() { return pids_; }
   // The /metrics address (HOST:PORT) of each process, in start order: the router first.
   const std::vector<std::string>& metrics() const { return metrics_; }
+  // The router's OpenAI-compatible HTTP API (HOST:PORT).
+  const std::string& http() const { return http_; }
 
   v1::ListWorkersResponse Workers() {
     grpc::ClientContext ctx;
@@ -116,6 +135,7 @@ class Cluster {
     const ServerProcess p = StartServerProcess(BinDir() + "/tandem-server", args);
     if (p.pid > 0) pids_.push_back(p.pid);
     metrics_.push_back(p.metrics);
+    if (http_.empty()) http_ = p.http;  // the router starts first
     return p.address;
   }
 
@@ -132,6 +152,7 @@ class Cluster {
 
   std::vector<pid_t> pids_;
   std::vector<std::string> metrics_;
+  std::string http_;
   std::string router_;
   std::vector<std::string> workers_;
   int expected_workers_ = 0;

@@ -1,0 +1,63 @@
+// The router's OpenAI-compatible HTTP front (cpp-httplib): POST /v1/completions,
+// POST /v1/chat/completions (JSON or server-sent events), GET /v1/models, GET /health. Every
+// generation goes through Router::GenerateStream, the path gRPC's Generate takes, so both get the
+// same validation, limits, cancellation and metrics. A client that disconnects cancels its
+// request, which frees it on every worker. httplib itself is included by http_server.cc only.
+#ifndef TANDEM_HTTP_HTTP_SERVER_H_
+#define TANDEM_HTTP_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "http/openai.h"
+#include "metrics/metrics.h"
+
+namespace tandem {
+
+class Router;
+
+struct HttpServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;      // 0: pick a free port
+  int threads = 64;  // connections served at once (a streaming request holds one)
+  // Each request's deadline (DEADLINE_EXCEEDED: HTTP 504); infinite: none.
+  absl::Duration request_timeout = absl::InfiniteDuration();
+  size_t max_body_bytes = size_t{16} << 20;
+
+  absl::Status Validate() const;
+};
+
+class HttpServer {
+ public:
+  // Binds and starts serving. `router` and `metrics` (nullptr: none) must outlive the server.
+  // The router's API keys guard every /v1 endpoint (401 without a valid "Authorization: Bearer
+  // KEY"); /health stays open.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Router* router,
+                                                           openai::ServedModel model,
+                                                           RouterMetrics* metrics,
+                                                           HttpServerOptions options);
+  ~HttpServer();  // stops serving; requests in flight are cancelled
+
+  // HOST:PORT actually bound.
+  const std::string& address() const { return address_; }
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+// The chat template for a model: `chat_template_path` when given (a tokenizer_config.json, or a
+// file holding the Jinja template itself), else the tokenizer_config.json beside the tokenizer
+// or in the model directory. NOT_FOUND when there is none; the parse error of a template that
+// uses Jinja this engine does not support (UNIMPLEMENTED naming the construct and line).
+absl::StatusOr<TokenizerChatTemplate> LoadChatTemplate(const std::string& model_path,
+                                                       const std::string& tokenizer_path,
+                                                       const std::string& chat_template_path);
+
+}  // namespace tandem
+
+#endif  // TANDEM_HTTP_HTTP_SERVER_H_

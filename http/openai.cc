@@ -1,0 +1,661 @@
+#include "http/openai.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace tandem::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+absl::Status Invalid(absl::string_view param, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(param, ": ", why));
+}
+
+const char* TypeName(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null:
+      return "null";
+    case Json::value_t::boolean:
+      return "a boolean";
+    case Json::value_t::string:
+      return "a string";
+    case Json::value_t::array:
+      return "an array";
+    case Json::value_t::object:
+      return "an object";
+    case Json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
+  }
+}
+
+// The field `key` of `body`; nullptr when absent or null (OpenAI treats null as unset).
+const Json* Field(const Json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<bool> GetBool(const Json& v, absl::string_view param) {
+  if (!v.is_boolean()) return Invalid(param, absl::StrCat("must be a boolean, got ", TypeName(v)));
+  return v.get<bool>();
+}
+
+absl::StatusOr<double> GetNumber(const Json& v, absl::string_view param) {
+  if (!v.is_number()) return Invalid(param, absl::StrCat("must be a number, got ", TypeName(v)));
+  return v.get<double>();
+}
+
+// An integer in [lo, hi].
+absl::StatusOr<int64_t> GetInt(const Json& v, absl::string_view param, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) {
+    return Invalid(param, absl::StrCat("must be an integer, got ", TypeName(v)));
+  }
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+    return Invalid(param, absl::StrFormat("must be at most %d", hi));
+  }
+  const int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi)
+    return Invalid(param, absl::StrFormat("must be in [%d, %d], got %d", lo, hi, x));
+  return x;
+}
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
+
+// Parameters Tandem does not implement: accepted only at their neutral value, so that a client
+// never gets an answer computed without what it asked for.
+absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (const Json* v = Field(body, key)) {
+      if (!v->is_number() || v->get<double>() != 0.0)
+        return Invalid(key, "is not supported (only 0)");
+    }
+  }
+  if (const Json* v = Field(body, "logit_bias")) {
+    if (!v->is_object() || !v->empty()) return Invalid("logit_bias", "is not supported");
+  }
+  if (const Json* v = Field(body, "best_of")) {
+    if (!v->is_number_integer() || v->get<int64_t>() != 1)
+      return Invalid("best_of", "only 1 is supported");
+  }
+  if (const Json* v = Field(body, "echo")) {
+    if (!v->is_boolean() || v->get<bool>()) return Invalid("echo", "is not supported");
+  }
+  if (const Json* v = Field(body, "suffix")) {
+    if (!v->is_string() || !v->get<std::string>().empty())
+      return Invalid("suffix", "is not supported");
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    for (const char* key : {"tools", "functions"}) {
+      if (const Json* v = Field(body, key)) {
+        if (!v->is_array() || !v->empty()) return Invalid(key, "tool calling is not supported");
+      }
+    }
+    if (const Json* v = Field(body, "response_format")) {
+      const Json* type = v->is_object() ? Field(*v, "type") : nullptr;
+      if (type == nullptr || !type->is_string() || type->get<std::string>() != "text")
+        return Invalid("response_format", "only {\"type\": \"text\"} is supported");
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `prompt` of /v1/completions: a string, a list of one string, a list of token ids, or a list of
+// one list of token ids.
+absl::Status SetPrompt(const Json& prompt, v1::GenerateRequest* out) {
+  auto set_ids = [&](const Json& ids) -> absl::Status {
+    if (ids.empty()) return Invalid("prompt", "must not be empty");
+    v1::TokenIds* t = out->mutable_tokens();
+    for (const Json& id : ids) {
+      if (!id.is_number_integer()) return Invalid("prompt", "token ids must be integers");
+      auto x = GetInt(id, "prompt", kInt32Min, kInt32Max);
+      if (!x.ok()) return x.status();
+      t->add_ids(static_cast<int32_t>(*x));
+    }
+    return absl::OkStatus();
+  };
+  if (prompt.is_string()) {
+    out->set_text(prompt.get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!prompt.is_array() || prompt.empty()) {
+    return Invalid("prompt", "must be a string, a list of token ids, or a list of one of those");
+  }
+  if (prompt[0].is_number()) return set_ids(prompt);
+  if (prompt.size() != 1) return Invalid("prompt", "only one prompt per request is supported");
+  if (prompt[0].is_string()) {
+    out->set_text(prompt[0].get<std::string>());
+    return absl::OkStatus();
+  }
+  if (prompt[0].is_array()) return set_ids(prompt[0]);
+  return Invalid("prompt", "must be a string, a list of token ids, or a list of one of those");
+}
+
+// `messages` of /v1/chat/completions, checked and with list contents ([{"type": "text",
+// "text": ...}, ...]) joined into one string (parts separated by "\n"), as templates expect.
+absl::StatusOr<Json> Messages(const Json& body) {
+  const Json* messages = Field(body, "messages");
+  if (messages == nullptr) return Invalid("messages", "is required");
+  if (!messages->is_array() || messages->empty()) {
+    return Invalid("messages", "must be a non-empty array of messages");
+  }
+  Json out = Json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const Json& m = (*messages)[i];
+    const std::string where = absl::StrFormat("messages[%d]", i);
+    if (!m.is_object()) return Invalid(where, "must be an object");
+    const Json* role = Field(m, "role");
+    if (role == nullptr || !role->is_string()) {
+      return Invalid(where + ".role", "is required and must be a string");
+    }
+    Json copy = m;
+    if (const Json* content = Field(m, "content"); content != nullptr && !content->is_string()) {
+      if (!content->is_array()) {
+        return Invalid(where + ".content", "must be a string or an array of content parts");
+      }
+      std::vector<std::string> texts;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const Json& part = (*content)[j];
+        const std::string pw = absl::StrFormat("%s.content[%d]", where, j);
+        const Json* type = part.is_object() ? Field(part, "type") : nullptr;
+        if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+          return Invalid(pw + ".type", "only \"text\" content parts are supported");
+        }
+        const Json* text = Field(part, "text");
+        if (text == nullptr || !text->is_string()) return Invalid(pw + ".text", "must be a string");
+        texts.push_back(text->get<std::string>());
+      }
+      copy["content"] = absl::StrJoin(texts, "\n");
+    }
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+// The chat prompt: the model's template applied to the messages, tokenized without adding
+// special tokens (the template writes them), as transformers' apply_chat_template(tokenize=True).
+absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::GenerateRequest* out) {
+  auto messages = Messages(body);
+  if (!messages.ok()) return messages.status();
+  bool add_generation_prompt = true;
+  if (const Json* v = Field(body, "add_generation_prompt")) {
+    auto b = GetBool(*v, "add_generation_prompt");
+    if (!b.ok()) return b.status();
+    add_generation_prompt = *b;
+  }
+  Json extra = Json::object();
+  if (const Json* v = Field(body, "chat_template_kwargs")) {
+    if (!v->is_object()) return Invalid("chat_template_kwargs", "must be an object");
+    extra = *v;
+  }
+  if (!model.chat_template.ok()) {
+    const absl::Status& s = model.chat_template.status();
+    if (absl::IsNotFound(s)) {
+      return Invalid("messages",
+                     "this model has no chat template (start the router with --chat-template, "
+                     "or use /v1/completions)");
+    }
+    return absl::Status(s.code(), absl::StrCat("the model's chat template: ", s.message()));
+  }
+  auto text = model.chat_template->Apply(*messages, add_generation_prompt, extra);
+  if (!text.ok()) {
+    // The template refused these messages (raise_exception, a missing key, a runaway loop):
+    // the request's fault.
+    if (absl::IsInvalidArgument(text.status()) || absl::IsResourceExhausted(text.status())) {
+      return Invalid("messages", text.status().message());
+    }
+    return text.status();
+  }
+  const std::vector<int> ids = model.tokenizer->Encode(*text, /*add_special_tokens=*/false);
+  if (ids.empty()) return Invalid("messages", "the chat template rendered no tokens");
+  out->mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+// The ingress's field names (router/ingress.cc) as OpenAI parameters of `r`.
+std::string OpenAiParam(std::string_view field, const Request* r) {
+  const bool chat = r != nullptr && r->endpoint == Endpoint::kChatCompletions;
+  if (field == "text" || field == "tokens.ids" || field == "input") {
+    return chat ? "messages" : "prompt";
+  }
+  if (field == "max_tokens") return r != nullptr ? r->max_tokens_param : "max_tokens";
+  if (field == "sampling.top_logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (field.starts_with("sampling.")) return std::string(field.substr(9));
+  return std::string(field);
+}
+
+// The "field" of a "field: why" message, when it has one.
+std::string_view FieldPrefix(std::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string_view::npos || colon == 0) return {};
+  for (char c : message.substr(0, colon)) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' ||
+          c == ']')) {
+      return {};
+    }
+  }
+  return message.substr(0, colon);
+}
+
+Json Nullable(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
+
+// The text of one token, and its bytes (a token may be part of a UTF-8 character).
+std::pair<std::string, Json> TokenText(const Tokenizer& tok, int id) {
+  const std::string raw = tok.Decode(std::span<const int>(&id, 1));
+  Json bytes = Json::array();
+  for (unsigned char c : raw) bytes.push_back(static_cast<int>(c));
+  return {ToValidUtf8(raw), std::move(bytes)};
+}
+
+}  // namespace
+
+std::string FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_LENGTH:
+    case v1::FINISH_REASON_CONTEXT:
+      return "length";
+    default:
+      return "";
+  }
+}
+
+absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
+                                     const ServedModel& model, uint64_t random_seed) {
+  Json body;
+  try {
+    body = Json::parse(body_text);
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON (", e.what(), ")"));
+  }
+  if (!body.is_object())
+    return absl::InvalidArgumentError("the request body must be a JSON object");
+  Request r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+
+  if (const Json* v = Field(body, "model")) {
+    if (!v->is_string()) return Invalid("model", "must be a string");
+    if (v->get<std::string>() != model.id) {
+      return absl::NotFoundError(
+          absl::StrFormat("model: the model '%s' does not exist (this server has '%s')",
+                          v->get<std::string>(), model.id));
+    }
+  }
+  if (absl::Status s = CheckUnsupported(body, endpoint); !s.ok()) return s;
+  if (const Json* v = Field(body, "n")) {
+    auto n = GetInt(*v, "n", kInt32Min, kInt32Max);
+    if (!n.ok()) return n.status();
+    if (*n != 1) return Invalid("n", absl::StrFormat("only 1 is supported, got %d", *n));
+  }
+
+  v1::GenerateRequest& g = r.generate;
+  if (chat) {
+    if (absl::Status s = SetChatPrompt(body, model, &g); !s.ok()) return s;
+  } else {
+    const Json* prompt = Field(body, "prompt");
+    if (prompt == nullptr) return Invalid("prompt", "is required");
+    if (absl::Status s = SetPrompt(*prompt, &g); !s.ok()) return s;
+  }
+
+  // max_tokens: OpenAI's default is 16 for completions; chat runs to the end of the context
+  // (bounded by chat_default_max_tokens).
+  const Json* max_tokens = nullptr;
+  if (chat) max_tokens = Field(body, "max_completion_tokens");
+  if (max_tokens != nullptr) {
+    r.max_tokens_param = "max_completion_tokens";
+  } else {
+    max_tokens = Field(body, "max_tokens");
+  }
+  if (max_tokens != nullptr) {
+    auto n = GetInt(*max_tokens, r.max_tokens_param, kInt32Min, kInt32Max);
+    if (!n.ok()) return n.status();
+    g.set_max_tokens(static_cast<int32_t>(*n));
+  } else {
+    const int rest = model.max_context - g.tokens().ids_size();
+    g.set_max_tokens(chat ? std::clamp(rest, 1, model.chat_default_max_tokens) : 16);
+  }
+
+  v1::SamplingParams* s = g.mutable_sampling();
+  if (const Json* v = Field(body, "temperature")) {
+    auto t = GetNumber(*v, "temperature");
+    if (!t.ok()) return t.status();
+    s->set_temperature(static_cast<float>(*t));
+  }
+  if (const Json* v = Field(body, "top_p")) {
+    auto p = GetNumber(*v, "top_p");
+    if (!p.ok()) return p.status();
+    s->set_top_p(static_cast<float>(*p));
+  }
+  if (const Json* v = Field(body, "top_k")) {
+    // vLLM's extension; -1 means off there.
+    auto k = GetInt(*v, "top_k", kInt32Min, kInt32Max);
+    if (!k.ok()) return k.status();
+    s->set_top_k(*k == -1 ? 0 : static_cast<int32_t>(*k));
+  }
+  if (const Json* v = Field(body, "seed")) {
+    if (!v->is_number_integer()) {
+      return Invalid("seed", absl::StrCat("must be an integer, got ", TypeName(*v)));
+    }
+    // Negative seeds are as good as any: their two's complement keys the draw.
+    s->set_seed(v->is_number_unsigned() ? v->get<uint64_t>()
+                                        : static_cast<uint64_t>(v->get<int64_t>()));
+  } else {
+    s->set_seed(random_seed);
+  }
+
+  if (chat) {
+    if (const Json* v = Field(body, "logprobs")) {
+      auto b = GetBool(*v, "logprobs");
+      if (!b.ok()) return b.status();
+      s->set_logprobs(*b);
+    }
+    if (const Json* v = Field(body, "top_logprobs")) {
+      auto n = GetInt(*v, "top_logprobs", kInt32Min, kInt32Max);
+      if (!n.ok()) return n.status();
+      if (!s->logprobs()) return Invalid("top_logprobs", "needs logprobs to be true");
+      s->set_top_logprobs(static_cast<int32_t>(*n));
+    }
+  } else if (const Json* v = Field(body, "logprobs")) {
+    // Completions: logprobs is the number of alternatives per token.
+    auto n = GetInt(*v, "logprobs", kInt32Min, kInt32Max);
+    if (!n.ok()) return n.status();
+    s->set_logprobs(true);
+    s->set_top_logprobs(static_cast<int32_t>(*n));
+  }
+
+  if (const Json* v = Field(body, "stop")) {
+    if (v->is_string()) {
+      g.add_stop(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (const Json& x : *v) {
+        if (!x.is_string()) return Invalid("stop", "must be a string or a list of strings");
+        g.add_stop(x.get<std::string>());
+      }
+    } else {
+      return Invalid("stop", "must be a string or a list of strings");
+    }
+  }
+  if (const Json* v = Field(body, "ignore_eos")) {
+    auto b = GetBool(*v, "ignore_eos");
+    if (!b.ok()) return b.status();
+    g.set_ignore_eos(*b);
+  }
+
+  if (const Json* v = Field(body, "stream")) {
+    auto b = GetBool(*v, "stream");
+    if (!b.ok()) return b.status();
+    r.stream = *b;
+  }
+  if (const Json* v = Field(body, "stream_options")) {
+    if (!r.stream) return Invalid("stream_options", "is only allowed when stream is true");
+    if (!v->is_object()) return Invalid("stream_options", "must be an object");
+    if (const Json* u = Field(*v, "include_usage")) {
+      auto b = GetBool(*u, "stream_options.include_usage");
+      if (!b.ok()) return b.status();
+      r.include_usage = *b;
+    }
+  }
+  return r;
+}
+
+ApiError ToApiError(const absl::Status& status, const Request* request) {
+  return ToApiError(
+      grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message())),
+      request);
+}
+
+ApiError ToApiError(const grpc::Status& status, const Request* request) {
+  ApiError e;
+  e.message = status.error_message();
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      e.http_status = 400;
+      e.type = "invalid_request_error";
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      e.http_status = 401;
+      e.type = "authentication_error";
+      e.code = "invalid_api_key";
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      e.http_status = 403;
+      e.type = "permission_error";
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      e.http_status = 404;
+      e.type = "invalid_request_error";
+      e.code = "not_found";
+      break;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      e.http_status = 409;
+      e.type = "invalid_request_error";
+      break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      e.http_status = 429;
+      e.type = "rate_limit_error";
+      e.code = "rate_limit_exceeded";
+      break;
+    case grpc::StatusCode::CANCELLED:
+      e.http_status = 499;  // the client left; nobody reads this
+      e.type = "invalid_request_error";
+      break;
+    case grpc::StatusCode::UNIMPLEMENTED:
+      e.http_status = 501;
+      e.type = "server_error";
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      e.http_status = 503;
+      e.type = "server_error";
+      e.code = "service_unavailable";
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      e.http_status = 504;
+      e.type = "server_error";
+      e.code = "timeout";
+      break;
+    default:
+      e.http_status = 500;
+      e.type = "server_error";
+      break;
+  }
+  // Only a request's fault names one of its fields ("router: full" is no field).
+  const bool names_field = e.http_status == 400 || e.http_status == 404;
+  if (const std::string_view field = names_field ? FieldPrefix(e.message) : std::string_view();
+      !field.empty()) {
+    e.param = OpenAiParam(field, request);
+    e.message = e.param + e.message.substr(field.size());
+    if (e.http_status == 404 && e.param == "model") e.code = "model_not_found";
+  }
+  return e;
+}
+
+std::string ErrorBody(const ApiError& error) {
+  Json body;
+  body["error"] = {{"message", error.message},
+                   {"type", error.type},
+                   {"param", Nullable(error.param)},
+                   {"code", Nullable(error.code)}};
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+ResponseBuilder::ResponseBuilder(const Request& request, const ServedModel& model,
+                                 int64_t created_unix)
+    : request_(request), model_(model), created_(created_unix) {
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    logprobs_ = {{"content", Json::array()}};
+  } else {
+    logprobs_ = {{"tokens", Json::array()},
+                 {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()},
+                 {"text_offset", Json::array()}};
+  }
+}
+
+Json ResponseBuilder::Usage() const {
+  return {{"prompt_tokens", prompt_tokens_},
+          {"completion_tokens", completion_tokens_},
+          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+}
+
+Json ResponseBuilder::Chunk(Json choice) const {
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  Json c = {{"id", id_},
+            {"object", chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_},
+            {"model", model_.id},
+            {"choices", Json::array({std::move(choice)})}};
+  if (request_.include_usage) c["usage"] = nullptr;
+  return c;
+}
+
+Json ResponseBuilder::Logprobs(const v1::GenerateResponse& msg) {
+  if (!request_.generate.sampling().logprobs()) return nullptr;
+  const Tokenizer& tok = *model_.tokenizer;
+  if (request_.endpoint == Endpoint::kChatCompletions) {
+    Json content = Json::array();
+    for (int i = 0; i < msg.logprobs_size() && i < msg.token_ids_size(); ++i) {
+      const v1::TokenLogprobs& l = msg.logprobs(i);
+      auto [text, bytes] = TokenText(tok, msg.token_ids(i));
+      Json top = Json::array();
+      for (const v1::TopLogprob& t : l.top()) {
+        auto [ttext, tbytes] = TokenText(tok, t.token_id());
+        top.push_back({{"token", ttext}, {"logprob", t.logprob()}, {"bytes", tbytes}});
+      }
+      content.push_back(
+          {{"token", text}, {"logprob", l.logprob()}, {"bytes", bytes}, {"top_logprobs", top}});
+    }
+    for (const Json& c : content) logprobs_["content"].push_back(c);
+    return {{"content", std::move(content)}};
+  }
+  Json out = {{"tokens", Json::array()},
+              {"token_logprobs", Json::array()},
+              {"top_logprobs", Json::array()},
+              {"text_offset", Json::array()}};
+  for (int i = 0; i < msg.logprobs_size() && i < msg.token_ids_size(); ++i) {
+    const v1::TokenLogprobs& l = msg.logprobs(i);
+    const std::string text = TokenText(tok, msg.token_ids(i)).first;
+    Json top = Json::object();
+    for (const v1::TopLogprob& t : l.top()) {
+      const std::string ttext = TokenText(tok, t.token_id()).first;
+      if (!top.contains(ttext)) top[ttext] = t.logprob();  // most likely first
+    }
+    out["tokens"].push_back(text);
+    out["token_logprobs"].push_back(l.logprob());
+    out["top_logprobs"].push_back(std::move(top));
+    out["text_offset"].push_back(text_offset_);
+    text_offset_ += static_cast<int64_t>(text.size());
+  }
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const Json& x : out[key]) logprobs_[key].push_back(x);
+  }
+  return out;
+}
+
+std::string ResponseBuilder::Add(const v1::GenerateResponse& msg) {
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  if (id_.empty()) id_ = (chat ? "chatcmpl-" : "cmpl-") + msg.request_id();
+  text_ += msg.text();
+  completion_tokens_ += msg.token_ids_size();
+  if (msg.has_usage()) {
+    prompt_tokens_ = msg.usage().prompt_tokens();
+    completion_tokens_ = msg.usage().completion_tokens();
+  }
+  const std::string finish = FinishReasonName(msg.finish_reason());
+  if (!finish.empty()) finish_reason_ = finish;
+  Json logprobs = Logprobs(msg);
+  if (!request_.stream) return "";
+
+  std::string events;
+  auto emit = [&](const Json& chunk) {
+    events += "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+  };
+  if (chat) {
+    if (!sent_role_) {
+      sent_role_ = true;
+      emit(Chunk({{"index", 0},
+                  {"delta", {{"role", "assistant"}, {"content", ""}}},
+                  {"logprobs", nullptr},
+                  {"finish_reason", nullptr}}));
+    }
+    if (!msg.text().empty() || (!logprobs.is_null() && !logprobs["content"].empty())) {
+      emit(Chunk({{"index", 0},
+                  {"delta", {{"content", msg.text()}}},
+                  {"logprobs", logprobs},
+                  {"finish_reason", nullptr}}));
+    }
+    if (!finish.empty()) {
+      emit(Chunk({{"index", 0},
+                  {"delta", Json::object()},
+                  {"logprobs", nullptr},
+                  {"finish_reason", finish}}));
+    }
+  } else if (!msg.text().empty() || !finish.empty() || msg.token_ids_size() > 0) {
+    emit(Chunk({{"index", 0},
+                {"text", msg.text()},
+                {"logprobs", logprobs},
+                {"finish_reason", Nullable(finish)}}));
+  }
+  return events;
+}
+
+std::string ResponseBuilder::StreamEnd() const {
+  std::string events;
+  if (request_.include_usage) {
+    const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+    Json c = {{"id", id_},
+              {"object", chat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_},
+              {"model", model_.id},
+              {"choices", Json::array()},
+              {"usage", Usage()}};
+    events += "data: " + c.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+  }
+  return events + "data: [DONE]\n\n";
+}
+
+std::string ResponseBuilder::StreamError(const ApiError& error) {
+  return "data: " + ErrorBody(error) + "\n\n";
+}
+
+std::string ResponseBuilder::Body() const {
+  const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  const bool want_logprobs = request_.generate.sampling().logprobs();
+  Json choice;
+  if (chat) {
+    choice = {{"index", 0},
+              {"message", {{"role", "assistant"}, {"content", text_}}},
+              {"logprobs", want_logprobs ? logprobs_ : Json(nullptr)},
+              {"finish_reason", Nullable(finish_reason_)}};
+  } else {
+    choice = {{"index", 0},
+              {"text", text_},
+              {"logprobs", want_logprobs ? logprobs_ : Json(nullptr)},
+              {"finish_reason", Nullable(finish_reason_)}};
+  }
+  Json body = {{"id", id_},
+               {"object", chat ? "chat.completion" : "text_completion"},
+               {"created", created_},
+               {"model", model_.id},
+               {"choices", Json::array({std::move(choice)})},
+               {"usage", Usage()}};
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+}  // namespace tandem::openai

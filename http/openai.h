@@ -1,0 +1,119 @@
+// The OpenAI-compatible API as plain functions, without a socket: JSON request bodies of
+// /v1/completions and /v1/chat/completions become a tandem.v1.GenerateRequest (types checked
+// here, values checked by the router's one ingress function), the router's GenerateResponse
+// messages become OpenAI's JSON bodies or server-sent-event chunks, and a grpc::Status becomes
+// an HTTP status with OpenAI's error shape {"error": {"message", "type", "param", "code"}}.
+// http/http_server.h serves these over HTTP.
+#ifndef TANDEM_HTTP_OPENAI_H_
+#define TANDEM_HTTP_OPENAI_H_
+
+#include <grpcpp/support/status.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/chat_template/chat_template.h"
+#include "engine/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tandem/v1/generation.pb.h"
+
+namespace tandem::openai {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// What the HTTP front serves: one model.
+struct ServedModel {
+  std::string id;       // the `model` clients name ("stories260K")
+  int max_context = 0;  // tokens
+  // A chat request without max_tokens generates to the end of the context, at most this many:
+  // admission reserves KV blocks for every token a request may generate.
+  int chat_default_max_tokens = 1024;
+  const Tokenizer* tokenizer;  // token strings of logprobs, chat prompts; not null
+  // The chat template, or the reason there is none (NOT_FOUND: the model ships none; or the
+  // template's parse error). Chat requests are answered with that error.
+  absl::StatusOr<TokenizerChatTemplate> chat_template = absl::NotFoundError("no chat template");
+};
+
+// A request body, parsed.
+struct Request {
+  Endpoint endpoint = Endpoint::kCompletions;
+  v1::GenerateRequest generate;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  // How the request named max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
+  std::string max_tokens_param = "max_tokens";
+};
+
+// Parses and type-checks a body. Errors are statuses whose message starts with the OpenAI
+// parameter name ("temperature: must be a number"): INVALID_ARGUMENT for a malformed body or
+// field, NOT_FOUND for a model other than `model.id`. Ranges (temperature >= 0, top_p in (0, 1],
+// max_tokens >= 1, ...) are left to the router's ingress, whose errors ToApiError renames.
+// `random_seed` is used when the request gives no seed (OpenAI's unseeded requests vary).
+absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
+                                     const ServedModel& model, uint64_t random_seed);
+
+// An error as OpenAI reports it.
+struct ApiError {
+  int http_status = 500;
+  std::string message;
+  std::string type;   // "invalid_request_error", "authentication_error", "server_error", ...
+  std::string param;  // the request field at fault; empty: null
+  std::string code;   // empty: null
+};
+
+// The one mapping from a status to HTTP: INVALID_ARGUMENT / OUT_OF_RANGE / FAILED_PRECONDITION
+// 400, UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS 409,
+// RESOURCE_EXHAUSTED 429, CANCELLED 499 (the client left: never sent), UNIMPLEMENTED 501,
+// UNAVAILABLE 503, DEADLINE_EXCEEDED 504, anything else 500. A message that starts with a
+// field name ("sampling.top_p: ...", the router's ingress) is renamed to the OpenAI parameter of
+// `request` ("top_p: ..."), which becomes `param`. `request` may be null (not parsed yet).
+ApiError ToApiError(const grpc::Status& status, const Request* request);
+ApiError ToApiError(const absl::Status& status, const Request* request);
+
+// {"error": {...}}
+std::string ErrorBody(const ApiError& error);
+
+// Turns the router's stream of GenerateResponse messages into OpenAI's answer: one JSON body
+// (Body) or server-sent events (Add's return value, then StreamEnd).
+class ResponseBuilder {
+ public:
+  ResponseBuilder(const Request& request, const ServedModel& model, int64_t created_unix);
+
+  // Adds one message of the stream; returns its server-sent events when streaming ("data: ...\n\n"
+  // lines; may be empty), "" otherwise.
+  std::string Add(const v1::GenerateResponse& msg);
+  // The events after the last message: the usage chunk when asked for, then "data: [DONE]".
+  std::string StreamEnd() const;
+  // An error after the stream began, as one event (then StreamEnd is not sent).
+  static std::string StreamError(const ApiError& error);
+  // The non-streaming body, after the last message.
+  std::string Body() const;
+
+ private:
+  nlohmann::ordered_json Chunk(nlohmann::ordered_json choice) const;
+  nlohmann::ordered_json Usage() const;
+  // The logprobs of `msg` in this endpoint's shape (null when not asked for), appending to the
+  // accumulated ones for Body.
+  nlohmann::ordered_json Logprobs(const v1::GenerateResponse& msg);
+
+  const Request& request_;
+  const ServedModel& model_;
+  int64_t created_;
+  std::string id_;
+  std::string text_;
+  std::string finish_reason_;
+  int prompt_tokens_ = 0;
+  int completion_tokens_ = 0;
+  bool sent_role_ = false;
+  int64_t text_offset_ = 0;  // completions logprobs: bytes of token text so far
+  nlohmann::ordered_json logprobs_;
+};
+
+// OpenAI's finish_reason for a Tandem one ("stop", "length"; the context limit is "length").
+std::string FinishReasonName(v1::FinishReason reason);
+
+}  // namespace tandem::openai
+
+#endif  // TANDEM_HTTP_OPENAI_H_

@@ -1,0 +1,490 @@
+// The OpenAI-compatible HTTP API against real processes on loopback, through curl: completions
+// and chat completions (JSON and server-sent events) give the gRPC path's tokens, greedy and
+// seeded; logprobs agree with gRPC and with Score; errors come in OpenAI's shape with the right
+// status and the field named; API keys; a client that disconnects frees its request on every
+// worker; the deadline is 504; a full router is 429.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "engine/chat_template/chat_template.h"
+#include "engine/llama2c_tokenizer.h"
+#include "engine/load_tokenizer.h"
+#include "engine/model_writer.h"
+#include "tests/http/http_client.h"
+#include "tests/metrics/metrics_text.h"
+#include "tests/serving/cluster.h"
+
+namespace tandem {
+namespace {
+
+using nlohmann::json;
+using testing::Cluster;
+using testing::Curl;
+using testing::HttpReply;
+using testing::SseEvents;
+
+// A chat template written for the test (stories260K ships none).
+constexpr char kTemplate[] =
+    "{% for m in messages %}{{ m['role'] + ': ' + m['content'] | trim + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
+
+std::string WriteFile(const testing::TempDir& dir, const std::string& name,
+                      const std::string& text) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::unique_ptr<Tokenizer> Tok() {
+  return std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+}
+
+std::string FinishName(v1::FinishReason r) {
+  return r == v1::FINISH_REASON_STOP ? "stop" : "length";
+}
+
+// The text of a streamed completion or chat completion, and its finish reason and usage.
+struct StreamResult {
+  std::string text;
+  std::string finish;
+  json usage;
+  bool done = false;
+  bool role_first = false;
+};
+
+StreamResult Collect(const std::string& body, bool chat) {
+  StreamResult r;
+  const std::vector<json> events = SseEvents(body);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const json& e = events[i];
+    if (e == "[DONE]") {
+      r.done = i + 1 == events.size();
+      continue;
+    }
+    if (e.contains("usage") && !e["usage"].is_null()) r.usage = e["usage"];
+    if (e["choices"].empty()) continue;
+    const json& c = e["choices"][0];
+    if (chat) {
+      if (i == 0) r.role_first = c["delta"].value("role", "") == "assistant";
+      r.text += c["delta"].value("content", "");
+    } else {
+      r.text += c["text"].get<std::string>();
+    }
+    if (!c["finish_reason"].is_null()) r.finish = c["finish_reason"];
+  }
+  return r;
+}
+
+TEST(HttpClusterTest, CompletionsAndChatGiveTheGrpcTokens) {
+  testing::TempDir dir;
+  const std::string tmpl = WriteFile(dir, "chat.jinja", kTemplate);
+  Cluster c(1, 1, {}, {"--chat-template", tmpl});
+  ASSERT_TRUE(c.ready());
+  ASSERT_FALSE(c.http().empty());
+  struct Case {
+    std::string prompt;
+    float temperature;
+    float top_p;
+  };
+  for (const Case& k : std::vector<Case>{{"Once upon a time", 0.0f, 1.0f},
+                                         {"The cat", 0.8f, 0.9f},
+                                         {"Lily and Ben", 1.0f, 1.0f}}) {
+    SCOPED_TRACE(k.prompt + " T=" + std::to_string(k.temperature));
+    v1::GenerateRequest g;
+    g.set_text(k.prompt);
+    g.set_max_tokens(40);
+    g.mutable_sampling()->set_temperature(k.temperature);
+    g.mutable_sampling()->set_top_p(k.top_p);
+    g.mutable_sampling()->set_seed(7);
+    const testing::Streamed want = testing::Generate(c.generation(), g);
+    ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+
+    json body = {{"model", "stories260K"},       {"prompt", k.prompt}, {"max_tokens", 40},
+                 {"temperature", k.temperature}, {"top_p", k.top_p},   {"seed", 7}};
+    HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json j = r.Json();
+    EXPECT_EQ(j["object"], "text_completion");
+    EXPECT_EQ(j["model"], "stories260K");
+    EXPECT_EQ(j["choices"][0]["text"], want.text);
+    EXPECT_EQ(j["choices"][0]["finish_reason"], FinishName(want.finish));
+    EXPECT_EQ(j["usage"]["completion_tokens"], want.tokens.size());
+    EXPECT_EQ(j["usage"]["total_tokens"],
+              j["usage"]["prompt_tokens"].get<int>() + static_cast<int>(want.tokens.size()));
+
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    StreamResult s = Collect(r.body, false);
+    EXPECT_TRUE(s.done);
+    EXPECT_EQ(s.text, want.text);
+    EXPECT_EQ(s.finish, FinishName(want.finish));
+    EXPECT_EQ(s.usage["completion_tokens"], want.tokens.size());
+
+    // Chat: the template rendered here, tokenized without special tokens, through gRPC.
+    const json messages = json::array({{{"role", "system"}, {"content", "You tell stories."}},
+                                       {{"role", "user"}, {"content", k.prompt}}});
+    auto chat_template =
+        TokenizerChatTemplate::FromConfig(json{{"chat_template", kTemplate}}.dump());
+    ASSERT_TRUE(chat_template.ok());
+    auto rendered = chat_template->Apply(messages, true);
+    ASSERT_TRUE(rendered.ok());
+    v1::GenerateRequest gc = g;
+    const std::vector<int> ids = Tok()->Encode(*rendered, false);
+    gc.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    const testing::Streamed want_chat = testing::Generate(c.generation(), gc);
+    ASSERT_TRUE(want_chat.status.ok());
+    json chat = {{"messages", messages},
+                 {"max_completion_tokens", 40},
+                 {"temperature", k.temperature},
+                 {"top_p", k.top_p},
+                 {"seed", 7}};
+    r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    j = r.Json();
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], want_chat.text);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], ids.size());
+    EXPECT_EQ(j["usage"]["completion_tokens"], want_chat.tokens.size());
+    chat["stream"] = true;
+    r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    s = Collect(r.body, true);
+    EXPECT_TRUE(s.done);
+    EXPECT_TRUE(s.role_first);
+    EXPECT_EQ(s.text, want_chat.text);
+    EXPECT_EQ(s.finish, FinishName(want_chat.finish));
+    EXPECT_TRUE(s.usage.is_null());  // not asked for
+  }
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// Logprobs are the model's own distribution (log-softmax of the raw logits), so the generated
+// tokens' logprobs are what Score gives for the same sequence, whatever the temperature.
+TEST(HttpClusterTest, LogprobsAgreeWithGrpcAndScore) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  const std::vector<int> prompt = Tok()->Encode("Once upon a time", true);
+  for (float temperature : {0.0f, 0.7f}) {
+    SCOPED_TRACE("T=" + std::to_string(temperature));
+    v1::GenerateRequest g;
+    g.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    g.set_max_tokens(24);
+    g.mutable_sampling()->set_temperature(temperature);
+    g.mutable_sampling()->set_seed(3);
+    g.mutable_sampling()->set_logprobs(true);
+    g.mutable_sampling()->set_top_logprobs(3);
+    grpc::ClientContext ctx;
+    auto reader = c.generation()->Generate(&ctx, g);
+    std::vector<int> ids;
+    std::vector<v1::TokenLogprobs> lps;
+    v1::GenerateResponse m;
+    while (reader->Read(&m)) {
+      ASSERT_EQ(m.logprobs_size(), m.token_ids_size());
+      ids.insert(ids.end(), m.token_ids().begin(), m.token_ids().end());
+      lps.insert(lps.end(), m.logprobs().begin(), m.logprobs().end());
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_EQ(ids.size(), 24u);
+
+    v1::ScoreRequest sr;
+    sr.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+    sr.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    v1::ScoreResponse score;
+    grpc::ClientContext sctx;
+    ASSERT_TRUE(c.generation()->Score(&sctx, sr, &score).ok());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      // Decode steps and one full-sequence prefill sum in different orders: float rounding.
+      EXPECT_NEAR(lps[i].logprob(), score.logprobs(prompt.size() - 1 + i), 1e-3) << i;
+      ASSERT_EQ(lps[i].top_size(), 3);
+      for (int k = 1; k < 3; ++k) EXPECT_GE(lps[i].top(k - 1).logprob(), lps[i].top(k).logprob());
+      EXPECT_LE(lps[i].logprob(), lps[i].top(0).logprob());
+      if (temperature == 0) {
+        EXPECT_EQ(lps[i].top(0).token_id(), ids[i]);  // greedy: the most likely token
+        EXPECT_EQ(lps[i].top(0).logprob(), lps[i].logprob());
+      }
+    }
+
+    // The HTTP API reports the same numbers.
+    json body = {{"prompt", prompt},
+                 {"max_tokens", 24},
+                 {"temperature", temperature},
+                 {"seed", 3},
+                 {"logprobs", 3}};
+    HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json lp = r.Json()["choices"][0]["logprobs"];
+    ASSERT_EQ(lp["token_logprobs"].size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), lps[i].logprob(), 1e-6);
+      EXPECT_EQ(lp["tokens"][i], ToValidUtf8(Tok()->Decode(std::vector<int>{ids[i]})));
+      EXPECT_LE(lp["top_logprobs"][i].size(), 3u);
+    }
+    body["stream"] = true;
+    r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200);
+    std::vector<double> streamed;
+    for (const json& e : SseEvents(r.body)) {
+      if (e == "[DONE]" || e["choices"][0]["logprobs"].is_null()) continue;
+      for (const json& x : e["choices"][0]["logprobs"]["token_logprobs"]) streamed.push_back(x);
+    }
+    ASSERT_EQ(streamed.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_NEAR(streamed[i], lps[i].logprob(), 1e-6);
+  }
+}
+
+TEST(HttpClusterTest, ErrorsModelsAndHealth) {
+  testing::TempDir dir;
+  Cluster c(1, 1, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
+  ASSERT_TRUE(c.ready());
+  auto expect_error = [&](const std::string& path, const std::string& body, int status,
+                          const std::string& param) {
+    SCOPED_TRACE(path + " " + body);
+    const HttpReply r = Curl(c.http(), path, body);
+    EXPECT_EQ(r.status, status) << r.body;
+    const json j = r.Json();
+    ASSERT_TRUE(j.contains("error")) << r.body;
+    EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_TRUE(j["error"].contains("code"));
+    if (param.empty()) {
+      EXPECT_TRUE(j["error"]["param"].is_null());
+    } else {
+      EXPECT_EQ(j["error"]["param"], param);
+      EXPECT_TRUE(j["error"]["message"].get<std::string>().starts_with(param + ": "));
+    }
+  };
+  int invalid = 0;
+  auto bad = [&](const std::string& body, const std::string& param) {
+    expect_error("/v1/completions", body, 400, param);
+    ++invalid;
+  };
+  bad("{\"prompt\": \"a\",", "");  // malformed JSON
+  bad(R"({"prompt": "a", "temperature": -1})", "temperature");
+  bad(R"({"prompt": "a", "top_p": 2})", "top_p");
+  bad(R"({"prompt": "a", "top_k": -5})", "top_k");
+  bad(R"({"prompt": "a", "max_tokens": 0})", "max_tokens");
+  bad(R"({"prompt": "a", "max_tokens": 100000})", "max_tokens");
+  bad(R"({"prompt": "a", "n": 2})", "n");
+  bad(R"({"prompt": "a", "logprobs": 30})", "logprobs");
+  bad(R"({"prompt": "a", "stop": 5})", "stop");
+  bad(R"({"prompt": ""})", "prompt");
+  bad(R"({"prompt": [9999]})", "prompt");
+  bad(R"({"prompt": "a", "seed": "x"})", "seed");
+  bad(R"({"prompt": "a", "stream": true, "stream_options": 3})", "stream_options");
+  bad(R"({"prompt": "a", "stream": true, "temperature": -1})", "temperature");
+  expect_error("/v1/chat/completions", R"({"messages": [{"role": "user", "content": "a"}],
+      "logprobs": true, "top_logprobs": 21})",
+               400, "top_logprobs");
+  expect_error("/v1/chat/completions", R"({"messages": [{"content": "a"}]})", 400,
+               "messages[0].role");
+  invalid += 2;
+  expect_error("/v1/completions", R"({"model": "gpt-4", "prompt": "a"})", 404, "model");
+  expect_error("/v1/nothing", "", 404, "");
+  expect_error("/v1/completions/extra", R"({"prompt": "a"})", 404, "");
+  expect_error("/v1/models/gpt-4", "", 404, "model");
+
+  // Every request that reached a generation endpoint is counted with its status, as gRPC's.
+  const auto samples = testing::Scrape(c.metrics()[0]);
+  EXPECT_EQ(
+      testing::MetricValue(samples, "tandem_requests_total", {{"status", "INVALID_ARGUMENT"}}),
+      invalid);
+  EXPECT_EQ(testing::MetricValue(samples, "tandem_requests_total", {{"status", "NOT_FOUND"}}), 1);
+
+  HttpReply r = Curl(c.http(), "/v1/models");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["object"], "list");
+  EXPECT_EQ(r.Json()["data"][0]["id"], "stories260K");
+  EXPECT_EQ(r.Json()["data"][0]["max_model_len"], 512);
+  r = Curl(c.http(), "/v1/models/stories260K");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["id"], "stories260K");
+  r = Curl(c.http(), "/health");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.Json()["status"], "ok");
+  EXPECT_EQ(r.Json()["decode_workers"], 1);
+  // The servers still serve.
+  r = Curl(c.http(), "/v1/completions", R"({"prompt": "a", "max_tokens": 3})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
+  testing::TempDir dir;
+  const std::string key = "sk-tandem-test-0123456789";
+  const std::string keys = WriteFile(dir, "keys.txt", "# test keys\n" + key + "\n");
+  Cluster c(0, 0, {}, {"--api-keys-file", keys});
+  ASSERT_TRUE(c.ready());
+  const std::string body = R"({"prompt": "Once", "max_tokens": 3})";
+  for (const std::string& path : {"/v1/models", "/v1/completions"}) {
+    SCOPED_TRACE(path);
+    const std::string b = path == std::string("/v1/models") ? "" : body;
+    HttpReply r = Curl(c.http(), path, b);
+    EXPECT_EQ(r.status, 401) << r.body;
+    EXPECT_EQ(r.Json()["error"]["type"], "authentication_error");
+    EXPECT_EQ(r.Json()["error"]["code"], "invalid_api_key");
+    r = Curl(c.http(), path, b, {"Authorization: Bearer sk-not-the-right-key-00"});
+    EXPECT_EQ(r.status, 401) << r.body;
+    r = Curl(c.http(), path, b, {"Authorization: Bearer " + key});
+    EXPECT_EQ(r.status, 200) << r.body;
+  }
+  // Malformed JSON without a key is 401 first: nothing is read before the key.
+  EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
+  EXPECT_EQ(Curl(c.http(), "/health").status, 200);
+}
+
+// A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in
+// chat_template_test.cc) in a real router: the template writes <s> and [INST] as text, and they
+// become the special tokens once (tokenized without adding special tokens, as transformers does).
+TEST(HttpClusterTest, MistralTemplateWithAHuggingFaceTokenizer) {
+  testing::TempDir dir;
+  auto config = RandomModelConfig("stories15M");  // vocab 32000, as Mistral's tokenizer
+  ASSERT_TRUE(config.ok());
+  ASSERT_TRUE(WriteRandomModel(*config, DType::kBF16, 1, dir.path() + "/model").ok());
+  const std::string tokenizer =
+      testing::SharedDir() + "/testdata/tokenizers/mistral.tokenizer.json";
+  json tconfig = testing::LoadJson(testing::SharedDir() +
+                                   "/testdata/tokenizers/mistral.tokenizer_config.json");
+  tconfig["chat_template"] =
+      "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+      "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+      "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+      "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+      "message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant "
+      "roles are supported!') }}{% endif %}{% endfor %}";
+  const std::string config_path = WriteFile(dir, "tokenizer_config.json", tconfig.dump());
+  Cluster c(1, 1, {}, {"--chat-template", config_path},
+            {"--model", dir.path() + "/model", "--tokenizer", tokenizer});
+  ASSERT_TRUE(c.ready());
+
+  const json messages = json::array({{{"role", "user"}, {"content", "Hi"}},
+                                     {{"role", "assistant"}, {"content", "Hello"}},
+                                     {{"role", "user"}, {"content", "Again"}}});
+  auto tok = LoadTokenizer(tokenizer);
+  ASSERT_TRUE(tok.ok());
+  auto tmpl = TokenizerChatTemplate::FromConfig(tconfig.dump());
+  ASSERT_TRUE(tmpl.ok());
+  auto rendered = tmpl->Apply(messages, true);
+  ASSERT_TRUE(rendered.ok());
+  ASSERT_EQ(*rendered, "<s>[INST] Hi [/INST]Hello</s>[INST] Again [/INST]");
+  const std::vector<int> ids = (*tok)->Encode(*rendered, false);
+  ASSERT_EQ(ids[0], 1);  // <s>, once
+  ASSERT_NE(ids[1], 1);
+  v1::GenerateRequest g;
+  g.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  g.set_max_tokens(8);
+  g.set_ignore_eos(true);
+  g.mutable_sampling()->set_temperature(0);
+  const testing::Streamed want = testing::Generate(c.generation(), g);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+
+  json chat = {{"messages", messages}, {"max_tokens", 8}, {"ignore_eos", true}, {"temperature", 0}};
+  HttpReply r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(r.Json()["choices"][0]["message"]["content"], want.text);
+  // The template's own refusal is the request's fault, with its message.
+  chat["messages"] =
+      json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}});
+  r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "messages");
+  EXPECT_EQ(r.Json()["error"]["message"],
+            "messages: Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+// Random weights in stories110M's shape (vocab 32000, as the Mistral tokenizer): decode is slow
+// enough on a CPU that a request is still running when the test acts on it.
+class SlowModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto config = RandomModelConfig("stories110M");
+    ASSERT_TRUE(config.ok());
+    ASSERT_TRUE(WriteRandomModel(*config, DType::kBF16, 1, dir_.path() + "/model").ok());
+  }
+  std::vector<std::string> ModelFlags() const {
+    return {"--model", dir_.path() + "/model", "--tokenizer",
+            testing::SharedDir() + "/testdata/tokenizers/mistral.tokenizer.json"};
+  }
+  testing::TempDir dir_;
+};
+
+// The value of a router metric (the first process's /metrics), waiting up to 10 s for `want`.
+double WaitForMetric(Cluster& c, const std::string& name,
+                     const std::map<std::string, std::string>& labels, double want) {
+  double v = -1;
+  for (int i = 0; i < 200; ++i) {
+    v = testing::MetricValue(testing::Scrape(c.metrics()[0]), name, labels);
+    if (v == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return v;
+}
+
+const char kLongRequest[] =
+    R"({"prompt": [1, 100, 200], "max_tokens": 900, "ignore_eos": true, "temperature": 0)";
+
+TEST_F(SlowModelTest, ClientDisconnectFreesTheRequestEverywhere) {
+  Cluster c(1, 1, {}, {"--max-inflight", "1"}, ModelFlags());
+  ASSERT_TRUE(c.ready());
+  const std::map<std::string, std::string> router = {{"role", "router"}};
+  {
+    // Streaming: the client reads the first event and leaves.
+    testing::RawPost post(c.http(), "/v1/completions",
+                          std::string(kLongRequest) + ", \"stream\": true}");
+    ASSERT_TRUE(post.sent());
+    ASSERT_TRUE(post.ReadUntil("data: ")) << post.received();
+    EXPECT_NE(post.received().find("200 OK"), std::string::npos);
+    // Meanwhile the router is full (--max-inflight 1): 429 in OpenAI's shape.
+    const HttpReply busy = Curl(c.http(), "/v1/completions", R"({"prompt": "x", "max_tokens": 2})");
+    EXPECT_EQ(busy.status, 429) << busy.body;
+    EXPECT_EQ(busy.Json()["error"]["type"], "rate_limit_error");
+    post.Close();
+  }
+  EXPECT_EQ(WaitForMetric(c, "tandem_requests_total", {{"status", "CANCELLED"}}, 1), 1);
+  EXPECT_EQ(testing::MetricValue(testing::Scrape(c.metrics()[0]), "tandem_requests_total",
+                                 {{"status", "OK"}}),
+            0);  // it never finished
+  EXPECT_TRUE(c.AllBlocksFree());
+  EXPECT_EQ(WaitForMetric(c, "tandem_num_requests_running", router, 0), 0);
+  EXPECT_EQ(WaitForMetric(c, "tandem_num_requests_waiting", router, 0), 0);
+  {
+    // Not streaming: the client leaves while the request decodes.
+    testing::RawPost post(c.http(), "/v1/completions", std::string(kLongRequest) + "}");
+    ASSERT_TRUE(post.sent());
+    ASSERT_EQ(WaitForMetric(c, "tandem_num_requests_running", router, 1), 1);
+    post.Close();
+  }
+  EXPECT_EQ(WaitForMetric(c, "tandem_requests_total", {{"status", "CANCELLED"}}, 2), 2);
+  EXPECT_TRUE(c.AllBlocksFree());
+  EXPECT_EQ(WaitForMetric(c, "tandem_num_requests_running", router, 0), 0);
+  // The cluster still serves.
+  const HttpReply r = Curl(c.http(), "/v1/completions", R"({"prompt": [1, 5], "max_tokens": 2})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+TEST_F(SlowModelTest, DeadlineIs504) {
+  Cluster c(0, 0, {}, {"--http-timeout-ms", "1000"}, ModelFlags());
+  ASSERT_TRUE(c.ready());
+  HttpReply r = Curl(c.http(), "/v1/completions", std::string(kLongRequest) + "}");
+  EXPECT_EQ(r.status, 504) << r.body;
+  EXPECT_EQ(r.Json()["error"]["code"], "timeout");
+  // Streaming: the deadline passes after the first event; the error comes as the last event.
+  r = Curl(c.http(), "/v1/completions", std::string(kLongRequest) + ", \"stream\": true}");
+  EXPECT_EQ(r.status, 200);
+  const std::vector<json> events = SseEvents(r.body);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[events.size() - 2]["error"]["code"], "timeout")
+      << r.body.substr(r.body.size() - 300);
+  EXPECT_EQ(events.back(), "[DONE]");
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+}  // namespace
+}  // namespace tandem

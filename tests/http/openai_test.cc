@@ -1,0 +1,386 @@
+// The OpenAI translation layer without sockets: request bodies to GenerateRequest (every bad field
+// named), the one status-to-HTTP mapping, the router ingress's field names renamed to OpenAI's,
+// chat prompts through the model's template, and the response shapes (JSON and SSE).
+// The Llama 3, Mistral-Instruct and Qwen3 templates themselves are checked byte for byte against
+// jinja2 in tests/chat_template/chat_template_test.cc; unsupported Jinja in jinja_test.cc.
+#include "http/openai.h"
+
+#include <gtest/gtest.h>
+
+#include "engine/llama2c_tokenizer.h"
+#include "router/ingress.h"
+#include "tests/test_util.h"
+
+namespace tandem::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+class OpenAiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_ = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+    model_.id = "stories260K";
+    model_.max_context = 512;
+    model_.tokenizer = tokenizer_.get();
+    // A Llama 3 style template (as in chat_template_test.cc) over this model's tokenizer.
+    model_.chat_template = TokenizerChatTemplate::FromConfig(Json{
+        {"bos_token", "<s>"},
+        {"chat_template",
+         "{% for message in messages %}{{ '<|' + message['role'] + '|>\n' + message['content'] | "
+         "trim + '<|end|>\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' "
+         "}}{% endif %}"}}.dump());
+    ASSERT_TRUE(model_.chat_template.ok()) << model_.chat_template.status();
+  }
+
+  absl::StatusOr<Request> Parse(Endpoint e, const std::string& body) {
+    return ParseRequest(e, body, model_, /*random_seed=*/99);
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ServedModel model_;
+};
+
+TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
+  auto r = Parse(Endpoint::kCompletions,
+                 R"({"model": "stories260K", "prompt": "Once upon", "max_tokens": 7,
+                     "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3, "stop": ["a", "b"],
+                     "n": 1, "stream": true, "stream_options": {"include_usage": true},
+                     "logprobs": 2, "ignore_eos": true, "user": "x"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::GenerateRequest& g = r->generate;
+  EXPECT_EQ(g.text(), "Once upon");
+  EXPECT_EQ(g.max_tokens(), 7);
+  EXPECT_FLOAT_EQ(g.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().top_p(), 0.9f);
+  EXPECT_EQ(g.sampling().top_k(), 40);
+  EXPECT_EQ(g.sampling().seed(), 3u);
+  EXPECT_TRUE(g.sampling().logprobs());
+  EXPECT_EQ(g.sampling().top_logprobs(), 2);
+  ASSERT_EQ(g.stop_size(), 2);
+  EXPECT_EQ(g.stop(1), "b");
+  EXPECT_TRUE(g.ignore_eos());
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+
+  // Defaults: 16 tokens, an unseeded request gets the random seed, no logprobs.
+  r = Parse(Endpoint::kCompletions, R"({"prompt": [1, 2, 3], "stop": "x"})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.tokens().ids_size(), 3);
+  EXPECT_EQ(r->generate.max_tokens(), 16);
+  EXPECT_EQ(r->generate.sampling().seed(), 99u);
+  EXPECT_FALSE(r->generate.sampling().has_temperature());
+  EXPECT_FALSE(r->generate.sampling().logprobs());
+  EXPECT_EQ(r->generate.stop(0), "x");
+  r = Parse(Endpoint::kCompletions, R"({"prompt": ["one"]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.text(), "one");
+  r = Parse(Endpoint::kCompletions, R"({"prompt": [[5, 6]], "seed": -1})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.tokens().ids(1), 6);
+  EXPECT_EQ(r->generate.sampling().seed(), ~uint64_t{0});
+}
+
+TEST_F(OpenAiTest, ChatRendersTheTemplateAndTokenizesWithoutSpecialTokens) {
+  auto r = Parse(Endpoint::kChatCompletions,
+                 R"({"messages": [{"role": "system", "content": " Be brief. "},
+                                  {"role": "user", "content": [{"type": "text", "text": "Hi"},
+                                                               {"type": "text", "text": "there"}]}],
+                     "max_completion_tokens": 9, "logprobs": true, "top_logprobs": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string rendered =
+      "<|system|>\nBe brief.<|end|>\n<|user|>\nHi\nthere<|end|>\n<|assistant|>\n";
+  const std::vector<int> want = tokenizer_->Encode(rendered, /*add_special_tokens=*/false);
+  EXPECT_EQ(std::vector<int>(r->generate.tokens().ids().begin(), r->generate.tokens().ids().end()),
+            want);
+  EXPECT_EQ(r->generate.max_tokens(), 9);
+  EXPECT_EQ(r->max_tokens_param, "max_completion_tokens");
+  EXPECT_TRUE(r->generate.sampling().logprobs());
+  EXPECT_EQ(r->generate.sampling().top_logprobs(), 3);
+  // Without max tokens, chat runs to the end of the context, at most chat_default_max_tokens.
+  r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.max_tokens(), 512 - r->generate.tokens().ids_size());
+  model_.chat_default_max_tokens = 100;
+  r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "x"}]})");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->generate.max_tokens(), 100);
+}
+
+// Each bad body: the HTTP status and the parameter named.
+TEST_F(OpenAiTest, BadFieldsAreNamed) {
+  struct Case {
+    Endpoint endpoint;
+    std::string body;
+    int http_status;
+    std::string param;  // "" for null
+  };
+  const Endpoint kC = Endpoint::kCompletions, kChat = Endpoint::kChatCompletions;
+  const std::vector<Case> cases = {
+      {kC, "{not json", 400, ""},
+      {kC, "[1, 2]", 400, ""},
+      {kC, R"({"prompt": "a", "model": "gpt-4"})", 404, "model"},
+      {kC, R"({"prompt": "a", "model": 5})", 400, "model"},
+      {kC, R"({})", 400, "prompt"},
+      {kC, R"({"prompt": 5})", 400, "prompt"},
+      {kC, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+      {kC, R"({"prompt": [1, "b"]})", 400, "prompt"},
+      {kC, R"({"prompt": "a", "max_tokens": "3"})", 400, "max_tokens"},
+      {kC, R"({"prompt": "a", "max_tokens": 1e20})", 400, "max_tokens"},
+      {kC, R"({"prompt": "a", "temperature": "hot"})", 400, "temperature"},
+      {kC, R"({"prompt": "a", "top_p": [1]})", 400, "top_p"},
+      {kC, R"({"prompt": "a", "top_k": 1.5})", 400, "top_k"},
+      {kC, R"({"prompt": "a", "seed": 1.5})", 400, "seed"},
+      {kC, R"({"prompt": "a", "stop": 3})", 400, "stop"},
+      {kC, R"({"prompt": "a", "stop": ["x", 3]})", 400, "stop"},
+      {kC, R"({"prompt": "a", "n": 2})", 400, "n"},
+      {kC, R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
+      {kC, R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400, "stream_options"},
+      {kC, R"({"prompt": "a", "stream": true, "stream_options": {"include_usage": 1}})", 400,
+       "stream_options.include_usage"},
+      {kC, R"({"prompt": "a", "logprobs": true})", 400, "logprobs"},
+      {kC, R"({"prompt": "a", "echo": true})", 400, "echo"},
+      {kC, R"({"prompt": "a", "best_of": 2})", 400, "best_of"},
+      {kC, R"({"prompt": "a", "presence_penalty": 0.5})", 400, "presence_penalty"},
+      {kC, R"({"prompt": "a", "frequency_penalty": 1})", 400, "frequency_penalty"},
+      {kC, R"({"prompt": "a", "logit_bias": {"5": 1}})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "suffix": "z"})", 400, "suffix"},
+      {kChat, R"({})", 400, "messages"},
+      {kChat, R"({"messages": []})", 400, "messages"},
+      {kChat, R"({"messages": ["hi"]})", 400, "messages[0]"},
+      {kChat, R"({"messages": [{"content": "hi"}]})", 400, "messages[0].role"},
+      {kChat, R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
+      {kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
+       "messages[0].content[0].type"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 1})", 400,
+       "logprobs"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", 400,
+       "top_logprobs"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": "x"})",
+       400, "max_completion_tokens"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]})", 400,
+       "tools"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
+       400, "response_format"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": 1})", 400,
+       "chat_template_kwargs"},
+  };
+  for (const Case& c : cases) {
+    auto r = Parse(c.endpoint, c.body);
+    ASSERT_FALSE(r.ok()) << c.body;
+    const ApiError e = ToApiError(r.status(), nullptr);
+    EXPECT_EQ(e.http_status, c.http_status) << c.body << ": " << e.message;
+    EXPECT_EQ(e.param, c.param) << c.body << ": " << e.message;
+    if (!c.param.empty()) {
+      EXPECT_TRUE(e.message.starts_with(c.param + ": ")) << e.message;
+    }
+    const Json body = Json::parse(ErrorBody(e));
+    EXPECT_EQ(body["error"]["message"], e.message);
+    EXPECT_EQ(body["error"]["type"], e.type);
+    if (c.param.empty()) {
+      EXPECT_TRUE(body["error"]["param"].is_null());
+    } else {
+      EXPECT_EQ(body["error"]["param"], c.param);
+    }
+  }
+}
+
+// Range checks belong to the router's ingress; its field names come back as OpenAI's.
+TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
+  ModelConfig config;
+  config.vocab_size = 512;
+  config.max_seq_len = 512;
+  struct Case {
+    Endpoint endpoint;
+    std::string body;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {Endpoint::kCompletions, R"({"prompt": "a", "temperature": -1})", "temperature"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "top_p": 1.5})", "top_p"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "top_k": -2})", "top_k"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+      {Endpoint::kCompletions, R"({"prompt": ""})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt": [600]})", "prompt"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "stop": [""]})", "stop"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
+       "top_logprobs"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})",
+       "max_completion_tokens"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 9999})", "max_tokens"},
+  };
+  for (const Case& c : cases) {
+    auto r = Parse(c.endpoint, c.body);
+    ASSERT_TRUE(r.ok()) << c.body << ": " << r.status();
+    auto checked = ValidateGenerateRequest(r->generate, config, *tokenizer_);
+    ASSERT_FALSE(checked.ok()) << c.body;
+    const ApiError e = ToApiError(checked.status(), &*r);
+    EXPECT_EQ(e.http_status, 400);
+    EXPECT_EQ(e.param, c.param) << c.body << ": " << checked.status();
+    EXPECT_TRUE(e.message.starts_with(c.param + ": ")) << e.message;
+  }
+}
+
+TEST_F(OpenAiTest, StatusCodesMapToHttp) {
+  const std::vector<std::pair<grpc::StatusCode, int>> cases = {
+      {grpc::StatusCode::INVALID_ARGUMENT, 400},
+      {grpc::StatusCode::OUT_OF_RANGE, 400},
+      {grpc::StatusCode::FAILED_PRECONDITION, 400},
+      {grpc::StatusCode::UNAUTHENTICATED, 401},
+      {grpc::StatusCode::PERMISSION_DENIED, 403},
+      {grpc::StatusCode::NOT_FOUND, 404},
+      {grpc::StatusCode::ALREADY_EXISTS, 409},
+      {grpc::StatusCode::RESOURCE_EXHAUSTED, 429},
+      {grpc::StatusCode::CANCELLED, 499},
+      {grpc::StatusCode::UNIMPLEMENTED, 501},
+      {grpc::StatusCode::UNAVAILABLE, 503},
+      {grpc::StatusCode::DEADLINE_EXCEEDED, 504},
+      {grpc::StatusCode::INTERNAL, 500},
+      {grpc::StatusCode::UNKNOWN, 500},
+      {grpc::StatusCode::DATA_LOSS, 500},
+  };
+  for (const auto& [code, http] : cases) {
+    const ApiError e = ToApiError(grpc::Status(code, "something went wrong"), nullptr);
+    EXPECT_EQ(e.http_status, http) << code;
+    EXPECT_EQ(e.message, "something went wrong");
+    EXPECT_TRUE(e.param.empty());
+    EXPECT_EQ(e.type.empty(), false);
+  }
+  EXPECT_EQ(ToApiError(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "busy"), nullptr).type,
+            "rate_limit_error");
+  // Only a request's fault names a field.
+  const ApiError full = ToApiError(
+      grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "router: 3 in flight"), nullptr);
+  EXPECT_TRUE(full.param.empty());
+  EXPECT_EQ(full.message, "router: 3 in flight");
+}
+
+TEST_F(OpenAiTest, UnusableChatTemplatesAreClearErrors) {
+  model_.chat_template = absl::NotFoundError("no chat template");
+  auto r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "a"}]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ToApiError(r.status(), nullptr).http_status, 400);
+  EXPECT_NE(r.status().message().find("no chat template"), std::string::npos);
+  // A template using Jinja the engine does not implement: the server's fault, named.
+  model_.chat_template =
+      TokenizerChatTemplate::FromConfig(R"({"chat_template": "{% include 'x.jinja' %}"})");
+  ASSERT_FALSE(model_.chat_template.ok());
+  r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "a"}]})");
+  ASSERT_FALSE(r.ok());
+  const ApiError e = ToApiError(r.status(), nullptr);
+  EXPECT_EQ(e.http_status, 501);
+  EXPECT_NE(e.message.find("include"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("line 1"), std::string::npos) << e.message;
+  // raise_exception() in a template: the request's fault, with the template's message.
+  model_.chat_template = TokenizerChatTemplate::FromConfig(
+      R"({"chat_template": "{{ raise_exception('Conversation roles must alternate') }}"})");
+  ASSERT_TRUE(model_.chat_template.ok());
+  r = Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "a"}]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ToApiError(r.status(), nullptr).param, "messages");
+  EXPECT_NE(r.status().message().find("Conversation roles must alternate"), std::string::npos);
+}
+
+v1::GenerateResponse Message(std::vector<int> ids, std::string text, bool last) {
+  v1::GenerateResponse m;
+  m.set_request_id("req-7");
+  for (int id : ids) {
+    m.add_token_ids(id);
+    v1::TokenLogprobs* l = m.add_logprobs();
+    l->set_logprob(-0.5f);
+    v1::TopLogprob* t = l->add_top();
+    t->set_token_id(id);
+    t->set_logprob(-0.5f);
+  }
+  m.set_text(std::move(text));
+  if (last) {
+    m.set_finish_reason(v1::FINISH_REASON_LENGTH);
+    m.mutable_usage()->set_prompt_tokens(4);
+    m.mutable_usage()->set_completion_tokens(3);
+  }
+  return m;
+}
+
+std::vector<Json> Events(const std::string& sse) {
+  std::vector<Json> out;
+  size_t p = 0;
+  while ((p = sse.find("data: ", p)) != std::string::npos) {
+    const size_t end = sse.find("\n\n", p);
+    const std::string data = sse.substr(p + 6, end - p - 6);
+    out.push_back(data == "[DONE]" ? Json("[DONE]") : Json::parse(data));
+    p = end;
+  }
+  return out;
+}
+
+TEST_F(OpenAiTest, ChatResponsesInBothShapes) {
+  auto r = Parse(Endpoint::kChatCompletions,
+                 R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true,
+                     "top_logprobs": 1, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ResponseBuilder b(*r, model_, 1700000000);
+  std::vector<Json> events = Events(b.Add(Message({300}, "He", false)));
+  ASSERT_EQ(events.size(), 2u);  // the role, then the content
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["id"], "chatcmpl-req-7");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(events[0]["usage"].is_null());
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "He");
+  const Json& lp = events[1]["choices"][0]["logprobs"]["content"][0];
+  EXPECT_EQ(lp["token"], ToValidUtf8(tokenizer_->Decode(std::vector<int>{300})));
+  EXPECT_FLOAT_EQ(lp["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(lp["top_logprobs"].size(), 1u);
+  events = Events(b.Add(Message({301, 302}, "llo", true)));
+  ASSERT_EQ(events.size(), 2u);  // the content, then the finish reason
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "length");
+  events = Events(b.StreamEnd());
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_TRUE(events[0]["choices"].empty());
+  EXPECT_EQ(events[0]["usage"]["total_tokens"], 7);
+  EXPECT_EQ(events[1], "[DONE]");
+
+  r->stream = false;
+  ResponseBuilder whole(*r, model_, 1700000000);
+  EXPECT_EQ(whole.Add(Message({300}, "He", false)), "");
+  whole.Add(Message({301, 302}, "llo", true));
+  const Json body = Json::parse(whole.Body());
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(body["choices"][0]["logprobs"]["content"].size(), 3u);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(OpenAiTest, CompletionResponsesInBothShapes) {
+  auto r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 1, "stream": true})");
+  ASSERT_TRUE(r.ok());
+  ResponseBuilder b(*r, model_, 1700000000);
+  std::vector<Json> events = Events(b.Add(Message({300, 301}, "Hel", false)));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["object"], "text_completion");
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Hel");
+  EXPECT_TRUE(events[0]["choices"][0]["finish_reason"].is_null());
+  EXPECT_FALSE(events[0].contains("usage"));  // not asked for
+  const Json& lp = events[0]["choices"][0]["logprobs"];
+  EXPECT_EQ(lp["tokens"].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  EXPECT_EQ(lp["text_offset"][1], lp["tokens"][0].get<std::string>().size());
+  events = Events(b.StreamEnd());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], "[DONE]");
+  const Json err =
+      Json::parse(ResponseBuilder::StreamError(
+                      ToApiError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone"), &*r))
+                      .substr(6));
+  EXPECT_EQ(err["error"]["code"], "service_unavailable");
+}
+
+}  // namespace
+}  // namespace tandem::openai
