@@ -690,9 +690,9 @@ absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const Hardw
       return absl::InvalidArgumentError(
           absl::StrFormat("requests[%d]: needs a prompt, output_tokens >= 1 and send >= 0", i));
     }
-    if (static_cast<int64_t>(r.prompt.size()) >= model.max_seq_len) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("requests[%d]: prompt longer than the context", i));
+    if (static_cast<int64_t>(r.prompt.size()) + r.output_tokens > model.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "requests[%d]: prompt + output_tokens exceed the context of %d", i, model.max_seq_len));
     }
   }
   Sim sim(model, profile, cluster, options);
