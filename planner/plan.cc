@@ -1,9 +1,11 @@
 #include "planner/plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -119,7 +121,9 @@ absl::StatusOr<PlanCandidate> Evaluate(const ModelConfig& model, const HardwareP
     workload.num_requests = static_cast<int>(
         std::min(1e6, std::max<double>(base_requests, std::ceil(rate * options.min_seconds))));
     ++c.simulations;
-    auto r = Simulate(model, profile, cluster, workload);
+    SimOptions sim;
+    sim.record_token_times = false;
+    auto r = Simulate(model, profile, cluster, workload, sim);
     if (!r.ok()) return r.status();
     return r->summary;
   };
@@ -225,11 +229,26 @@ absl::StatusOr<PlanResult> SearchPlans(const ModelConfig& model, const HardwareP
       }
     }
   }
-  for (const ClusterSpec& c : layouts) {
-    auto cand = Evaluate(model, profile, workload, c, options);
+  // Layouts are independent simulations: evaluated on every core, collected in order.
+  std::vector<absl::StatusOr<PlanCandidate>> evaluated(layouts.size(),
+                                                       absl::UnknownError("not evaluated"));
+  std::atomic<size_t> next{0};
+  const int threads = std::clamp<int>(
+      options.threads > 0 ? options.threads : std::thread::hardware_concurrency(), 1, 64);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t i; (i = next++) < layouts.size();) {
+        evaluated[i] = Evaluate(model, profile, workload, layouts[i], options);
+      }
+    });
+  }
+  for (auto& t : pool) t.join();
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    auto& cand = evaluated[i];
     if (!cand.ok()) {
       PlanCandidate named;
-      named.cluster = c;
+      named.cluster = layouts[i];
       result.skipped.push_back(
           absl::StrFormat("%s: %s", named.Describe(), std::string(cand.status().message())));
       continue;

@@ -34,8 +34,9 @@ struct PlanOptions {
   bool colocated = true;    // also rank colocated instances, for comparison
   int top = 10;             // layouts printed
   double max_rate = 1e4;    // req/s: the search's ceiling
-  int bisection_steps = 8;
-  double min_seconds = 60;  // each simulation sends at least this long at the tried rate
+  int bisection_steps = 7;
+  double min_seconds = 30;  // each simulation sends at least this long at the tried rate
+  int threads = 0;          // layouts simulated at once (0: one per core)
 };
 
 struct PlanCandidate {

@@ -409,7 +409,7 @@ void Sim::FirstToken(int r) {
   if (q.ended) return;
   bench::RequestRecord& rec = result_.records[r];
   rec.first_token = now_;
-  rec.token_times.push_back(now_);
+  if (options_.record_token_times) rec.token_times.push_back(now_);
   rec.output_tokens = 1;
   q.generated = 1;
   if (q.item.output_tokens <= 1) {
@@ -543,7 +543,7 @@ void Sim::StepEnd(int w) {
       bench::RequestRecord& rec = result_.records[r];
       ++q.generated;
       ++rec.output_tokens;
-      rec.token_times.push_back(out);
+      if (options_.record_token_times) rec.token_times.push_back(out);
       if (q.generated >= q.item.output_tokens) End(r, out, 0);
     }
     if (!wk.decode_scheduler->running().empty()) Wake(w);

@@ -62,6 +62,9 @@ struct StepTrace {
 struct SimOptions {
   bool zero_cost = false;     // every step, transfer and overhead takes no time
   bool record_steps = false;  // fill SimResult::steps
+  // Keep every token's time in the records (the inter-token latency); off saves memory and
+  // time when only TTFT, TPOT and goodput matter (the plan search).
+  bool record_token_times = true;
   int64_t max_events = int64_t{1} << 30;
 };
 

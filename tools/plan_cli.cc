@@ -29,7 +29,7 @@ constexpr char kPlanUsage[] = R"(usage:
       Searches prefill/decode worker counts and tensor-parallel degrees within N GPUs
       (default 8) for the highest request rate whose SLO attainment reaches F (0.9);
       ranks the layouts by that rate per GPU, with predicted TTFT and TPOT. Each
-      simulation sends max(N (200), rate x S (60)) requests.
+      simulation sends max(N (200), rate x S (30)) requests.
   tandem plan simulate --model CONFIG --hardware PROFILE [--prefill N] [--decode M]
               [--colocated N] [--prefill-tp T] [--decode-tp T] [tandem bench workload flags]
               [--json FILE] [--steps FILE] [worker options]
@@ -325,7 +325,7 @@ int Plan(const std::vector<std::string>& args) {
   auto gpus = f->GetInt("gpus", 8);
   auto attainment = f->GetDouble("attainment", 0.9);
   auto top = f->GetInt("top", 10);
-  auto sim_seconds = f->GetDouble("sim-seconds", 60);
+  auto sim_seconds = f->GetDouble("sim-seconds", 30);
   if (!sim_seconds.ok()) return Fail(sim_seconds.status());
   if (!(*sim_seconds >= 0 && *sim_seconds <= 3600)) {
     return Fail(absl::InvalidArgumentError("--sim-seconds must be in [0, 3600]"));
