@@ -101,7 +101,7 @@ absl::Status HardwareProfile::Validate() const {
         nonneg(tp_bandwidth, "tp_bandwidth"), nonneg(tp_latency, "tp_latency"),
         positive(kv_link.bandwidth, "kv_link.bandwidth"),
         nonneg(kv_link.latency, "kv_link.latency"), nonneg(request_overhead, "request_overhead"),
-        nonneg(token_overhead, "token_overhead")}) {
+        nonneg(token_overhead, "token_overhead"), nonneg(relay_cpu, "relay_cpu")}) {
     if (!s.ok()) return s;
   }
   if (!(mem_utilization > 0 && mem_utilization <= 1)) {
@@ -137,7 +137,8 @@ nlohmann::json HardwareProfile::ToJson() const {
        {{"name", kv_link.name}, {"bandwidth", kv_link.bandwidth}, {"latency", kv_link.latency}}},
       {"shared_host", shared_host},
       {"request_overhead", request_overhead},
-      {"token_overhead", token_overhead}};
+      {"token_overhead", token_overhead},
+      {"relay_cpu", relay_cpu}};
 }
 
 absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& j) {
@@ -178,6 +179,9 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
   };
   for (auto& [key, out] : fields) {
     if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;
+  }
+  if (j.contains("relay_cpu")) {  // optional: profiles from before it existed
+    if (absl::Status s = num(j, "relay_cpu", &p.relay_cpu, ""); !s.ok()) return s;
   }
   double max_tp = 0;
   if (absl::Status s = num(j, "max_tp", &max_tp, ""); !s.ok()) return s;

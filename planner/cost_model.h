@@ -50,6 +50,9 @@ struct HardwareProfile {
   bool shared_host = false;     // every worker shares one device (a CPU): processor sharing
   double request_overhead = 0;  // seconds of RPC on the way to the first token
   double token_overhead = 0;    // seconds from a decode step's end to the client
+  // shared_host only: CPU seconds the router and the decode service spend relaying one token
+  // (gRPC writes, detokenization), work that competes with the workers for the host.
+  double relay_cpu = 0;
 
   absl::Status Validate() const;
   nlohmann::json ToJson() const;

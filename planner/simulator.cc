@@ -80,6 +80,8 @@ struct Request {
 struct Worker {
   std::string name;
   bool prefill = true;
+  bool relay = false;  // the router's token relay on a shared host (not a registered worker)
+  double backlog = 0;  // relay: CPU seconds of tokens waiting to be relayed
   int device = 0;
   const CostModel* cost = nullptr;
   std::unique_ptr<PrefillScheduler> prefill_scheduler;
@@ -145,6 +147,7 @@ class Sim {
   void Wake(int w);
   void StepStart(int w);
   void StepEnd(int w);
+  void StartRelay(int w);
   void AddToDevice(int w, double seconds);
   void Advance(Device& d);
   void Reschedule(int device);
@@ -160,6 +163,7 @@ class Sim {
   std::unique_ptr<CostModel> prefill_cost_, decode_cost_;
   WorkerRegistry registry_;
   std::vector<Worker> workers_;
+  int relay_ = -1;  // index of the relay worker, if any
   std::vector<Device> devices_;
   std::vector<Request> requests_;
   std::vector<ClosedPool> pools_;
@@ -240,8 +244,18 @@ absl::Status Sim::Build() {
     w.device = profile_.shared_host ? 0 : cluster_.colocated ? workers_[i].device : next_device++;
     workers_.push_back(std::move(w));
   }
+  if (profile_.shared_host && profile_.relay_cpu > 0) {
+    Worker relay;
+    relay.name = "relay";
+    relay.relay = true;
+    relay.prefill = false;
+    relay.device = 0;
+    relay_ = static_cast<int>(workers_.size());
+    workers_.push_back(std::move(relay));
+  }
   devices_.resize(std::max(1, next_device));
   for (const Worker& w : workers_) {
+    if (w.relay) continue;
     registry_.Register(w.name, w.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode, w.name,
                        Load(w), At(0));
   }
@@ -374,9 +388,14 @@ void Sim::EnqueuePrefill(int r) {
       hashes.push_back(parent);
     }
   }
-  auto pick = registry_.PickPrefill(hashes, At(now_), {});
   int w = 0;
-  while (workers_[w].name != *pick) ++w;  // every prefill worker is always healthy here
+  if (cluster_.colocated) {
+    // One process serves the request end to end: its own prefill loop.
+    w = q.decode_worker - cluster_.prefill;
+  } else {
+    auto pick = registry_.PickPrefill(hashes, At(now_), {});
+    while (workers_[w].name != *pick) ++w;  // every prefill worker is always healthy here
+  }
   Worker& pw = workers_[w];
   q.prefill_worker = w;
   // The prefill engine's admission: prefix-cache hits, then fresh blocks.
@@ -510,12 +529,18 @@ void Sim::StepStart(int w) {
 void Sim::StepEnd(int w) {
   Worker& wk = workers_[w];
   wk.busy = false;
+  if (wk.relay) {
+    if (wk.backlog > 0) StartRelay(w);
+    return;
+  }
   wk.step.end = now_;
   if (wk.prefill) {
+    // Colocated: the in-process transport copies within the step.
     const double transferred =
-        options_.zero_cost ? now_
-                           : wk.cost->TransferDone(wk.step_start, now_ - wk.step_start,
-                                                   wk.transfer_tokens, link_, &wk.link_free);
+        options_.zero_cost || cluster_.colocated
+            ? now_
+            : wk.cost->TransferDone(wk.step_start, now_ - wk.step_start, wk.transfer_tokens, link_,
+                                    &wk.link_free);
     const double hop = options_.zero_cost ? 0 : profile_.request_overhead / 2;
     const int bs = cluster_.block_size;
     for (size_t i = 0; i < wk.step.work.size(); ++i) {
@@ -547,8 +572,20 @@ void Sim::StepEnd(int w) {
       if (q.generated >= q.item.output_tokens) End(r, out, 0);
     }
     if (!wk.decode_scheduler->running().empty()) Wake(w);
+    if (relay_ >= 0 && !options_.zero_cost) {
+      workers_[relay_].backlog += profile_.relay_cpu * wk.step_requests.size();
+      if (!workers_[relay_].busy) StartRelay(relay_);
+    }
   }
   if (options_.record_steps) result_.steps.push_back(std::move(wk.step));
+}
+
+void Sim::StartRelay(int w) {
+  Worker& wk = workers_[w];
+  wk.busy = true;
+  const double work = wk.backlog;
+  wk.backlog = 0;
+  AddToDevice(w, work);
 }
 
 void Sim::Advance(Device& d) {
@@ -594,7 +631,9 @@ void Sim::DeviceDone(int device, uint64_t version) {
 
 void Sim::Heartbeat() {
   heartbeat_pending_ = false;
-  for (const Worker& w : workers_) registry_.Heartbeat(w.name, Load(w), true, At(now_));
+  for (const Worker& w : workers_) {
+    if (!w.relay) registry_.Heartbeat(w.name, Load(w), true, At(now_));
+  }
   if (ended_ < static_cast<int>(requests_.size())) {
     heartbeat_pending_ = true;
     Push(now_ + cluster_.heartbeat_interval, Kind::kHeartbeat, 0);
@@ -641,6 +680,7 @@ absl::Status Sim::Run() {
   }
   result_.records = std::move(kept);
   for (const Worker& w : workers_) {
+    if (w.relay) continue;
     const bool idle = w.prefill ? w.prefill_scheduler->empty() && w.pool->NoneInUse()
                                 : w.decode_scheduler->Idle();
     if (!idle) return absl::InternalError(absl::StrFormat("%s not idle at the end", w.name));

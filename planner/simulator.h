@@ -29,7 +29,8 @@ struct ClusterSpec {
   int prefill_tp = 1;  // devices per worker
   int decode_tp = 1;
   // `prefill` instances, each a prefill and a decode loop on one device group (the
-  // `--role=all` process); `decode` and decode_tp are ignored.
+  // `--role=all` process, which serves a request end to end with an in-process KV copy);
+  // `decode` and decode_tp are ignored.
   bool colocated = false;
   // The worker options, defaults as tandem-server's.
   int block_size = 16;

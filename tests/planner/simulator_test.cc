@@ -219,6 +219,31 @@ TEST(Simulator, SharedHostWorkersSlowEachOtherDown) {
   EXPECT_GT(b->summary.ttft.mean, a->summary.ttft.mean);
 }
 
+TEST(Simulator, TokenRelayCompetesForASharedHost) {
+  // On a shared host the router's relay of each token takes CPU from the decode worker: TPOT
+  // grows with the relay cost, and with the number of streams.
+  HardwareProfile host = *LoadProfile("l40s");
+  host.shared_host = true;
+  ClusterSpec c;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(4);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 16; ++i) reqs.push_back({0, Prompt(32, rng), 50});
+  const ModelConfig model = *RandomModelConfig("stories15M");
+  auto quiet = SimulateRequests(model, host, c, reqs, {});
+  host.relay_cpu = 1e-3;
+  auto busy = SimulateRequests(model, host, c, reqs, {});
+  ASSERT_TRUE(quiet.ok() && busy.ok());
+  // 16 tokens a step cost 16 ms of relay: the relay is always busy, so every decode step shares
+  // the host with it and takes twice as long.
+  EXPECT_NEAR(busy->summary.tpot.mean / quiet->summary.tpot.mean, 2.0, 0.1);
+  // On separate hosts the relay costs nothing of the workers'.
+  host.shared_host = false;
+  auto apart = SimulateRequests(model, host, c, reqs, {});
+  ASSERT_TRUE(apart.ok());
+  EXPECT_LT(apart->summary.tpot.mean, quiet->summary.tpot.mean * 1.0001);
+}
+
 TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {
   ClusterSpec c;
   auto light = Simulate(Stories260K(), H100(), c, Workload(50, 1));
