@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <memory>
 #include <queue>
 #include <set>
@@ -81,7 +82,10 @@ struct Worker {
   std::string name;
   bool prefill = true;
   bool relay = false;  // the router's token relay on a shared host (not a registered worker)
-  double backlog = 0;  // relay: CPU seconds of tokens waiting to be relayed
+  // Relay: the decode steps' tokens waiting to reach the clients, in order (request indices),
+  // and the step in progress.
+  std::deque<std::vector<int>> relay_queue;
+  std::vector<int> relaying;
   int device = 0;
   const CostModel* cost = nullptr;
   std::unique_ptr<PrefillScheduler> prefill_scheduler;
@@ -148,6 +152,7 @@ class Sim {
   void StepStart(int w);
   void StepEnd(int w);
   void StartRelay(int w);
+  void Deliver(int r, double t);
   void AddToDevice(int w, double seconds);
   void Advance(Device& d);
   void Reschedule(int device);
@@ -530,7 +535,11 @@ void Sim::StepEnd(int w) {
   Worker& wk = workers_[w];
   wk.busy = false;
   if (wk.relay) {
-    if (wk.backlog > 0) StartRelay(w);
+    // A decode step's tokens reach their clients once the relay has done their work.
+    const double out = now_ + profile_.token_overhead;
+    for (int r : wk.relaying) Deliver(r, out);
+    wk.relaying.clear();
+    if (!wk.relay_queue.empty()) StartRelay(w);
     return;
   }
   wk.step.end = now_;
@@ -562,20 +571,21 @@ void Sim::StepEnd(int w) {
     }
     if (!wk.prefill_scheduler->empty()) Wake(w);
   } else {
+    const bool relayed = relay_ >= 0 && !options_.zero_cost;
     const double out = now_ + (options_.zero_cost ? 0 : profile_.token_overhead);
     for (int r : wk.step_requests) {
       Request& q = requests_[r];
-      bench::RequestRecord& rec = result_.records[r];
       ++q.generated;
-      ++rec.output_tokens;
-      if (options_.record_token_times) rec.token_times.push_back(out);
-      if (q.generated >= q.item.output_tokens) End(r, out, 0);
+      if (q.generated >= q.item.output_tokens) {
+        wk.decode_scheduler->Release(q.id);  // the worker is done with it; the client not yet
+      }
+      if (!relayed) Deliver(r, out);
     }
-    if (!wk.decode_scheduler->running().empty()) Wake(w);
-    if (relay_ >= 0 && !options_.zero_cost) {
-      workers_[relay_].backlog += profile_.relay_cpu * wk.step_requests.size();
+    if (relayed) {
+      workers_[relay_].relay_queue.push_back(wk.step_requests);
       if (!workers_[relay_].busy) StartRelay(relay_);
     }
+    if (!wk.decode_scheduler->running().empty()) Wake(w);
   }
   if (options_.record_steps) result_.steps.push_back(std::move(wk.step));
 }
@@ -583,9 +593,18 @@ void Sim::StepEnd(int w) {
 void Sim::StartRelay(int w) {
   Worker& wk = workers_[w];
   wk.busy = true;
-  const double work = wk.backlog;
-  wk.backlog = 0;
-  AddToDevice(w, work);
+  wk.relaying = std::move(wk.relay_queue.front());
+  wk.relay_queue.pop_front();
+  AddToDevice(w, profile_.relay_cpu * wk.relaying.size());
+}
+
+// One more token of request `r` reaches its client at `t`; the last one ends the request.
+void Sim::Deliver(int r, double t) {
+  Request& q = requests_[r];
+  bench::RequestRecord& rec = result_.records[r];
+  ++rec.output_tokens;
+  if (options_.record_token_times) rec.token_times.push_back(t);
+  if (rec.output_tokens >= q.item.output_tokens) End(r, t, 0);
 }
 
 void Sim::Advance(Device& d) {
