@@ -30,6 +30,7 @@
 #include "engine/model.h"
 #include "engine/model_writer.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/machine_probe.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
 #include "nlohmann/json.hpp"
@@ -43,93 +44,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// ---------------------------------------------------------------------------------------------
-// Machine limits.
-
-TANDEM_AVX2 float SumAvx2(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  return cpu::simd::HorizontalSum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-}
-
-float SumScalar(const float* p, int64_t n) {
-  float a[8] = {};
-  for (int64_t i = 0; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
-  }
-  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-}
-
-// Read bandwidth in bytes/s: `threads` threads each stream a contiguous part of a 1 GiB buffer.
-// The bandwidth this machine gets varies from second to second (other tenants), so the
-// benchmark measures it around every decode case rather than once.
-class BandwidthMeter {
- public:
-  explicit BandwidthMeter(int threads)
-      : threads_(threads),
-        buf_(static_cast<float*>(std::aligned_alloc(64, kFloats * sizeof(float)))),
-        pool_(threads) {
-    pool_.ParallelFor(kFloats, kFloats / threads_, [&](int64_t b, int64_t e) {
-      std::fill(buf_ + b, buf_ + e, 1.0f);  // fault the pages in on the thread that reads them
-    });
-  }
-  ~BandwidthMeter() { std::free(buf_); }
-
-  // Best of 5 passes.
-  double Measure() {
-    const bool avx = cpu::ActiveIsa() == cpu::Isa::kAvx2;
-    std::atomic<float> sink{0};
-    double best = 1e30;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = Clock::now();
-      pool_.ParallelFor(kFloats, kFloats / threads_, [&](int64_t b, int64_t e) {
-        sink = sink + (avx ? SumAvx2(buf_ + b, e - b) : SumScalar(buf_ + b, e - b));
-      });
-      best = std::min(best, Seconds(t0, Clock::now()));
-    }
-    return kFloats * sizeof(float) / best;
-  }
-
- private:
-  static constexpr int64_t kFloats = int64_t{1} << 28;  // 1 GiB
-  int threads_;
-  float* buf_;
-  ThreadPool pool_;
-};
-
-// 12 independent FMA chains of 8 lanes: 192 FLOPs per iteration.
-TANDEM_AVX2 float FmaLoopAvx2(int64_t iters) {
-  __m256 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i));
-  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iters; ++it) {
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
-  }
-  __m256 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
-  return cpu::simd::HorizontalSum(s);
-}
-
-// Float32 FMA peak in FLOP/s over `threads` threads (0 without AVX2: not measured).
-double MeasureFmaPeak(int threads) {
-  if (cpu::ActiveIsa() != cpu::Isa::kAvx2) return 0;
-  const int64_t iters = 20'000'000;
-  ThreadPool pool(threads);
-  std::atomic<float> sink{0};
-  double best = 1e30;
-  for (int rep = 0; rep < 5; ++rep) {
-    const auto t0 = Clock::now();
-    pool.ParallelFor(threads, 1, [&](int64_t, int64_t) { sink = sink + FmaLoopAvx2(iters); });
-    best = std::min(best, Seconds(t0, Clock::now()));
-  }
-  return 192.0 * iters * threads / best;
-}
+// Machine limits: cpu::BandwidthMeter and cpu::MeasureFmaPeak (kernels/cpu/machine_probe.h).
 
 // ---------------------------------------------------------------------------------------------
 // Cost model of one forward pass.
@@ -222,7 +137,7 @@ double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps, 
 
 struct Machine {
   int threads = 1;
-  BandwidthMeter* bandwidth = nullptr;
+  cpu::BandwidthMeter* bandwidth = nullptr;
   double peak_flops = 0;
 };
 
@@ -307,11 +222,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  BandwidthMeter meter(threads);
+  cpu::BandwidthMeter meter(threads);
   Machine hw;
   hw.threads = threads;
   hw.bandwidth = &meter;
-  hw.peak_flops = MeasureFmaPeak(threads);
+  hw.peak_flops = cpu::MeasureFmaPeak(threads);
   const double first_bw = meter.Measure();
   std::printf(
       "machine: %d threads, isa %s, fp32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s now "

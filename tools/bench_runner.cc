@@ -15,44 +15,6 @@
 
 namespace tandem::bench {
 
-absl::Status BenchConfig::Validate() const {
-  if (router.empty()) return absl::InvalidArgumentError("--router is required");
-  if (rate < 0 || !std::isfinite(rate)) return absl::InvalidArgumentError("--rate must be >= 0");
-  if (!(burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
-  if (rate == 0 && concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
-  if (num_requests < 1) return absl::InvalidArgumentError("--num-requests must be >= 1");
-  if (warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
-  if (duration < 0) return absl::InvalidArgumentError("--duration must be >= 0");
-  if (!(timeout > 0)) return absl::InvalidArgumentError("--timeout must be > 0");
-  if (max_inflight < 1) return absl::InvalidArgumentError("--max-inflight must be >= 1");
-  if (!(temperature >= 0)) return absl::InvalidArgumentError("--temperature must be >= 0");
-  if (trace.empty()) {
-    if (auto d = LengthDistribution::Parse(input_len); !d.ok()) return d.status();
-    if (auto d = LengthDistribution::Parse(output_len); !d.ok()) return d.status();
-  }
-  return absl::OkStatus();
-}
-
-nlohmann::json BenchConfig::ToJson() const {
-  const char* kinds[] = {"poisson", "constant", "gamma"};
-  return {{"router", router},
-          {"mode", rate > 0 ? "open" : "closed"},
-          {"rate", rate},
-          {"arrival", kinds[static_cast<int>(arrival)]},
-          {"burstiness", burstiness},
-          {"concurrency", concurrency},
-          {"input_len", input_len},
-          {"output_len", output_len},
-          {"trace", trace},
-          {"num_requests", num_requests},
-          {"duration", duration},
-          {"warmup", warmup},
-          {"seed", seed},
-          {"temperature", temperature},
-          {"slo_ttft_s", slo.ttft},
-          {"slo_tpot_s", slo.tpot}};
-}
-
 nlohmann::json BenchRun::ToJson() const {
   nlohmann::json requests = nlohmann::json::array();
   for (const auto& r : records) requests.push_back(bench::ToJson(r));
@@ -126,25 +88,9 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   }
   // The workload, fixed by the seed.
   const int total = c.warmup + c.num_requests;
-  std::vector<WorkItem> items;
-  if (!c.trace.empty()) {
-    auto trace = LoadTrace(c.trace, info.vocab_size(), c.seed);
-    if (!trace.ok()) return trace.status();
-    for (int i = 0; i < total; ++i) items.push_back((*trace)[i % trace->size()]);
-  } else {
-    auto in = *LengthDistribution::Parse(c.input_len);
-    auto out = *LengthDistribution::Parse(c.output_len);
-    std::mt19937_64 rng(c.seed);
-    for (int i = 0; i < total; ++i) {
-      WorkItem w;
-      // Leave room for the output within the context.
-      const int o = std::min(out.Sample(rng), std::max(1, info.max_context() - 2));
-      const int p = std::min(in.Sample(rng), std::max(1, info.max_context() - 1 - o));
-      w.prompt = RandomPrompt(p, info.vocab_size(), rng);
-      w.output_tokens = o;
-      items.push_back(std::move(w));
-    }
-  }
+  auto built = BuildWorkload(c, info.vocab_size(), info.max_context());
+  if (!built.ok()) return built.status();
+  std::vector<WorkItem> items = std::move(*built);
   BenchRun run;
   run.config = c;
   run.records.resize(total);

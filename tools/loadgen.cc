@@ -141,6 +141,71 @@ absl::StatusOr<std::vector<WorkItem>> LoadTrace(const std::string& path, int voc
   return items;
 }
 
+absl::Status BenchConfig::Validate() const {
+  if (router.empty()) return absl::InvalidArgumentError("--router is required");
+  if (rate < 0 || !std::isfinite(rate)) return absl::InvalidArgumentError("--rate must be >= 0");
+  if (!(burstiness > 0)) return absl::InvalidArgumentError("--burstiness must be > 0");
+  if (rate == 0 && concurrency < 1) return absl::InvalidArgumentError("--concurrency must be >= 1");
+  if (num_requests < 1) return absl::InvalidArgumentError("--num-requests must be >= 1");
+  if (warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
+  if (duration < 0) return absl::InvalidArgumentError("--duration must be >= 0");
+  if (!(timeout > 0)) return absl::InvalidArgumentError("--timeout must be > 0");
+  if (max_inflight < 1) return absl::InvalidArgumentError("--max-inflight must be >= 1");
+  if (!(temperature >= 0)) return absl::InvalidArgumentError("--temperature must be >= 0");
+  if (trace.empty()) {
+    if (auto d = LengthDistribution::Parse(input_len); !d.ok()) return d.status();
+    if (auto d = LengthDistribution::Parse(output_len); !d.ok()) return d.status();
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json BenchConfig::ToJson() const {
+  const char* kinds[] = {"poisson", "constant", "gamma"};
+  return {{"router", router},
+          {"mode", rate > 0 ? "open" : "closed"},
+          {"rate", rate},
+          {"arrival", kinds[static_cast<int>(arrival)]},
+          {"burstiness", burstiness},
+          {"concurrency", concurrency},
+          {"input_len", input_len},
+          {"output_len", output_len},
+          {"trace", trace},
+          {"num_requests", num_requests},
+          {"duration", duration},
+          {"warmup", warmup},
+          {"seed", seed},
+          {"temperature", temperature},
+          {"slo_ttft_s", slo.ttft},
+          {"slo_tpot_s", slo.tpot}};
+}
+
+absl::StatusOr<std::vector<WorkItem>> BuildWorkload(const BenchConfig& c, int vocab_size,
+                                                    int max_context) {
+  const int total = c.warmup + c.num_requests;
+  std::vector<WorkItem> items;
+  if (!c.trace.empty()) {
+    auto trace = LoadTrace(c.trace, vocab_size, c.seed);
+    if (!trace.ok()) return trace.status();
+    for (int i = 0; i < total; ++i) items.push_back((*trace)[i % trace->size()]);
+    return items;
+  }
+  auto in = LengthDistribution::Parse(c.input_len);
+  if (!in.ok()) return in.status();
+  auto out = LengthDistribution::Parse(c.output_len);
+  if (!out.ok()) return out.status();
+  std::mt19937_64 rng(c.seed);
+  for (int i = 0; i < total; ++i) {
+    WorkItem w;
+    // Leave room for the output within the context.
+    const int o = std::min(out->Sample(rng), std::max(1, max_context - 2));
+    const int p = std::min(in->Sample(rng), std::max(1, max_context - 1 - o));
+    w.prompt = RandomPrompt(p, vocab_size, rng);
+    w.output_tokens = o;
+    items.push_back(std::move(w));
+  }
+  return items;
+}
+
 std::optional<double> RequestRecord::tpot() const {
   if (!ok() || output_tokens < 2 || first_token < 0) return std::nullopt;
   return (done - first_token) / (output_tokens - 1);

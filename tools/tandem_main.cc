@@ -22,8 +22,10 @@
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_flags.h"
 #include "tools/bench_runner.h"
 #include "tools/flags.h"
+#include "tools/plan_cli.h"
 #include "tools/remote.h"
 
 namespace tandem {
@@ -63,6 +65,12 @@ commands:
       SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M.
   bench report FILE.json... [--label NAME]... [--svg OUT.svg]
       Compares runs; draws latency CDFs and throughput vs rate.
+  plan --model CONFIG --hardware PROFILE --workload SPEC --slo-ttft S --slo-tpot S
+       [--gpus N] [--json FILE]      (tandem plan --help for the rest)
+      Capacity planning: prefill/decode counts ranked by goodput per GPU.
+  plan simulate | plan calibrate
+      One configuration simulated, printed as `tandem bench` prints a run;
+      fitting the `local` profile to measured step times.
   model convert --from CHECKPOINT.bin --out DIR
       Writes a Hugging Face directory (config.json + model.safetensors).
   model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
@@ -326,58 +334,14 @@ int Bench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "report") {
     return BenchReport(std::vector<std::string>(args.begin() + 1, args.end()));
   }
-  auto f = Flags::Parse(
-      args, {"router",      "rate",     "arrival",      "burstiness", "concurrency", "input-len",
-             "output-len",  "trace",    "num-requests", "duration",   "warmup",      "seed",
-             "temperature", "timeout",  "max-inflight", "slo-ttft",   "slo-tpot",    "json",
-             "tls-ca",      "tls-cert", "tls-key",      "api-key"},
-      {"no-progress"});
+  std::set<std::string> value_flags = BenchWorkloadFlags();
+  value_flags.insert({"router", "json", "tls-ca", "tls-cert", "tls-key", "api-key"});
+  auto f = Flags::Parse(args, value_flags, {"no-progress"});
   if (!f.ok()) return Fail(f.status());
-  bench::BenchConfig c;
+  auto config = BenchConfigFromFlags(*f);
+  if (!config.ok()) return Fail(config.status());
+  bench::BenchConfig c = *config;
   c.router = f->Get("router");
-  auto rate = f->GetDouble("rate", 0);
-  auto burst = f->GetDouble("burstiness", 1);
-  auto conc = f->GetInt("concurrency", 8);
-  auto n = f->GetInt("num-requests", 100);
-  auto dur = f->GetDouble("duration", 0);
-  auto warm = f->GetInt("warmup", 0);
-  auto seed = f->GetInt("seed", 0);
-  auto temp = f->GetDouble("temperature", 0);
-  auto timeout = f->GetDouble("timeout", 600);
-  auto inflight = f->GetInt("max-inflight", 1024);
-  auto slo_ttft = f->GetDouble("slo-ttft", 0);
-  auto slo_tpot = f->GetDouble("slo-tpot", 0);
-  for (const auto* v : {&rate, &burst, &dur, &temp, &timeout, &slo_ttft, &slo_tpot}) {
-    if (!v->ok()) return Fail(v->status());
-  }
-  for (const auto* v : {&conc, &n, &warm, &seed, &inflight}) {
-    if (!v->ok()) return Fail(v->status());
-  }
-  const std::string arrival = f->Get("arrival", "poisson");
-  if (arrival == "poisson") {
-    c.arrival = bench::ArrivalProcess::Kind::kPoisson;
-  } else if (arrival == "constant") {
-    c.arrival = bench::ArrivalProcess::Kind::kConstant;
-  } else if (arrival == "gamma") {
-    c.arrival = bench::ArrivalProcess::Kind::kGamma;
-  } else {
-    return Fail(absl::InvalidArgumentError("--arrival must be poisson, constant or gamma"));
-  }
-  c.rate = *rate;
-  c.burstiness = *burst;
-  c.concurrency = static_cast<int>(std::clamp<int64_t>(*conc, 0, 1 << 16));
-  c.num_requests = static_cast<int>(std::clamp<int64_t>(*n, 0, 1 << 24));
-  c.duration = *dur;
-  c.warmup = static_cast<int>(std::clamp<int64_t>(*warm, -1, 1 << 20));
-  c.seed = static_cast<uint64_t>(*seed);
-  c.temperature = static_cast<float>(*temp);
-  c.timeout = *timeout;
-  c.max_inflight = static_cast<int>(std::clamp<int64_t>(*inflight, 0, 1 << 20));
-  c.slo.ttft = *slo_ttft;
-  c.slo.tpot = *slo_tpot;
-  c.input_len = f->Get("input-len", "128");
-  c.output_len = f->Get("output-len", "128");
-  c.trace = f->Get("trace");
   c.progress = !f->Has("no-progress");
   c.security = ClientSecurityFrom(*f);
   auto run = bench::RunBench(c);
@@ -478,6 +442,7 @@ int main(int argc, char** argv) {
   if (cmd == "model") return tandem::ModelCommand(args);
   if (cmd == "up") return tandem::Up(args);
   if (cmd == "bench") return tandem::Bench(args);
+  if (cmd == "plan") return tandem::PlanCommand(args);
   std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
   return 2;
 }

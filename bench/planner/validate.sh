@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Validation of the capacity planner: for several configurations of the local CPU cluster,
+# `tandem bench` against `tandem up` (measured) and `tandem plan simulate` (predicted) with the
+# same workload flags, then a table of TTFT and TPOT p50/p90, predicted vs measured, with the
+# relative error (target: within 15%).
+#
+#   bench/planner/validate.sh [OUT_DIR]        (default bench/results/planner)
+#
+# Steps: writes a random-weight stories15M (bf16) once; calibrates the `local` profile per
+# model (`tandem plan calibrate`, into OUT_DIR/local-MODEL.json and, for the first model, the
+# default local profile path); then runs every configuration below. Knobs (environment):
+#   BUILD_DIR (build), CONFIGS (all: a space-separated subset of the names below),
+#   REQUESTS (multiplier for the request counts, default 1), SKIP_CALIBRATE=1 (reuse the
+#   profiles in OUT_DIR).
+# Writes OUT_DIR/{measured,predicted}-NAME.json, OUT_DIR/validation.json and validation.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${BUILD_DIR:-build}
+OUT=${1:-bench/results/planner}
+mkdir -p "$OUT"
+bin="$BUILD/bin"
+shared="$(bash scripts/fetch_model.sh)"
+tok="$shared/models/stories260K/tok512.bin"  # prompts are token ids; the router needs one
+s260k="$shared/models/stories260K/stories260K.bin"
+s15m="$OUT/stories15M-random"
+[ -f "$s15m/config.json" ] || "$bin/tandem" model random --shape stories15M --dtype bf16 --out "$s15m"
+MULT=${REQUESTS:-1}
+
+# name model dtype prefill decode bench-workload-flags...
+CONFIG_LINES=(
+  "s260k-1p1d-r4      $s260k f32  1 1 --rate 4  --num-requests 60  --input-len 64 --output-len 64"
+  "s260k-1p1d-r12-mix $s260k f32  1 1 --rate 12 --num-requests 120 --input-len uniform:32:384 --output-len uniform:16:96"
+  "s260k-1p2d-r12-mix $s260k f32  1 2 --rate 12 --num-requests 120 --input-len uniform:32:384 --output-len uniform:16:96"
+  "s15m-1p1d-r2       $s15m  bf16 1 1 --rate 2  --num-requests 40  --input-len 64 --output-len 48"
+  "s15m-1p2d-r3-logn  $s15m  bf16 1 2 --rate 3  --num-requests 60  --input-len lognormal:64:0.6:max=180 --output-len uniform:16:64"
+  "s15m-1p1d-c4       $s15m  bf16 1 1 --concurrency 4 --num-requests 40 --input-len 96 --output-len 32"
+)
+
+cluster_pid=""
+cleanup() { if [ -n "$cluster_pid" ]; then kill "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" 2>/dev/null || true; fi; }
+trap cleanup EXIT
+# start_cluster MODEL PREFILL DECODE: `tandem up` in the background; sets router.
+start_cluster() {
+  local log
+  log="$(mktemp)"
+  "$bin/tandem" up --model "$1" --tokenizer "$tok" --prefill "$2" --decode "$3" >"$log" 2>/dev/null &
+  cluster_pid=$!
+  router=""
+  for _ in $(seq 1 600); do
+    router="$(sed -n 's/^ready router=//p' "$log" | head -1)"
+    [ -n "$router" ] && break
+    sleep 0.1
+  done
+  rm -f "$log"
+  [ -n "$router" ] || { echo "tandem up did not start" >&2; exit 1; }
+}
+stop_cluster() {
+  kill "$cluster_pid"
+  wait "$cluster_pid" 2>/dev/null || true
+  cluster_pid=""
+}
+
+if [ "${SKIP_CALIBRATE:-0}" != 1 ]; then
+  # Step times from the forward pass, then the request path's overheads through a 1P1D cluster.
+  for m in stories260K stories15M; do
+    model="$s260k"
+    [ "$m" = stories15M ] && model="$s15m"
+    start_cluster "$model" 1 1
+    "$bin/tandem" plan calibrate --model "$model" --router "$router" --out "$OUT/local-$m.json" \
+      --report "$OUT/calibration-$m.json"
+    stop_cluster
+  done
+  "$bin/tandem" plan calibrate --model "$s260k" --model "$s15m"  # the default `local` profile
+fi
+
+names=()
+for line in "${CONFIG_LINES[@]}"; do
+  read -r name model dtype prefill decode rest <<<"$line"
+  if [ -n "${CONFIGS:-}" ] && [[ " $CONFIGS " != *" $name "* ]]; then continue; fi
+  # shellcheck disable=SC2206
+  flags=($rest)
+  for i in "${!flags[@]}"; do  # scale --num-requests by REQUESTS
+    if [ "${flags[$i]}" = --num-requests ]; then
+      flags[$((i + 1))]=$(python3 -c "print(max(1, round(${flags[$((i + 1))]} * $MULT)))")
+    fi
+  done
+  profile="$OUT/local-stories260K.json"
+  [ "$model" = "$s15m" ] && profile="$OUT/local-stories15M.json"
+  echo "== $name: ${prefill}P${decode}D ${flags[*]}" >&2
+  # Measured: a fresh cluster per configuration.
+  start_cluster "$model" "$prefill" "$decode"
+  "$bin/tandem" bench --router "$router" "${flags[@]}" --warmup 4 --seed 1 --no-progress \
+    --json "$OUT/measured-$name.json" >"$OUT/measured-$name.txt"
+  stop_cluster
+  # Predicted: the same workload flags.
+  "$bin/tandem" plan simulate --model "$model" --hardware "$profile" --dtype "$dtype" \
+    --prefill "$prefill" --decode "$decode" "${flags[@]}" --warmup 4 --seed 1 \
+    --json "$OUT/predicted-$name.json" >"$OUT/predicted-$name.txt"
+  names+=("$name")
+done
+
+python3 - "$OUT" "${names[@]}" <<'PY'
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+rows, table = [], []
+head = f"{'configuration':<22}{'metric':<10}{'measured ms':>12}{'predicted ms':>14}{'error':>9}"
+table.append(head)
+within = total = 0
+for n in names:
+    m = json.load(open(f"{out}/measured-{n}.json"))["summary"]
+    p = json.load(open(f"{out}/predicted-{n}.json"))["summary"]
+    for metric in ("ttft_s", "tpot_s"):
+        for q in ("p50", "p90"):
+            mv, pv = m[metric][q] * 1e3, p[metric][q] * 1e3
+            err = (pv - mv) / mv if mv > 0 else float("nan")
+            total += 1
+            within += abs(err) <= 0.15
+            label = metric[:4].upper() + " " + q
+            table.append(f"{n:<22}{label:<10}{mv:>12.2f}{pv:>14.2f}{100 * err:>8.1f}%")
+            rows.append({"config": n, "metric": label, "measured_ms": mv, "predicted_ms": pv,
+                         "error": err})
+table.append(f"{within} of {total} figures within 15%")
+text = "\n".join(table)
+print(text)
+open(f"{out}/validation.txt", "w").write(text + "\n")
+json.dump({"rows": rows, "within_15pct": within, "total": total}, open(f"{out}/validation.json", "w"),
+          indent=1)
+PY

@@ -1,0 +1,130 @@
+// The cost of one forward step from first principles: the FLOPs and bytes a batch moves (weights,
+// KV cache reads and writes, activations) for a model shape, turned into seconds by a hardware
+// profile (peak matmul FLOP/s, memory bandwidth, efficiency factors, per-step overhead), plus
+// tensor-parallel all-reduces and the time to ship KV over a link with the layer overlap.
+//
+// The roofline: a step takes overhead + max(compute, memory) on hardware that overlaps the two
+// (GPUs) or overhead + compute + memory where they mostly serialize (the `local` CPU profile,
+// whose factors are fitted by `tandem plan calibrate`).
+#ifndef TANDEM_PLANNER_COST_MODEL_H_
+#define TANDEM_PLANNER_COST_MODEL_H_
+
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem::planner {
+
+// A network path for the prefill-to-decode KV transfer.
+struct Link {
+  std::string name;      // "nvlink", "infiniband", "roce", "tcp", "loopback"
+  double bandwidth = 0;  // bytes/s, one direction
+  double latency = 0;    // seconds per message (one chunk: one layer of one step)
+};
+
+struct HardwareProfile {
+  std::string name;
+  double peak_flops = 0;         // dense matmul FLOP/s per device at the compute dtype
+  double mem_bandwidth = 0;      // bytes/s per device
+  double mem_capacity = 0;       // bytes per device
+  double mem_utilization = 0.9;  // fraction of mem_capacity for weights + KV cache
+  // Achieved fractions of the peaks. matmul: the projections and MLP; attention: the
+  // score/value products (smaller, irregular); bandwidth: streaming weights and KV.
+  double matmul_efficiency = 1;
+  double attention_efficiency = 1;
+  double bandwidth_efficiency = 1;
+  double step_overhead = 0;  // seconds per forward step (launches, scheduling, sampling)
+  bool overlap = true;       // compute and memory overlap: max() rather than sum
+  double weight_bytes = 2;   // per parameter
+  double kv_bytes = 2;       // per cached K or V element
+  double act_bytes = 2;      // per activation element
+  // Tensor parallelism: all-reduce bandwidth per device (0: no TP) and latency per all-reduce.
+  int max_tp = 1;
+  double tp_bandwidth = 0;
+  double tp_latency = 0;
+  Link kv_link;                 // default link between prefill and decode workers
+  bool shared_host = false;     // every worker shares one device (a CPU): processor sharing
+  double request_overhead = 0;  // seconds of RPC on the way to the first token
+  double token_overhead = 0;    // seconds from a decode step's end to the client
+  // shared_host only: CPU seconds the router and the decode service spend relaying one token
+  // (gRPC writes, detokenization), work that competes with the workers for the host.
+  double relay_cpu = 0;
+
+  absl::Status Validate() const;
+  nlohmann::json ToJson() const;
+  static absl::StatusOr<HardwareProfile> FromJson(const nlohmann::json& j);
+  double ridge() const { return peak_flops / mem_bandwidth; }  // FLOP per byte
+};
+
+// The built-in profiles: h100-sxm, h200, a100-80gb, l40s.
+std::vector<std::string> BuiltinProfileNames();
+// A built-in name, "local" (the file written by `tandem plan calibrate`, LocalProfilePath()), or
+// a path to a profile JSON file.
+absl::StatusOr<HardwareProfile> LoadProfile(const std::string& name_or_path);
+// $TANDEM_LOCAL_PROFILE, else $HOME/.cache/tandem/local_profile.json.
+std::string LocalProfilePath();
+// nvlink, infiniband, roce, tcp, loopback; or NAME:GBPS[:LATENCY_US] for a custom link.
+absl::StatusOr<Link> ParseLink(const std::string& spec);
+
+// The new tokens of one sequence in a step: `tokens` after `context` cached positions.
+struct ChunkShape {
+  int context = 0;
+  int tokens = 1;
+};
+
+// What one step moves and how long it takes, per device.
+struct StepCost {
+  double matmul_flops = 0;     // projections, MLP, classifier
+  double attention_flops = 0;  // q·Kᵀ and p·V
+  double weight_bytes = 0;
+  double kv_read_bytes = 0;
+  double kv_write_bytes = 0;
+  double activation_bytes = 0;
+  double compute_seconds = 0;
+  double memory_seconds = 0;
+  double comm_seconds = 0;  // tensor-parallel all-reduces
+  double seconds = 0;       // the step
+
+  double bytes() const { return weight_bytes + kv_read_bytes + kv_write_bytes + activation_bytes; }
+  double flops() const { return matmul_flops + attention_flops; }
+};
+
+class CostModel {
+ public:
+  // `tp` devices share each worker's weights and KV (Megatron-style: heads and the MLP split).
+  CostModel(ModelConfig config, HardwareProfile profile, int tp = 1);
+
+  const ModelConfig& config() const { return config_; }
+  const HardwareProfile& profile() const { return profile_; }
+  int tp() const { return tp_; }
+
+  // Parameters read in full by every step: the layers' matrices and the classifier.
+  double MatrixParams() const;
+  // K and V of one token over every layer, the whole model (not per device).
+  double KvBytesPerToken() const;
+  double WeightBytesPerDevice() const { return MatrixParams() * profile_.weight_bytes / tp_; }
+  // Bytes of KV the worker's devices can hold together after the weights (<= 0: does not fit).
+  double KvCapacityBytes() const;
+
+  StepCost Step(std::span<const ChunkShape> batch) const;
+
+  // When the last of `tokens` tokens' KV arrives over `link`, for a step that starts at
+  // `step_start` and computes for `compute_seconds`: layer l's KV is final after (l + 1) / L of
+  // the compute and is sent then, one message per layer, in order, on a link busy until
+  // `*link_free` (updated).
+  double TransferDone(double step_start, double compute_seconds, int tokens, const Link& link,
+                      double* link_free) const;
+
+ private:
+  ModelConfig config_;
+  HardwareProfile profile_;
+  int tp_;
+};
+
+}  // namespace tandem::planner
+
+#endif  // TANDEM_PLANNER_COST_MODEL_H_

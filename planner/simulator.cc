@@ -1,0 +1,764 @@
+#include "planner/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "engine/block_pool.h"
+#include "router/registry.h"
+
+namespace tandem::planner {
+
+absl::Status ClusterSpec::Validate() const {
+  if (prefill < 1 || prefill > 4096) {
+    return absl::InvalidArgumentError("cluster.prefill must be in [1, 4096]");
+  }
+  if (!colocated && (decode < 1 || decode > 4096)) {
+    return absl::InvalidArgumentError("cluster.decode must be in [1, 4096]");
+  }
+  if (prefill_tp < 1 || decode_tp < 1 || prefill_tp > 64 || decode_tp > 64) {
+    return absl::InvalidArgumentError("cluster tensor-parallel degrees must be in [1, 64]");
+  }
+  if (block_size < 1 || block_size > 4096) {
+    return absl::InvalidArgumentError("cluster.block_size must be in [1, 4096]");
+  }
+  if (prefill_scheduler.token_budget < 1 || prefill_scheduler.chunk_size < 1 ||
+      prefill_scheduler.max_batch < 1) {
+    return absl::InvalidArgumentError(
+        "cluster token_budget, prefill chunk and max_batch must be >= 1");
+  }
+  if (max_running < 1) return absl::InvalidArgumentError("cluster.max_running must be >= 1");
+  if (!(prefill_kv_bytes >= 0) || !(decode_kv_bytes >= 0)) {
+    return absl::InvalidArgumentError("cluster KV bytes must be >= 0");
+  }
+  if (!(heartbeat_interval > 0)) {
+    return absl::InvalidArgumentError("cluster.heartbeat_interval must be > 0");
+  }
+  if (decode_attempts < 1)
+    return absl::InvalidArgumentError("cluster.decode_attempts must be >= 1");
+  return absl::OkStatus();
+}
+
+namespace {
+
+constexpr int kResourceExhausted = 8;  // gRPC status codes, as the bench records them
+
+enum class Kind { kSend, kPrefillEnqueue, kFirstToken, kDeviceDone, kHeartbeat, kStepStart };
+
+struct Event {
+  double t;
+  int priority;  // at equal times, a worker starts its next step after everything else
+  uint64_t seq;
+  Kind kind;
+  int a;       // request index, worker or device
+  uint64_t b;  // device version
+  bool operator>(const Event& o) const {
+    return std::tie(t, priority, seq) > std::tie(o.t, o.priority, o.seq);
+  }
+};
+
+struct Request {
+  TimedRequest item;
+  uint64_t id = 0;
+  bool warmup = false;
+  int pool = -1;  // closed-loop pool whose next send this request's end triggers (-1: none)
+  int prefill_worker = -1, decode_worker = -1;
+  std::vector<int> blocks;  // on the prefill worker
+  int cached = 0;
+  bool cached_sent = false;
+  int generated = 0;
+  bool ended = false;
+};
+
+struct Worker {
+  std::string name;
+  bool prefill = true;
+  bool relay = false;  // the router's token relay on a shared host (not a registered worker)
+  // Relay: the decode steps' tokens waiting to reach the clients, in order (request indices),
+  // and the step in progress.
+  std::deque<std::vector<int>> relay_queue;
+  std::vector<int> relaying;
+  int device = 0;
+  const CostModel* cost = nullptr;
+  std::unique_ptr<PrefillScheduler> prefill_scheduler;
+  std::unique_ptr<BlockPool> pool;  // prefill: the prefix cache's blocks
+  int prefill_jobs = 0;
+  std::unique_ptr<DecodeScheduler> decode_scheduler;
+  bool busy = false;
+  bool start_pending = false;
+  double remaining = 0;  // seconds of work left at the full device's speed
+  double step_start = 0;
+  StepTrace step;
+  std::vector<int> step_requests;  // request indices of the step, in order
+  int transfer_tokens = 0;
+  double link_free = 0;
+};
+
+struct Device {
+  std::vector<int> active;  // workers with a step in progress
+  double last = 0;
+  uint64_t version = 0;
+};
+
+// A closed loop: `threads` clients, each sending the next index of [next, end) when its previous
+// request ends.
+struct ClosedPool {
+  int next = 0, end = 0;
+  int outstanding = 0;
+  bool measured = false;
+};
+
+class Sim {
+ public:
+  Sim(const ModelConfig& model, const HardwareProfile& profile, const ClusterSpec& cluster,
+      const SimOptions& options)
+      : model_(model),
+        profile_(profile),
+        cluster_(cluster),
+        options_(options),
+        link_(cluster.link.value_or(profile.kv_link)),
+        registry_(MakeRegistryOptions(cluster)) {}
+
+  absl::Status Build();
+  // Open loop from `measure_start` or right away.
+  void AddRequests(std::vector<TimedRequest> items, const bench::BenchConfig* workload);
+  absl::Status Run();
+  SimResult TakeResult(const bench::Slo& slo);
+
+ private:
+  static RegistryOptions MakeRegistryOptions(const ClusterSpec& c) {
+    RegistryOptions o;
+    o.heartbeat_timeout = absl::Seconds(std::max(3 * c.heartbeat_interval, 1.0));
+    return o;
+  }
+  absl::Time At(double t) const { return absl::UnixEpoch() + absl::Seconds(t); }
+  void Push(double t, Kind kind, int a, uint64_t b = 0, int priority = 0) {
+    events_.push({t, priority, seq_++, kind, a, b});
+  }
+  WorkerLoadSnapshot Load(const Worker& w) const;
+  void Send(int r);
+  void EnqueuePrefill(int r);
+  void FirstToken(int r);
+  void End(int r, double t, int status);
+  void Wake(int w);
+  void StepStart(int w);
+  void StepEnd(int w);
+  void StartRelay(int w);
+  void Deliver(int r, double t);
+  void AddToDevice(int w, double seconds);
+  void Advance(Device& d);
+  void Reschedule(int device);
+  void DeviceDone(int device, uint64_t version);
+  void Heartbeat();
+  void StartPool(int pool, double t);
+
+  const ModelConfig& model_;
+  const HardwareProfile& profile_;
+  const ClusterSpec& cluster_;
+  const SimOptions& options_;
+  Link link_;
+  std::unique_ptr<CostModel> prefill_cost_, decode_cost_;
+  WorkerRegistry registry_;
+  std::vector<Worker> workers_;
+  int relay_ = -1;  // index of the relay worker, if any
+  std::vector<Device> devices_;
+  std::vector<Request> requests_;
+  std::vector<ClosedPool> pools_;
+  const bench::BenchConfig* workload_ = nullptr;
+  int open_from_ = -1;  // first index sent open loop after the warm-up pool ends
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  uint64_t seq_ = 0;
+  double now_ = 0;
+  double measure_start_ = 0;
+  int ended_ = 0;
+  bool heartbeat_pending_ = false;
+  SimResult result_;
+  double batch_sum_ = 0;
+};
+
+absl::Status Sim::Build() {
+  if (absl::Status s = cluster_.Validate(); !s.ok()) return s;
+  if (absl::Status s = profile_.Validate(); !s.ok()) return s;
+  if (absl::Status s = model_.Validate(); !s.ok()) return s;
+  const int max_tp = profile_.max_tp;
+  if (cluster_.prefill_tp > max_tp || (!cluster_.colocated && cluster_.decode_tp > max_tp)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "tensor-parallel degree above the profile's max_tp (%d) of %s", max_tp, profile_.name));
+  }
+  if (model_.n_heads % cluster_.prefill_tp != 0 ||
+      (!cluster_.colocated && model_.n_heads % cluster_.decode_tp != 0)) {
+    return absl::InvalidArgumentError("tensor-parallel degree must divide the model's n_heads");
+  }
+  prefill_cost_ = std::make_unique<CostModel>(model_, profile_, cluster_.prefill_tp);
+  decode_cost_ = std::make_unique<CostModel>(
+      model_, profile_, cluster_.colocated ? cluster_.prefill_tp : cluster_.decode_tp);
+  const int bs = cluster_.block_size;
+  // Blocks a worker's cache holds: the explicit budget, the server's default on a shared host,
+  // or the devices' memory after the weights.
+  auto blocks_for = [&](const CostModel& cost, double explicit_bytes,
+                        const char* role) -> absl::StatusOr<int> {
+    double bytes = explicit_bytes;
+    if (bytes <= 0) {
+      bytes = profile_.shared_host ? double(int64_t{1} << 30) : cost.KvCapacityBytes();
+    }
+    if (bytes <= 0) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "the %s worker's weights (%.1f GB per device at tp %d) leave no room for KV on %s", role,
+          cost.WeightBytesPerDevice() / 1e9, cost.tp(), profile_.name));
+    }
+    const double blocks = std::floor(bytes / (cost.KvBytesPerToken() * bs));
+    return static_cast<int>(std::min(blocks, double(1 << 22)));
+  };
+  auto pblocks = blocks_for(*prefill_cost_, cluster_.prefill_kv_bytes, "prefill");
+  if (!pblocks.ok()) return pblocks.status();
+  auto dblocks = blocks_for(*decode_cost_, cluster_.decode_kv_bytes, "decode");
+  if (!dblocks.ok()) return dblocks.status();
+  if (*pblocks < (model_.max_seq_len + bs - 1) / bs) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt",
+                        *pblocks, model_.max_seq_len));
+  }
+  if (*dblocks < 1) return absl::ResourceExhaustedError("the decode KV cache holds no block");
+  const int instances = cluster_.prefill;
+  const int decoders = cluster_.colocated ? cluster_.prefill : cluster_.decode;
+  int next_device = 0;
+  for (int i = 0; i < instances; ++i) {
+    Worker w;
+    w.name = absl::StrFormat("prefill-%d", i);
+    w.prefill = true;
+    w.cost = prefill_cost_.get();
+    w.prefill_scheduler = std::make_unique<PrefillScheduler>(cluster_.prefill_scheduler);
+    w.pool = std::make_unique<BlockPool>(*pblocks);
+    w.device = profile_.shared_host ? 0 : next_device++;
+    workers_.push_back(std::move(w));
+  }
+  for (int i = 0; i < decoders; ++i) {
+    Worker w;
+    w.name = absl::StrFormat("decode-%d", i);
+    w.prefill = false;
+    w.cost = decode_cost_.get();
+    w.decode_scheduler = std::make_unique<DecodeScheduler>(*dblocks, bs, cluster_.max_running);
+    w.device = profile_.shared_host ? 0 : cluster_.colocated ? workers_[i].device : next_device++;
+    workers_.push_back(std::move(w));
+  }
+  if (profile_.shared_host && profile_.relay_cpu > 0) {
+    Worker relay;
+    relay.name = "relay";
+    relay.relay = true;
+    relay.prefill = false;
+    relay.device = 0;
+    relay_ = static_cast<int>(workers_.size());
+    workers_.push_back(std::move(relay));
+  }
+  devices_.resize(std::max(1, next_device));
+  for (const Worker& w : workers_) {
+    if (w.relay) continue;
+    registry_.Register(w.name, w.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode, w.name,
+                       Load(w), At(0));
+  }
+  return absl::OkStatus();
+}
+
+WorkerLoadSnapshot Sim::Load(const Worker& w) const {
+  WorkerLoadSnapshot l;
+  l.block_size = cluster_.block_size;
+  if (w.prefill) {
+    l.queue_depth = w.prefill_scheduler->num_waiting();
+    l.running = w.prefill_jobs;
+    l.free_blocks = w.pool->num_available();
+    l.total_blocks = w.pool->num_blocks();
+  } else {
+    const DecodeScheduler& d = *w.decode_scheduler;
+    l.running = static_cast<int>(d.running().size());
+    l.queue_depth = d.num_admitted() - l.running;
+    l.free_blocks = d.num_free_blocks();
+    l.total_blocks = d.num_blocks();
+  }
+  return l;
+}
+
+void Sim::AddRequests(std::vector<TimedRequest> items, const bench::BenchConfig* workload) {
+  workload_ = workload;
+  for (size_t i = 0; i < items.size(); ++i) {
+    Request r;
+    r.item = std::move(items[i]);
+    r.id = i + 1;
+    requests_.push_back(std::move(r));
+    result_.records.emplace_back();
+    bench::RequestRecord& rec = result_.records.back();
+    rec.id = static_cast<int>(i);
+    rec.prompt_tokens = static_cast<int>(requests_.back().item.prompt.size());
+  }
+  if (workload == nullptr) {  // explicit send times
+    for (size_t i = 0; i < requests_.size(); ++i) Push(requests_[i].item.send, Kind::kSend, i);
+    return;
+  }
+  const int total = static_cast<int>(requests_.size());
+  const int warmup = std::min(workload->warmup, total);
+  for (int i = 0; i < warmup; ++i) {
+    requests_[i].warmup = true;
+    result_.records[i].warmup = true;
+  }
+  if (warmup > 0) {
+    pools_.push_back({0, warmup, 0, false});
+    StartPool(0, 0);
+  }
+  if (workload->rate > 0) {
+    open_from_ = warmup;
+    if (warmup == 0) StartPool(-1, 0);
+  } else {
+    pools_.push_back({warmup, total, 0, true});
+    if (warmup == 0) StartPool(static_cast<int>(pools_.size()) - 1, 0);
+  }
+}
+
+// Starts a closed pool's clients at `t`, or (pool -1) schedules the open-loop sends from `t`.
+void Sim::StartPool(int pool, double t) {
+  if (pool < 0 || pools_[pool].measured) measure_start_ = t;
+  if (pool < 0) {
+    bench::ArrivalProcess arrivals(workload_->arrival, workload_->rate, workload_->burstiness,
+                                   workload_->seed ^ 0x5eed);
+    const double start = t;
+    double next = t;
+    for (int i = open_from_; i < static_cast<int>(requests_.size()); ++i) {
+      // `tandem bench` checks the duration before waiting for the next send.
+      if (workload_->duration > 0 && next - start >= workload_->duration) break;
+      next += arrivals.NextGap();
+      requests_[i].item.send = next;
+      Push(next, Kind::kSend, i);
+    }
+    return;
+  }
+  ClosedPool& p = pools_[pool];
+  const int threads =
+      p.measured ? std::max(1, workload_->concurrency)
+                 : std::min(std::max(1, workload_->concurrency), std::max(1, p.end - p.next));
+  p.outstanding = 0;
+  for (int k = 0; k < threads && p.next < p.end; ++k) {
+    const int i = p.next++;
+    requests_[i].pool = pool;
+    requests_[i].item.send = t;
+    ++p.outstanding;
+    Push(t, Kind::kSend, i);
+  }
+}
+
+void Sim::Send(int r) {
+  Request& q = requests_[r];
+  bench::RequestRecord& rec = result_.records[r];
+  rec.sent = now_;
+  const int prompt_len = static_cast<int>(q.item.prompt.size());
+  const int total_tokens = static_cast<int>(
+      std::min<int64_t>(int64_t{prompt_len} + q.item.output_tokens, model_.max_seq_len));
+  // Admission on a decode worker, as the router does: the registry's pick, then the worker's
+  // own check; a refusal tries the next worker.
+  std::set<std::string> tried;
+  for (int attempt = 0; attempt < cluster_.decode_attempts; ++attempt) {
+    auto pick = registry_.PickDecode(total_tokens, At(now_), tried);
+    if (!pick) break;
+    tried.insert(*pick);
+    int w = 0;
+    while (workers_[w].name != *pick) ++w;
+    if (workers_[w].decode_scheduler->Admit(q.id, total_tokens).ok()) {
+      q.decode_worker = w;
+      break;
+    }
+  }
+  if (q.decode_worker < 0) {
+    End(r, now_, kResourceExhausted);
+    return;
+  }
+  const double hop = options_.zero_cost ? 0 : profile_.request_overhead / 2;
+  Push(now_ + hop, Kind::kPrefillEnqueue, r);
+}
+
+void Sim::EnqueuePrefill(int r) {
+  Request& q = requests_[r];
+  const std::vector<int>& prompt = q.item.prompt;
+  const int len = static_cast<int>(prompt.size());
+  const int bs = cluster_.block_size;
+  std::vector<uint64_t> hashes;
+  if (const int rbs = registry_.PrefillBlockSize(); rbs > 0) {
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * rbs <= len - 1; ++b) {
+      parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * rbs, rbs));
+      hashes.push_back(parent);
+    }
+  }
+  int w = 0;
+  if (cluster_.colocated) {
+    // One process serves the request end to end: its own prefill loop.
+    w = q.decode_worker - cluster_.prefill;
+  } else {
+    auto pick = registry_.PickPrefill(hashes, At(now_), {});
+    while (workers_[w].name != *pick) ++w;  // every prefill worker is always healthy here
+  }
+  Worker& pw = workers_[w];
+  q.prefill_worker = w;
+  // The prefill engine's admission: prefix-cache hits, then fresh blocks.
+  if (cluster_.prefix_cache) {
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
+      parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
+      auto hit = pw.pool->Lookup(parent);
+      if (!hit) break;
+      q.blocks.push_back(*hit);
+    }
+    q.cached = static_cast<int>(q.blocks.size()) * bs;
+  }
+  const int needed = (len + bs - 1) / bs - static_cast<int>(q.blocks.size());
+  auto fresh = pw.pool->Allocate(needed);
+  if (!fresh.ok()) {
+    pw.pool->Free(q.blocks).IgnoreError();
+    q.blocks.clear();
+    End(r, now_, kResourceExhausted);
+    return;
+  }
+  q.blocks.insert(q.blocks.end(), fresh->begin(), fresh->end());
+  pw.prefill_scheduler->Add(q.id, len, q.cached).IgnoreError();  // ids are unique
+  ++pw.prefill_jobs;
+  Wake(w);
+}
+
+void Sim::FirstToken(int r) {
+  Request& q = requests_[r];
+  if (q.ended) return;
+  bench::RequestRecord& rec = result_.records[r];
+  rec.first_token = now_;
+  if (options_.record_token_times) rec.token_times.push_back(now_);
+  rec.output_tokens = 1;
+  q.generated = 1;
+  if (q.item.output_tokens <= 1) {
+    End(r, now_, 0);
+    return;
+  }
+  workers_[q.decode_worker].decode_scheduler->Start(q.id).IgnoreError();
+  Wake(q.decode_worker);
+}
+
+// Ends request `r` at `t`: frees its decode blocks (the router closes the decode stream) and
+// lets its closed-loop client send the next one.
+void Sim::End(int r, double t, int status) {
+  Request& q = requests_[r];
+  if (q.ended) return;
+  q.ended = true;
+  ++ended_;
+  bench::RequestRecord& rec = result_.records[r];
+  rec.done = t;
+  rec.status_code = status;
+  if (status != 0) rec.status_message = "simulated: no room";
+  if (q.decode_worker >= 0) workers_[q.decode_worker].decode_scheduler->Release(q.id);
+  if (q.pool >= 0) {
+    ClosedPool& p = pools_[q.pool];
+    --p.outstanding;
+    const bool out_of_time =
+        p.measured && workload_->duration > 0 && t - measure_start_ >= workload_->duration;
+    if (p.next < p.end && !out_of_time) {
+      const int i = p.next++;
+      requests_[i].pool = q.pool;
+      requests_[i].item.send = t;
+      ++p.outstanding;
+      Push(t, Kind::kSend, i);
+    } else if (p.outstanding == 0 && !p.measured) {
+      // The warm-up is over: measurement starts now.
+      const int next = q.pool + 1;
+      if (workload_->rate > 0) {
+        StartPool(-1, t);
+      } else if (next < static_cast<int>(pools_.size())) {
+        StartPool(next, t);
+      }
+    }
+  }
+}
+
+void Sim::Wake(int w) {
+  Worker& wk = workers_[w];
+  if (wk.busy || wk.start_pending) return;
+  wk.start_pending = true;
+  Push(now_, Kind::kStepStart, w, 0, /*priority=*/1);
+}
+
+void Sim::StepStart(int w) {
+  Worker& wk = workers_[w];
+  wk.start_pending = false;
+  std::vector<ChunkShape> shapes;
+  wk.step_requests.clear();
+  wk.transfer_tokens = 0;
+  wk.step = StepTrace{};
+  wk.step.worker = w;
+  wk.step.prefill = wk.prefill;
+  if (wk.prefill) {
+    wk.step.work = wk.prefill_scheduler->Schedule();
+    for (const auto& work : wk.step.work) {
+      const int r = static_cast<int>(work.id - 1);
+      Request& q = requests_[r];
+      shapes.push_back({work.start, work.count});
+      wk.step_requests.push_back(r);
+      wk.transfer_tokens += work.count;
+      if (q.cached > 0 && !q.cached_sent) {  // a prefix hit's KV is sent as it is
+        wk.transfer_tokens += q.cached;
+        q.cached_sent = true;
+      }
+    }
+  } else {
+    wk.step.batch = wk.decode_scheduler->running();
+    for (uint64_t id : wk.step.batch) {
+      const int r = static_cast<int>(id - 1);
+      const Request& q = requests_[r];
+      shapes.push_back({static_cast<int>(q.item.prompt.size()) + q.generated - 1, 1});
+      wk.step_requests.push_back(r);
+    }
+  }
+  if (shapes.empty()) return;  // idle until woken
+  wk.busy = true;
+  wk.step_start = now_;
+  wk.step.start = now_;
+  const double seconds = options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds;
+  if (wk.prefill) {
+    ++result_.prefill_steps;
+  } else {
+    ++result_.decode_steps;
+    batch_sum_ += shapes.size();
+  }
+  AddToDevice(w, seconds);
+}
+
+void Sim::StepEnd(int w) {
+  Worker& wk = workers_[w];
+  wk.busy = false;
+  if (wk.relay) {
+    // A decode step's tokens reach their clients once the relay has done their work.
+    const double out = now_ + profile_.token_overhead;
+    for (int r : wk.relaying) Deliver(r, out);
+    wk.relaying.clear();
+    if (!wk.relay_queue.empty()) StartRelay(w);
+    return;
+  }
+  wk.step.end = now_;
+  if (wk.prefill) {
+    // Colocated: the in-process transport copies within the step.
+    const double transferred =
+        options_.zero_cost || cluster_.colocated
+            ? now_
+            : wk.cost->TransferDone(wk.step_start, now_ - wk.step_start, wk.transfer_tokens, link_,
+                                    &wk.link_free);
+    const double hop = options_.zero_cost ? 0 : profile_.request_overhead / 2;
+    const int bs = cluster_.block_size;
+    for (size_t i = 0; i < wk.step.work.size(); ++i) {
+      if (!wk.step.work[i].last) continue;
+      Request& q = requests_[wk.step_requests[i]];
+      // The engine's FinishLocked: full blocks become reusable prefixes, the rest are freed.
+      if (cluster_.prefix_cache) {
+        uint64_t parent = 0;
+        const auto& prompt = q.item.prompt;
+        for (int b = 0; (b + 1) * bs <= static_cast<int>(prompt.size()); ++b) {
+          parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
+          wk.pool->Register(q.blocks[b], parent);
+        }
+      }
+      wk.pool->Free(q.blocks).IgnoreError();
+      q.blocks.clear();
+      --wk.prefill_jobs;
+      Push(std::max(transferred, now_) + hop, Kind::kFirstToken, wk.step_requests[i]);
+    }
+    if (!wk.prefill_scheduler->empty()) Wake(w);
+  } else {
+    const bool relayed = relay_ >= 0 && !options_.zero_cost;
+    const double out = now_ + (options_.zero_cost ? 0 : profile_.token_overhead);
+    for (int r : wk.step_requests) {
+      Request& q = requests_[r];
+      ++q.generated;
+      if (q.generated >= q.item.output_tokens) {
+        wk.decode_scheduler->Release(q.id);  // the worker is done with it; the client not yet
+      }
+      if (!relayed) Deliver(r, out);
+    }
+    if (relayed) {
+      workers_[relay_].relay_queue.push_back(wk.step_requests);
+      if (!workers_[relay_].busy) StartRelay(relay_);
+    }
+    if (!wk.decode_scheduler->running().empty()) Wake(w);
+  }
+  if (options_.record_steps) result_.steps.push_back(std::move(wk.step));
+}
+
+void Sim::StartRelay(int w) {
+  Worker& wk = workers_[w];
+  wk.busy = true;
+  wk.relaying = std::move(wk.relay_queue.front());
+  wk.relay_queue.pop_front();
+  AddToDevice(w, profile_.relay_cpu * wk.relaying.size());
+}
+
+// One more token of request `r` reaches its client at `t`; the last one ends the request.
+void Sim::Deliver(int r, double t) {
+  Request& q = requests_[r];
+  bench::RequestRecord& rec = result_.records[r];
+  ++rec.output_tokens;
+  if (options_.record_token_times) rec.token_times.push_back(t);
+  if (rec.output_tokens >= q.item.output_tokens) End(r, t, 0);
+}
+
+void Sim::Advance(Device& d) {
+  if (!d.active.empty()) {
+    const double share = (now_ - d.last) / d.active.size();
+    for (int w : d.active) workers_[w].remaining -= share;
+  }
+  d.last = now_;
+}
+
+void Sim::AddToDevice(int w, double seconds) {
+  Device& d = devices_[workers_[w].device];
+  Advance(d);
+  workers_[w].remaining = seconds;
+  d.active.push_back(w);
+  Reschedule(workers_[w].device);
+}
+
+void Sim::Reschedule(int device) {
+  Device& d = devices_[device];
+  ++d.version;
+  if (d.active.empty()) return;
+  double least = 1e300;
+  for (int w : d.active) least = std::min(least, std::max(0.0, workers_[w].remaining));
+  Push(now_ + least * d.active.size(), Kind::kDeviceDone, device, d.version);
+}
+
+void Sim::DeviceDone(int device, uint64_t version) {
+  Device& d = devices_[device];
+  if (version != d.version) return;
+  Advance(d);
+  double least = 1e300;
+  for (int w : d.active) least = std::min(least, workers_[w].remaining);
+  std::vector<int> done;
+  std::vector<int> still;
+  for (int w : d.active) {
+    (workers_[w].remaining <= least + 1e-12 ? done : still).push_back(w);
+  }
+  d.active = std::move(still);
+  Reschedule(device);
+  for (int w : done) StepEnd(w);
+}
+
+void Sim::Heartbeat() {
+  heartbeat_pending_ = false;
+  for (const Worker& w : workers_) {
+    if (!w.relay) registry_.Heartbeat(w.name, Load(w), true, At(now_));
+  }
+  if (ended_ < static_cast<int>(requests_.size())) {
+    heartbeat_pending_ = true;
+    Push(now_ + cluster_.heartbeat_interval, Kind::kHeartbeat, 0);
+  }
+}
+
+absl::Status Sim::Run() {
+  Push(cluster_.heartbeat_interval, Kind::kHeartbeat, 0);
+  heartbeat_pending_ = true;
+  while (!events_.empty()) {
+    if (++result_.events > options_.max_events) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("simulation stopped after %d events", options_.max_events));
+    }
+    const Event e = events_.top();
+    events_.pop();
+    now_ = e.t;
+    switch (e.kind) {
+      case Kind::kSend:
+        Send(e.a);
+        break;
+      case Kind::kPrefillEnqueue:
+        EnqueuePrefill(e.a);
+        break;
+      case Kind::kFirstToken:
+        FirstToken(e.a);
+        break;
+      case Kind::kDeviceDone:
+        DeviceDone(e.a, e.b);
+        break;
+      case Kind::kHeartbeat:
+        Heartbeat();
+        break;
+      case Kind::kStepStart:
+        StepStart(e.a);
+        break;
+    }
+    if (ended_ == static_cast<int>(requests_.size()) && !heartbeat_pending_) break;
+  }
+  // Requests never sent (the duration limit) are not records, as in `tandem bench`.
+  std::vector<bench::RequestRecord> kept;
+  for (size_t i = 0; i < requests_.size(); ++i) {
+    if (requests_[i].ended) kept.push_back(std::move(result_.records[i]));
+  }
+  result_.records = std::move(kept);
+  for (const Worker& w : workers_) {
+    if (w.relay) continue;
+    const bool idle = w.prefill ? w.prefill_scheduler->empty() && w.pool->NoneInUse()
+                                : w.decode_scheduler->Idle();
+    if (!idle) return absl::InternalError(absl::StrFormat("%s not idle at the end", w.name));
+  }
+  return absl::OkStatus();
+}
+
+SimResult Sim::TakeResult(const bench::Slo& slo) {
+  result_.summary = bench::Summarize(result_.records, slo);
+  result_.mean_decode_batch = result_.decode_steps > 0 ? batch_sum_ / result_.decode_steps : 0;
+  return std::move(result_);
+}
+
+}  // namespace
+
+absl::StatusOr<SimResult> Simulate(const ModelConfig& model, const HardwareProfile& profile,
+                                   const ClusterSpec& cluster, const bench::BenchConfig& workload,
+                                   const SimOptions& options) {
+  bench::BenchConfig w = workload;
+  if (w.router.empty()) w.router = "simulated";
+  if (absl::Status s = w.Validate(); !s.ok()) return s;
+  auto items = bench::BuildWorkload(w, model.vocab_size, model.max_seq_len);
+  if (!items.ok()) return items.status();
+  std::vector<TimedRequest> requests;
+  for (auto& item : *items) {
+    if (item.prompt.empty()) {
+      return absl::InvalidArgumentError(
+          "the simulator needs token counts: trace lines with \"prompt\" text are not supported, "
+          "use \"prompt_tokens\"");
+    }
+    requests.push_back({0, std::move(item.prompt), item.output_tokens});
+  }
+  Sim sim(model, profile, cluster, options);
+  if (absl::Status s = sim.Build(); !s.ok()) return s;
+  sim.AddRequests(std::move(requests), &w);
+  if (absl::Status s = sim.Run(); !s.ok()) return s;
+  return sim.TakeResult(w.slo);
+}
+
+absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const HardwareProfile& profile,
+                                           const ClusterSpec& cluster,
+                                           std::vector<TimedRequest> requests,
+                                           const bench::Slo& slo, const SimOptions& options) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& r = requests[i];
+    if (r.prompt.empty() || r.output_tokens < 1 || !(r.send >= 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("requests[%d]: needs a prompt, output_tokens >= 1 and send >= 0", i));
+    }
+    if (static_cast<int64_t>(r.prompt.size()) + r.output_tokens > model.max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "requests[%d]: prompt + output_tokens exceed the context of %d", i, model.max_seq_len));
+    }
+  }
+  Sim sim(model, profile, cluster, options);
+  if (absl::Status s = sim.Build(); !s.ok()) return s;
+  sim.AddRequests(std::move(requests), nullptr);
+  if (absl::Status s = sim.Run(); !s.ok()) return s;
+  return sim.TakeResult(slo);
+}
+
+}  // namespace tandem::planner

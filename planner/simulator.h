@@ -1,0 +1,102 @@
+// A deterministic discrete-event simulator of a Tandem cluster. Requests arrive from the same
+// generators `tandem bench` uses (tools/loadgen.h); the router's WorkerRegistry picks the
+// workers (heartbeats refresh its view of their load, as in the real router); every prefill
+// worker drives a real PrefillScheduler and BlockPool (prefix cache included), every decode
+// worker a real DecodeScheduler; the cost model times each step and each KV transfer. Workers
+// that share a device (all of them on a `shared_host` profile such as the local CPU, or the
+// two loops of a colocated instance) progress by processor sharing.
+//
+// Output: the per-request records `tandem bench` writes, so a simulated run is summarized and
+// printed exactly as a measured one.
+#ifndef TANDEM_PLANNER_SIMULATOR_H_
+#define TANDEM_PLANNER_SIMULATOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_config.h"
+#include "engine/scheduler.h"
+#include "planner/cost_model.h"
+#include "tools/loadgen.h"
+
+namespace tandem::planner {
+
+struct ClusterSpec {
+  int prefill = 1;  // workers (or, colocated, instances)
+  int decode = 1;
+  int prefill_tp = 1;  // devices per worker
+  int decode_tp = 1;
+  // `prefill` instances, each a prefill and a decode loop on one device group (the
+  // `--role=all` process, which serves a request end to end with an in-process KV copy);
+  // `decode` and decode_tp are ignored.
+  bool colocated = false;
+  // The worker options, defaults as tandem-server's.
+  int block_size = 16;
+  PrefillScheduler::Options prefill_scheduler;
+  int max_running = 256;
+  bool prefix_cache = true;
+  // KV cache bytes per worker in the profile's kv dtype; 0: what the devices hold after the
+  // weights (a shared-host profile: tandem-server's defaults, 1 GiB prefill and 2 GiB decode).
+  double prefill_kv_bytes = 0;
+  double decode_kv_bytes = 0;
+  std::optional<Link> link;         // default: the profile's
+  double heartbeat_interval = 0.5;  // seconds, as tandem-server's --heartbeat-ms
+  int decode_attempts = 3;          // as the router's
+
+  absl::Status Validate() const;
+  int gpus() const {
+    return colocated ? prefill * prefill_tp : prefill * prefill_tp + decode * decode_tp;
+  }
+};
+
+// One step of one worker, for tests and traces.
+struct StepTrace {
+  int worker = 0;  // prefill workers first, then decode workers
+  bool prefill = true;
+  double start = 0, end = 0;
+  std::vector<PrefillScheduler::Work> work;  // prefill
+  std::vector<uint64_t> batch;               // decode: request ids in batch order
+};
+
+struct SimOptions {
+  bool zero_cost = false;     // every step, transfer and overhead takes no time
+  bool record_steps = false;  // fill SimResult::steps
+  // Keep every token's time in the records (the inter-token latency); off saves memory and
+  // time when only TTFT, TPOT and goodput matter (the plan search).
+  bool record_token_times = true;
+  int64_t max_events = int64_t{1} << 30;
+};
+
+struct SimResult {
+  std::vector<bench::RequestRecord> records;  // as `tandem bench` records them
+  bench::BenchSummary summary;
+  std::vector<StepTrace> steps;
+  int64_t events = 0;
+  int64_t prefill_steps = 0, decode_steps = 0;
+  double mean_decode_batch = 0;
+};
+
+// A request with its send time (seconds since the start), for SimulateRequests.
+struct TimedRequest {
+  double send = 0;
+  std::vector<int> prompt;
+  int output_tokens = 1;
+};
+
+// Simulates `workload` (open or closed loop, warm-up, duration, SLOs: every field `tandem bench`
+// uses except the router) on `cluster`. Request ids in schedulers are record index + 1.
+absl::StatusOr<SimResult> Simulate(const ModelConfig& model, const HardwareProfile& profile,
+                                   const ClusterSpec& cluster, const bench::BenchConfig& workload,
+                                   const SimOptions& options = {});
+
+// Simulates requests sent at given times (open loop), measured from the first.
+absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const HardwareProfile& profile,
+                                           const ClusterSpec& cluster,
+                                           std::vector<TimedRequest> requests,
+                                           const bench::Slo& slo, const SimOptions& options = {});
+
+}  // namespace tandem::planner
+
+#endif  // TANDEM_PLANNER_SIMULATOR_H_

@@ -1,0 +1,238 @@
+// The cost model against figures computed by hand (the arithmetic is in the comments), the
+// hardware profiles' JSON form, links, model names, and the calibration fit.
+#include "planner/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/model_writer.h"
+#include "planner/calibrate.h"
+#include "planner/plan.h"
+
+namespace tandem::planner {
+namespace {
+
+// The H100 profile with the raw roofline: every efficiency 1, no step overhead.
+HardwareProfile RawH100() {
+  HardwareProfile p = *LoadProfile("h100-sxm");
+  p.matmul_efficiency = p.attention_efficiency = p.bandwidth_efficiency = 1;
+  p.step_overhead = 0;
+  return p;
+}
+
+ModelConfig Llama2_7B() { return *RandomModelConfig("Llama-2-7B"); }
+
+TEST(CostModel, H100RidgeIs295FlopPerByte) {
+  const HardwareProfile p = RawH100();
+  EXPECT_EQ(p.peak_flops, 989e12);  // bf16 dense
+  EXPECT_DOUBLE_EQ(p.mem_bandwidth, 3.35e12);
+  // 989e12 / 3.35e12 = 295.22 FLOP per byte.
+  EXPECT_NEAR(p.ridge(), 295.22, 0.01);
+}
+
+TEST(CostModel, Llama2_7BDecodeReads13_5GBIn4Ms) {
+  const ModelConfig c = Llama2_7B();  // dim 4096, hidden 11008, 32 layers, 32 heads, vocab 32000
+  CostModel m(c, RawH100());
+  // Per layer: wq, wk, wv, wo 4 x 4096^2 = 67,108,864; w1, w2, w3 3 x 4096 x 11008 = 135,266,304;
+  // 202,375,168 x 32 = 6,476,005,376; classifier 32000 x 4096 = 131,072,000.
+  EXPECT_EQ(m.MatrixParams(), 6'607'077'376.0);
+  // With the token embedding (131,072,000) and the norms (2 x 4096 x 32 + 4096 = 266,240) the
+  // model has 6,738,415,616 parameters: 13.48 GB in fp16, the seed's "13.5 GB".
+  const double all_params = m.MatrixParams() + 32000.0 * 4096 + 2.0 * 4096 * 32 + 4096;
+  EXPECT_EQ(all_params, 6'738'415'616.0);
+  EXPECT_NEAR(all_params * 2 / 1e9, 13.5, 0.05);
+  // A decode step reads every matrix (the embedding is only gathered: one row per token):
+  // 13.214 GB, at 3.35 TB/s 3.94 ms, "about 4 ms".
+  const ChunkShape one{/*context=*/100, /*tokens=*/1};
+  const StepCost s = m.Step({&one, 1});
+  EXPECT_EQ(s.weight_bytes, 6'607'077'376.0 * 2);
+  EXPECT_NEAR(s.weight_bytes / 3.35e12, 3.944e-3, 0.001e-3);
+  EXPECT_NEAR(s.seconds, 4e-3, 0.1e-3);
+  // It is memory-bound: 2 x 6.6e9 FLOPs take 13 us at 989 TFLOP/s.
+  EXPECT_NEAR(s.compute_seconds, 2.0 * 6'607'077'376.0 / 989e12, 1e-7);
+  EXPECT_GT(s.memory_seconds, 100 * s.compute_seconds);
+  EXPECT_DOUBLE_EQ(s.seconds, s.memory_seconds);  // overlap: the max; no overhead here
+}
+
+TEST(CostModel, AttentionCatchesUpWithWeightsNear25kTokens) {
+  const ModelConfig c = Llama2_7B();
+  CostModel m(c, RawH100());
+  // K and V of one token: 2 x 32 layers x 4096 x 2 bytes = 524,288 bytes.
+  EXPECT_EQ(m.KvBytesPerToken(), 524'288.0);
+  // A decode step of one sequence at context n reads (n + 1) x 524,288 bytes of KV; the weights
+  // are 13,214,154,752 bytes: equal at n + 1 = 25,204 (25,749 with the seed's 13.5 GB).
+  const double crossover = 2 * m.MatrixParams() / m.KvBytesPerToken();
+  EXPECT_NEAR(crossover, 25'204, 1);
+  auto step = [&](int context) {
+    const ChunkShape one{context, 1};
+    return m.Step({&one, 1});
+  };
+  EXPECT_LT(step(24'000).kv_read_bytes, step(24'000).weight_bytes);
+  EXPECT_GT(step(26'000).kv_read_bytes, step(26'000).weight_bytes);
+  // FLOPs cross at the same point for a model without GQA: attention costs 4 x 32 layers x
+  // 4096 = 524,288 FLOPs per position attended, the matrices 2 FLOPs per parameter.
+  const StepCost at = step(25'203);  // attends 25,204 positions
+  EXPECT_NEAR(at.attention_flops / at.matmul_flops, 1.0, 0.001);
+  // ... and the step takes twice the weight-only time there.
+  EXPECT_NEAR(at.seconds / step(0).seconds, 2.0, 0.01);
+}
+
+TEST(CostModel, PrefillIsComputeBound) {
+  CostModel m(Llama2_7B(), RawH100());
+  const ChunkShape prompt{0, 512};
+  const StepCost s = m.Step({&prompt, 1});
+  // Matrices: 2 x 512 x 6,476,005,376 + 2 x 1 row x 131,072,000 (logits of the last token).
+  EXPECT_EQ(s.matmul_flops, 2.0 * 512 * 6'476'005'376.0 + 2.0 * 131'072'000);
+  // Attention: 4 x 32 x 4096 x (1 + 2 + ... + 512 = 131,328).
+  EXPECT_EQ(s.attention_flops, 4.0 * 32 * 4096 * 131'328);
+  EXPECT_GT(s.flops() / s.bytes(), RawH100().ridge());
+  EXPECT_DOUBLE_EQ(s.seconds, s.compute_seconds);
+  EXPECT_NEAR(s.seconds, s.flops() / 989e12, 1e-9);
+}
+
+TEST(CostModel, TensorParallelSplitsWorkAndAddsAllReduces) {
+  const ModelConfig c = Llama2_7B();
+  CostModel one(c, RawH100(), 1), two(c, RawH100(), 2);
+  const ChunkShape d{1000, 1};
+  const StepCost s1 = one.Step({&d, 1}), s2 = two.Step({&d, 1});
+  EXPECT_DOUBLE_EQ(s2.weight_bytes, s1.weight_bytes / 2);
+  EXPECT_DOUBLE_EQ(s2.kv_read_bytes, s1.kv_read_bytes / 2);
+  // Two all-reduces per layer of 4096 x 2 bytes: ring moves 2 (2 - 1) / 2 of it at 450 GB/s,
+  // plus 10 us each: 64 x (8192 / 450e9 + 10e-6).
+  EXPECT_NEAR(s2.comm_seconds, 64 * (8192.0 / 450e9 + 10e-6), 1e-12);
+  EXPECT_EQ(s1.comm_seconds, 0);
+  // Capacity: 80 GB x 0.9 = 72 GB a device, less the weights.
+  EXPECT_NEAR(two.KvCapacityBytes(), 2 * (72e9 - s1.weight_bytes / 2), 1);
+}
+
+TEST(CostModel, KvTransferOverlapsTheLayers) {
+  ModelConfig c = Llama2_7B();
+  c.n_layers = 4;
+  CostModel m(c, RawH100());
+  // 10 tokens: 4 layers x 2 x 4096 x 2 bytes x 10 = 655,360 bytes, 163,840 per layer; on a
+  // 327.68 MB/s link a layer takes 0.5 ms. Compute 4 ms: layers are ready at 1, 2, 3, 4 ms and
+  // sent by 1.5, 2.5, 3.5, 4.5: the transfer ends 0.5 ms after the compute, not 2 ms.
+  Link link{"test", 327.68e6, 0};
+  double link_free = 0;
+  EXPECT_NEAR(m.TransferDone(0, 4e-3, 10, link, &link_free), 4.5e-3, 1e-12);
+  EXPECT_NEAR(link_free, 4.5e-3, 1e-12);
+  // A slower link (2 ms a layer) is the bottleneck: 1 + 4 x 2 = 9 ms.
+  link.bandwidth /= 4;
+  link_free = 0;
+  EXPECT_NEAR(m.TransferDone(0, 4e-3, 10, link, &link_free), 9e-3, 1e-12);
+  // The link is busy until 9 ms: a second step's transfer queues behind.
+  EXPECT_NEAR(m.TransferDone(4e-3, 4e-3, 10, link, &link_free), 17e-3, 1e-12);
+  // Latency is paid per message (per layer): 1.5 ms a layer, ready at 1 ms: ends at 2.5, 4,
+  // 5.5 and 7 ms.
+  link = {"lat", 327.68e6, 1e-3};
+  link_free = 0;
+  EXPECT_NEAR(m.TransferDone(0, 4e-3, 10, link, &link_free), 7e-3, 1e-12);
+}
+
+TEST(CostModel, ProfilesRoundTripAndNameTheBadField) {
+  for (const std::string& name : BuiltinProfileNames()) {
+    auto p = LoadProfile(name);
+    ASSERT_TRUE(p.ok()) << name;
+    auto back = HardwareProfile::FromJson(p->ToJson());
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->ToJson(), p->ToJson());
+  }
+  EXPECT_EQ(LoadProfile("H100")->name, "h100-sxm");
+  nlohmann::json j = LoadProfile("a100-80gb")->ToJson();
+  j["mem_bandwidth"] = -1;
+  auto bad = HardwareProfile::FromJson(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("mem_bandwidth"), std::string::npos);
+  j = LoadProfile("l40s")->ToJson();
+  j.erase("kv_link");
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("kv_link"), std::string::npos);
+  auto unknown = LoadProfile("tpu-v9");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("h100-sxm"), std::string::npos);
+}
+
+TEST(CostModel, Links) {
+  EXPECT_EQ(ParseLink("nvlink")->bandwidth, 450e9);
+  auto custom = ParseLink("eth:12.5:20");
+  ASSERT_TRUE(custom.ok());
+  EXPECT_EQ(custom->bandwidth, 12.5e9);
+  EXPECT_NEAR(custom->latency, 20e-6, 1e-15);
+  for (const char* bad : {"carrier-pigeon", "x:0", "x:-1", "x:1:y", ":5"}) {
+    EXPECT_EQ(ParseLink(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(CostModel, ModelsByNameOrFile) {
+  auto m = ResolveModel("llama-3-8b");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->n_kv_heads, 8);
+  EXPECT_EQ(m->vocab_size, 128256);
+  EXPECT_EQ(ResolveModel("STORIES15M")->dim, 288);
+  auto unknown = ResolveModel("gpt-5");
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.status().message().find("--model"), std::string::npos);
+  auto file = ResolveModel(std::string(TANDEM_SHARED_DIR) + "/models/stories260K/stories260K.bin");
+  if (file.ok()) {  // the llama2.c header, when the model is present
+    EXPECT_EQ(file->dim, 64);
+  }
+}
+
+TEST(CostModel, GqaShrinksTheKvCache) {
+  // Llama-3-8B: 8 KV heads of 128: 2 x 32 x 1024 x 2 = 131,072 bytes a token, a quarter of
+  // Llama-2-7B's.
+  CostModel m(*RandomModelConfig("Llama-3-8B"), RawH100());
+  EXPECT_EQ(m.KvBytesPerToken(), 131'072.0);
+}
+
+TEST(Calibrate, FitRecoversKnownFactors) {
+  // Samples made by the cost model itself with known factors: the fit must give them back.
+  HardwareProfile truth = RawH100();
+  truth.name = "synthetic";
+  truth.overlap = false;
+  truth.step_overhead = 0.25e-3;
+  truth.matmul_efficiency = 0.6;
+  truth.attention_efficiency = 0.2;
+  truth.bandwidth_efficiency = 0.8;
+  std::vector<StepSample> samples;
+  const ModelConfig c = *RandomModelConfig("stories110M");
+  for (int tokens : {16, 128, 512}) {
+    for (int seqs : {1, 4}) {
+      for (int context : {0, 300}) {
+        StepSample s;
+        s.config = c;
+        s.weight_bytes = 2;
+        s.batch.assign(seqs, ChunkShape{context, tokens});
+        HardwareProfile t = truth;
+        t.weight_bytes = 2;
+        s.seconds = CostModel(c, t).Step(s.batch).seconds;
+        samples.push_back(s);
+      }
+    }
+  }
+  for (int seqs : {1, 8, 64}) {
+    StepSample s;
+    s.config = c;
+    s.weight_bytes = 2;
+    s.batch.assign(seqs, ChunkShape{500, 1});
+    HardwareProfile t = truth;
+    t.weight_bytes = 2;
+    s.seconds = CostModel(c, t).Step(s.batch).seconds;
+    samples.push_back(s);
+  }
+  HardwareProfile base = truth;
+  base.step_overhead = 0;
+  base.matmul_efficiency = base.attention_efficiency = base.bandwidth_efficiency = 1;
+  nlohmann::json report;
+  auto fit = FitProfile(base, samples, &report);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  EXPECT_NEAR(fit->step_overhead, 0.25e-3, 1e-9);
+  EXPECT_NEAR(fit->matmul_efficiency, 0.6, 1e-6);
+  EXPECT_NEAR(fit->attention_efficiency, 0.2, 1e-6);
+  EXPECT_NEAR(fit->bandwidth_efficiency, 0.8, 1e-6);
+  EXPECT_LT(report["mean_abs_error"].get<double>(), 1e-9);
+  EXPECT_FALSE(FitProfile(base, {samples[0]}, nullptr).ok());  // too few samples
+}
+
+}  // namespace
+}  // namespace tandem::planner

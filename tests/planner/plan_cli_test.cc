@@ -1,0 +1,118 @@
+// `tandem plan` as a user runs it: simulate prints what `tandem bench` prints and writes JSON
+// `tandem bench report` reads; calibrate writes a profile simulate accepts; bad input is one
+// clear line and exit code 2 (or 1 for a missing calibration).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "tests/test_util.h"
+
+namespace tandem {
+namespace {
+
+struct CliRun {
+  int exit_code;
+  std::string out, err;
+};
+
+// `env` is prepended to the command line (VAR=value ...).
+CliRun Tandem(const std::string& args, const std::string& env = "") {
+  const std::string base = absl::StrFormat("/tmp/tandem_plan_cli.%d", ::getpid());
+  const std::string cmd =
+      env + " " + testing::BinDir() + "/tandem " + args + " >" + base + ".out 2>" + base + ".err";
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, *ReadFileToString(base + ".out"),
+          *ReadFileToString(base + ".err")};
+}
+
+std::string TempPath(const char* name) {
+  return absl::StrFormat("/tmp/tandem_plan_cli.%d.%s", ::getpid(), name);
+}
+
+TEST(PlanCli, SimulatePrintsTheBenchSummaryAndItsJson) {
+  const std::string json = TempPath("sim.json");
+  const CliRun r = Tandem(
+      "plan simulate --model llama-3-8b --hardware h100 --prefill 1 --decode 2 --rate 4 "
+      "--num-requests 40 --input-len uniform:100:900 --output-len 64 --seed 3 --slo-ttft 0.2 "
+      "--slo-tpot 0.02 --json " +
+      json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* line : {"requests: sent 40, completed 40", "goodput", "TTFT  ms", "TPOT  ms",
+                           "ITL   ms", "E2E   ms", "simulated:"}) {
+    EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
+  }
+  auto j = nlohmann::json::parse(*ReadFileToString(json));
+  EXPECT_EQ(j["summary"]["completed"], 40);
+  EXPECT_EQ(j["requests"].size(), 40u);
+  EXPECT_EQ(j["config"]["input_len"], "uniform:100:900");
+  EXPECT_EQ(j["simulated"]["cluster"]["decode"], 2);
+  const CliRun report = Tandem("bench report " + json);
+  EXPECT_EQ(report.exit_code, 0) << report.err;
+  // The same flags give the same figures.
+  const CliRun again = Tandem(
+      "plan simulate --model llama-3-8b --hardware h100 --prefill 1 --decode 2 --rate 4 "
+      "--num-requests 40 --input-len uniform:100:900 --output-len 64 --seed 3 --slo-ttft 0.2 "
+      "--slo-tpot 0.02");
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST(PlanCli, CalibrateWritesAProfileSimulateReads) {
+  const std::string profile = TempPath("local.json");
+  const CliRun cal =
+      Tandem("plan calibrate --model " + testing::Stories260K() + " --repeats 1 --out " + profile);
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  EXPECT_NE(cal.out.find("local profile:"), std::string::npos) << cal.out;
+  const CliRun sim = Tandem("plan simulate --model " + testing::Stories260K() + " --hardware " +
+                            profile + " --dtype f32 --rate 20 --num-requests 20");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  // --hardware local reads the same file through $TANDEM_LOCAL_PROFILE.
+  const CliRun local = Tandem("plan simulate --model stories260k --hardware local --rate 20",
+                              "TANDEM_LOCAL_PROFILE=" + profile);
+  EXPECT_EQ(local.exit_code, 0) << local.err;
+}
+
+TEST(PlanCli, PlanPrintsARankedTable) {
+  const CliRun r = Tandem(
+      "plan --model stories260k --hardware h100 --workload in=64,out=16 --slo-ttft 0.05 "
+      "--slo-tpot 0.002 --gpus 2 --tp 1 --no-colocated --sim-seconds 1 --num-requests 50");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("goodput/GPU"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1P(tp1) + 1D(tp1)"), std::string::npos) << r.out;
+}
+
+TEST(PlanCli, BadInputIsOneClearLine) {
+  struct Case {
+    std::string args, env, needle;
+    int code;
+  };
+  const std::string ok = " --hardware h100 --rate 1 --num-requests 5";
+  const std::vector<Case> cases = {
+      {"plan simulate --model gpt-5" + ok, "", "--model", 2},
+      {"plan simulate --model llama-3-8b --hardware tpu-v9 --rate 1", "", "--hardware", 2},
+      {"plan simulate --model llama-3-8b --prefill 0" + ok, "", "cluster.prefill", 2},
+      {"plan simulate --model llama-3-8b --input-len lots" + ok, "", "length", 2},
+      {"plan simulate --model llama-3-8b --colour red" + ok, "", "--colour", 2},
+      {"plan simulate --model llama-3-8b --link pigeon" + ok, "", "--link", 2},
+      {"plan simulate --model llama-3-8b --prefill-tp 3" + ok, "", "n_heads", 2},
+      {"plan --model llama-3-8b --hardware h100 --workload in=5 --slo-ttft 1", "", "out=", 2},
+      {"plan --model llama-3-8b --hardware h100 --workload in=5,out=5", "", "--slo", 2},
+      {"plan --model llama-3-8b --hardware h100 --workload in=5,out=5 --slo-ttft 1 --tp 16", "",
+       "--tp", 2},
+      {"plan calibrate", "", "--model", 2},
+      {"plan simulate --model llama-3-8b --hardware local --rate 1",
+       "TANDEM_LOCAL_PROFILE=/nonexistent/profile.json", "tandem plan calibrate", 1},
+  };
+  for (const Case& c : cases) {
+    const CliRun r = Tandem(c.args, c.env);
+    EXPECT_EQ(r.exit_code, c.code) << c.args << "\n" << r.err;
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << c.args << "\n" << r.err;
+  }
+}
+
+}  // namespace
+}  // namespace tandem

@@ -1,0 +1,337 @@
+// The simulator: deterministic for a seed; with zero-cost steps it makes exactly the batching
+// decisions of the schedulers driven directly; prefix hits, rejections, processor sharing and
+// the layout search behave.
+#include "planner/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "engine/model_writer.h"
+#include "engine/scheduler.h"
+#include "planner/plan.h"
+
+namespace tandem::planner {
+namespace {
+
+ModelConfig Stories260K() { return *RandomModelConfig("stories260K"); }  // context 512
+
+HardwareProfile H100() { return *LoadProfile("h100-sxm"); }
+
+std::vector<int> Prompt(int len, std::mt19937_64& rng) {
+  return bench::RandomPrompt(len, 512, rng);
+}
+
+bench::BenchConfig Workload(double rate, uint64_t seed) {
+  bench::BenchConfig w;
+  w.rate = rate;
+  w.num_requests = 150;
+  w.warmup = 4;
+  w.input_len = "uniform:16:300";
+  w.output_len = "uniform:2:100";
+  w.seed = seed;
+  w.slo = {0.05, 0.002};
+  return w;
+}
+
+TEST(Simulator, SameSeedSameRunDifferentSeedDifferentRun) {
+  ClusterSpec c;
+  c.prefill = 1;
+  c.decode = 2;
+  auto a = Simulate(Stories260K(), H100(), c, Workload(200, 3));
+  auto b = Simulate(Stories260K(), H100(), c, Workload(200, 3));
+  auto other = Simulate(Stories260K(), H100(), c, Workload(200, 4));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok() && other.ok());
+  ASSERT_EQ(a->records.size(), 154u);
+  ASSERT_EQ(a->records.size(), b->records.size());
+  for (size_t i = 0; i < a->records.size(); ++i) {
+    const auto &x = a->records[i], &y = b->records[i];
+    EXPECT_EQ(x.sent, y.sent);
+    EXPECT_EQ(x.first_token, y.first_token);
+    EXPECT_EQ(x.done, y.done);
+    EXPECT_EQ(x.token_times, y.token_times);
+    EXPECT_EQ(x.output_tokens, y.output_tokens);
+    EXPECT_EQ(x.status_code, y.status_code);
+  }
+  EXPECT_EQ(a->events, b->events);
+  EXPECT_EQ(bench::ToJson(a->summary), bench::ToJson(b->summary));
+  EXPECT_NE(bench::ToJson(a->summary), bench::ToJson(other->summary));
+  // Every request ran to its length, as `tandem bench` asks (ignore_eos).
+  EXPECT_EQ(a->summary.completed, 150);
+  EXPECT_EQ(a->summary.rejected_total, 0);
+}
+
+// Groups of requests sent at the same instant, the groups far apart.
+std::vector<TimedRequest> Groups(const std::vector<std::vector<std::pair<int, int>>>& groups,
+                                 uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<TimedRequest> out;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    for (const auto& [prompt, output] : groups[g]) {
+      out.push_back({static_cast<double>(g), Prompt(prompt, rng), output});
+    }
+  }
+  return out;
+}
+
+TEST(Simulator, ZeroCostPrefillBatchesAreTheSchedulers) {
+  // Prompt lengths around the chunk (512 context: up to 511) and the budget, so steps chunk
+  // long prompts, share the budget, and hit the batch limit.
+  ClusterSpec c;
+  c.prefill_scheduler = {/*token_budget=*/600, /*chunk_size=*/256, /*max_batch=*/3};
+  c.prefix_cache = false;
+  const std::vector<std::vector<std::pair<int, int>>> groups = {
+      {{100, 2}},
+      {{509, 3}, {40, 2}, {300, 2}, {17, 5}, {256, 2}},
+      {{257, 2}, {255, 2}, {8, 2}, {9, 2}, {10, 2}, {480, 2}, {1, 2}},
+      {{200, 4}, {200, 4}, {200, 4}, {200, 4}}};
+  SimOptions o;
+  o.zero_cost = true;
+  o.record_steps = true;
+  auto r = SimulateRequests(Stories260K(), H100(), c, Groups(groups, 1), {}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<PrefillScheduler::Work>> simulated;
+  for (const auto& s : r->steps) {
+    if (s.prefill) simulated.push_back(s.work);
+  }
+  // The scheduler driven directly: each group added in order, then steps until it drains.
+  PrefillScheduler direct(c.prefill_scheduler);
+  std::vector<std::vector<PrefillScheduler::Work>> expected;
+  uint64_t id = 1;
+  for (const auto& g : groups) {
+    for (const auto& [prompt, output] : g) ASSERT_TRUE(direct.Add(id++, prompt, 0).ok());
+    while (!direct.empty()) expected.push_back(direct.Schedule());
+  }
+  ASSERT_EQ(simulated.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    ASSERT_EQ(simulated[i].size(), expected[i].size()) << "step " << i;
+    for (size_t j = 0; j < expected[i].size(); ++j) {
+      EXPECT_EQ(simulated[i][j].id, expected[i][j].id) << "step " << i;
+      EXPECT_EQ(simulated[i][j].start, expected[i][j].start);
+      EXPECT_EQ(simulated[i][j].count, expected[i][j].count);
+      EXPECT_EQ(simulated[i][j].last, expected[i][j].last);
+    }
+  }
+  // With no time passing, every token arrives the instant its request is sent.
+  for (const auto& rec : r->records) {
+    EXPECT_EQ(rec.first_token, rec.sent);
+    EXPECT_EQ(rec.done, rec.sent);
+  }
+}
+
+TEST(Simulator, ZeroCostDecodeBatchesAreTheSchedulers) {
+  // Each group fits in one prefill step (default budget 2048, batch 64), so all its requests
+  // start decoding together; outputs differ, so they leave the batch at different steps.
+  ClusterSpec c;
+  c.block_size = 16;
+  c.max_running = 6;  // the admission limit turns some requests away
+  const std::vector<std::vector<std::pair<int, int>>> groups = {
+      {{20, 5}, {33, 2}, {64, 9}},
+      {{10, 3}, {10, 7}, {50, 4}, {5, 6}, {300, 2}, {7, 3}, {8, 8}, {9, 2}},
+      {{100, 12}}};
+  SimOptions o;
+  o.zero_cost = true;
+  o.record_steps = true;
+  const ModelConfig model = Stories260K();
+  auto r = SimulateRequests(model, H100(), c, Groups(groups, 2), {}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::vector<uint64_t>> simulated;
+  for (const auto& s : r->steps) {
+    if (!s.prefill) simulated.push_back(s.batch);
+  }
+  // Direct: the simulator's decode worker has as many blocks as the H100's memory holds.
+  const CostModel cost(model, H100());
+  const int blocks = static_cast<int>(
+      std::min(std::floor(cost.KvCapacityBytes() / (cost.KvBytesPerToken() * 16)), 4194304.0));
+  DecodeScheduler direct(blocks, 16, c.max_running);
+  std::vector<std::vector<uint64_t>> expected;
+  std::vector<int> left(64, 0);
+  std::vector<int> rejected;
+  uint64_t id = 1;
+  for (const auto& g : groups) {
+    std::vector<uint64_t> admitted;
+    for (const auto& [prompt, output] : g) {
+      if (direct.Admit(id, prompt + output).ok()) {
+        admitted.push_back(id);
+        left[id] = output - 1;  // the prefill samples the first token
+      } else {
+        rejected.push_back(static_cast<int>(id));
+      }
+      ++id;
+    }
+    for (uint64_t a : admitted) ASSERT_TRUE(direct.Start(a).ok());
+    while (!direct.running().empty()) {
+      expected.push_back(direct.running());
+      for (uint64_t a : std::vector<uint64_t>(direct.running())) {
+        if (--left[a] == 0) direct.Release(a);
+      }
+    }
+  }
+  EXPECT_TRUE(direct.Idle());
+  EXPECT_EQ(simulated, expected);
+  ASSERT_EQ(rejected, (std::vector<int>{10, 11}));  // the 7th and 8th of the second group
+  for (int i : rejected) EXPECT_EQ(r->records[i - 1].status_code, 8);  // RESOURCE_EXHAUSTED
+  EXPECT_EQ(r->summary.rejected_total, 2);
+  EXPECT_EQ(r->summary.completed, 10);
+}
+
+TEST(Simulator, PrefixCacheHitsSkipComputedBlocks) {
+  ClusterSpec c;
+  c.block_size = 16;
+  std::mt19937_64 rng(5);
+  const std::vector<int> shared = Prompt(100, rng);
+  std::vector<TimedRequest> reqs = {{0, shared, 2}, {1, shared, 2}};
+  reqs[1].prompt.push_back(77);  // 101 tokens: the first 6 full blocks (96) are cached
+  SimOptions o;
+  o.zero_cost = true;
+  o.record_steps = true;
+  auto r = SimulateRequests(Stories260K(), H100(), c, reqs, {}, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<PrefillScheduler::Work> works;
+  for (const auto& s : r->steps) {
+    if (s.prefill) works.insert(works.end(), s.work.begin(), s.work.end());
+  }
+  ASSERT_EQ(works.size(), 2u);
+  EXPECT_EQ(works[0].start, 0);
+  EXPECT_EQ(works[0].count, 100);
+  EXPECT_EQ(works[1].start, 96);
+  EXPECT_EQ(works[1].count, 5);
+}
+
+TEST(Simulator, SharedHostWorkersSlowEachOtherDown) {
+  // The same cluster on one shared device (a CPU) and on separate ones: a decode stream
+  // running while long prompts are prefilled is slower when the two share the device.
+  HardwareProfile own = *LoadProfile("l40s");
+  HardwareProfile shared = own;
+  shared.shared_host = true;
+  ClusterSpec c;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 16.0 * (1 << 30);  // room for every request
+  std::mt19937_64 rng(9);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 8; ++i) reqs.push_back({0.001 * i, Prompt(2000, rng), 10});
+  const ModelConfig llama = *RandomModelConfig("Llama-2-7B");
+  auto a = SimulateRequests(llama, own, c, reqs, {});
+  auto b = SimulateRequests(llama, shared, c, reqs, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_GT(b->summary.tpot.mean, 1.2 * a->summary.tpot.mean);
+  EXPECT_GT(b->summary.ttft.mean, a->summary.ttft.mean);
+}
+
+TEST(Simulator, TokenRelayCompetesForASharedHost) {
+  // On a shared host the router's relay of each token takes CPU: tokens reach the clients at
+  // the relay's pace, which falls with the number of streams.
+  HardwareProfile host = *LoadProfile("l40s");
+  host.shared_host = true;
+  ClusterSpec c;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(4);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 16; ++i) reqs.push_back({0, Prompt(32, rng), 50});
+  const ModelConfig model = *RandomModelConfig("stories15M");
+  auto quiet = SimulateRequests(model, host, c, reqs, {});
+  host.relay_cpu = 1e-3;
+  auto busy = SimulateRequests(model, host, c, reqs, {});
+  ASSERT_TRUE(quiet.ok() && busy.ok());
+  // 16 streams cost 16 ms of relay per token of each: the clients get their tokens at the
+  // relay's pace, not the decode worker's (which is done long before).
+  EXPECT_LT(quiet->summary.tpot.mean, 2e-3);
+  EXPECT_GT(busy->summary.tpot.mean, 15e-3);
+  EXPECT_LT(busy->summary.tpot.mean, 40e-3);
+  // On separate hosts the relay costs nothing of the workers'.
+  host.shared_host = false;
+  auto apart = SimulateRequests(model, host, c, reqs, {});
+  ASSERT_TRUE(apart.ok());
+  EXPECT_LT(apart->summary.tpot.mean, quiet->summary.tpot.mean * 1.0001);
+}
+
+TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {
+  ClusterSpec c;
+  auto light = Simulate(Stories260K(), H100(), c, Workload(50, 1));
+  auto heavy = Simulate(Stories260K(), H100(), c, Workload(5000, 1));
+  ASSERT_TRUE(light.ok() && heavy.ok());
+  EXPECT_GT(heavy->summary.ttft.p90, light->summary.ttft.p90);
+  EXPECT_GT(heavy->mean_decode_batch, light->mean_decode_batch);
+  // A decode cache of 64 blocks (1024 tokens) holds few requests at once: the rest are refused.
+  c.decode_kv_bytes = 64.0 * 16 * CostModel(Stories260K(), H100()).KvBytesPerToken();
+  auto tiny = Simulate(Stories260K(), H100(), c, Workload(5000, 1));
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_GT(tiny->summary.rejected_total, 0);
+  EXPECT_EQ(tiny->summary.rejected_total + tiny->summary.completed, 150);
+}
+
+TEST(Simulator, ClosedLoopKeepsConcurrencyInFlight) {
+  ClusterSpec c;
+  bench::BenchConfig w = Workload(0, 2);
+  w.concurrency = 3;
+  SimOptions o;
+  auto r = Simulate(Stories260K(), H100(), c, w, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // At every send, at most 3 measured requests are in flight.
+  for (const auto& x : r->records) {
+    if (x.warmup) continue;
+    int in_flight = 0;
+    for (const auto& y : r->records) {
+      in_flight += !y.warmup && y.sent <= x.sent && y.done > x.sent;
+    }
+    EXPECT_LE(in_flight, 3);
+  }
+  EXPECT_EQ(r->summary.completed, 150);
+}
+
+TEST(Simulator, BadConfigurationsAreNamed) {
+  ClusterSpec c;
+  c.decode = 0;
+  auto r = Simulate(Stories260K(), H100(), c, Workload(1, 1));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("cluster.decode"), std::string::npos);
+  c = ClusterSpec();
+  c.prefill_tp = 16;  // above the H100 profile's 8
+  EXPECT_EQ(Simulate(Stories260K(), H100(), c, Workload(1, 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A 20M-token vocabulary makes a 164 GB classifier: no room on a 48 GB L40S.
+  ModelConfig huge = *RandomModelConfig("Llama-2-7B");
+  huge.vocab_size = 20'000'000;
+  EXPECT_EQ(Simulate(huge, *LoadProfile("l40s"), ClusterSpec(), Workload(1, 1)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  bench::BenchConfig w = Workload(1, 1);
+  w.input_len = "nonsense";
+  EXPECT_EQ(Simulate(Stories260K(), H100(), ClusterSpec(), w).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Plan, RanksLayoutsByGoodputPerGpu) {
+  bench::BenchConfig w;
+  ASSERT_TRUE(ParseWorkloadSpec("in=uniform:100:400,out=uniform:10:60", &w).ok());
+  w.slo = {0.02, 0.001};
+  w.num_requests = 100;
+  PlanOptions o;
+  o.gpus = 2;
+  o.tp = {1};
+  o.min_seconds = 1;
+  o.bisection_steps = 4;
+  o.max_rate = 300;
+  auto r = SearchPlans(Stories260K(), H100(), w, ClusterSpec(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // 1P1D and 1 or 2 colocated.
+  ASSERT_EQ(r->ranked.size(), 3u);
+  for (size_t i = 1; i < r->ranked.size(); ++i) {
+    EXPECT_GE(r->ranked[i - 1].goodput_per_gpu, r->ranked[i].goodput_per_gpu);
+  }
+  for (const auto& cand : r->ranked) {
+    EXPECT_GE(cand.summary.slo_attainment, 0.9) << cand.Describe();
+    EXPECT_NEAR(cand.goodput_per_gpu * cand.gpus, cand.max_rate, 1e-9);
+  }
+  EXPECT_NE(FormatPlanTable(*r, 3).find("goodput/GPU"), std::string::npos);
+  EXPECT_EQ(PlanToJson(*r, 2)["ranked"].size(), 2u);
+  // Workload specs name their errors.
+  bench::BenchConfig bad;
+  EXPECT_NE(ParseWorkloadSpec("in=5", &bad).message().find("out="), std::string::npos);
+  EXPECT_NE(ParseWorkloadSpec("in=5,out=x", &bad).message().find("out"), std::string::npos);
+  EXPECT_NE(ParseWorkloadSpec("in=5,out=5,colour=red", &bad).message().find("colour"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::planner

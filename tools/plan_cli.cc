@@ -1,0 +1,399 @@
+#include "tools/plan_cli.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "planner/calibrate.h"
+#include "planner/cost_model.h"
+#include "planner/plan.h"
+#include "planner/simulator.h"
+#include "tools/bench_flags.h"
+#include "tools/bench_runner.h"
+#include "tools/flags.h"
+
+namespace tandem {
+namespace {
+
+constexpr char kPlanUsage[] = R"(usage:
+  tandem plan --model CONFIG --hardware PROFILE --workload SPEC
+              --slo-ttft SECONDS --slo-tpot SECONDS [--gpus N] [--attainment F]
+              [--tp 1,2,4,8] [--no-colocated] [--num-requests N] [--sim-seconds S] [--seed S]
+              [--top K] [--json FILE] [worker options]
+      Searches prefill/decode worker counts and tensor-parallel degrees within N GPUs
+      (default 8) for the highest request rate whose SLO attainment reaches F (0.9);
+      ranks the layouts by that rate per GPU, with predicted TTFT and TPOT. Each
+      simulation sends max(N (200), rate x S (30)) requests.
+  tandem plan simulate --model CONFIG --hardware PROFILE [--prefill N] [--decode M]
+              [--colocated N] [--prefill-tp T] [--decode-tp T] [tandem bench workload flags]
+              [--json FILE] [--steps FILE] [worker options]
+      One configuration, simulated; prints what `tandem bench` prints for a run.
+  tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
+              [--threads N] [--report FILE] [--router HOST:PORT]
+      Measures forward steps on this machine and fits the `local` profile
+      (written to $TANDEM_LOCAL_PROFILE or ~/.cache/tandem/local_profile.json).
+      With --router (a running cluster of the first model), also measures the
+      request path's overheads with 24 short requests at 4 requests/s.
+
+CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
+  stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
+PROFILE: h100-sxm, h200, a100-80gb, l40s, local, or a profile JSON file.
+SPEC: in=LEN,out=LEN[,arrival=poisson|constant|gamma][,burstiness=B] (LEN as
+  `tandem bench --input-len`), or a .jsonl trace; or give --input-len/--output-len.
+worker options: --block-size N (16) --token-budget N (2048) --prefill-chunk N (512)
+  --max-running N (256) --no-prefix-cache --kv-bytes B (per worker; default: the
+  device memory after the weights, 1 GiB on local) --link nvlink|infiniband|roce|tcp|
+  loopback|NAME:GBPS[:LAT_US] --dtype f32|bf16|f16 (weights; default the profile's).
+)";
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "tandem plan: %s\n", std::string(s.message()).c_str());
+  return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+const std::set<std::string>& WorkerFlags() {
+  static const auto* f = new std::set<std::string>{
+      "model",       "hardware", "block-size", "token-budget", "prefill-chunk",
+      "max-running", "kv-bytes", "link",       "dtype",        "json"};
+  return *f;
+}
+
+struct Common {
+  ModelConfig model;
+  planner::HardwareProfile profile;
+  planner::ClusterSpec cluster;
+};
+
+absl::StatusOr<Common> ParseCommon(const Flags& f) {
+  Common c;
+  if (!f.Has("model")) return absl::InvalidArgumentError("--model is required");
+  if (!f.Has("hardware")) return absl::InvalidArgumentError("--hardware is required");
+  auto model = planner::ResolveModel(f.Get("model"));
+  if (!model.ok()) return model.status();
+  c.model = *model;
+  auto profile = planner::LoadProfile(f.Get("hardware"));
+  if (!profile.ok()) return profile.status();
+  c.profile = *profile;
+  if (f.Has("dtype")) {
+    const std::string d = f.Get("dtype");
+    if (d == "f32") {
+      c.profile.weight_bytes = 4;
+    } else if (d == "bf16" || d == "f16") {
+      c.profile.weight_bytes = 2;
+    } else {
+      return absl::InvalidArgumentError("--dtype must be f32, bf16 or f16");
+    }
+  }
+  if (f.Has("link")) {
+    auto link = planner::ParseLink(f.Get("link"));
+    if (!link.ok()) return link.status();
+    c.cluster.link = *link;
+  }
+  auto bs = f.GetInt("block-size", 16);
+  auto budget = f.GetInt("token-budget", 2048);
+  auto chunk = f.GetInt("prefill-chunk", 512);
+  auto running = f.GetInt("max-running", 256);
+  auto kv = f.GetDouble("kv-bytes", 0);
+  for (const auto* v : {&bs, &budget, &chunk, &running}) {
+    if (!v->ok()) return v->status();
+  }
+  if (!kv.ok()) return kv.status();
+  auto in_range = [](int64_t v, const char* flag) -> absl::Status {
+    if (v < 1 || v > (1 << 24)) {
+      return absl::InvalidArgumentError(absl::StrFormat("--%s must be in [1, 2^24]", flag));
+    }
+    return absl::OkStatus();
+  };
+  for (auto s : {in_range(*bs, "block-size"), in_range(*budget, "token-budget"),
+                 in_range(*chunk, "prefill-chunk"), in_range(*running, "max-running")}) {
+    if (!s.ok()) return s;
+  }
+  if (!(*kv >= 0)) return absl::InvalidArgumentError("--kv-bytes must be >= 0");
+  c.cluster.block_size = static_cast<int>(*bs);
+  c.cluster.prefill_scheduler.token_budget = static_cast<int>(*budget);
+  c.cluster.prefill_scheduler.chunk_size = static_cast<int>(*chunk);
+  c.cluster.max_running = static_cast<int>(*running);
+  c.cluster.prefill_kv_bytes = c.cluster.decode_kv_bytes = *kv;
+  c.cluster.prefix_cache = !f.Has("no-prefix-cache");
+  return c;
+}
+
+absl::Status WriteJson(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  if (!out) return absl::InvalidArgumentError(absl::StrFormat("--json: cannot write %s", path));
+  out << j.dump(1) << "\n";
+  return out.good() ? absl::OkStatus()
+                    : absl::InternalError(absl::StrFormat("writing %s failed", path));
+}
+
+nlohmann::json ClusterJson(const planner::ClusterSpec& c) {
+  return {{"prefill", c.prefill},
+          {"decode", c.colocated ? c.prefill : c.decode},
+          {"colocated", c.colocated},
+          {"prefill_tp", c.prefill_tp},
+          {"decode_tp", c.colocated ? c.prefill_tp : c.decode_tp},
+          {"block_size", c.block_size},
+          {"token_budget", c.prefill_scheduler.token_budget},
+          {"prefill_chunk", c.prefill_scheduler.chunk_size},
+          {"max_running", c.max_running}};
+}
+
+int Simulate(const std::vector<std::string>& args) {
+  std::set<std::string> values = BenchWorkloadFlags();
+  values.insert(WorkerFlags().begin(), WorkerFlags().end());
+  values.insert({"prefill", "decode", "colocated", "prefill-tp", "decode-tp", "steps"});
+  auto f = Flags::Parse(args, values, {"no-prefix-cache"});
+  if (!f.ok()) return Fail(f.status());
+  auto common = ParseCommon(*f);
+  if (!common.ok()) return Fail(common.status());
+  auto workload = BenchConfigFromFlags(*f);
+  if (!workload.ok()) return Fail(workload.status());
+  planner::ClusterSpec& cluster = common->cluster;
+  auto p = f->GetInt("prefill", 1);
+  auto d = f->GetInt("decode", 1);
+  auto colo = f->GetInt("colocated", 0);
+  auto ptp = f->GetInt("prefill-tp", 1);
+  auto dtp = f->GetInt("decode-tp", 1);
+  for (const auto* v : {&p, &d, &colo, &ptp, &dtp}) {
+    if (!v->ok()) return Fail(v->status());
+  }
+  if (*colo < 0 || *colo > 4096)
+    return Fail(absl::InvalidArgumentError("--colocated must be in [0, 4096]"));
+  cluster.colocated = *colo > 0;
+  cluster.prefill =
+      static_cast<int>(std::clamp<int64_t>(cluster.colocated ? *colo : *p, -1, 1 << 20));
+  cluster.decode = static_cast<int>(std::clamp<int64_t>(*d, -1, 1 << 20));
+  cluster.prefill_tp = static_cast<int>(std::clamp<int64_t>(*ptp, -1, 1 << 20));
+  cluster.decode_tp = static_cast<int>(std::clamp<int64_t>(*dtp, -1, 1 << 20));
+  planner::SimOptions opts;
+  opts.record_steps = f->Has("steps");
+  auto r = planner::Simulate(common->model, common->profile, cluster, *workload, opts);
+  if (!r.ok()) return Fail(r.status());
+  std::printf("%s", bench::FormatSummary(r->summary).c_str());
+  std::printf("simulated: %lld prefill steps, %lld decode steps (mean batch %.1f), %lld events\n",
+              static_cast<long long>(r->prefill_steps), static_cast<long long>(r->decode_steps),
+              r->mean_decode_batch, static_cast<long long>(r->events));
+  if (f->Has("json")) {
+    nlohmann::json requests = nlohmann::json::array();
+    for (const auto& rec : r->records) requests.push_back(bench::ToJson(rec));
+    bench::BenchConfig shown = *workload;
+    shown.router = "simulated";
+    nlohmann::json j = {{"config", shown.ToJson()},
+                        {"summary", bench::ToJson(r->summary)},
+                        {"requests", requests},
+                        {"simulated",
+                         {{"cluster", ClusterJson(cluster)},
+                          {"profile", common->profile.ToJson()},
+                          {"prefill_steps", r->prefill_steps},
+                          {"decode_steps", r->decode_steps},
+                          {"mean_decode_batch", r->mean_decode_batch}}}};
+    if (absl::Status s = WriteJson(f->Get("json"), j); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s\n", f->Get("json").c_str());
+  }
+  if (f->Has("steps")) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : r->steps) {
+      nlohmann::json work = nlohmann::json::array();
+      for (const auto& w : s.work) work.push_back({w.id, w.start, w.count, w.last});
+      steps.push_back({{"worker", s.worker},
+                       {"prefill", s.prefill},
+                       {"start", s.start},
+                       {"end", s.end},
+                       {"work", work},
+                       {"batch", s.batch}});
+    }
+    if (absl::Status s = WriteJson(f->Get("steps"), steps); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+int Calibrate(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args, {"model", "out", "repeats", "threads", "report", "router"}, {});
+  if (!f.ok()) return Fail(f.status());
+  planner::CalibrateOptions o;
+  o.models = f->GetAll("model");
+  auto repeats = f->GetInt("repeats", 7);
+  auto threads = f->GetInt("threads", 0);
+  if (!repeats.ok()) return Fail(repeats.status());
+  if (!threads.ok()) return Fail(threads.status());
+  if (*threads < 0 || *threads > 1024) {
+    return Fail(absl::InvalidArgumentError("--threads must be in [0, 1024]"));
+  }
+  o.repeats = static_cast<int>(std::clamp<int64_t>(*repeats, -1, 1 << 20));
+  o.threads = static_cast<int>(*threads);
+  if (o.models.empty()) return Fail(absl::InvalidArgumentError("calibrate: give --model PATH"));
+  int threads_used = o.threads;
+  if (threads_used <= 0) {
+    const char* env = std::getenv("TANDEM_NUM_THREADS");
+    threads_used = env && std::atoi(env) > 0
+                       ? std::atoi(env)
+                       : static_cast<int>(std::thread::hardware_concurrency());
+  }
+  std::fprintf(stderr, "calibrate: measuring peak and bandwidth on %d threads\n", threads_used);
+  planner::HardwareProfile base = planner::LocalBaseProfile(std::max(1, threads_used));
+  auto samples = planner::MeasureSteps(
+      o, [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); });
+  if (!samples.ok()) return Fail(samples.status());
+  nlohmann::json report;
+  auto fitted = planner::FitProfile(base, *samples, &report);
+  if (!fitted.ok()) return Fail(fitted.status());
+  if (f->Has("router")) {
+    // The request path's overheads, from a running cluster of the first model: TTFT of short
+    // prompts beyond the predicted prefill step is the RPC path's; TPOT beyond the predicted
+    // decode step is the token relay's CPU (requests rarely overlap at this rate).
+    bench::BenchConfig b;
+    b.router = f->Get("router");
+    // Open loop at a low rate, as a lightly loaded service sees requests: workers idle between
+    // them (thread pools asleep, caches cold), which a back-to-back loop would hide.
+    b.rate = 4;
+    b.num_requests = 24;
+    b.warmup = 3;
+    b.input_len = "16";
+    b.output_len = "32";
+    b.seed = 1;
+    b.progress = false;
+    std::fprintf(stderr, "calibrate: %d requests through %s\n", b.num_requests, b.router.c_str());
+    auto run = bench::RunBench(b);
+    if (!run.ok()) return Fail(run.status());
+    if (run->summary.completed < b.num_requests) {
+      return Fail(absl::UnavailableError("calibrate: requests through the router failed"));
+    }
+    const ModelConfig& mc = (*samples)[0].config;
+    planner::HardwareProfile q = *fitted;
+    q.weight_bytes = (*samples)[0].weight_bytes;
+    const planner::CostModel cost(mc, q);
+    const planner::ChunkShape prefill{0, 16}, decode{32, 1};
+    const double prefill_s = cost.Step({&prefill, 1}).seconds;
+    const double decode_s = cost.Step({&decode, 1}).seconds;
+    // One token a step at concurrency 1: the extra is the relay's CPU per token, which on the
+    // shared host competes with the workers in proportion to the tokens streamed.
+    const double step_extra = std::max(0.0, run->summary.tpot.p50 - decode_s);
+    fitted->relay_cpu = step_extra;
+    fitted->request_overhead =
+        std::max(0.0, run->summary.ttft.p50 - prefill_s - step_extra - fitted->token_overhead);
+    report["router_calibration"] = {
+        {"ttft_p50_s", run->summary.ttft.p50}, {"tpot_p50_s", run->summary.tpot.p50},
+        {"predicted_prefill_s", prefill_s},    {"predicted_decode_s", decode_s},
+        {"relay_cpu_s", step_extra},           {"request_overhead_s", fitted->request_overhead}};
+    std::printf(
+        "request path: TTFT p50 %.3f ms, TPOT p50 %.3f ms -> request overhead %.3f ms, "
+        "relay %.3f ms of CPU per token\n",
+        run->summary.ttft.p50 * 1e3, run->summary.tpot.p50 * 1e3, fitted->request_overhead * 1e3,
+        step_extra * 1e3);
+  }
+  const std::string out = f->Get("out", planner::LocalProfilePath());
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
+  if (absl::Status s = WriteJson(out, fitted->ToJson()); !s.ok()) return Fail(s);
+  std::printf(
+      "local profile: peak %.1f GFLOP/s, bandwidth %.1f GB/s; fitted step overhead %.3f ms, "
+      "efficiency matmul %.3f, attention %.3f, bandwidth %.3f; mean |error| %.1f%% over %zu "
+      "steps\nwrote %s\n",
+      fitted->peak_flops / 1e9, fitted->mem_bandwidth / 1e9, fitted->step_overhead * 1e3,
+      fitted->matmul_efficiency, fitted->attention_efficiency, fitted->bandwidth_efficiency,
+      100 * report["mean_abs_error"].get<double>(), samples->size(), out.c_str());
+  if (f->Has("report")) {
+    report["profile"] = fitted->ToJson();
+    if (absl::Status s = WriteJson(f->Get("report"), report); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+int Plan(const std::vector<std::string>& args) {
+  std::set<std::string> values = WorkerFlags();
+  values.insert({"workload", "slo-ttft", "slo-tpot", "gpus", "attainment", "tp", "num-requests",
+                 "seed", "top", "sim-seconds", "input-len", "output-len", "arrival", "burstiness"});
+  auto f = Flags::Parse(args, values, {"no-colocated", "no-prefix-cache"});
+  if (!f.ok()) return Fail(f.status());
+  auto common = ParseCommon(*f);
+  if (!common.ok()) return Fail(common.status());
+  // The workload: --workload, or the bench flags for lengths and arrivals.
+  auto workload = BenchConfigFromFlags(*f);
+  if (!workload.ok()) return Fail(workload.status());
+  if (f->Has("workload")) {
+    if (absl::Status s = planner::ParseWorkloadSpec(f->Get("workload"), &*workload); !s.ok()) {
+      return Fail(s);
+    }
+  } else if (!f->Has("input-len") || !f->Has("output-len")) {
+    return Fail(absl::InvalidArgumentError(
+        "give --workload in=LEN,out=LEN (or --input-len and --output-len)"));
+  }
+  if (!f->Has("num-requests")) workload->num_requests = 200;
+  planner::PlanOptions o;
+  auto gpus = f->GetInt("gpus", 8);
+  auto attainment = f->GetDouble("attainment", 0.9);
+  auto top = f->GetInt("top", 10);
+  auto sim_seconds = f->GetDouble("sim-seconds", 30);
+  if (!sim_seconds.ok()) return Fail(sim_seconds.status());
+  if (!(*sim_seconds >= 0 && *sim_seconds <= 3600)) {
+    return Fail(absl::InvalidArgumentError("--sim-seconds must be in [0, 3600]"));
+  }
+  o.min_seconds = *sim_seconds;
+  if (!gpus.ok()) return Fail(gpus.status());
+  if (!attainment.ok()) return Fail(attainment.status());
+  if (!top.ok()) return Fail(top.status());
+  o.gpus = static_cast<int>(std::clamp<int64_t>(*gpus, -1, 1 << 20));
+  o.attainment = *attainment;
+  o.top = static_cast<int>(std::clamp<int64_t>(*top, 1, 1000));
+  o.colocated = !f->Has("no-colocated");
+  if (f->Has("tp")) {
+    for (absl::string_view t : absl::StrSplit(f->Get("tp"), ',', absl::SkipEmpty())) {
+      int v = 0;
+      if (!absl::SimpleAtoi(t, &v)) {
+        return Fail(absl::InvalidArgumentError("--tp: expected integers, e.g. 1,2,4"));
+      }
+      o.tp.push_back(v);
+    }
+  }
+  auto result = planner::SearchPlans(common->model, common->profile, *workload, common->cluster, o);
+  if (!result.ok()) return Fail(result.status());
+  std::printf(
+      "model %s (%d layers, dim %d), hardware %s, workload in=%s out=%s %s arrivals, SLO TTFT "
+      "%.3g s TPOT %.3g s at %.0f%% attainment, up to %d GPUs; %d simulations of %d requests\n",
+      f->Get("model").c_str(), common->model.n_layers, common->model.dim,
+      common->profile.name.c_str(), workload->input_len.c_str(), workload->output_len.c_str(),
+      workload->ToJson()["arrival"].get<std::string>().c_str(), workload->slo.ttft,
+      workload->slo.tpot, 100 * o.attainment, o.gpus, result->simulations, workload->num_requests);
+  std::printf("%s", planner::FormatPlanTable(*result, o.top).c_str());
+  for (const auto& s : result->skipped) std::printf("skipped: %s\n", s.c_str());
+  if (f->Has("json")) {
+    nlohmann::json j = planner::PlanToJson(*result, o.top);
+    j["model"] = f->Get("model");
+    j["hardware"] = common->profile.ToJson();
+    workload->router = "simulated";
+    j["workload"] = workload->ToJson();
+    j["attainment"] = o.attainment;
+    j["gpus"] = o.gpus;
+    if (absl::Status s = WriteJson(f->Get("json"), j); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s\n", f->Get("json").c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int PlanCommand(const std::vector<std::string>& args) {
+  if (!args.empty() && (args[0] == "--help" || args[0] == "help")) {
+    std::fputs(kPlanUsage, stdout);
+    return 0;
+  }
+  if (!args.empty() && args[0] == "simulate") {
+    return Simulate(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (!args.empty() && args[0] == "calibrate") {
+    return Calibrate(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (args.empty()) {
+    std::fputs(kPlanUsage, stderr);
+    return 2;
+  }
+  return Plan(args);
+}
+
+}  // namespace tandem
