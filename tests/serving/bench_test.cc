@@ -50,8 +50,10 @@ TEST(BenchIntegrationTest, OpenLoopAccountingAddsUp) {
 }
 
 TEST(BenchIntegrationTest, ClosedLoopWithOverloadCountsRejections) {
-  // A decode worker with room for few requests: the rest are refused, and counted as such.
-  testing::Cluster cluster(1, 1, {"--num-blocks", "40", "--max-running", "2"});
+  // A decode worker with room for few requests and a router that queues none of the rest:
+  // they are refused, and counted as such.
+  testing::Cluster cluster(1, 1, {"--num-blocks", "40", "--max-running", "2"},
+                           {"--max-queued", "0"});
   ASSERT_TRUE(cluster.ready());
   bench::BenchConfig c;
   c.router = cluster.router();
