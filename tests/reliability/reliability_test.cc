@@ -48,6 +48,10 @@ v1::GenerateRequest Seeded(const std::string& prompt, int max_tokens, uint64_t s
   return r;
 }
 
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
 // A stream read message by message, so a test can act in the middle of it.
 class Stream {
  public:
@@ -126,7 +130,11 @@ TEST_F(ReliabilityTest, Row04_KillDecodeMidStreamResumesIdentically) {
     int busy = -1;
     ASSERT_TRUE(FaultCluster::WaitFor([&] { return (busy = c.Busy("decode")) >= 0; }));
     c.Kill(busy);
+    const auto killed = std::chrono::steady_clock::now();
     ++resumes_expected;
+    ASSERT_TRUE(s.ReadUntil(s.tokens.size() + 1));
+    std::printf("row 4: decode worker killed -9; the stream continued after %.3f s\n",
+                SecondsSince(killed));
     const grpc::Status st = s.Finish();
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(s.tokens, want) << "resumed output differs from the fault-free run";
@@ -174,7 +182,10 @@ TEST_F(ReliabilityTest, Row05_KillPrefillMidTransferReprefillsElsewhere) {
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   ASSERT_GT(c.Metric(d, "tandem_kv_transfer_bytes_total"), 0) << "no KV arrived before the kill";
   c.Kill(busy);
+  const auto killed = std::chrono::steady_clock::now();
   client.join();
+  std::printf("row 5: prefill worker killed -9 mid-transfer; request done %.3f s later\n",
+              SecondsSince(killed));
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(got, want);
   EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), 1);
@@ -326,9 +337,12 @@ TEST_F(ReliabilityTest, Row09_WedgedWorkerTurnsNotServingAndItsRequestMoves) {
   const std::vector<int> want = Reference(req);
   Stream s(c.generation(), req);
   ASSERT_TRUE(s.ReadUntil(5));
+  const auto t_wedge = std::chrono::steady_clock::now();
   ASSERT_TRUE(FaultCluster::WaitFor([&] {
     return c.Health(wedged) == grpc::health::v1::HealthCheckResponse::NOT_SERVING;
   })) << "a wedged worker still says SERVING";
+  std::printf("row 9: wedged step loop NOT_SERVING %.3f s after its last token (timeout 0.5 s)\n",
+              SecondsSince(t_wedge));
   ASSERT_TRUE(FaultCluster::WaitFor([&] { return !c.WorkerHealthy(wedged); }));
   const int spare = c.StartWorker("decode");
   ASSERT_GE(spare, 0);
@@ -362,9 +376,11 @@ TEST_F(ReliabilityTest, Row10_SigtermDrainsInFlightWorkAndExitsZero) {
   Stream s(c.generation(), req);
   ASSERT_TRUE(s.ReadUntil(10));
   c.Signal(d, SIGTERM);
+  const auto term = std::chrono::steady_clock::now();
   ASSERT_TRUE(FaultCluster::WaitFor(
       [&] { return c.Health(d) == grpc::health::v1::HealthCheckResponse::NOT_SERVING; }, 1000))
       << "not NOT_SERVING right after SIGTERM";
+  std::printf("row 10: NOT_SERVING %.3f s after SIGTERM\n", SecondsSince(term));
   ASSERT_TRUE(FaultCluster::WaitFor([&] { return !c.WorkerHealthy(d); }, 2000));
   // No other decode worker: a new request is refused while the old one finishes.
   auto refused = testing::Generate(c.generation(), req);
@@ -486,6 +502,10 @@ TEST_F(ReliabilityTest, Row19_SilentlyGonePeerIsDetected) {
   int busy = -1;
   ASSERT_TRUE(FaultCluster::WaitFor([&] { return (busy = c.Busy("decode")) >= 0; }));
   c.Signal(busy, SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(s.ReadUntil(s.tokens.size() + 1));
+  std::printf("row 19: decode worker silent (SIGSTOP); the stream continued after %.3f s\n",
+              SecondsSince(stopped));
   const grpc::Status st = s.Finish();
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(s.tokens, want);
