@@ -29,7 +29,11 @@ const char* DTypeTag(DType t) {
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   auto file_or = MappedFile::Open(path);
   if (!file_or.ok()) return file_or.status();
-  std::shared_ptr<MappedFile> file = *file_or;
+  return ParseSafetensors(*std::move(file_or));
+}
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::shared_ptr<MappedFile> file) {
+  const std::string& path = file->path();
   auto corrupt = [&](const std::string& why) {
     return absl::DataLossError(absl::StrFormat("%s: not a valid safetensors file: %s", path, why));
   };

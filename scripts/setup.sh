@@ -13,6 +13,8 @@ PACKAGES=(
   nlohmann-json3-dev
   prometheus
   clang-format
+  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes, llvm-symbolizer for stack traces.
+  clang-14 libclang-rt-14-dev llvm-14
 )
 
 SUDO=""
