@@ -114,6 +114,24 @@ TEST_F(LoaderTest, ConfigErrors) {
   EXPECT_FALSE(replaced("\"hidden_size\": 64", "\"hidden_size\": 65").ok());
   EXPECT_FALSE(replaced("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"").ok());
   EXPECT_FALSE(replaced("\"vocab_size\": 512", "\"vocab_size\": \"x\"").ok());
+  // Found by hf_config_fuzzer: a field of the wrong JSON type read with json::value() threw,
+  // and the uncaught exception aborted the process. Each is now an error naming the field.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"model_type\": \"llama\"", "\"model_type\": 16"},
+           {"\"tie_word_embeddings\": true", "\"tie_word_embeddings\": \"yes\""},
+           {"\"model_type\": \"llama\"", "\"model_type\": \"llama\", \"use_sliding_window\": 1"},
+           {"\"model_type\": \"llama\"",
+            "\"model_type\": \"llama\", \"rope_scaling\": {\"type\": 2}"},
+           {"\"model_type\": \"llama\"",
+            "\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": [], \"factor\": 2}"}}) {
+    s = replaced(from, to);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << to << ": " << s;
+  }
+  // An EOS id outside int32 no longer wraps into a valid one (4294967298 would become 2).
+  EXPECT_FALSE(replaced("\"model_type\": \"llama\"",
+                        "\"model_type\": \"llama\", "
+                        "\"eos_token_id\": 4294967298")
+                   .ok());
   std::filesystem::remove(dir + "/config.json");
   EXPECT_EQ(LoadModel(dir).code(), absl::StatusCode::kNotFound);
 }
