@@ -91,6 +91,25 @@ TEST_F(LoaderTest, SafetensorsCorruptions) {
   ASSERT_TRUE(LoadModel(dir).ok());
 }
 
+// Found by safetensors_fuzzer: after a zero dimension any later one passed the size check, so
+// 2^64 - 1 became a shape entry of -1.
+TEST_F(LoaderTest, SafetensorsHugeDimensionAfterZero) {
+  auto file_with = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    const uint64_t len = header.size();
+    std::memcpy(bytes.data(), &len, 8);
+    return MappedFile::FromString("t.safetensors", bytes + header);
+  };
+  auto st = ParseSafetensors(file_with(
+      R"({"a": {"dtype": "F32", "shape": [0, 18446744073709551615], "data_offsets": [0, 0]}})"));
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kDataLoss) << st.status();
+  EXPECT_NE(st.status().message().find("\"a\""), std::string::npos) << st.status();
+  st = ParseSafetensors(
+      file_with(R"({"a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})"));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->tensors.at("a").shape, (std::vector<int64_t>{0, 3}));
+}
+
 TEST_F(LoaderTest, ConfigErrors) {
   const std::string dir = tmp_.path() + "/hf";
   ASSERT_TRUE(ConvertLlama2cToHf(testing::Stories260K(), dir).ok());
