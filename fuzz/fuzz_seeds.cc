@@ -161,6 +161,9 @@ void ChatTemplates() {
         "{{ m.content is string }}{{ tools | tojson(indent=2) }}{% set ns.n = ns.n + 1 %}"
         "{% endfor %}{{ ns.n }}{{ 'x' * 3 }}{{ [1,2,3][1:] | join(',') }}{{ {'a': 1}.items() "
         "| list | length }}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+  Write("chat_template_fuzzer", "chains",
+        "{{ messages[0].content|trim|e|length ~ 'x' ~ (1 + 2 * 3 ** 2) }}{{ x.a.b[0]()[1:] "
+        "if x is defined and not y or z else none }}");
 }
 
 void Requests() {

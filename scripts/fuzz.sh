@@ -9,7 +9,7 @@
 #                   tokenizer, chat template; no gRPC servers) and run them under ASan + UBSan
 #                   first: the sanitizer step of scripts/test.sh.
 #   FUZZ_TARGETS  the targets to run (default: all of them)
-#   BUILD_DIR     build folder (default: build-fuzz); JOBS: parallel jobs (default: cores)
+#   FUZZ_BUILD_DIR  build folder (default: build-fuzz); JOBS: parallel jobs (default: cores)
 #
 # Reproduce a finding: build-fuzz/bin/<target> build-fuzz/fuzz-findings/<target>-crash-...
 # The corpus each run grows is kept in build-fuzz/fuzz-corpus/<target>/ for the next run.
@@ -22,7 +22,7 @@ if [ "${1:-}" = "--unit-tests" ]; then
   shift
 fi
 SECONDS_PER_TARGET=${1:-20}
-BUILD_DIR=${BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 ALL_TARGETS="safetensors_fuzzer llama2c_fuzzer hf_config_fuzzer tokenizer_json_fuzzer
   tokenizer_encode_fuzzer ingress_fuzzer kv_wire_fuzzer chat_template_fuzzer"
