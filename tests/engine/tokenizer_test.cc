@@ -146,6 +146,29 @@ TEST(IncrementalDecoderTest, OutputIsValidUtf8EvenForByteSoup) {
   EXPECT_NE(all.find('A'), std::string::npos);
 }
 
+// Found with tokenizer_encode_fuzzer: output that never completes a character (lone lead
+// bytes, U+FFFD) was held back forever, so every Add re-decoded the whole growing window
+// (quadratic) and none of it was streamed. It now streams within a few ids.
+TEST(IncrementalDecoderTest, NeverCompletingOutputStillStreams) {
+  auto tok = Tok();
+  IncrementalDecoder dec(tok.get(), {});
+  std::string streamed;
+  for (int i = 0; i < 1000; ++i) streamed += dec.Add(3 + 0xE6);  // lone lead bytes
+  EXPECT_EQ(ToValidUtf8(streamed), streamed);
+  // Each lone byte is one U+FFFD; all but the last few ids are out already.
+  EXPECT_GE(streamed.size(), 3u * (1000 - 8));
+  streamed += dec.Flush();
+  EXPECT_EQ(streamed.size(), 3u * 1000);
+  // And a real character after the junk still arrives whole.
+  IncrementalDecoder dec2(tok.get(), {});
+  std::string out;
+  for (int i = 0; i < 20; ++i) out += dec2.Add(3 + 0xE6);
+  for (int id : tok->Encode("日本", false)) out += dec2.Add(id);
+  out += dec2.Flush();
+  EXPECT_EQ(ToValidUtf8(out), out);
+  EXPECT_NE(out.find("日本"), std::string::npos) << out;
+}
+
 TEST(IncrementalDecoderTest, StreamingEqualsFullDecodeAndNeverSplitsCharacters) {
   auto tok = Tok();
   const std::string text = "Once upon a time 日本語 and 🙂 emoji, café.";
