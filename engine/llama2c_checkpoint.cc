@@ -14,7 +14,12 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(
     const std::string& path) {
   auto file_or = MappedFile::Open(path);
   if (!file_or.ok()) return file_or.status();
-  std::shared_ptr<MappedFile> file = *file_or;
+  return ParseLlama2cCheckpoint(*std::move(file_or));
+}
+
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
+    std::shared_ptr<MappedFile> file) {
+  const std::string& path = file->path();
   auto corrupt = [&](const std::string& why) {
     return absl::DataLossError(
         absl::StrFormat("%s: not a valid llama2.c checkpoint: %s", path, why));

@@ -2,6 +2,8 @@
 
 #include <cctype>
 #include <cstring>
+#include <queue>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -79,26 +81,58 @@ std::vector<int> Llama2cTokenizer::Encode(std::string_view text, bool add_specia
     }
     buf.clear();
   }
-  // Greedy merges by score.
-  std::string merged;
-  for (;;) {
-    float best_score = -1e10f;
-    int best_id = -1, best_idx = -1;
-    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
-      merged = pieces_[tokens[i]];
-      merged += pieces_[tokens[i + 1]];
-      const int id = lookup(merged);
-      if (id != -1 && scores_[id] > best_score) {
-        best_score = scores_[id];
-        best_id = id;
-        best_idx = static_cast<int>(i);
-      }
-    }
-    if (best_idx == -1) break;
-    tokens[best_idx] = best_id;
-    tokens.erase(tokens.begin() + best_idx + 1);
+  // Greedy merges by score, as run.c does them: repeatedly the adjacent pair whose merge has the
+  // highest score (the leftmost among equals; only scores above -1e10). run.c rescans the whole
+  // sequence per merge, O(n^2), which let one long prompt hold the router for minutes (found
+  // with ingress_fuzzer); a heap of candidate pairs over a linked list makes the same merges in
+  // O(n log n).
+  struct Candidate {
+    float score;
+    int left, right;  // positions in `tokens`
+    int left_id, right_id, merged_id;
+  };
+  auto after = [](const Candidate& a, const Candidate& b) {  // b pops first
+    return a.score != b.score ? a.score < b.score : a.left > b.left;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(after)> heap(after);
+  const int n = static_cast<int>(tokens.size());
+  std::vector<int> next(n), prev(n);
+  for (int i = 0; i < n; ++i) {
+    next[i] = i + 1 < n ? i + 1 : -1;
+    prev[i] = i - 1;
   }
-  return tokens;
+  std::vector<bool> alive(n, true);
+  std::string merged;
+  auto consider = [&](int left, int right) {
+    if (left < 0 || right < 0) return;
+    merged = pieces_[tokens[left]];
+    merged += pieces_[tokens[right]];
+    const int id = lookup(merged);
+    if (id == -1 || !(scores_[id] > -1e10f)) return;
+    heap.push({scores_[id], left, right, tokens[left], tokens[right], id});
+  };
+  for (int i = 0; i + 1 < n; ++i) consider(i, i + 1);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    // Stale: one side was merged away or changed since the pair was queued.
+    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right ||
+        tokens[c.left] != c.left_id || tokens[c.right] != c.right_id) {
+      continue;
+    }
+    tokens[c.left] = c.merged_id;
+    alive[c.right] = false;
+    next[c.left] = next[c.right];
+    if (next[c.right] >= 0) prev[next[c.right]] = c.left;
+    consider(prev[c.left], c.left);
+    consider(c.left, next[c.left]);
+  }
+  std::vector<int> out;
+  out.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    if (alive[i]) out.push_back(tokens[i]);
+  }
+  return out;
 }
 
 std::string Llama2cTokenizer::Decode(std::span<const int> ids) const {

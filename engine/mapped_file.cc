@@ -39,8 +39,17 @@ absl::StatusOr<std::shared_ptr<MappedFile>> MappedFile::Open(const std::string& 
   return std::shared_ptr<MappedFile>(new MappedFile(path, data, size));
 }
 
+std::shared_ptr<MappedFile> MappedFile::FromString(std::string name, std::string contents) {
+  std::shared_ptr<MappedFile> f(new MappedFile(std::move(name), nullptr, 0));
+  f->mapped_ = false;
+  f->owned_ = std::move(contents);
+  f->data_ = f->owned_.data();
+  f->size_ = f->owned_.size();
+  return f;
+}
+
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+  if (mapped_ && data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

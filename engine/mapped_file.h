@@ -13,6 +13,9 @@ namespace tandem {
 class MappedFile {
  public:
   static absl::StatusOr<std::shared_ptr<MappedFile>> Open(const std::string& path);
+  // `contents` held in memory as if it were the file `name` (tests and fuzz targets parse
+  // file formats through this without touching the disk).
+  static std::shared_ptr<MappedFile> FromString(std::string name, std::string contents);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
@@ -27,6 +30,8 @@ class MappedFile {
   std::string path_;
   const char* data_;
   size_t size_;
+  bool mapped_ = true;  // false: data_ points into owned_
+  std::string owned_;
 };
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

@@ -99,6 +99,9 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
 
 // llama2.c checkpoint (the legacy 7-int header; shared or separate classifier).
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path);
+// The same for a checkpoint already open (or held in memory); errors name file->path().
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
+    std::shared_ptr<MappedFile> file);
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
 

@@ -109,6 +109,27 @@ absl::StatusOr<float> GetFloat(const json& j, const char* key, float fallback) {
   return it->get<float>();
 }
 
+// `key` as a string, `fallback` when absent or null. (json::value() would throw on a value of
+// another type, and an exception here takes the whole process down.)
+absl::StatusOr<std::string> GetString(const json& j, const char* key, std::string fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not a string", key));
+  }
+  return it->get<std::string>();
+}
+
+absl::StatusOr<bool> GetBool(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: \"%s\" must be a boolean", key));
+  }
+  return it->get<bool>();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
@@ -123,7 +144,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
       it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
     arch = (*it)[0].get<std::string>();
   }
-  std::string model_type = j.value("model_type", std::string());
+  auto model_type_or = GetString(j, "model_type", "");
+  if (!model_type_or.ok()) return model_type_or.status();
+  const std::string model_type = *std::move(model_type_or);
   static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
   bool supported = false;
   for (const char* s : kSupported) supported |= arch == s;
@@ -158,15 +181,20 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   auto eps = GetFloat(j, "rms_norm_eps", 1e-6f);
   if (!eps.ok()) return eps.status();
   c.norm_eps = *eps;
-  c.tie_word_embeddings = j.value("tie_word_embeddings", arch == "Qwen2ForCausalLM");
-  if (j.contains("tie_word_embeddings") && !j["tie_word_embeddings"].is_boolean()) {
-    return absl::InvalidArgumentError("config.json: tie_word_embeddings must be a boolean");
-  }
+  auto tie = GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM");
+  if (!tie.ok()) return tie.status();
+  c.tie_word_embeddings = *tie;
   // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window.
+  auto use_sliding_window = GetBool(j, "use_sliding_window", true);
+  if (!use_sliding_window.ok()) return use_sliding_window.status();
   if (auto it = j.find("sliding_window");
-      it != j.end() && it->is_number_integer() && j.value("use_sliding_window", true)) {
-    c.sliding_window = std::max(0, it->get<int>());
-    if (c.sliding_window >= c.max_seq_len) c.sliding_window = 0;  // never reached
+      it != j.end() && it->is_number_integer() && *use_sliding_window) {
+    // (int64: get<int> would wrap a huge window into an arbitrary one.)
+    const int64_t window = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX
+                               ? INT64_MAX
+                               : it->get<int64_t>();
+    // Negative means none; a window the context never reaches is none too.
+    c.sliding_window = window <= 0 || window >= c.max_seq_len ? 0 : static_cast<int>(window);
   }
   c.qkv_bias = arch == "Qwen2ForCausalLM";
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
@@ -175,7 +203,11 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
     if (!it->is_object())
       return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
-    std::string type = it->value("rope_type", it->value("type", std::string()));
+    auto legacy_type = GetString(*it, "type", "");
+    if (!legacy_type.ok()) return legacy_type.status();
+    auto type_or = GetString(*it, "rope_type", *legacy_type);
+    if (!type_or.ok()) return type_or.status();
+    const std::string type = *std::move(type_or);
     auto factor = GetFloat(*it, "factor", 1.0f);
     if (!factor.ok()) return factor.status();
     c.rope_scaling.factor = *factor;
@@ -207,14 +239,23 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (!bos.ok()) return bos.status();
   c.bos_token_id = *bos;
   if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
+    // An id outside int32 must not wrap into a valid one.
+    auto push = [&c](const json& e) {
+      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT32_MAX) ||
+          e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX) {
+        return false;
+      }
+      c.eos_token_ids.push_back(static_cast<int>(e.get<int64_t>()));
+      return true;
+    };
     if (it->is_number_integer()) {
-      c.eos_token_ids.push_back(it->get<int>());
+      if (!push(*it)) return absl::InvalidArgumentError("config.json: eos_token_id out of range");
     } else if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer()) {
-          return absl::InvalidArgumentError("config.json: eos_token_id entries must be integers");
+        if (!push(e)) {
+          return absl::InvalidArgumentError(
+              "config.json: eos_token_id entries must be integers in range");
         }
-        c.eos_token_ids.push_back(e.get<int>());
       }
     } else {
       return absl::InvalidArgumentError("config.json: eos_token_id must be an integer or a list");

@@ -29,7 +29,11 @@ const char* DTypeTag(DType t) {
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
   auto file_or = MappedFile::Open(path);
   if (!file_or.ok()) return file_or.status();
-  std::shared_ptr<MappedFile> file = *file_or;
+  return ParseSafetensors(*std::move(file_or));
+}
+
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::shared_ptr<MappedFile> file) {
+  const std::string& path = file->path();
   auto corrupt = [&](const std::string& why) {
     return absl::DataLossError(absl::StrFormat("%s: not a valid safetensors file: %s", path, why));
   };
@@ -74,7 +78,9 @@ absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path) {
       if (!d.is_number_unsigned())
         return corrupt(absl::StrFormat("tensor \"%s\": bad shape", it.key()));
       const uint64_t dim = d.get<uint64_t>();
-      if (dim != 0 && numel > (uint64_t{1} << 48) / dim) {
+      // Each dimension is bounded too: after a 0 the product stays 0 whatever follows, and a
+      // dimension past INT64_MAX would become a negative extent in TensorView::shape.
+      if (dim > (uint64_t{1} << 48) || (dim != 0 && numel > (uint64_t{1} << 48) / dim)) {
         return corrupt(absl::StrFormat("tensor \"%s\": shape too large", it.key()));
       }
       numel *= dim;

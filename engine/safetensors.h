@@ -38,6 +38,8 @@ struct SafetensorsFile {
   std::vector<std::string> skipped;
 };
 absl::StatusOr<SafetensorsFile> ReadSafetensors(const std::string& path);
+// The same for a file already open (or held in memory); errors name file->path().
+absl::StatusOr<SafetensorsFile> ParseSafetensors(std::shared_ptr<MappedFile> file);
 
 // A tensor to write; its bytes come from a producer called once per tensor, in order, so a
 // large model is written without holding it in memory.

@@ -39,6 +39,17 @@ std::string IncrementalDecoder::Add(int id) {
   const std::string prefix_text =
       tokenizer_->Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_));
   const std::string new_text = tokenizer_->Decode(all.subspan(prefix_offset_));
+  // A character is at most 4 byte tokens: more ids than this still held back are not waiting
+  // for one, but are output that never completes (a run of lone lead bytes or of U+FFFD).
+  // Holding them forever would re-decode an ever-growing window on every id (quadratic; found
+  // with tokenizer_encode_fuzzer) and never stream that text.
+  constexpr size_t kMaxHeldIds = 8;
+  const bool overdue = ids_.size() - read_offset_ >= kMaxHeldIds;
+  if (new_text == prefix_text && overdue) {  // ids that add no text: nothing to wait for
+    prefix_offset_ = read_offset_;
+    read_offset_ = ids_.size();
+    return "";
+  }
   // Emit only when the new text extends the old and ends on a complete character.
   if (new_text.size() <= prefix_text.size() ||
       new_text.compare(0, prefix_text.size(), prefix_text) != 0) {
@@ -46,10 +57,10 @@ std::string IncrementalDecoder::Add(int id) {
   }
   // Hold back an incomplete UTF-8 tail, and U+FFFD that a byte-fallback decoder may produce
   // for a character whose remaining bytes are still to come.
-  if (CompleteUtf8Prefix(new_text) < new_text.size()) return "";
-  if (new_text.size() >= 3 && new_text.compare(new_text.size() - 3, 3, "\xEF\xBF\xBD") == 0) {
-    return "";
-  }
+  const bool incomplete =
+      CompleteUtf8Prefix(new_text) < new_text.size() ||
+      (new_text.size() >= 3 && new_text.compare(new_text.size() - 3, 3, "\xEF\xBF\xBD") == 0);
+  if (incomplete && !overdue) return "";
   std::string delta = new_text.substr(prefix_text.size());
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();

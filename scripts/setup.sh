@@ -17,6 +17,8 @@ PACKAGES=(
   prometheus
   clang-format
   python3-kubernetes yamllint iproute2
+  # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes, llvm-symbolizer for stack traces.
+  clang-14 libclang-rt-14-dev llvm-14
 )
 # kubectl (for `kubectl kustomize` in the deploy checks): Debian's kubernetes-client, unless a
 # kubectl from elsewhere (e.g. the Kubernetes apt repository) is already installed.

@@ -4,6 +4,8 @@
 #   BUILD_DIR   build folder (default: build)
 #   TANDEM_CUDA AUTO|ON|OFF  build the CUDA library (default AUTO: when nvcc exists)
 #   JOBS        parallel build/test jobs (default: number of cores)
+#   TANDEM_SKIP_SANITIZE=1  skip the sanitizer step (unit tests under ASan + UBSan, fuzzing)
+#   TANDEM_FUZZ_SECONDS     seconds per fuzz target in that step (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -19,3 +21,9 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTANDEM_CUDA="${TANDEM_CUDA:-AUTO}" -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure
+
+# The sanitizer step: the parsers' and data structures' unit tests built by clang with ASan +
+# UBSan (build-fuzz/, no gRPC code) and every fuzz target for a few seconds.
+if [ "${TANDEM_SKIP_SANITIZE:-0}" != 1 ]; then
+  JOBS="$JOBS" bash scripts/fuzz.sh --unit-tests "${TANDEM_FUZZ_SECONDS:-10}"
+fi

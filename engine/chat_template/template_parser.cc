@@ -539,6 +539,25 @@ class Parser {
     Parser* p_;
   };
 
+  // Counts the links of a left-nested chain (a + b + c, x.a[0](), x | f | g): each link makes
+  // the tree one level deeper, as a nested expression does, until the chain's function returns.
+  // Without it a long chain built a tree whose recursive rendering and destruction overflowed
+  // the stack (found by chat_template_fuzzer).
+  class ChainGuard {
+   public:
+    explicit ChainGuard(Parser* p) : p_(p) {}
+    ~ChainGuard() { p_->depth_ -= links_; }
+    bool Link() {
+      ++links_;
+      ++p_->depth_;
+      return p_->depth_ <= p_->options_.max_nesting;
+    }
+
+   private:
+    Parser* p_;
+    int links_ = 0;
+  };
+
   // Parses statements until a block tag whose name is in `end_tags` (left unconsumed after the
   // `{%`; its name is stored in *end) or, with no end tags, the end of the template.
   absl::StatusOr<Body> Subparse(const std::vector<std::string_view>& end_tags, std::string* end) {
@@ -804,7 +823,9 @@ class Parser {
     if (guard.exceeded()) return Error("expression nested too deeply");
     if (!with_condexpr) return ParseOr();
     CT_ASSIGN_OR_RETURN(ExprPtr expr, ParseOr());
+    ChainGuard chain(this);
     while (IsName("if")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       Next();
       auto cond = MakeExpr(Expr::Kind::kCondExpr, line);
@@ -831,7 +852,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseOr() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParseAnd());
+    ChainGuard chain(this);
     while (IsName("or")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       Next();
       CT_ASSIGN_OR_RETURN(ExprPtr right, ParseAnd());
@@ -842,7 +865,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseAnd() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParseNot());
+    ChainGuard chain(this);
     while (IsName("and")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       Next();
       CT_ASSIGN_OR_RETURN(ExprPtr right, ParseNot());
@@ -897,7 +922,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseMath1() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParseConcat());
+    ChainGuard chain(this);
     while (IsOp("+") || IsOp("-")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       std::string op = Cur().text;
       Next();
@@ -909,7 +936,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseConcat() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParseMath2());
+    ChainGuard chain(this);
     while (IsOp("~")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       Next();
       CT_ASSIGN_OR_RETURN(ExprPtr right, ParseMath2());
@@ -920,7 +949,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParseMath2() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParsePow());
+    ChainGuard chain(this);
     while (IsOp("*") || IsOp("/") || IsOp("//") || IsOp("%")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       std::string op = Cur().text;
       Next();
@@ -932,7 +963,9 @@ class Parser {
 
   absl::StatusOr<ExprPtr> ParsePow() {
     CT_ASSIGN_OR_RETURN(ExprPtr left, ParseUnary(/*with_filter=*/true));
+    ChainGuard chain(this);
     while (IsOp("**")) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       Next();
       CT_ASSIGN_OR_RETURN(ExprPtr right, ParseUnary(/*with_filter=*/true));
@@ -1053,7 +1086,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParsePostfix(ExprPtr node) {
+    ChainGuard chain(this);
     while (true) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       if (IsOp(".")) {
         Next();
@@ -1161,7 +1196,9 @@ class Parser {
   }
 
   absl::StatusOr<ExprPtr> ParseFilterExpr(ExprPtr node) {
+    ChainGuard chain(this);
     while (true) {
+      if (!chain.Link()) return Error("expression nested too deeply");
       const int line = Cur().line;
       if (IsOp("|")) {
         Next();

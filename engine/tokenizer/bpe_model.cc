@@ -13,6 +13,9 @@ namespace {
 // Words longer than this are not cached (they are rare, and would crowd out common ones).
 constexpr size_t kMaxCachedWordBytes = 256;
 
+// Vocabulary ids may skip at most this many values (real files skip none).
+constexpr int64_t kMaxVocabHoles = 1 << 16;
+
 absl::Status ModelError(std::string_view what) {
   return absl::InvalidArgumentError(absl::StrFormat("tokenizer.json: model: %s", what));
 }
@@ -68,14 +71,19 @@ absl::Status BpeModel::Init(const json_util::Json& j) {
 
   // Vocabulary.
   vocab_.reserve(vocab_it->size());
+  // Ids index dense tables (tokens_, has_token_), so they may leave only a bounded number of
+  // holes: a tiny file with one huge id must not make the loader allocate gigabytes.
+  const int64_t id_bound = static_cast<int64_t>(vocab_it->size()) + kMaxVocabHoles;
   int max_id = -1;
   for (auto it = vocab_it->begin(); it != vocab_it->end(); ++it) {
     if (!it.value().is_number_integer()) {
       return ModelError(absl::StrFormat("vocab[\"%s\"] must be an integer id", it.key()));
     }
     const int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > (1 << 30)) {
-      return ModelError(absl::StrFormat("vocab[\"%s\"] = %d is out of range", it.key(), id));
+    if (id < 0 || id >= id_bound) {
+      return ModelError(absl::StrFormat(
+          "vocab[\"%s\"] = %d is out of range [0, %d) (the entries plus %d unused ids)", it.key(),
+          id, id_bound, kMaxVocabHoles));
     }
     vocab_[it.key()] = static_cast<int>(id);
     max_id = std::max(max_id, static_cast<int>(id));

@@ -2,6 +2,8 @@
 // matmul.cc, PagedAttention in attention.cc.
 #include "kernels/cpu/cpu_ops.h"
 
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -89,8 +91,12 @@ TANDEM_AVX2 void AddAvx2(float* x, const float* y, int64_t n) {
 }  // namespace
 
 bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  // F16C through cpuid: clang 14's __builtin_cpu_supports does not know "f16c".
+  auto f16c = [] {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+  };
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c();
   return has;
 }
 

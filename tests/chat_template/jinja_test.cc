@@ -311,6 +311,30 @@ TEST(JinjaTest, LimitsStopRunawayTemplates) {
   std::string nested_ifs;
   for (int i = 0; i < 5000; ++i) nested_ifs += "{% if true %}";
   EXPECT_EQ(ParseStatus(nested_ifs).code(), absl::StatusCode::kInvalidArgument);
+  // Found by chat_template_fuzzer: long left-nested chains (filters, attributes, calls,
+  // operators) built trees whose rendering and destruction overflowed the stack.
+  auto repeat = [](std::string_view s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  for (const std::string& chain :
+       {"x" + repeat("|e", 50000), "x" + repeat(".a", 50000), "x" + repeat("[0]", 50000),
+        "x" + repeat("()", 50000), "1" + repeat(" + 1", 50000), "'a'" + repeat(" ~ 'a'", 50000),
+        "2" + repeat(" ** 1", 50000), "x" + repeat(" or x", 50000), "x" + repeat(" and x", 50000),
+        "1" + repeat(" if x", 50000), "x" + repeat(" is defined", 50000)}) {
+    const absl::Status s = ParseStatus("{{ " + chain + " }}");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << chain.substr(0, 20) << ": " << s;
+  }
+  // Chains as long as real templates write still work.
+  auto render = [](const std::string& source) -> std::string {
+    absl::StatusOr<ChatTemplate> tmpl = ChatTemplate::Parse(source);
+    if (!tmpl.ok()) return tmpl.status().ToString();
+    absl::StatusOr<std::string> out = tmpl->Render(nlohmann::json::object());
+    return out.ok() ? *out : out.status().ToString();
+  };
+  EXPECT_EQ(render("{{ 'a'" + repeat(" ~ 'a'", 40) + " }}"), std::string(41, 'a'));
+  EXPECT_EQ(render("{{ 1" + repeat(" + 1", 40) + " }}"), "41");
 }
 
 // Mutated real templates must parse or fail cleanly, and render or fail cleanly: never crash.

@@ -91,6 +91,25 @@ TEST_F(LoaderTest, SafetensorsCorruptions) {
   ASSERT_TRUE(LoadModel(dir).ok());
 }
 
+// Found by safetensors_fuzzer: after a zero dimension any later one passed the size check, so
+// 2^64 - 1 became a shape entry of -1.
+TEST_F(LoaderTest, SafetensorsHugeDimensionAfterZero) {
+  auto file_with = [](const std::string& header) {
+    std::string bytes(8, '\0');
+    const uint64_t len = header.size();
+    std::memcpy(bytes.data(), &len, 8);
+    return MappedFile::FromString("t.safetensors", bytes + header);
+  };
+  auto st = ParseSafetensors(file_with(
+      R"({"a": {"dtype": "F32", "shape": [0, 18446744073709551615], "data_offsets": [0, 0]}})"));
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kDataLoss) << st.status();
+  EXPECT_NE(st.status().message().find("\"a\""), std::string::npos) << st.status();
+  st = ParseSafetensors(
+      file_with(R"({"a": {"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}})"));
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->tensors.at("a").shape, (std::vector<int64_t>{0, 3}));
+}
+
 TEST_F(LoaderTest, ConfigErrors) {
   const std::string dir = tmp_.path() + "/hf";
   ASSERT_TRUE(ConvertLlama2cToHf(testing::Stories260K(), dir).ok());
@@ -114,6 +133,24 @@ TEST_F(LoaderTest, ConfigErrors) {
   EXPECT_FALSE(replaced("\"hidden_size\": 64", "\"hidden_size\": 65").ok());
   EXPECT_FALSE(replaced("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"").ok());
   EXPECT_FALSE(replaced("\"vocab_size\": 512", "\"vocab_size\": \"x\"").ok());
+  // Found by hf_config_fuzzer: a field of the wrong JSON type read with json::value() threw,
+  // and the uncaught exception aborted the process. Each is now an error naming the field.
+  for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+           {"\"model_type\": \"llama\"", "\"model_type\": 16"},
+           {"\"tie_word_embeddings\": true", "\"tie_word_embeddings\": \"yes\""},
+           {"\"model_type\": \"llama\"", "\"model_type\": \"llama\", \"use_sliding_window\": 1"},
+           {"\"model_type\": \"llama\"",
+            "\"model_type\": \"llama\", \"rope_scaling\": {\"type\": 2}"},
+           {"\"model_type\": \"llama\"",
+            "\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": [], \"factor\": 2}"}}) {
+    s = replaced(from, to);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << to << ": " << s;
+  }
+  // An EOS id outside int32 no longer wraps into a valid one (4294967298 would become 2).
+  EXPECT_FALSE(replaced("\"model_type\": \"llama\"",
+                        "\"model_type\": \"llama\", "
+                        "\"eos_token_id\": 4294967298")
+                   .ok());
   std::filesystem::remove(dir + "/config.json");
   EXPECT_EQ(LoadModel(dir).code(), absl::StatusCode::kNotFound);
 }

@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
+#include <random>
+
 #include "engine/llama2c_tokenizer.h"
+#include "engine/mapped_file.h"
 #include "engine/stop.h"
 #include "tests/test_util.h"
 
@@ -31,6 +36,81 @@ TEST(Llama2cTokenizerTest, ByteFallbackRoundTrips) {
   const std::string text = "naïve café 日本 🙂";
   const auto ids = tok->Encode(text, true);
   EXPECT_EQ(tok->Decode(ids), text);
+}
+
+// run.c's encode() as written there (O(n^2) merges), straight from tokenizer.bin.
+std::vector<int> RunCEncode(const std::string& text) {
+  const std::string bin = *ReadFileToString(testing::Tok512());
+  std::vector<std::string> pieces;
+  std::vector<float> scores;
+  std::map<std::string, int> ids;
+  for (size_t off = 4; off < bin.size();) {
+    float score;
+    int32_t len;
+    std::memcpy(&score, bin.data() + off, 4);
+    std::memcpy(&len, bin.data() + off + 4, 4);
+    pieces.emplace_back(bin.data() + off + 8, len);
+    scores.push_back(score);
+    ids.try_emplace(pieces.back(), static_cast<int>(pieces.size()) - 1);
+    off += 8 + len;
+  }
+  auto lookup = [&](const std::string& s) {
+    auto it = ids.find(s);
+    return it == ids.end() ? -1 : it->second;
+  };
+  std::vector<int> tokens = {1};
+  if (!text.empty()) tokens.push_back(lookup(" "));
+  std::string buf;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if ((static_cast<unsigned char>(text[i]) & 0xC0) != 0x80) buf.clear();
+    buf.push_back(text[i]);
+    if (i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80 &&
+        buf.size() < 4) {
+      continue;
+    }
+    if (const int id = lookup(buf); id != -1) {
+      tokens.push_back(id);
+    } else {
+      for (unsigned char b : buf) tokens.push_back(b + 3);
+    }
+    buf.clear();
+  }
+  while (true) {
+    float best_score = -1e10f;
+    int best_id = -1, best_idx = -1;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      const int id = lookup(pieces[tokens[i]] + pieces[tokens[i + 1]]);
+      if (id != -1 && scores[id] > best_score) {
+        best_score = scores[id];
+        best_id = id;
+        best_idx = static_cast<int>(i);
+      }
+    }
+    if (best_idx == -1) break;
+    tokens[best_idx] = best_id;
+    tokens.erase(tokens.begin() + best_idx + 1);
+  }
+  return tokens;
+}
+
+// The merges run from a heap since ingress_fuzzer showed run.c's O(n^2) loop holding the router
+// for minutes on one 64 KB prompt; they must stay exactly run.c's, ties included.
+TEST(Llama2cTokenizerTest, HeapMergesEqualRunCLoop) {
+  auto tok = Tok();
+  std::mt19937 rng(7);
+  const std::vector<std::string> parts = {
+      "the",  " ", "a",    "e", "Once upon a time", "ing", "ll", "é", "日本", "🙂", "\n", "  ",
+      "Lily", "!", "\xff", "x"};
+  for (int iter = 0; iter < 300; ++iter) {
+    std::string text;
+    const int n = 1 + static_cast<int>(rng() % 60);
+    for (int i = 0; i < n; ++i) text += parts[rng() % parts.size()];
+    ASSERT_EQ(tok->Encode(text, true), RunCEncode(text)) << text;
+  }
+  // Long repetitive input (many equal-score ties) too.
+  std::string long_text;
+  for (int i = 0; i < 40; ++i) long_text += "aaaa bbbb the the the ";
+  EXPECT_EQ(tok->Encode(long_text, true), RunCEncode(long_text));
 }
 
 TEST(Utf8Test, CompletePrefix) {
@@ -64,6 +144,29 @@ TEST(IncrementalDecoderTest, OutputIsValidUtf8EvenForByteSoup) {
   all += dec.Flush();
   EXPECT_EQ(ToValidUtf8(all), all);
   EXPECT_NE(all.find('A'), std::string::npos);
+}
+
+// Found with tokenizer_encode_fuzzer: output that never completes a character (lone lead
+// bytes, U+FFFD) was held back forever, so every Add re-decoded the whole growing window
+// (quadratic) and none of it was streamed. It now streams within a few ids.
+TEST(IncrementalDecoderTest, NeverCompletingOutputStillStreams) {
+  auto tok = Tok();
+  IncrementalDecoder dec(tok.get(), {});
+  std::string streamed;
+  for (int i = 0; i < 1000; ++i) streamed += dec.Add(3 + 0xE6);  // lone lead bytes
+  EXPECT_EQ(ToValidUtf8(streamed), streamed);
+  // Each lone byte is one U+FFFD; all but the last few ids are out already.
+  EXPECT_GE(streamed.size(), 3u * (1000 - 8));
+  streamed += dec.Flush();
+  EXPECT_EQ(streamed.size(), 3u * 1000);
+  // And a real character after the junk still arrives whole.
+  IncrementalDecoder dec2(tok.get(), {});
+  std::string out;
+  for (int i = 0; i < 20; ++i) out += dec2.Add(3 + 0xE6);
+  for (int id : tok->Encode("日本", false)) out += dec2.Add(id);
+  out += dec2.Flush();
+  EXPECT_EQ(ToValidUtf8(out), out);
+  EXPECT_NE(out.find("日本"), std::string::npos) << out;
 }
 
 TEST(IncrementalDecoderTest, StreamingEqualsFullDecodeAndNeverSplitsCharacters) {

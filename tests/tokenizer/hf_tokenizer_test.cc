@@ -281,6 +281,14 @@ TEST(HfTokenizerTest, MalformedFiles) {
             StatusCode::kInvalidArgument);  // merged token missing
   EXPECT_EQ(LoadError(TinyTokenizer(TinyBpe({{"a", 0}}, {"a b c"}))), StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadError(TinyTokenizer(TinyBpe({{"a", 0}}, {42}))), StatusCode::kInvalidArgument);
+  // Found by tokenizer_json_fuzzer: one huge id made the loader allocate ~32 GB for its dense
+  // id -> token table. Ids may leave at most 65536 holes.
+  EXPECT_EQ(LoadError(TinyTokenizer(TinyBpe({{"a", 0}, {"b", 1000000000}}, Json::array()))),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadError(TinyTokenizer(TinyBpe({{"a", 0}, {"b", 65538}}, Json::array()))),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      HfTokenizer::FromJson(TinyTokenizer(TinyBpe({{"a", 0}, {"b", 65537}}, Json::array()))).ok());
   EXPECT_EQ(LoadError(TinyTokenizer({{"type", "Unigram"}, {"vocab", Json::array()}})),
             StatusCode::kUnimplemented);
   EXPECT_EQ(LoadError(TinyTokenizer(model, {{"normalizer", {{"type", "Lowercase"}}}})),

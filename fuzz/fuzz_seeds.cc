@@ -1,0 +1,235 @@
+// Writes the seed corpora of the fuzz targets into OUT_DIR/<target>/: headers of the real
+// stories260K checkpoint, small safetensors files written by the engine's own writer, the test
+// fixtures' config.json files, shrunken copies of the real tokenizer.json files (their full
+// vocabularies would make every run slow), chat templates of a real tokenizer_config.json, valid
+// GenerateRequests and valid KV frames. Generated at build time rather than committed.
+//   fuzz_seeds OUT_DIR
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/mapped_file.h"
+#include "engine/safetensors.h"
+#include "engine/tokenizer/hf_tokenizer.h"
+#include "kv_transfer/wire.h"
+#include "nlohmann/json.hpp"
+#include "tandem/v1/generation.pb.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string g_out;
+int g_count = 0;
+
+void Write(const std::string& target, const std::string& name, const std::string& bytes) {
+  const fs::path dir = fs::path(g_out) / target;
+  fs::create_directories(dir);
+  std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::fprintf(stderr, "fuzz_seeds: cannot write %s\n", (dir / name).c_str());
+    std::exit(1);
+  }
+  ++g_count;
+}
+
+std::string Read(const std::string& path) {
+  auto s = tandem::ReadFileToString(path);
+  if (!s.ok()) {
+    std::fprintf(stderr, "fuzz_seeds: %s\n", s.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(s);
+}
+
+const std::string kShared = TANDEM_SHARED_DIR;
+const std::string kSource = TANDEM_SOURCE_DIR;
+
+void Llama2c() {
+  const std::string bin = Read(kShared + "/models/stories260K/stories260K.bin");
+  Write("llama2c_fuzzer", "stories260K_header", bin.substr(0, 28));
+  // dim 8, hidden 16, 1 layer, 2 heads, 1 KV head, vocab 4 (negative: separate classifier),
+  // context 4: the target pads it to the size it describes.
+  const int32_t tiny[7] = {8, 16, 1, 2, 1, -4, 4};
+  Write("llama2c_fuzzer", "tiny_header", std::string(reinterpret_cast<const char*>(tiny), 28));
+}
+
+void Safetensors() {
+  using tandem::DType;
+  const std::vector<std::vector<tandem::TensorSpec>> files = {
+      {{"model.embed_tokens.weight", DType::kF32, {4, 2}}, {"model.norm.weight", DType::kF32, {2}}},
+      {{"a", DType::kF16, {3}}, {"b", DType::kBF16, {1, 2}}, {"c", DType::kF32, {0, 5}}},
+      {{"lm_head.weight", DType::kBF16, {2, 2, 1}}},
+  };
+  const fs::path tmp = fs::path(g_out) / "tmp.safetensors";
+  int i = 0;
+  for (const auto& specs : files) {
+    auto st = tandem::WriteSafetensors(tmp, specs, [](const tandem::TensorSpec& t) {
+      return std::string(static_cast<size_t>(t.numel()) * tandem::DTypeSize(t.dtype), '\x3c');
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "fuzz_seeds: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
+    Write("safetensors_fuzzer", "small" + std::to_string(i++), Read(tmp));
+  }
+  fs::remove(tmp);
+  // The header of a real fixture (its data cut off: offsets then point past the end).
+  const std::string real = Read(kSource + "/tests/fixtures/hf/llama_tied_bf16/model.safetensors");
+  uint64_t len = 0;
+  std::memcpy(&len, real.data(), 8);
+  Write("safetensors_fuzzer", "fixture_header", real.substr(0, 8 + len));
+}
+
+void HfConfig() {
+  for (const char* name : {"llama3_f32", "llama_tied_bf16", "mistral_f16", "qwen2_f32"}) {
+    Write("hf_config_fuzzer", name, Read(kSource + "/tests/fixtures/hf/" + name + "/config.json"));
+  }
+}
+
+// The tokenizer.json with only the vocabulary entries of ids below `keep` and the merges among
+// them (json, not ordered_json: the latter's linear key lookups take minutes on 150k entries).
+std::string Shrink(const std::string& text, int keep) {
+  nlohmann::json j = nlohmann::json::parse(text);
+  auto& model = j["model"];
+  nlohmann::json vocab = nlohmann::json::object();
+  std::unordered_set<std::string> kept;
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (it.value().get<int>() < keep) {
+      vocab[it.key()] = it.value();
+      kept.insert(it.key());
+    }
+  }
+  nlohmann::json merges = nlohmann::json::array();
+  for (const auto& m : model["merges"]) {
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos) continue;
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    }
+    if (kept.contains(a) && kept.contains(b) && kept.contains(a + b)) merges.push_back(m);
+  }
+  model["vocab"] = std::move(vocab);
+  model["merges"] = std::move(merges);
+  return j.dump(1);
+}
+
+void Tokenizers() {
+  for (const char* name : {"qwen3", "mistral"}) {
+    const std::string full = Read(kShared + "/testdata/tokenizers/" + name + ".tokenizer.json");
+    const std::string small = Shrink(full, 400);
+    auto loaded = tandem::HfTokenizer::FromJson(small);
+    if (!loaded.ok()) {
+      std::fprintf(stderr, "fuzz_seeds: warning: shrunken %s does not load: %s\n", name,
+                   loaded.status().ToString().c_str());
+    }
+    Write("tokenizer_json_fuzzer", name, small);
+  }
+  const char* texts[] = {"Hello world! It's 12345 times.", "ünïcödé 日本語 🙂\n\n  x",
+                         "<|im_start|>user\nhi<|im_end|>", "[INST] a\tb [/INST]</s>"};
+  int i = 0;
+  for (const char* text : texts) {
+    for (char which : {'\0', '\1'}) {
+      Write("tokenizer_encode_fuzzer", "text" + std::to_string(i++), std::string(1, which) + text);
+    }
+  }
+}
+
+void ChatTemplates() {
+  auto config =
+      nlohmann::json::parse(Read(kShared + "/testdata/tokenizers/qwen3.tokenizer_config.json"));
+  Write("chat_template_fuzzer", "qwen3", config["chat_template"].get<std::string>());
+  Write("chat_template_fuzzer", "llama2",
+        "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'user' %}[INST] {{ m['content'] "
+        "| trim }} [/INST]{% elif m['role'] == 'assistant' %} {{ m['content'] }}{{ eos_token }}"
+        "{% endif %}{% endfor %}");
+  Write("chat_template_fuzzer", "features",
+        "{%- set ns = namespace(n=0) -%}{% macro f(x, y=2) %}{{ x ~ y }}{% endmacro %}"
+        "{% for m in messages if m.role != 'tool' %}{{ loop.index }}:{{ f(m.role) }}"
+        "{{ m.content is string }}{{ tools | tojson(indent=2) }}{% set ns.n = ns.n + 1 %}"
+        "{% endfor %}{{ ns.n }}{{ 'x' * 3 }}{{ [1,2,3][1:] | join(',') }}{{ {'a': 1}.items() "
+        "| list | length }}{% if add_generation_prompt %}<|assistant|>{% endif %}");
+  Write("chat_template_fuzzer", "chains",
+        "{{ messages[0].content|trim|e|length ~ 'x' ~ (1 + 2 * 3 ** 2) }}{{ x.a.b[0]()[1:] "
+        "if x is defined and not y or z else none }}");
+}
+
+void Requests() {
+  tandem::v1::GenerateRequest r;
+  r.set_text("Once upon a time");
+  r.set_max_tokens(16);
+  Write("ingress_fuzzer", "text", r.SerializeAsString());
+  r.mutable_sampling()->set_temperature(0.7f);
+  r.mutable_sampling()->set_top_k(40);
+  r.mutable_sampling()->set_top_p(0.9f);
+  r.mutable_sampling()->set_seed(7);
+  r.add_stop("\n");
+  r.add_stop("The end");
+  r.set_request_id("req-1");
+  r.set_ignore_eos(true);
+  Write("ingress_fuzzer", "text_sampling_stop", r.SerializeAsString());
+  tandem::v1::GenerateRequest t;
+  for (int id : {1, 403, 407, 261, 500}) t.mutable_tokens()->add_ids(id);
+  t.set_max_tokens(200);
+  Write("ingress_fuzzer", "tokens", t.SerializeAsString());
+}
+
+void Frames() {
+  tandem::KvChunkHeader c;
+  c.request_id = 42;
+  c.lease_id = 7;
+  c.generation = 3;
+  c.layer = 1;
+  c.width = 8;
+  int i = 0;
+  for (uint32_t start : {0u, 3u, 6u}) {
+    for (uint32_t count : {1u, 2u, 5u}) {
+      ++i;
+      c.token_start = start;
+      c.token_count = count;
+      std::string payload(2 * count * 8 * 4, '\0');
+      for (size_t b = 0; b < payload.size(); ++b) payload[b] = static_cast<char>(b * 7 + start);
+      Write("kv_wire_fuzzer", "data" + std::to_string(i), tandem::EncodeKvDataFrame(i, c, payload));
+    }
+  }
+  c.dtype = tandem::DType::kBF16;
+  Write("kv_wire_fuzzer", "data_bf16",
+        tandem::EncodeKvDataFrame(99, c, std::string(2 * c.token_count * 8 * 2, '\1')));
+  Write("kv_wire_fuzzer", "ack_ok", tandem::EncodeKvAckFrame(5, c, absl::OkStatus()));
+  Write("kv_wire_fuzzer", "ack_error",
+        tandem::EncodeKvAckFrame(6, c, absl::FailedPreconditionError("lease 7 generation 3 gone")));
+  Write("kv_wire_fuzzer", "endpoint_tcp", "tcp://127.0.0.1:4567");
+  Write("kv_wire_fuzzer", "endpoint_local", "local://decode-0");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_seeds OUT_DIR\n");
+    return 2;
+  }
+  g_out = argv[1];
+  fs::create_directories(g_out);
+  Llama2c();
+  Safetensors();
+  HfConfig();
+  Tokenizers();
+  ChatTemplates();
+  Requests();
+  Frames();
+  std::printf("fuzz_seeds: %d seeds in %s\n", g_count, g_out.c_str());
+  return 0;
+}
