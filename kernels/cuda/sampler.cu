@@ -14,9 +14,15 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/sample_boundary.h"
 
 namespace tandem::cuda {
 namespace {
+
+using sampling::FindKeepBoundary;
+using sampling::KeepBoundary;
+using sampling::Kept;
+using sampling::ProbBits;
 
 constexpr int kThreads = 1024;
 
@@ -46,13 +52,6 @@ __device__ T BlockReduce(T v, Op op, T* shared) {
   return out;
 }
 
-struct Boundary {
-  uint64_t v;  // bit pattern of the probability
-  int cut;     // ties with p == v and id < cut are kept
-};
-
-__device__ uint64_t Bits(double d) { return static_cast<uint64_t>(__double_as_longlong(d)); }
-
 __global__ void SampleKernel(const float* __restrict__ logits,  // [rows, vocab]
                              int vocab, const SampleRowParams* __restrict__ params,  // [rows]
                              double* __restrict__ workspace,  // [rows, vocab]
@@ -66,7 +65,6 @@ __global__ void SampleKernel(const float* __restrict__ logits,  // [rows, vocab]
   auto sum = [](double a, double b) { return a + b; };
   auto lmax = [](long long a, long long b) { return a > b ? a : b; };
   auto lmin = [](long long a, long long b) { return a < b ? a : b; };
-  auto lsum = [](long long a, long long b) { return a + b; };
 
   if (prm.temperature == 0.f) {
     // First maximum: reduce (value, -id) lexicographically via a two-pass max.
@@ -99,86 +97,34 @@ __global__ void SampleKernel(const float* __restrict__ logits,  // [rows, vocab]
   for (int i = tid; i < vocab; i += nt) p[i] /= total;
   __syncthreads();
 
-  auto count_ge = [&](uint64_t b) {
-    long long c = 0;
-    for (int i = tid; i < vocab; i += nt) c += Bits(p[i]) >= b;
-    return BlockReduce<long long>(c, lsum, si);
-  };
-  auto mass_ge = [&](uint64_t b) {
-    double m = 0.0;
-    for (int i = tid; i < vocab; i += nt) m += Bits(p[i]) >= b ? p[i] : 0.0;
-    return BlockReduce<double>(m, sum, sd);
-  };
-  // Smallest x such that #{i < x : p_i == v} >= m.
-  auto tie_cut = [&](uint64_t v, long long m) {
-    int lo = 1, hi = vocab;
-    while (lo < hi) {
-      const int mid = lo + (hi - lo) / 2;
+  // The reductions FindKeepBoundary needs, over this block.
+  struct BlockRows {
+    const double* p;
+    int vocab, tid, nt;
+    double* sd;
+    long long* si;
+    __device__ long long CountGe(uint64_t b) {
       long long c = 0;
-      for (int i = tid; i < mid; i += nt) c += Bits(p[i]) == v;
-      if (BlockReduce<long long>(c, lsum, si) >= m) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
+      for (int i = tid; i < vocab; i += nt) c += ProbBits(p[i]) >= b;
+      return BlockReduce<long long>(
+          c, [](long long a, long long x) { return a + x; }, si);
     }
-    return lo;
-  };
-  const uint64_t one = Bits(1.0);
-  Boundary keep{0, vocab};  // everything
+    __device__ double MassGe(uint64_t b) {
+      double m = 0.0;
+      for (int i = tid; i < vocab; i += nt) m += ProbBits(p[i]) >= b ? p[i] : 0.0;
+      return BlockReduce<double>(
+          m, [](double a, double x) { return a + x; }, sd);
+    }
+    __device__ long long TiesBelow(uint64_t v, int x) {
+      long long c = 0;
+      for (int i = tid; i < x; i += nt) c += ProbBits(p[i]) == v;
+      return BlockReduce<long long>(
+          c, [](long long a, long long y) { return a + y; }, si);
+    }
+  } rows{p, vocab, tid, nt, sd, si};
   bool limited = false;
-  const int k = prm.top_k > 0 && prm.top_k < vocab ? prm.top_k : vocab;
-  if (k < vocab) {
-    limited = true;
-    uint64_t lo = 0, hi = one;  // largest v with count(p >= v) >= k
-    while (lo < hi) {
-      const uint64_t mid = lo + (hi - lo + 1) / 2;
-      if (count_ge(mid) >= k) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    const long long gt = count_ge(lo + 1);
-    keep = {lo, tie_cut(lo, k - gt)};
-  }
-  if (prm.top_p < 1.f) {
-    limited = true;
-    const double target = prm.top_p;
-    if (mass_ge(0) >= target) {
-      uint64_t lo = 0, hi = one;  // largest v with mass(p >= v) >= top_p
-      while (lo < hi) {
-        const uint64_t mid = lo + (hi - lo + 1) / 2;
-        if (mass_ge(mid) >= target) {
-          lo = mid;
-        } else {
-          hi = mid - 1;
-        }
-      }
-      const double gt_mass = mass_ge(lo + 1);
-      const long long ties = count_ge(lo) - count_ge(lo + 1);
-      if (tid == 0) {
-        // The CPU adds the tied tokens one by one until the mass reaches top_p.
-        const double v = __longlong_as_double(static_cast<long long>(lo));
-        double cum = gt_mass;
-        long long m = 0;
-        do {
-          cum += v;
-          ++m;
-        } while (cum < target && m < ties);
-        si[0] = m;
-      }
-      __syncthreads();
-      const long long m = si[0];
-      __syncthreads();
-      const Boundary b{lo, tie_cut(lo, m)};
-      if (b.v > keep.v || (b.v == keep.v && b.cut < keep.cut)) keep = b;
-    }
-  }
-  auto kept = [&](int i) {
-    const uint64_t b = Bits(p[i]);
-    return b > keep.v || (b == keep.v && i < keep.cut);
-  };
+  const KeepBoundary keep = FindKeepBoundary(rows, vocab, prm.top_k, prm.top_p, &limited);
+  auto kept = [&](int i) { return Kept(keep, p[i], i); };
   double kept_sum = 1.0;
   if (limited) {
     double s = 0.0;
