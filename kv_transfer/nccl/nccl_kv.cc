@@ -172,8 +172,12 @@ void NcclKvSender::Step(absl::Time now) {
         ++it;
       }
     }
-    if (ch.queue.empty()) continue;
     absl::StatusOr<CommPoll> poll = e->comm->Poll();
+    if (ch.queue.empty()) {
+      // An idle communicator whose peer went away leaves the pool now, not on its next use.
+      if (!poll.ok()) FailComm(comm_id, poll.status());
+      continue;
+    }
     if (!poll.ok()) {
       FailComm(comm_id, absl::UnavailableError(absl::StrFormat(
                             "nccl kv transfer %d to %s: communicator failed: %s",
@@ -198,6 +202,17 @@ void NcclKvSender::Step(absl::Time now) {
         ch.queue.pop_front();
         e->active--;
         e->last_used = now;
+        // The next one starts now, unless its deadline passed while it waited (it fails alone:
+        // nothing of it is on the wire).
+        while (!ch.queue.empty() && now > ch.queue.front()->deadline) {
+          Transfer& t = *ch.queue.front();
+          Finish(t, absl::DeadlineExceededError(absl::StrFormat(
+                        "nccl kv transfer %d to %s: deadline passed while queued behind another "
+                        "transfer",
+                        t.id, t.peer)));
+          ch.queue.pop_front();
+          e->active--;
+        }
         if (ch.queue.empty()) continue;
         head = ch.queue.front().get();
       }
