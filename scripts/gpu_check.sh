@@ -4,6 +4,7 @@
 # writes logs and JSON results under $OUT (or the folder given as $1):
 #   device.txt            nvidia-smi, nvcc
 #   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*)
+#   cuda_kv_bench.json    KV pack/unpack GB/s on the GPU
 #   nccl.json/.log        the NCCL transport: fake-communicator logic, the real library's loader,
 #                         a lonely rank's abort (1 GPU), the 2-GPU transfer (skipped on 1 GPU)
 #   ctest.log             the rest of the suite, if time is left (stage limited by timeout)
@@ -40,13 +41,13 @@ finish() {
 rc=0
 s=$(date +%s)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DTANDEM_BUILD_BENCH=OFF >"$OUT/configure.log" 2>&1
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTANDEM_BUILD_BENCH=ON >"$OUT/configure.log" 2>&1
 c=$?
 record configure $c $(($(date +%s) - s))
 if [[ $c -ne 0 ]]; then tail -30 "$OUT/configure.log"; finish 1; fi
 # Only what the CUDA checks need first; the rest of the suite afterwards if time allows.
 s=$(date +%s)
-targets=(tandem_cuda kernels_test kv_transfer_test)
+targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench)
 # libtandem_nccl.so exists only where nccl.h and libnccl were found.
 if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q '^tandem_nccl:'; then
   targets+=(tandem_nccl)
@@ -75,6 +76,11 @@ timeout 120 "$BUILD_DIR/bin/kv_transfer_test" --gtest_filter='Nccl*' \
 c=$?
 record nccl $c $(($(date +%s) - s)) "$OUT/nccl.json"
 [[ $c -ne 0 ]] && rc=4
+s=$(date +%s)
+timeout 60 "$BUILD_DIR/bin/cuda_kv_bench" --out "$OUT/cuda_kv_bench.json" >"$OUT/cuda_kv_bench.log" 2>&1
+c=$?
+record cuda_kv_bench $c $(($(date +%s) - s))
+cat "$OUT/cuda_kv_bench.log"
 tail -5 "$OUT/cuda_twin.log"
 tail -3 "$OUT/nccl.log"
 
