@@ -584,6 +584,53 @@ TEST_F(NcclKvTest, ReceiverAbortsAnIdleCommunicatorAndSenderEvictsIdleOnes) {
   EXPECT_TRUE(WaitFor([&] { return receiver_->num_comms() == 0; }));
 }
 
+// The decode side alone, driven by a hand-made prefill rank: a header whose payload never
+// comes, and a header out of step.
+class NcclKvReceiverTest : public NcclKvTest {
+ protected:
+  // Rank 1 of a new communicator with the receiver, once initialised.
+  std::unique_ptr<Communicator> Prefill() {
+    auto id = receiver_->Bootstrap("prefill-raw");
+    EXPECT_TRUE(id.ok());
+    auto c = net_.InitRank(*id, 2, kNcclPrefillRank);
+    EXPECT_TRUE(c.ok());
+    EXPECT_TRUE(WaitFor([&] { return *(*c)->Poll() == CommPoll::kIdle; }));
+    return std::move(*c);
+  }
+};
+
+TEST_F(NcclKvReceiverTest, LatePayloadAbortsTheCommunicatorAndFailsTheChunk) {
+  receiver_->Shutdown();
+  options_.payload_timeout = absl::Milliseconds(100);
+  receiver_ = std::make_unique<NcclKvReceiver>(&net_, &sink_, options_);
+  auto prefill = Prefill();
+  Request r(9, 1);
+  auto header =
+      EncodeNcclLayerHeader(0, r.layers[0].chunk, r.layers[0].payload, true, kDefaultMaxFrameBytes);
+  ASSERT_TRUE(header.ok());
+  ASSERT_TRUE(prefill->Send(*header, kNcclDecodeRank).ok());  // and no payload
+  ASSERT_TRUE(WaitFor([&] { return receiver_->chunks_failed() == 1; }));
+  const absl::Status s = sink_.failed()[{9, 0}];
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_NE(s.message().find("did not arrive in time"), std::string::npos) << s;
+  EXPECT_EQ(receiver_->num_comms(), 0u);
+  EXPECT_EQ(receiver_->aborts(), 1u);
+  EXPECT_FALSE(prefill->Poll().ok());  // the abort reached the prefill rank
+}
+
+TEST_F(NcclKvReceiverTest, HeaderOutOfStepAbortsTheCommunicator) {
+  auto prefill = Prefill();
+  Request r(9, 1);
+  auto header = EncodeNcclLayerHeader(5, r.layers[0].chunk, r.layers[0].payload, true,
+                                      kDefaultMaxFrameBytes);  // seq 5, expected 0
+  ASSERT_TRUE(header.ok());
+  ASSERT_TRUE(prefill->Send(*header, kNcclDecodeRank).ok());
+  ASSERT_TRUE(WaitFor([&] { return receiver_->num_comms() == 0; }));
+  EXPECT_EQ(receiver_->aborts(), 1u);
+  EXPECT_EQ(receiver_->chunks_delivered(), 0u);
+  prefill.reset();
+}
+
 TEST_F(NcclKvTest, ShutdownCancelsPendingTransfers) {
   net_.Freeze(kNcclDecodeRank, true);
   Request r(1, 2);
