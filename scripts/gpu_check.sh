@@ -1,27 +1,102 @@
 #!/usr/bin/env bash
-# The device check, for a machine with an NVIDIA GPU (run through the device tool in one call):
-# builds with CUDA, runs the CUDA twin tests and the CPU tests, and writes results under $OUT.
-#   OUT   folder for logs and JSON (default: ./gpu_out)
+# The device check, for a machine with an NVIDIA GPU (run through the device tool in one call;
+# budget: under 8 minutes on one H200). Builds with CUDA for sm_90 only, runs every CUDA test and
+# writes logs and JSON results under $OUT (or the folder given as $1):
+#   device.txt            nvidia-smi, nvcc
+#   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*)
+#   cuda_kv_bench.json    KV pack/unpack GB/s on the GPU
+#   nccl.json/.log        the NCCL transport: fake-communicator logic, the real library's loader,
+#                         a lonely rank's abort (1 GPU), the 2-GPU transfer (skipped on 1 GPU)
+#   ctest.log             the rest of the suite, if time is left (stage limited by timeout)
+#   summary.json          per stage: exit code, tests run / failed / skipped, seconds
+# Exit code: 0 when every stage passed and no CUDA twin skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-gpu_out}
+OUT=${1:-${OUT:-gpu_out}}
 mkdir -p "$OUT"
 export PATH="$PATH:/usr/local/cuda/bin"
+T0=$(date +%s)
 {
   nvidia-smi || true
   nvcc --version || true
 } >"$OUT/device.txt" 2>&1
-BUILD_DIR=build-gpu
+BUILD_DIR=${BUILD_DIR:-build-gpu}
+JOBS=$(nproc)
+stage_json=()
+record() {  # name rc seconds [gtest json]
+  local tests=0 failures=0 skipped=0
+  if [[ -n "${4:-}" && -f "$4" ]]; then
+    tests=$(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print(d.get('tests',0))" "$4" 2>/dev/null || echo 0)
+    failures=$(python3 -c "import json,sys;d=json.load(open(sys.argv[1]));print(d.get('failures',0))" "$4" 2>/dev/null || echo 0)
+    skipped=$(grep -c '"result": "SKIPPED"' "$4" 2>/dev/null || true)
+  fi
+  stage_json+=("{\"stage\":\"$1\",\"rc\":$2,\"seconds\":$3,\"tests\":$tests,\"failures\":$failures,\"skipped\":${skipped:-0}}")
+}
+finish() {
+  local IFS=,
+  echo "{\"total_seconds\":$(($(date +%s) - T0)),\"stages\":[${stage_json[*]}]}" >"$OUT/summary.json"
+  cat "$OUT/summary.json"
+  exit "$1"
+}
+rc=0
+s=$(date +%s)
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 || { echo "configure failed"; tail -30 "$OUT/configure.log"; exit 1; }
-cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-# The CUDA twins must run (not skip) here.
-"$BUILD_DIR/bin/kernels_test" --gtest_filter='CudaTwin*' --gtest_output="json:$OUT/cuda_twin.json" \
-  >"$OUT/cuda_twin.log" 2>&1
-rc=$?
-if grep -q '^\[  SKIPPED \]' "$OUT/cuda_twin.log"; then echo "CUDA twins skipped on a GPU machine"; rc=3; fi
-ctest --test-dir "$BUILD_DIR" -j 8 --output-on-failure >"$OUT/ctest.log" 2>&1 || rc=$((rc == 0 ? 4 : rc))
-"$BUILD_DIR/bin/engine_bench" --out "$OUT/engine_bench.json" >"$OUT/engine_bench.log" 2>&1 || true
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTANDEM_BUILD_BENCH=ON >"$OUT/configure.log" 2>&1
+c=$?
+record configure $c $(($(date +%s) - s))
+if [[ $c -ne 0 ]]; then tail -30 "$OUT/configure.log"; finish 1; fi
+# Only what the CUDA checks need first; the rest of the suite afterwards if time allows.
+s=$(date +%s)
+targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench)
+# libtandem_nccl.so exists only where nccl.h and libnccl were found.
+if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q '^tandem_nccl:'; then
+  targets+=(tandem_nccl)
+else
+  echo "NCCL not found: libtandem_nccl.so not built" | tee -a "$OUT/device.txt"
+fi
+timeout 300 cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}" >"$OUT/build.log" 2>&1
+c=$?
+record build_cuda $c $(($(date +%s) - s))
+if [[ $c -ne 0 ]]; then tail -30 "$OUT/build.log"; finish 1; fi
+
+s=$(date +%s)
+timeout 120 "$BUILD_DIR/bin/kernels_test" --gtest_filter='CudaTwin*:CudaOpsTwin*' \
+  --gtest_output="json:$OUT/cuda_twin.json" >"$OUT/cuda_twin.log" 2>&1
+c=$?
+record cuda_twin $c $(($(date +%s) - s)) "$OUT/cuda_twin.json"
+[[ $c -ne 0 ]] && rc=2
+if grep -q '^\[  SKIPPED \]' "$OUT/cuda_twin.log"; then
+  echo "CUDA twins skipped on a GPU machine"
+  rc=3
+fi
+
+s=$(date +%s)
+timeout 120 "$BUILD_DIR/bin/kv_transfer_test" --gtest_filter='Nccl*' \
+  --gtest_output="json:$OUT/nccl.json" >"$OUT/nccl.log" 2>&1
+c=$?
+record nccl $c $(($(date +%s) - s)) "$OUT/nccl.json"
+[[ $c -ne 0 ]] && rc=4
+s=$(date +%s)
+timeout 60 "$BUILD_DIR/bin/cuda_kv_bench" --out "$OUT/cuda_kv_bench.json" >"$OUT/cuda_kv_bench.log" 2>&1
+c=$?
+record cuda_kv_bench $c $(($(date +%s) - s))
+cat "$OUT/cuda_kv_bench.log"
 tail -5 "$OUT/cuda_twin.log"
-tail -3 "$OUT/ctest.log"
-exit $rc
+tail -3 "$OUT/nccl.log"
+
+# The rest of the suite, within what is left of 7 minutes.
+# GPU_CHECK_CUDA_ONLY=1 stops after the CUDA stages (for trying the script without a GPU).
+left=$((420 - ($(date +%s) - T0)))
+if [[ "${GPU_CHECK_CUDA_ONLY:-0}" != 1 ]] && ((left > 60)); then
+  s=$(date +%s)
+  timeout "$left" bash -c "cmake --build '$BUILD_DIR' -j '$JOBS' >'$OUT/build_all.log' 2>&1 &&
+    ctest --test-dir '$BUILD_DIR' -j 8 --timeout 120 --output-on-failure -E 'Nccl|Cuda' \
+      >'$OUT/ctest.log' 2>&1"
+  c=$?
+  record ctest $c $(($(date +%s) - s))
+  [[ $c -ne 0 && $rc -eq 0 ]] && rc=5
+  tail -3 "$OUT/ctest.log" 2>/dev/null
+else
+  record ctest -1 0
+fi
+finish $rc

@@ -5,11 +5,15 @@
 #include <cstdio>
 #include <cstring>
 
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/ops.h"
 
 namespace {
-
 thread_local char g_error[256] = "";
+}  // namespace
+
+namespace tandem::cuda {
 
 int Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return 0;
@@ -17,7 +21,17 @@ int Check(cudaError_t e, const char* what) {
   return static_cast<int>(e);
 }
 
-int LaunchCheck(const char* what) { return Check(cudaGetLastError(), what); }
+int BadArg(const char* what, const char* why) {
+  std::snprintf(g_error, sizeof(g_error), "%s: %s", what, why);
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace tandem::cuda
+
+namespace {
+
+using tandem::cuda::Check;
+using tandem::cuda::LaunchCheck;
 
 // One block per row; a block-wide reduction of the sum of squares.
 __global__ void RmsNormKernel(const float* __restrict__ x, const float* __restrict__ w,
@@ -120,6 +134,13 @@ int Add(float* x, const float* y, int64_t n) {
   return LaunchCheck("add");
 }
 
+int PagedAttentionDecodeC(const float* q, const float* k, const float* v,
+                          const TandemPagedAttentionArgs* args, int max_context, void* ws,
+                          size_t ws_bytes, float* out) {
+  if (args == nullptr) return tandem::cuda::BadArg("paged_attention", "args is null");
+  return tandem::cuda::PagedAttentionDecode(q, k, v, *args, max_context, ws, ws_bytes, out);
+}
+
 const TandemCudaApi kApi = {
     TANDEM_CUDA_ABI_VERSION,
     DeviceCount,
@@ -134,6 +155,14 @@ const TandemCudaApi kApi = {
     SiluMul,
     Rope,
     Add,
+    tandem::cuda::Embedding,
+    tandem::cuda::WriteKv,
+    tandem::cuda::PackKv,
+    tandem::cuda::UnpackKv,
+    tandem::cuda::PagedAttentionWorkspaceBytes,
+    PagedAttentionDecodeC,
+    tandem::cuda::SampleWorkspaceBytes,
+    tandem::cuda::Sample,
 };
 
 }  // namespace
