@@ -85,14 +85,54 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
   return l;
 }
 
+}  // namespace
+
+namespace router_internal {
+
+class CancelWatcher;
+
+// One thread for every request's CancelWatcher (not a thread per request): every 5 ms it polls
+// each watcher's client, every 100 ms the health of the workers they stream from.
+class CancelHub {
+ public:
+  CancelHub() : thread_([this] { Run(); }) {}
+  ~CancelHub() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Add(CancelWatcher* w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchers_.insert(w);
+  }
+  // Once it returns, the hub no longer touches `w`.
+  void Remove(CancelWatcher* w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchers_.erase(w);
+  }
+
+ private:
+  void Run();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::set<CancelWatcher*> watchers_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 // Cancels the client contexts of a request's worker calls when the router's own client goes
-// away (`cancelled` turns true: a gRPC cancel or deadline, an HTTP disconnect). Polls every
-// 5 ms until Done().
+// away (`cancelled` turns true: a gRPC cancel or deadline, an HTTP disconnect), and a worker
+// call whose worker turned unhealthy (WatchWorker). Polled by the router's CancelHub.
 class CancelWatcher {
  public:
-  explicit CancelWatcher(std::function<bool()> cancelled)
-      : cancelled_fn_(std::move(cancelled)), thread_([this] { Run(); }) {}
-  ~CancelWatcher() { Done(); }
+  CancelWatcher(CancelHub* hub, std::function<bool()> cancelled)
+      : hub_(hub), cancelled_fn_(std::move(cancelled)) {
+    hub_->Add(this);
+  }
+  ~CancelWatcher() { hub_->Remove(this); }
   void Watch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) c->TryCancel();
@@ -116,56 +156,57 @@ class CancelWatcher {
     std::lock_guard<std::mutex> lock(mu_);
     return cancelled_;
   }
-  void Done() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
+
+  // The hub's poll (on its thread, never concurrently with itself).
+  void Poll(bool check_workers) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cancelled_ && cancelled_fn_) {
+      lock.unlock();
+      const bool gone = cancelled_fn_();
+      lock.lock();
+      if (gone) {
+        cancelled_ = true;
+        for (auto* c : watched_) c->TryCancel();
+      }
     }
-    cv_.notify_all();
-    if (thread_.joinable()) thread_.join();
+    if (!check_workers || workers_.empty()) return;
+    auto workers = workers_;
+    lock.unlock();
+    std::vector<grpc::ClientContext*> bad;
+    for (auto& [c, fn] : workers) {
+      if (fn()) bad.push_back(c);
+    }
+    lock.lock();
+    for (auto* c : bad) {
+      if (workers_.erase(c) == 0) continue;  // unwatched meanwhile
+      abandoned_.insert(c);
+      c->TryCancel();
+    }
   }
 
  private:
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!done_) {
-      if (!cancelled_ && cancelled_fn_) {
-        lock.unlock();
-        const bool gone = cancelled_fn_();
-        lock.lock();
-        if (gone) {
-          cancelled_ = true;
-          for (auto* c : watched_) c->TryCancel();
-        }
-      }
-      if (++ticks_ % 20 == 0 && !workers_.empty()) {
-        auto workers = workers_;
-        lock.unlock();
-        std::vector<grpc::ClientContext*> bad;
-        for (auto& [c, fn] : workers) {
-          if (fn()) bad.push_back(c);
-        }
-        lock.lock();
-        for (auto* c : bad) {
-          if (workers_.erase(c) == 0) continue;  // unwatched meanwhile
-          abandoned_.insert(c);
-          c->TryCancel();
-        }
-      }
-      cv_.wait_for(lock, std::chrono::milliseconds(5));
-    }
-  }
+  CancelHub* hub_;
   std::function<bool()> cancelled_fn_;
   std::mutex mu_;
-  std::condition_variable cv_;
   std::set<grpc::ClientContext*> watched_;
   std::map<grpc::ClientContext*, std::function<bool()>> workers_;
   std::set<grpc::ClientContext*> abandoned_;
-  int64_t ticks_ = 0;
   bool cancelled_ = false;
-  bool done_ = false;
-  std::thread thread_;
 };
+
+void CancelHub::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int64_t tick = 1; !stop_; ++tick) {
+    for (CancelWatcher* w : watchers_) w->Poll(tick % 20 == 0);
+    cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace router_internal
+
+namespace {
+
+using router_internal::CancelWatcher;
 
 double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 
@@ -205,6 +246,7 @@ Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterO
       metrics_(metrics),
       generation_(std::make_unique<GenerationAdaptor>(this)),
       registry_service_(std::make_unique<RegistryAdaptor>(this)),
+      cancel_hub_(std::make_unique<router_internal::CancelHub>()),
       registry_(options.registry) {
   if (metrics_) {
     metrics_hook_ = metrics_->registry.AddCollectHook([this] { UpdateWorkerMetrics(); });
@@ -368,7 +410,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     }
   } in_flight_guard{this, request_id};
   PhaseGauges phase(metrics_);
-  CancelWatcher watcher(call.cancelled);
+  CancelWatcher watcher(cancel_hub_.get(), call.cancelled);
   // The client's own timer fires first and cancels the stream; our copy of its deadline (sent
   // as a relative timeout) lands a little later. A cancel that close to the deadline is the
   // deadline.

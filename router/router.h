@@ -29,6 +29,10 @@
 
 namespace tandem {
 
+namespace router_internal {
+class CancelHub;
+}
+
 struct RouterOptions {
   std::string model_name;
   int heartbeat_interval_ms = 500;
@@ -123,6 +127,7 @@ class Router {
   int metrics_hook_ = 0;
   std::unique_ptr<grpc::Service> generation_;
   std::unique_ptr<grpc::Service> registry_service_;
+  std::unique_ptr<router_internal::CancelHub> cancel_hub_;
 
   std::mutex mu_;
   WorkerRegistry registry_;
