@@ -1,52 +1,17 @@
 #include "kv_transfer/nccl/nccl_loader.h"
 
-#include <dlfcn.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_format.h"
+#include "kernels/plugin_loader.h"
 
 namespace tandem {
 namespace {
 
-std::string ExecutableDir() {
-  char buf[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return ".";
-  std::string path(buf, static_cast<size_t>(n));
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 absl::StatusOr<const TandemNcclApi*> LoadOnce() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("TANDEM_NCCL_LIB"); env && *env) candidates.push_back(env);
-  candidates.push_back(ExecutableDir() + "/libtandem_nccl.so");
-  candidates.push_back("libtandem_nccl.so");
-  std::string errors;
-  for (const auto& path : candidates) {
-    void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      errors += absl::StrFormat("\n  %s: %s", path, ::dlerror());
-      continue;
-    }
-    using GetApi = const TandemNcclApi* (*)();
-    auto get = reinterpret_cast<GetApi>(::dlsym(handle, "tandem_nccl_get_api"));
-    const TandemNcclApi* api = get != nullptr ? get() : nullptr;
-    if (api == nullptr || api->abi_version != TANDEM_NCCL_ABI_VERSION) {
-      errors += absl::StrFormat("\n  %s: no tandem_nccl_get_api or ABI version mismatch", path);
-      continue;
-    }
-    if (api->device_count() <= 0) {
-      return absl::UnavailableError(
-          absl::StrFormat("%s loaded, but no CUDA device is usable (no GPU or no driver)", path));
-    }
-    return api;
-  }
-  return absl::UnavailableError("the NCCL KV transport library is not available:" + errors);
+  return LoadPluginApi<TandemNcclApi>({"TANDEM_NCCL_LIB", "libtandem_nccl.so",
+                                       "tandem_nccl_get_api", "the NCCL KV transport library"},
+                                      TANDEM_NCCL_ABI_VERSION);
 }
 
 absl::Status Error(const TandemNcclApi* api, int code, const char* what) {
