@@ -58,15 +58,14 @@ DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCa
       metrics_(metrics),
       cache_(std::move(cache)),
       scheduler_(options.num_blocks, options.block_size, options.max_running),
-      loop_beat_ns_(absl::GetCurrentTimeNanos()),
-      step_faults_(options.faults) {}
+      health_(options.faults) {}
 
 DecodeEngine::~DecodeEngine() {
   if (receiver_) receiver_->Shutdown();  // no sink call after this
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    stopping_ = true;
+    health_.Stop();
   }
   work_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -79,7 +78,8 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   const int total =
       static_cast<int>(std::min<int64_t>(int64_t{prompt_len} + request.max_tokens, c.max_seq_len));
   std::lock_guard<std::mutex> lock(mu_);
-  if (draining_) return absl::UnavailableError("decode worker is draining (shutting down)");
+  if (health_.draining())
+    return absl::UnavailableError("decode worker is draining (shutting down)");
   const uint64_t handle = next_handle_++;
   auto blocks = scheduler_.Admit(handle, total);
   if (!blocks.ok()) return blocks.status();
@@ -215,7 +215,7 @@ void DecodeEngine::Loop() {
   std::vector<float> logits;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    loop_beat_ns_ = absl::GetCurrentTimeNanos();
+    health_.Beat();
     // Leases whose KV never completed: free them and fail their requests.
     for (ExpiredLease& e : leases_.Expire(absl::Now())) {
       if (metrics_) metrics_->kv_leases_expired.Increment();
@@ -258,7 +258,7 @@ void DecodeEngine::Loop() {
     }
     lock.unlock();  // Admit, Accept and readers proceed during the step
     const absl::Time t0 = absl::Now();
-    absl::Status st = step_faults_.BeforeStep(stopping_);
+    absl::Status st = health_.BeforeStep();
     if (st.ok()) st = model_->Forward(batch, &cache_, &logits);
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
@@ -267,7 +267,7 @@ void DecodeEngine::Loop() {
     }
     lock.lock();
     ++steps_;
-    if (!st.ok()) last_failed_step_ = absl::Now();
+    health_.StepDone(st);
     for (size_t i = 0; i < batch_ids.size(); ++i) {
       Request& r = *reqs[i];  // running requests are only erased by this thread
       if (!st.ok()) {
@@ -290,20 +290,6 @@ void DecodeEngine::Loop() {
     }
     output_cv_.notify_all();
   }
-}
-
-void DecodeEngine::BeginDrain() {
-  std::lock_guard<std::mutex> lock(mu_);
-  draining_ = true;
-}
-
-absl::Duration DecodeEngine::SinceLoopBeat() const {
-  return absl::Nanoseconds(absl::GetCurrentTimeNanos() - loop_beat_ns_.load());
-}
-
-absl::Time DecodeEngine::last_failed_step() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_failed_step_;
 }
 
 WorkerLoadSnapshot DecodeEngine::Load() const {

@@ -83,13 +83,9 @@ class DecodeEngine final : public KvSink {
   // KvSink: validates the lease and scatters the chunk into the request's blocks.
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
 
-  // Graceful drain: from now on Admit is UNAVAILABLE; admitted requests run to the end.
-  void BeginDrain();
-  // Progress, for health: the time since the step loop last came around (it does at least
-  // every 50 ms when idle; a step that never returns makes this grow), and the time of the
-  // last failed forward step (absl::InfinitePast() if none).
-  absl::Duration SinceLoopBeat() const;
-  absl::Time last_failed_step() const;
+  // Progress and drain, for health: BeginDrain() makes Admit UNAVAILABLE from then on while
+  // admitted work finishes.
+  StepLoopHealth& health() { return health_; }
 
   WorkerLoadSnapshot Load() const;
   std::string kv_endpoint() const { return kv_endpoint_; }
@@ -140,11 +136,7 @@ class DecodeEngine final : public KvSink {
   uint64_t next_handle_ = 1;
   int64_t steps_ = 0;
   bool stop_ = false;
-  bool draining_ = false;
-  absl::Time last_failed_step_ = absl::InfinitePast();
-  std::atomic<bool> stopping_{false};  // stop_ for code running without mu_
-  std::atomic<int64_t> loop_beat_ns_;
-  StepFaults step_faults_;
+  StepLoopHealth health_;
   std::thread loop_;
 };
 

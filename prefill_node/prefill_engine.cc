@@ -55,14 +55,13 @@ PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngine
       cache_(std::move(cache)),
       scheduler_(options.scheduler),
       pool_(options.num_blocks),
-      loop_beat_ns_(absl::GetCurrentTimeNanos()),
-      step_faults_(options.faults) {}
+      health_(options.faults) {}
 
 PrefillEngine::~PrefillEngine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
-    stopping_ = true;
+    health_.Stop();
   }
   work_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
@@ -86,7 +85,8 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   job->enqueued = absl::Now();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (draining_) return absl::UnavailableError("prefill worker is draining (shutting down)");
+    if (health_.draining())
+      return absl::UnavailableError("prefill worker is draining (shutting down)");
     // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its
     // logits give the first token).
     if (options_.prefix_cache) {
@@ -206,7 +206,7 @@ void PrefillEngine::Loop() {
   std::vector<float> logits;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    loop_beat_ns_ = absl::GetCurrentTimeNanos();
+    health_.Beat();
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       if (it->second->cancelled) {
         scheduler_.Remove(it->first);
@@ -246,7 +246,7 @@ void PrefillEngine::Loop() {
       }
     }
     const absl::Time t0 = absl::Now();
-    absl::Status st = step_faults_.BeforeStep(stopping_);
+    absl::Status st = health_.BeforeStep();
     if (st.ok())
       st = model_->Forward(batch, &cache_, &logits, [&](int layer) {
         for (size_t i = 0; i < work.size(); ++i) {
@@ -263,7 +263,7 @@ void PrefillEngine::Loop() {
       metrics_->step_time.Observe(step_seconds);
     }
     lock.lock();
-    if (!st.ok()) last_failed_step_ = absl::Now();
+    health_.StepDone(st);
     for (size_t i = 0; i < work.size(); ++i) {
       Job& job = *batch_jobs[i];
       job.compute_seconds += step_seconds;
@@ -284,20 +284,6 @@ void PrefillEngine::Loop() {
       jobs_.erase(work[i].id);
     }
   }
-}
-
-void PrefillEngine::BeginDrain() {
-  std::lock_guard<std::mutex> lock(mu_);
-  draining_ = true;
-}
-
-absl::Duration PrefillEngine::SinceLoopBeat() const {
-  return absl::Nanoseconds(absl::GetCurrentTimeNanos() - loop_beat_ns_.load());
-}
-
-absl::Time PrefillEngine::last_failed_step() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_failed_step_;
 }
 
 absl::StatusOr<std::vector<float>> PrefillEngine::Score(std::span<const int> ids) {

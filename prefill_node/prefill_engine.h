@@ -66,11 +66,9 @@ class PrefillEngine {
   // Log-probabilities of ids[1..] (one prefill with logits for every position).
   absl::StatusOr<std::vector<float>> Score(std::span<const int> ids);
 
-  // Graceful drain: from now on Prefill is UNAVAILABLE; queued prompts finish.
-  void BeginDrain();
-  // Progress, for health (see DecodeEngine).
-  absl::Duration SinceLoopBeat() const;
-  absl::Time last_failed_step() const;
+  // Progress and drain, for health: BeginDrain() makes Prefill UNAVAILABLE from then on while
+  // admitted work finishes.
+  StepLoopHealth& health() { return health_; }
 
   WorkerLoadSnapshot Load() const;
   int64_t prefix_cache_queries() const { return prefix_queries_.load(); }
@@ -121,11 +119,7 @@ class PrefillEngine {
   absl::flat_hash_map<uint64_t, std::shared_ptr<Job>> jobs_;
   uint64_t next_job_ = 1;
   bool stop_ = false;
-  bool draining_ = false;
-  absl::Time last_failed_step_ = absl::InfinitePast();
-  std::atomic<bool> stopping_{false};  // stop_ for code running without mu_
-  std::atomic<int64_t> loop_beat_ns_{0};
-  StepFaults step_faults_;
+  StepLoopHealth health_;
   std::atomic<int64_t> prefix_queries_{0};
   std::atomic<int64_t> prefix_hits_{0};
   std::thread loop_;

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -137,11 +138,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_threads = f->GetInt("max-threads", 0);
   auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v :
-       {&port,         &block_size,   &num_blocks,       &kv_bytes,     &heartbeat,
-        &budget,       &chunk,        &max_running,      &lease_ms,     &metrics_port,
-        &max_inflight, &max_queued,   &queue_timeout_ms, &max_resumes,  &prefill_timeout_ms,
-        &drain_ms,     &wedge_ms,     &ejection_ms,      &keepalive_ms, &max_threads,
-        &forget_ms,    &http_port,    &http_threads,     &http_timeout_ms}) {
+       {&port,         &block_size, &num_blocks,       &kv_bytes,       &heartbeat,
+        &budget,       &chunk,      &max_running,      &lease_ms,       &metrics_port,
+        &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,    &prefill_timeout_ms,
+        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms,   &max_threads,
+        &forget_ms,    &http_port,  &http_threads,     &http_timeout_ms}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
@@ -370,6 +371,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
 
   // Health: NOT_SERVING while draining, while a step loop is wedged, and for a while after a
   // forward step failed (out of memory); the router reads it from the heartbeats too.
+  std::vector<StepLoopHealth*> loops;  // the worker engines' step loops
+  if (prefill) loops.push_back(&prefill->health());
+  if (decode) loops.push_back(&decode->health());
   std::atomic<bool> serving{true};
   std::atomic<bool> draining{false};
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
@@ -384,11 +388,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       std::string why;
       if (draining) {
         why = "draining";
-      } else if ((prefill && prefill->SinceLoopBeat() > wedge) ||
-                 (decode && decode->SinceLoopBeat() > wedge)) {
+      } else if (std::any_of(loops.begin(), loops.end(),
+                             [&](StepLoopHealth* l) { return l->SinceBeat() > wedge; })) {
         why = "step loop wedged";
-      } else if ((prefill && now - prefill->last_failed_step() < absl::Seconds(2)) ||
-                 (decode && now - decode->last_failed_step() < absl::Seconds(2))) {
+      } else if (std::any_of(loops.begin(), loops.end(), [&](StepLoopHealth* l) {
+                   return now - l->last_failed_step() < absl::Seconds(2);
+                 })) {
         why = "forward step failed";
       }
       const bool ok = why.empty();
@@ -457,8 +462,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   serving = false;
   health->SetServingStatus(false);
   if (router) router->BeginDrain();
-  if (prefill) prefill->BeginDrain();
-  if (decode) decode->BeginDrain();
+  for (StepLoopHealth* l : loops) l->BeginDrain();
   auto busy = [&] {
     return (router && router->InFlight() > 0) || (prefill && !prefill->Idle()) ||
            (decode && !decode->Idle());
