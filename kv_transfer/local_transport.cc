@@ -93,26 +93,15 @@ class LocalKvSender final : public KvSender {
 
   absl::Status Send(const KvTarget& target, const KvChunkHeader& header,
                     std::string payload) override {
-    absl::StatusOr<KvEndpoint> ep = ParseKvEndpoint(target.endpoint);
-    if (!ep.ok()) return ep.status();
-    if (ep->kind != "local") {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("kv local sender: cannot reach %s", target.endpoint));
-    }
-    absl::StatusOr<KvOutgoingChunk> out = tracker_.Begin(target, header, std::move(payload));
-    if (!out.ok()) return out.status();
-    if (out->fault == KvFault::kDrop) {
-      tracker_.Dequeued(out->payload.size());
-      return absl::OkStatus();
-    }
+    absl::StatusOr<KvSendTracker::Started> started =
+        tracker_.BeginSend("local", target, header, std::move(payload));
+    if (!started.ok()) return started.status();
+    if (!started->chunk) return absl::OkStatus();  // dropped (fault injection)
     absl::MutexLock lock(&mu_);
     if (stop_) {
-      tracker_.Dequeued(out->payload.size());
-      const absl::Status cancelled = absl::CancelledError("kv local sender: shut down");
-      tracker_.Complete(*out->state, cancelled);
-      return cancelled;
+      return tracker_.Abandon(*started->chunk, absl::CancelledError("kv local sender: shut down"));
     }
-    queue_.push_back({ep->name, *std::move(out)});
+    queue_.push_back({started->endpoint.name, *std::move(started->chunk)});
     return absl::OkStatus();
   }
 

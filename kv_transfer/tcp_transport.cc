@@ -256,34 +256,23 @@ class TcpKvSender final : public KvSender {
 
   absl::Status Send(const KvTarget& target, const KvChunkHeader& header,
                     std::string payload) override {
-    absl::StatusOr<KvEndpoint> ep = ParseKvEndpoint(target.endpoint);
-    if (!ep.ok()) return ep.status();
-    if (ep->kind != "tcp") {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("kv tcp sender: cannot reach %s", target.endpoint));
-    }
-    absl::StatusOr<KvOutgoingChunk> out = tracker_.Begin(target, header, std::move(payload));
-    if (!out.ok()) return out.status();
-    if (out->fault == KvFault::kDrop) {
-      tracker_.Dequeued(out->payload.size());
-      return absl::OkStatus();
-    }
+    absl::StatusOr<KvSendTracker::Started> started =
+        tracker_.BeginSend("tcp", target, header, std::move(payload));
+    if (!started.ok()) return started.status();
+    if (!started->chunk) return absl::OkStatus();  // dropped (fault injection)
     absl::MutexLock lock(&mu_);
     if (stop_.load()) {
-      tracker_.Dequeued(out->payload.size());
-      const absl::Status cancelled = absl::CancelledError("kv tcp sender: shut down");
-      tracker_.Complete(*out->state, cancelled);
-      return cancelled;
+      return tracker_.Abandon(*started->chunk, absl::CancelledError("kv tcp sender: shut down"));
     }
     std::unique_ptr<Channel>& ch = channels_[target.endpoint];
     if (ch == nullptr) {
       ch = std::make_unique<Channel>();
       ch->endpoint = target.endpoint;
-      ch->address = *std::move(ep);
+      ch->address = std::move(started->endpoint);
       Channel* c = ch.get();
       ch->writer = std::thread([this, c] { WriterLoop(c); });
     }
-    ch->queue.push_back(*std::move(out));
+    ch->queue.push_back(*std::move(started->chunk));
     return absl::OkStatus();
   }
 

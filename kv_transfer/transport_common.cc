@@ -87,6 +87,33 @@ absl::StatusOr<KvOutgoingChunk> KvSendTracker::Begin(const KvTarget& target,
   return out;
 }
 
+absl::StatusOr<KvSendTracker::Started> KvSendTracker::BeginSend(std::string_view kind,
+                                                                const KvTarget& target,
+                                                                const KvChunkHeader& header,
+                                                                std::string payload) {
+  absl::StatusOr<KvEndpoint> ep = ParseKvEndpoint(target.endpoint);
+  if (!ep.ok()) return ep.status();
+  if (ep->kind != kind) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv %s sender: cannot reach %s", kind, target.endpoint));
+  }
+  absl::StatusOr<KvOutgoingChunk> out = Begin(target, header, std::move(payload));
+  if (!out.ok()) return out.status();
+  Started started{*std::move(ep), std::nullopt};
+  if (out->fault == KvFault::kDrop) {
+    Dequeued(out->payload.size());
+  } else {
+    started.chunk = *std::move(out);
+  }
+  return started;
+}
+
+absl::Status KvSendTracker::Abandon(const KvOutgoingChunk& chunk, absl::Status why) {
+  Dequeued(chunk.payload.size());
+  Complete(*chunk.state, why);
+  return why;
+}
+
 void KvSendTracker::Dequeued(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   queued_bytes_ -= bytes;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,17 @@ class KvSendTracker {
   // as pending and as queued bytes, and decides its fault.
   absl::StatusOr<KvOutgoingChunk> Begin(const KvTarget& target, const KvChunkHeader& header,
                                         std::string payload);
+  // Begin for a sender of `kind` ("tcp", "local"): `target`'s endpoint must be of that kind.
+  // `chunk` is empty for a chunk that fault injection drops (already accounted for).
+  struct Started {
+    KvEndpoint endpoint;
+    std::optional<KvOutgoingChunk> chunk;
+  };
+  absl::StatusOr<Started> BeginSend(std::string_view kind, const KvTarget& target,
+                                    const KvChunkHeader& header, std::string payload);
+  // A begun chunk that will not be queued (the sender is shutting down): accounted for, its
+  // target failed with `why`, which is returned.
+  absl::Status Abandon(const KvOutgoingChunk& chunk, absl::Status why);
   // The chunk's payload left the queue (written, delivered, or abandoned).
   void Dequeued(uint64_t bytes);
   // The chunk's outcome; the first error sticks.
