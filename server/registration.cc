@@ -87,10 +87,9 @@ class RegistrationClient::Link {
   Link(const RegistrationClient* owner, std::string address)
       : owner_(owner),
         address_(std::move(address)),
-        stub_(v1::Registry::NewStub(
-            grpc::CreateChannel(address_, owner->options_.credentials
-                                              ? owner->options_.credentials
-                                              : grpc::InsecureChannelCredentials()))),
+        stub_(v1::Registry::NewStub(grpc::CreateChannel(
+            address_, owner->options_.credentials ? owner->options_.credentials
+                                                  : grpc::InsecureChannelCredentials()))),
         thread_([this] { Run(); }) {}
 
   // Wakes the link's thread to end (a call in flight finishes first, within its deadline).
