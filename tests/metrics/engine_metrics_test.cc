@@ -12,6 +12,7 @@
 #include "metrics/metrics.h"
 #include "prefill_node/prefill_engine.h"
 #include "tests/metrics/metrics_text.h"
+#include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -61,23 +62,7 @@ class EngineMetricsTest : public ::testing::Test {
 
   // Prefill then decode; the generated ids (the first from the prefill), or the first error.
   absl::StatusOr<std::vector<int>> Run(const GenerationRequest& r, int* cached = nullptr) {
-    auto adm = decode_->Admit(r);
-    if (!adm.ok()) return adm.status();
-    auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
-                                 absl::Now() + absl::Seconds(30));
-    if (!pre.ok()) {
-      decode_->Cancel(adm->handle);
-      return pre.status();
-    }
-    if (cached) *cached = pre->cached_tokens;
-    std::vector<int> out = {pre->first_token};
-    if (absl::Status s = decode_->Start(adm->handle, pre->first_token); !s.ok()) return s;
-    for (;;) {
-      DecodeEngine::Output o = decode_->Next(adm->handle, absl::Seconds(10));
-      out.insert(out.end(), o.tokens.begin(), o.tokens.end());
-      if (!o.error.ok()) return o.error;
-      if (o.finish) return out;
-    }
+    return testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), r, cached);
   }
 
   double Value(const std::string& name, const std::string& role,

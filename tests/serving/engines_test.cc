@@ -8,6 +8,7 @@
 #include "engine/generator.h"
 #include "engine/llama2c_tokenizer.h"
 #include "prefill_node/prefill_engine.h"
+#include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -50,22 +51,7 @@ class EnginesTest : public ::testing::TestWithParam<std::string> {
 
   // Runs one request through prefill then decode; returns the generated ids.
   absl::StatusOr<std::vector<int>> RunDisaggregated(const GenerationRequest& r) {
-    auto adm = decode_->Admit(r);
-    if (!adm.ok()) return adm.status();
-    auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
-                                 absl::Now() + absl::Seconds(30));
-    if (!pre.ok()) {
-      decode_->Cancel(adm->handle);
-      return pre.status();
-    }
-    std::vector<int> out = {pre->first_token};
-    if (absl::Status s = decode_->Start(adm->handle, pre->first_token); !s.ok()) return s;
-    for (;;) {
-      DecodeEngine::Output o = decode_->Next(adm->handle, absl::Seconds(10));
-      out.insert(out.end(), o.tokens.begin(), o.tokens.end());
-      if (!o.error.ok()) return o.error;
-      if (o.finish) return out;
-    }
+    return testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), r);
   }
 
   std::unique_ptr<Backend> backend_;

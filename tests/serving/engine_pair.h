@@ -1,0 +1,42 @@
+// Driving a prefill engine and a decode engine in process the way the router drives the
+// workers (admit, prefill into the lease, start, read to the end): shared by the engine tests.
+#ifndef TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
+#define TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "decode_node/decode_engine.h"
+#include "prefill_node/prefill_engine.h"
+
+namespace tandem::testing {
+
+// The generated ids (the first from the prefill) or the first error; `cached` (optional) gets
+// the prompt tokens the prefill found in its prefix cache.
+inline absl::StatusOr<std::vector<int>> RunPrefillThenDecode(PrefillEngine* prefill,
+                                                             DecodeEngine* decode,
+                                                             const GenerationRequest& r,
+                                                             int* cached = nullptr) {
+  auto adm = decode->Admit(r);
+  if (!adm.ok()) return adm.status();
+  auto pre = prefill->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                              absl::Now() + absl::Seconds(30));
+  if (!pre.ok()) {
+    decode->Cancel(adm->handle);
+    return pre.status();
+  }
+  if (cached) *cached = pre->cached_tokens;
+  std::vector<int> out = {pre->first_token};
+  if (absl::Status s = decode->Start(adm->handle, pre->first_token); !s.ok()) return s;
+  for (;;) {
+    DecodeEngine::Output o = decode->Next(adm->handle, absl::Seconds(10));
+    out.insert(out.end(), o.tokens.begin(), o.tokens.end());
+    if (!o.error.ok()) return o.error;
+    if (o.finish) return out;
+  }
+}
+
+}  // namespace tandem::testing
+
+#endif  // TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
