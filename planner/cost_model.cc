@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -91,18 +92,41 @@ absl::Status HardwareProfile::Validate() const {
     }
     return absl::OkStatus();
   };
-  for (auto s :
-       {positive(peak_flops, "peak_flops"), positive(mem_bandwidth, "mem_bandwidth"),
-        positive(mem_capacity, "mem_capacity"), positive(matmul_efficiency, "matmul_efficiency"),
-        positive(attention_efficiency, "attention_efficiency"),
-        positive(bandwidth_efficiency, "bandwidth_efficiency"),
-        positive(weight_bytes, "weight_bytes"), positive(kv_bytes, "kv_bytes"),
-        positive(act_bytes, "act_bytes"), nonneg(step_overhead, "step_overhead"),
-        nonneg(tp_bandwidth, "tp_bandwidth"), nonneg(tp_latency, "tp_latency"),
-        positive(kv_link.bandwidth, "kv_link.bandwidth"),
-        nonneg(kv_link.latency, "kv_link.latency"), nonneg(request_overhead, "request_overhead"),
-        nonneg(token_overhead, "token_overhead"), nonneg(relay_cpu, "relay_cpu")}) {
+  for (auto s : {positive(peak_flops, "peak_flops"),
+                 positive(mem_bandwidth, "mem_bandwidth"),
+                 positive(mem_capacity, "mem_capacity"),
+                 positive(matmul_efficiency, "matmul_efficiency"),
+                 positive(attention_efficiency, "attention_efficiency"),
+                 positive(bandwidth_efficiency, "bandwidth_efficiency"),
+                 positive(weight_bytes, "weight_bytes"),
+                 positive(kv_bytes, "kv_bytes"),
+                 positive(act_bytes, "act_bytes"),
+                 nonneg(step_overhead, "step_overhead"),
+                 nonneg(tp_bandwidth, "tp_bandwidth"),
+                 nonneg(tp_latency, "tp_latency"),
+                 positive(kv_link.bandwidth, "kv_link.bandwidth"),
+                 nonneg(kv_link.latency, "kv_link.latency"),
+                 nonneg(request_overhead, "request_overhead"),
+                 nonneg(token_overhead, "token_overhead"),
+                 nonneg(relay_cpu, "relay_cpu"),
+                 nonneg(decode_start_overhead, "decode_start_overhead"),
+                 nonneg(request_jitter, "request_jitter"),
+                 nonneg(decode_start_jitter, "decode_start_jitter")}) {
     if (!s.ok()) return s;
+  }
+  for (const auto& [has, d, role] :
+       {std::tuple{has_decode_factors, decode_factors, std::string("decode.")},
+        std::tuple{has_prefill_factors, prefill_factors, std::string("prefill.")}}) {
+    if (!has) continue;
+    for (auto s : {positive(d.matmul_efficiency, (role + "matmul_efficiency").c_str()),
+                   positive(d.attention_efficiency, (role + "attention_efficiency").c_str()),
+                   positive(d.bandwidth_efficiency, (role + "bandwidth_efficiency").c_str()),
+                   nonneg(d.step_overhead, (role + "step_overhead").c_str())}) {
+      if (!s.ok()) return s;
+    }
+  }
+  if (!(host_step_slots >= 1 && host_step_slots <= 1024)) {
+    return absl::InvalidArgumentError("profile.host_step_slots must be in [1, 1024]");
   }
   if (!(mem_utilization > 0 && mem_utilization <= 1)) {
     return absl::InvalidArgumentError("profile.mem_utilization must be in (0, 1]");
@@ -116,7 +140,7 @@ absl::Status HardwareProfile::Validate() const {
 }
 
 nlohmann::json HardwareProfile::ToJson() const {
-  return {
+  nlohmann::json j = {
       {"name", name},
       {"peak_flops", peak_flops},
       {"mem_bandwidth", mem_bandwidth},
@@ -138,7 +162,42 @@ nlohmann::json HardwareProfile::ToJson() const {
       {"shared_host", shared_host},
       {"request_overhead", request_overhead},
       {"token_overhead", token_overhead},
-      {"relay_cpu", relay_cpu}};
+      {"relay_cpu", relay_cpu},
+      {"decode_start_overhead", decode_start_overhead},
+      {"request_jitter", request_jitter},
+      {"decode_start_jitter", decode_start_jitter}};
+  auto factors = [](const StepFactors& f) {
+    return nlohmann::json{{"matmul_efficiency", f.matmul_efficiency},
+                          {"attention_efficiency", f.attention_efficiency},
+                          {"bandwidth_efficiency", f.bandwidth_efficiency},
+                          {"step_overhead", f.step_overhead}};
+  };
+  if (has_decode_factors) j["decode"] = factors(decode_factors);
+  if (has_prefill_factors) j["prefill"] = factors(prefill_factors);
+  if (host_step_slots != 1) j["host_step_slots"] = host_step_slots;
+  return j;
+}
+
+namespace {
+
+HardwareProfile WithFactors(HardwareProfile p, bool has, const HardwareProfile::StepFactors& f) {
+  if (has) {
+    p.matmul_efficiency = f.matmul_efficiency;
+    p.attention_efficiency = f.attention_efficiency;
+    p.bandwidth_efficiency = f.bandwidth_efficiency;
+    p.step_overhead = f.step_overhead;
+  }
+  return p;
+}
+
+}  // namespace
+
+HardwareProfile HardwareProfile::ForDecode() const {
+  return WithFactors(*this, has_decode_factors, decode_factors);
+}
+
+HardwareProfile HardwareProfile::ForPrefill() const {
+  return WithFactors(*this, has_prefill_factors, prefill_factors);
 }
 
 absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& j) {
@@ -180,8 +239,32 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
   for (auto& [key, out] : fields) {
     if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;
   }
-  if (j.contains("relay_cpu")) {  // optional: profiles from before it existed
-    if (absl::Status s = num(j, "relay_cpu", &p.relay_cpu, ""); !s.ok()) return s;
+  // Optional: profiles from before they existed.
+  std::pair<const char*, double*> optional_fields[] = {
+      {"relay_cpu", &p.relay_cpu},
+      {"decode_start_overhead", &p.decode_start_overhead},
+      {"request_jitter", &p.request_jitter},
+      {"decode_start_jitter", &p.decode_start_jitter},
+      {"host_step_slots", &p.host_step_slots}};
+  for (auto& [key, out] : optional_fields) {
+    if (!j.contains(key)) continue;
+    if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;
+  }
+  for (const auto& [role, has, f] : {std::tuple<std::string, bool*, StepFactors*>{
+                                         "decode", &p.has_decode_factors, &p.decode_factors},
+                                     std::tuple<std::string, bool*, StepFactors*>{
+                                         "prefill", &p.has_prefill_factors, &p.prefill_factors}}) {
+    if (!j.contains(role)) continue;
+    const auto& d = j[role];
+    if (!d.is_object()) return absl::InvalidArgumentError("profile." + role + " must be an object");
+    *has = true;
+    std::pair<const char*, double*> fields[] = {{"matmul_efficiency", &f->matmul_efficiency},
+                                                {"attention_efficiency", &f->attention_efficiency},
+                                                {"bandwidth_efficiency", &f->bandwidth_efficiency},
+                                                {"step_overhead", &f->step_overhead}};
+    for (auto& [key, out] : fields) {
+      if (absl::Status s = num(d, key, out, role + "."); !s.ok()) return s;
+    }
   }
   double max_tp = 0;
   if (absl::Status s = num(j, "max_tp", &max_tp, ""); !s.ok()) return s;

@@ -53,6 +53,37 @@ struct HardwareProfile {
   // shared_host only: CPU seconds the router and the decode service spend relaying one token
   // (gRPC writes, detokenization), work that competes with the workers for the host.
   double relay_cpu = 0;
+  // Seconds from the first token leaving the prefill worker to the decode worker starting the
+  // request (the router's start message and the decode loop's wake-up).
+  double decode_start_overhead = 0;
+  // Latency noise of the request path: each request's RPC hops take an extra exponentially
+  // distributed delay of this mean (seconds), and its decode start another of
+  // `decode_start_jitter`. On a shared host, scheduling delays of a few hundred microseconds to
+  // milliseconds are the spread between p50 and p90 at low load, and they desynchronize
+  // closed-loop clients as they do on the real machine. 0 on the GPU profiles.
+  double request_jitter = 0;
+  double decode_start_jitter = 0;
+  // Decode steps' own efficiencies and overhead when they differ from the profile's (the
+  // `local` profile measures them in situ, inside a running cluster where the decode loop
+  // shares the host with the token relay); `has_decode_factors` false: the same as prefill.
+  struct StepFactors {
+    double matmul_efficiency = 1;
+    double attention_efficiency = 1;
+    double bandwidth_efficiency = 1;
+    double step_overhead = 0;
+  };
+  bool has_decode_factors = false;
+  StepFactors decode_factors;
+  // The same for prefill steps (else the profile's own factors).
+  bool has_prefill_factors = false;
+  StepFactors prefill_factors;
+  // shared_host only: how many workers' steps run together at their calibrated speed before
+  // they share the host (processor sharing). 1 for a profile fitted on steps run alone; the
+  // in-situ calibration measures one prefill and one decode worker busy together: 2.
+  double host_step_slots = 1;
+  // This profile with the decode (prefill) factors in place of the step factors.
+  HardwareProfile ForDecode() const;
+  HardwareProfile ForPrefill() const;
 
   absl::Status Validate() const;
   nlohmann::json ToJson() const;

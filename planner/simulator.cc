@@ -5,6 +5,7 @@
 #include <deque>
 #include <memory>
 #include <queue>
+#include <random>
 #include <set>
 #include <string>
 #include <tuple>
@@ -51,7 +52,16 @@ namespace {
 
 constexpr int kResourceExhausted = 8;  // gRPC status codes, as the bench records them
 
-enum class Kind { kSend, kPrefillEnqueue, kFirstToken, kDeviceDone, kHeartbeat, kStepStart };
+enum class Kind {
+  kSend,
+  kPrefillEnqueue,
+  kFirstToken,
+  kDecodeStart,
+  kHopStart,
+  kDeviceDone,
+  kHeartbeat,
+  kStepStart
+};
 
 struct Event {
   double t;
@@ -102,8 +112,22 @@ struct Worker {
   double link_free = 0;
 };
 
+// A hop of the request path (an RPC and the thread that handles it). On a shared host it is CPU
+// work on the host, slowed by whatever else runs there; then `latency` more (the jitter), then
+// the event `next` of request `r`.
+struct Hop {
+  double remaining = 0;
+  double latency = 0;
+  Kind next = Kind::kPrefillEnqueue;
+  int r = 0;
+};
+
 struct Device {
-  std::vector<int> active;  // workers with a step in progress
+  // Work in progress: workers' steps (index >= 0) and hops (-1 - index into Sim::hops_).
+  std::vector<int> active;
+  // Tasks that run at full speed together; beyond, they share it (processor sharing).
+  double capacity = 1;
+  double rate() const { return std::min(1.0, capacity / std::max<size_t>(1, active.size())); }
   double last = 0;
   uint64_t version = 0;
 };
@@ -147,6 +171,7 @@ class Sim {
   void Send(int r);
   void EnqueuePrefill(int r);
   void FirstToken(int r);
+  void DecodeStart(int r);
   void End(int r, double t, int status);
   void Wake(int w);
   void StepStart(int w);
@@ -154,6 +179,13 @@ class Sim {
   void StartRelay(int w);
   void Deliver(int r, double t);
   void AddToDevice(int w, double seconds);
+  // Request `r`'s event `next` after a hop of `cpu` seconds (CPU work on a shared host, else
+  // plain latency) and `latency` more, starting at `start` (>= now).
+  void StartHop(double start, double cpu, double latency, Kind next, int r);
+  void HopStart(int h);
+  double& Remaining(int task) {
+    return task >= 0 ? workers_[task].remaining : hops_[-1 - task].remaining;
+  }
   void Advance(Device& d);
   void Reschedule(int device);
   void DeviceDone(int device, uint64_t version);
@@ -165,11 +197,19 @@ class Sim {
   const ClusterSpec& cluster_;
   const SimOptions& options_;
   Link link_;
+  HardwareProfile prefill_profile_, decode_profile_;
   std::unique_ptr<CostModel> prefill_cost_, decode_cost_;
+  // The request path's latency noise (HardwareProfile::request_jitter), drawn in event order.
+  std::mt19937_64 rng_{1};
+  double Jitter(double mean) {
+    if (options_.zero_cost || !(mean > 0)) return 0;
+    return std::exponential_distribution<double>(1.0 / mean)(rng_);
+  }
   WorkerRegistry registry_;
   std::vector<Worker> workers_;
   int relay_ = -1;  // index of the relay worker, if any
   std::vector<Device> devices_;
+  std::vector<Hop> hops_;
   std::vector<Request> requests_;
   std::vector<ClosedPool> pools_;
   const bench::BenchConfig* workload_ = nullptr;
@@ -197,9 +237,11 @@ absl::Status Sim::Build() {
       (!cluster_.colocated && model_.n_heads % cluster_.decode_tp != 0)) {
     return absl::InvalidArgumentError("tensor-parallel degree must divide the model's n_heads");
   }
-  prefill_cost_ = std::make_unique<CostModel>(model_, profile_, cluster_.prefill_tp);
+  prefill_profile_ = profile_.ForPrefill();
+  prefill_cost_ = std::make_unique<CostModel>(model_, prefill_profile_, cluster_.prefill_tp);
+  decode_profile_ = profile_.ForDecode();
   decode_cost_ = std::make_unique<CostModel>(
-      model_, profile_, cluster_.colocated ? cluster_.prefill_tp : cluster_.decode_tp);
+      model_, decode_profile_, cluster_.colocated ? cluster_.prefill_tp : cluster_.decode_tp);
   const int bs = cluster_.block_size;
   // Blocks a worker's cache holds: the explicit budget, the server's default on a shared host,
   // or the devices' memory after the weights.
@@ -254,11 +296,17 @@ absl::Status Sim::Build() {
     relay.name = "relay";
     relay.relay = true;
     relay.prefill = false;
-    relay.device = 0;
+    relay.device = 1;
     relay_ = static_cast<int>(workers_.size());
     workers_.push_back(std::move(relay));
   }
   devices_.resize(std::max(1, next_device));
+  if (profile_.shared_host) {
+    // Device 0: the workers' steps, `host_step_slots` at a time at their calibrated speed.
+    // Device 1: the request path's CPU work (RPC hops, the token relay), one at a time.
+    devices_.assign(2, Device{});
+    devices_[0].capacity = profile_.host_step_slots;
+  }
   for (const Worker& w : workers_) {
     if (w.relay) continue;
     registry_.Register(w.name, w.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode, w.name,
@@ -287,6 +335,7 @@ WorkerLoadSnapshot Sim::Load(const Worker& w) const {
 
 void Sim::AddRequests(std::vector<TimedRequest> items, const bench::BenchConfig* workload) {
   workload_ = workload;
+  rng_.seed(workload != nullptr ? workload->seed ^ 0x1a77e2 : 1);
   for (size_t i = 0; i < items.size(); ++i) {
     Request r;
     r.item = std::move(items[i]);
@@ -376,8 +425,8 @@ void Sim::Send(int r) {
     End(r, now_, kResourceExhausted);
     return;
   }
-  const double hop = options_.zero_cost ? 0 : profile_.request_overhead / 2;
-  Push(now_ + hop, Kind::kPrefillEnqueue, r);
+  StartHop(now_, profile_.request_overhead / 2, Jitter(profile_.request_jitter),
+           Kind::kPrefillEnqueue, r);
 }
 
 void Sim::EnqueuePrefill(int r) {
@@ -440,6 +489,46 @@ void Sim::FirstToken(int r) {
     End(r, now_, 0);
     return;
   }
+  // The router's start message reaches the decode worker, whose loop picks the request up.
+  StartHop(now_, profile_.decode_start_overhead, Jitter(profile_.decode_start_jitter),
+           Kind::kDecodeStart, r);
+}
+
+void Sim::StartHop(double start, double cpu, double latency, Kind next, int r) {
+  if (options_.zero_cost) {
+    cpu = latency = 0;
+    start = now_;
+  }
+  if (!profile_.shared_host || cpu <= 0) {  // a GPU cluster's hops: latency only
+    const double t = start + cpu + latency;
+    if (t > now_) {
+      Push(t, next, r);
+    } else if (next == Kind::kDecodeStart) {
+      DecodeStart(r);
+    } else {
+      Push(now_, next, r);
+    }
+    return;
+  }
+  hops_.push_back({cpu, latency, next, r});
+  const int h = static_cast<int>(hops_.size()) - 1;
+  if (start > now_) {
+    Push(start, Kind::kHopStart, h);
+  } else {
+    HopStart(h);
+  }
+}
+
+void Sim::HopStart(int h) {
+  Device& d = devices_[1];  // shared host: the request path
+  Advance(d);
+  d.active.push_back(-1 - h);
+  Reschedule(1);
+}
+
+void Sim::DecodeStart(int r) {
+  Request& q = requests_[r];
+  if (q.ended) return;
   workers_[q.decode_worker].decode_scheduler->Start(q.id).IgnoreError();
   Wake(q.decode_worker);
 }
@@ -550,7 +639,6 @@ void Sim::StepEnd(int w) {
             ? now_
             : wk.cost->TransferDone(wk.step_start, now_ - wk.step_start, wk.transfer_tokens, link_,
                                     &wk.link_free);
-    const double hop = options_.zero_cost ? 0 : profile_.request_overhead / 2;
     const int bs = cluster_.block_size;
     for (size_t i = 0; i < wk.step.work.size(); ++i) {
       if (!wk.step.work[i].last) continue;
@@ -567,7 +655,8 @@ void Sim::StepEnd(int w) {
       wk.pool->Free(q.blocks).IgnoreError();
       q.blocks.clear();
       --wk.prefill_jobs;
-      Push(std::max(transferred, now_) + hop, Kind::kFirstToken, wk.step_requests[i]);
+      StartHop(std::max(transferred, now_), profile_.request_overhead / 2, 0, Kind::kFirstToken,
+               wk.step_requests[i]);
     }
     if (!wk.prefill_scheduler->empty()) Wake(w);
   } else {
@@ -609,8 +698,8 @@ void Sim::Deliver(int r, double t) {
 
 void Sim::Advance(Device& d) {
   if (!d.active.empty()) {
-    const double share = (now_ - d.last) / d.active.size();
-    for (int w : d.active) workers_[w].remaining -= share;
+    const double share = (now_ - d.last) * d.rate();
+    for (int t : d.active) Remaining(t) -= share;
   }
   d.last = now_;
 }
@@ -628,8 +717,8 @@ void Sim::Reschedule(int device) {
   ++d.version;
   if (d.active.empty()) return;
   double least = 1e300;
-  for (int w : d.active) least = std::min(least, std::max(0.0, workers_[w].remaining));
-  Push(now_ + least * d.active.size(), Kind::kDeviceDone, device, d.version);
+  for (int t : d.active) least = std::min(least, std::max(0.0, Remaining(t)));
+  Push(now_ + least / d.rate(), Kind::kDeviceDone, device, d.version);
 }
 
 void Sim::DeviceDone(int device, uint64_t version) {
@@ -637,15 +726,22 @@ void Sim::DeviceDone(int device, uint64_t version) {
   if (version != d.version) return;
   Advance(d);
   double least = 1e300;
-  for (int w : d.active) least = std::min(least, workers_[w].remaining);
+  for (int t : d.active) least = std::min(least, Remaining(t));
   std::vector<int> done;
   std::vector<int> still;
-  for (int w : d.active) {
-    (workers_[w].remaining <= least + 1e-12 ? done : still).push_back(w);
+  for (int t : d.active) {
+    (Remaining(t) <= least + 1e-12 ? done : still).push_back(t);
   }
   d.active = std::move(still);
   Reschedule(device);
-  for (int w : done) StepEnd(w);
+  for (int t : done) {
+    if (t >= 0) {
+      StepEnd(t);
+      continue;
+    }
+    const Hop& hop = hops_[-1 - t];
+    Push(now_ + hop.latency, hop.next, hop.r);
+  }
 }
 
 void Sim::Heartbeat() {
@@ -679,6 +775,12 @@ absl::Status Sim::Run() {
         break;
       case Kind::kFirstToken:
         FirstToken(e.a);
+        break;
+      case Kind::kDecodeStart:
+        DecodeStart(e.a);
+        break;
+      case Kind::kHopStart:
+        HopStart(e.a);
         break;
       case Kind::kDeviceDone:
         DeviceDone(e.a, e.b);

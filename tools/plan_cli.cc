@@ -16,6 +16,7 @@
 #include "planner/simulator.h"
 #include "tools/bench_flags.h"
 #include "tools/bench_runner.h"
+#include "tools/calibrate_in_situ.h"
 #include "tools/flags.h"
 
 namespace tandem {
@@ -35,11 +36,12 @@ constexpr char kPlanUsage[] = R"(usage:
               [--json FILE] [--steps FILE] [worker options]
       One configuration, simulated; prints what `tandem bench` prints for a run.
   tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
-              [--threads N] [--report FILE] [--router HOST:PORT]
+              [--threads N] [--report FILE] [--in-situ [--tokenizer PATH]]
       Measures forward steps on this machine and fits the `local` profile
       (written to $TANDEM_LOCAL_PROFILE or ~/.cache/tandem/local_profile.json).
-      With --router (a running cluster of the first model), also measures the
-      request path's overheads with 24 short requests at 4 requests/s.
+      With --in-situ, also starts a 1P1D cluster of the first model and fits the
+      decode steps and the request path's overheads to what it measures there
+      (about a minute).
 
 CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
   stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
@@ -214,7 +216,8 @@ int Simulate(const std::vector<std::string>& args) {
 }
 
 int Calibrate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "out", "repeats", "threads", "report", "router"}, {});
+  auto f = Flags::Parse(args, {"model", "out", "repeats", "threads", "report", "tokenizer"},
+                        {"in-situ"});
   if (!f.ok()) return Fail(f.status());
   planner::CalibrateOptions o;
   o.models = f->GetAll("model");
@@ -243,49 +246,26 @@ int Calibrate(const std::vector<std::string>& args) {
   nlohmann::json report;
   auto fitted = planner::FitProfile(base, *samples, &report);
   if (!fitted.ok()) return Fail(fitted.status());
-  if (f->Has("router")) {
-    // The request path's overheads, from a running cluster of the first model: TTFT of short
-    // prompts beyond the predicted prefill step is the RPC path's; TPOT beyond the predicted
-    // decode step is the token relay's CPU (requests rarely overlap at this rate).
-    bench::BenchConfig b;
-    b.router = f->Get("router");
-    // Open loop at a low rate, as a lightly loaded service sees requests: workers idle between
-    // them (thread pools asleep, caches cold), which a back-to-back loop would hide.
-    b.rate = 4;
-    b.num_requests = 24;
-    b.warmup = 3;
-    b.input_len = "16";
-    b.output_len = "32";
-    b.seed = 1;
-    b.progress = false;
-    std::fprintf(stderr, "calibrate: %d requests through %s\n", b.num_requests, b.router.c_str());
-    auto run = bench::RunBench(b);
-    if (!run.ok()) return Fail(run.status());
-    if (run->summary.completed < b.num_requests) {
-      return Fail(absl::UnavailableError("calibrate: requests through the router failed"));
-    }
-    const ModelConfig& mc = (*samples)[0].config;
-    planner::HardwareProfile q = *fitted;
-    q.weight_bytes = (*samples)[0].weight_bytes;
-    const planner::CostModel cost(mc, q);
-    const planner::ChunkShape prefill{0, 16}, decode{32, 1};
-    const double prefill_s = cost.Step({&prefill, 1}).seconds;
-    const double decode_s = cost.Step({&decode, 1}).seconds;
-    // One token a step at concurrency 1: the extra is the relay's CPU per token, which on the
-    // shared host competes with the workers in proportion to the tokens streamed.
-    const double step_extra = std::max(0.0, run->summary.tpot.p50 - decode_s);
-    fitted->relay_cpu = step_extra;
-    fitted->request_overhead =
-        std::max(0.0, run->summary.ttft.p50 - prefill_s - step_extra - fitted->token_overhead);
-    report["router_calibration"] = {
-        {"ttft_p50_s", run->summary.ttft.p50}, {"tpot_p50_s", run->summary.tpot.p50},
-        {"predicted_prefill_s", prefill_s},    {"predicted_decode_s", decode_s},
-        {"relay_cpu_s", step_extra},           {"request_overhead_s", fitted->request_overhead}};
+  if (f->Has("in-situ")) {
+    InSituOptions in;
+    in.model = o.models[0];
+    in.tokenizer = f->Get("tokenizer");
+    in.config = (*samples)[0].config;
+    in.weight_bytes = (*samples)[0].weight_bytes;
+    in.log = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+    std::fprintf(stderr, "calibrate: in situ, a 1P1D cluster of %s\n", in.model.c_str());
+    nlohmann::json in_situ;
+    if (absl::Status s = CalibrateInSitu(in, &*fitted, &in_situ); !s.ok()) return Fail(s);
+    report["in_situ"] = in_situ;
+    const auto& d = fitted->decode_factors;
     std::printf(
-        "request path: TTFT p50 %.3f ms, TPOT p50 %.3f ms -> request overhead %.3f ms, "
-        "relay %.3f ms of CPU per token\n",
-        run->summary.ttft.p50 * 1e3, run->summary.tpot.p50 * 1e3, fitted->request_overhead * 1e3,
-        step_extra * 1e3);
+        "in situ: decode step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, "
+        "bandwidth %.3f; request overhead %.3f ms (+ jitter %.3f), decode start %.3f ms (+ "
+        "jitter %.3f), relay %.3f ms of CPU per token\n",
+        d.step_overhead * 1e3, d.matmul_efficiency, d.attention_efficiency, d.bandwidth_efficiency,
+        fitted->request_overhead * 1e3, fitted->request_jitter * 1e3,
+        fitted->decode_start_overhead * 1e3, fitted->decode_start_jitter * 1e3,
+        fitted->relay_cpu * 1e3);
   }
   const std::string out = f->Get("out", planner::LocalProfilePath());
   std::error_code ec;

@@ -7,8 +7,8 @@
 #   bench/planner/validate.sh [OUT_DIR]        (default bench/results/planner)
 #
 # Steps: writes a random-weight stories15M (bf16) once; calibrates the `local` profile per
-# model (`tandem plan calibrate`, into OUT_DIR/local-MODEL.json and, for the first model, the
-# default local profile path); then runs every configuration below. Knobs (environment):
+# model (`tandem plan calibrate --in-situ`, into OUT_DIR/local-MODEL.json, and the default
+# local profile path); then runs every configuration below. Knobs (environment):
 #   BUILD_DIR (build), CONFIGS (all: a space-separated subset of the names below),
 #   REQUESTS (multiplier for the request counts, default 1), SKIP_CALIBRATE=1 (reuse the
 #   profiles in OUT_DIR).
@@ -61,16 +61,17 @@ stop_cluster() {
 }
 
 if [ "${SKIP_CALIBRATE:-0}" != 1 ]; then
-  # Step times from the forward pass, then the request path's overheads through a 1P1D cluster.
+  # Step times from the forward pass, then in situ: a 1P1D cluster of the model for the decode
+  # and prefill steps and the request path's overheads.
   for m in stories260K stories15M; do
     model="$s260k"
     [ "$m" = stories15M ] && model="$s15m"
-    start_cluster "$model" 1 1
-    "$bin/tandem" plan calibrate --model "$model" --router "$router" --out "$OUT/local-$m.json" \
-      --report "$OUT/calibration-$m.json"
-    stop_cluster
+    "$bin/tandem" plan calibrate --model "$model" --tokenizer "$tok" --in-situ \
+      --out "$OUT/local-$m.json" --report "$OUT/calibration-$m.json" 2> >(grep -v '^\[tandem-server\]' >&2)
   done
-  "$bin/tandem" plan calibrate --model "$s260k" --model "$s15m"  # the default `local` profile
+  # The default `local` profile.
+  "$bin/tandem" plan calibrate --model "$s260k" --model "$s15m" --tokenizer "$tok" --in-situ \
+    2> >(grep -v '^\[tandem-server\]' >&2)
 fi
 
 names=()

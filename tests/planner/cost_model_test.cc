@@ -152,6 +152,50 @@ TEST(CostModel, ProfilesRoundTripAndNameTheBadField) {
   EXPECT_NE(unknown.status().message().find("h100-sxm"), std::string::npos);
 }
 
+TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
+  HardwareProfile p = *LoadProfile("l40s");
+  p.shared_host = true;
+  p.request_jitter = 1e-3;
+  p.decode_start_overhead = 2e-4;
+  p.decode_start_jitter = 3e-4;
+  p.host_step_slots = 2;
+  p.has_decode_factors = true;
+  p.decode_factors = {0.1, 0.05, 0.2, 1e-5};
+  p.has_prefill_factors = true;
+  p.prefill_factors = {0.7, 0.2, 0.8, 0};
+  auto back = HardwareProfile::FromJson(p.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ToJson(), p.ToJson());
+  EXPECT_EQ(back->ForDecode().matmul_efficiency, 0.1);
+  EXPECT_EQ(back->ForDecode().step_overhead, 1e-5);
+  EXPECT_EQ(back->ForPrefill().attention_efficiency, 0.2);
+  // A decode step costs what the decode factors say; prefill steps keep their own.
+  const ModelConfig m = *RandomModelConfig("stories15M");
+  const ChunkShape decode{100, 1};
+  EXPECT_GT(CostModel(m, p.ForDecode()).Step({&decode, 1}).seconds,
+            3 * CostModel(m, p.ForPrefill()).Step({&decode, 1}).seconds);
+  // Without them, both roles are the profile's.
+  HardwareProfile plain = *LoadProfile("l40s");
+  EXPECT_EQ(plain.ForDecode().ToJson(), plain.ToJson());
+  EXPECT_FALSE(plain.ToJson().contains("decode"));
+  // Bad values name the field.
+  nlohmann::json j = p.ToJson();
+  j["decode"]["attention_efficiency"] = 0;
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("decode.attention_efficiency"),
+            std::string::npos);
+  j = p.ToJson();
+  j["prefill"] = 3;
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("prefill"), std::string::npos);
+  j = p.ToJson();
+  j["host_step_slots"] = 0.5;
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("host_step_slots"),
+            std::string::npos);
+  j = p.ToJson();
+  j["request_jitter"] = -1;
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("request_jitter"),
+            std::string::npos);
+}
+
 TEST(CostModel, Links) {
   EXPECT_EQ(ParseLink("nvlink")->bandwidth, 450e9);
   auto custom = ParseLink("eth:12.5:20");

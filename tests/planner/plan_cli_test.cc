@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
@@ -73,6 +74,38 @@ TEST(PlanCli, CalibrateWritesAProfileSimulateReads) {
   const CliRun local = Tandem("plan simulate --model stories260k --hardware local --rate 20",
                               "TANDEM_LOCAL_PROFILE=" + profile);
   EXPECT_EQ(local.exit_code, 0) << local.err;
+}
+
+TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
+  // --in-situ starts a router, a prefill and a decode worker, runs five workloads through them
+  // and fits the decode and prefill steps and the request path to what they measured.
+  const std::string profile = TempPath("in_situ.json");
+  const std::string report = TempPath("in_situ_report.json");
+  const CliRun cal =
+      Tandem("plan calibrate --model " + testing::Stories260K() + " --tokenizer " +
+             testing::Tok512() + " --repeats 1 --in-situ --out " + profile + " --report " + report);
+  ASSERT_EQ(cal.exit_code, 0) << cal.err;
+  EXPECT_NE(cal.out.find("in situ: decode step overhead"), std::string::npos) << cal.out;
+  std::ifstream pin(profile);
+  const nlohmann::json p = nlohmann::json::parse(pin);
+  EXPECT_TRUE(p.contains("decode") && p.contains("prefill")) << p.dump();
+  EXPECT_EQ(p["host_step_slots"], 2);
+  EXPECT_GT(p["request_overhead"].get<double>() + p["request_jitter"].get<double>(), 0);
+  std::ifstream rin(report);
+  const nlohmann::json r = nlohmann::json::parse(rin);
+  ASSERT_EQ(r["in_situ"]["workloads"].size(), 5u) << r.dump();
+  for (const auto& w : r["in_situ"]["workloads"]) {
+    // Every workload really ran: decode steps at the expected batch, figures on both sides.
+    EXPECT_GT(w["decode_steps"].get<double>(), 0);
+    EXPECT_GE(w["decode_batch"].get<double>(), 0.99);
+    EXPECT_LE(w["decode_batch"].get<double>(), w["concurrency"].get<double>() + 0.01);
+    EXPECT_GT(w["measured"]["tpot_p50_s"].get<double>(), 0);
+    EXPECT_GT(w["simulated"]["ttft_p50_s"].get<double>(), 0);
+  }
+  // The profile simulates.
+  const CliRun sim = Tandem("plan simulate --model " + testing::Stories260K() + " --hardware " +
+                            profile + " --dtype f32 --concurrency 4 --num-requests 20");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
 }
 
 TEST(PlanCli, PlanPrintsARankedTable) {

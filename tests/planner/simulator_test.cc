@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "engine/model_writer.h"
@@ -244,6 +245,96 @@ TEST(Simulator, TokenRelayCompetesForASharedHost) {
   auto apart = SimulateRequests(model, host, c, reqs, {});
   ASSERT_TRUE(apart.ok());
   EXPECT_LT(apart->summary.tpot.mean, quiet->summary.tpot.mean * 1.0001);
+}
+
+TEST(Simulator, DecodeStartDelaysTheSecondToken) {
+  // The router's start message: the decode worker begins a request that long after its first
+  // token (latency on a GPU profile), and the second token comes that much later.
+  HardwareProfile p = H100();
+  std::mt19937_64 rng(2);
+  std::vector<TimedRequest> reqs = {{0, Prompt(64, rng), 8}};
+  auto base = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  p.decode_start_overhead = 5e-3;
+  auto later = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  ASSERT_TRUE(base.ok() && later.ok());
+  const auto& a = base->records[0].token_times;
+  const auto& b = later->records[0].token_times;
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), 8u);
+  EXPECT_NEAR(b[0], a[0], 1e-12);
+  EXPECT_NEAR(b[1] - a[1], 5e-3, 1e-9);
+  EXPECT_NEAR(b[7] - b[1], a[7] - a[1], 1e-9);
+}
+
+TEST(Simulator, RequestJitterSpreadsLatencyDeterministically) {
+  // Fixed lengths at concurrency 1 leave no spread of their own; the request path's jitter
+  // gives TTFT a p50-p90 spread of about ln 5 times its mean, the same for the same seed.
+  HardwareProfile p = H100();
+  p.request_jitter = 2e-3;
+  bench::BenchConfig w;
+  w.concurrency = 1;
+  w.num_requests = 400;
+  w.input_len = "64";
+  w.output_len = "4";
+  w.seed = 5;
+  auto a = Simulate(Stories260K(), p, ClusterSpec(), w);
+  auto b = Simulate(Stories260K(), p, ClusterSpec(), w);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->summary.ttft.p90, b->summary.ttft.p90);
+  const double spread = a->summary.ttft.p90 - a->summary.ttft.p50;
+  EXPECT_NEAR(spread, 2e-3 * std::log(5.0), 0.6e-3);
+  p.request_jitter = 0;
+  auto none = Simulate(Stories260K(), p, ClusterSpec(), w);
+  ASSERT_TRUE(none.ok());
+  EXPECT_NEAR(none->summary.ttft.p90, none->summary.ttft.p50, 1e-9);
+}
+
+TEST(Simulator, SharedHostRequestPathQueues) {
+  // On a shared host the request path's hops are CPU work, one at a time: four requests sent
+  // together take about four times one request's hops before their first token.
+  HardwareProfile p = H100();
+  p.shared_host = true;
+  p.request_overhead = 4e-3;  // two hops of 2 ms
+  ClusterSpec c;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(3);
+  std::vector<TimedRequest> one = {{0, Prompt(16, rng), 2}};
+  std::vector<TimedRequest> four;
+  for (int i = 0; i < 4; ++i) four.push_back({0, Prompt(16, rng), 2});
+  auto a = SimulateRequests(Stories260K(), p, c, one, {});
+  auto b = SimulateRequests(Stories260K(), p, c, four, {});
+  ASSERT_TRUE(a.ok() && b.ok());
+  // Each of the two hops takes 8 ms instead of 2 when four share the CPU.
+  EXPECT_GT(a->summary.ttft.mean, 4e-3);
+  EXPECT_NEAR(b->summary.ttft.mean - a->summary.ttft.mean, 12e-3, 1e-3);
+  // On separate hosts (a GPU cluster) the hops are latency only.
+  p.shared_host = false;
+  auto apart = SimulateRequests(Stories260K(), p, c, four, {});
+  ASSERT_TRUE(apart.ok());
+  EXPECT_NEAR(apart->summary.ttft.mean, a->summary.ttft.mean, 0.3e-3);
+}
+
+TEST(Simulator, HostStepSlotsLetCalibratedWorkersRunTogether) {
+  // Two decode workers each streaming one request: with one step slot they share the host and
+  // each stream is half as fast; with two (what the in-situ calibration measured) each runs at
+  // its calibrated speed.
+  HardwareProfile p = *LoadProfile("l40s");
+  p.shared_host = true;
+  ClusterSpec c;
+  c.decode = 2;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(6);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 2; ++i) reqs.push_back({0, Prompt(16, rng), 200});
+  const ModelConfig model = *RandomModelConfig("stories15M");
+  auto alone = SimulateRequests(model, p, c, {reqs[0]}, {});
+  auto one_slot = SimulateRequests(model, p, c, reqs, {});
+  p.host_step_slots = 2;
+  auto two_slots = SimulateRequests(model, p, c, reqs, {});
+  ASSERT_TRUE(alone.ok() && one_slot.ok() && two_slots.ok());
+  EXPECT_NEAR(two_slots->summary.tpot.mean, alone->summary.tpot.mean,
+              0.02 * alone->summary.tpot.mean);
+  EXPECT_GT(one_slot->summary.tpot.mean, 1.8 * alone->summary.tpot.mean);
 }
 
 TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {

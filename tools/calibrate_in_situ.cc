@@ -1,0 +1,364 @@
+#include "tools/calibrate_in_situ.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "metrics/scrape.h"
+#include "planner/calibrate.h"
+#include "planner/simulator.h"
+#include "tools/bench_runner.h"
+#include "tools/loadgen.h"
+#include "tools/server_process.h"
+
+namespace tandem {
+namespace {
+
+// The processes of the calibration cluster, stopped (SIGTERM, then SIGKILL after 5 s) however
+// the calibration ends.
+class LocalProcesses {
+ public:
+  ~LocalProcesses() {
+    for (pid_t p : pids_) ::kill(p, SIGTERM);
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (pid_t p : pids_) {
+      while (::waitpid(p, nullptr, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > give_up) {
+          ::kill(p, SIGKILL);
+          ::waitpid(p, nullptr, 0);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  }
+  absl::StatusOr<ServerProcess> Start(const std::string& binary,
+                                      const std::vector<std::string>& args) {
+    ServerProcess p = StartServerProcess(binary, args);
+    if (p.pid > 0) pids_.push_back(p.pid);
+    if (p.address.empty() || p.metrics.empty()) {
+      return absl::UnavailableError(
+          absl::StrFormat("calibrate: %s %s did not start", binary, args.empty() ? "" : args[0]));
+    }
+    return p;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
+// One closed-loop workload of fixed lengths: every decode step's shape is known.
+struct Workload {
+  int concurrency = 1;
+  int input = 16;
+  int output = 32;
+  int requests = 16;
+};
+
+// What a run (measured or simulated) gives the fit.
+struct Figures {
+  double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+};
+
+Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
+  std::vector<double> ttft, tpot, gap;
+  for (const bench::RequestRecord& r : records) {
+    if (r.warmup || !r.ok()) continue;
+    ttft.push_back(r.ttft());
+    if (auto t = r.tpot()) tpot.push_back(*t);
+    if (r.token_times.size() >= 2) gap.push_back(r.token_times[1] - r.token_times[0]);
+  }
+  std::sort(ttft.begin(), ttft.end());
+  std::sort(tpot.begin(), tpot.end());
+  std::sort(gap.begin(), gap.end());
+  auto q = [](const std::vector<double>& v, double p) {
+    return v.empty() ? 0.0 : bench::Percentile(v, p);
+  };
+  return {q(ttft, 0.5), q(ttft, 0.9), q(tpot, 0.5), q(tpot, 0.9), q(gap, 0.5), q(gap, 0.9)};
+}
+
+// Each workload has its own seed: the same prompts twice would hit the prefill worker's prefix
+// cache.
+bench::BenchConfig ConfigOf(const Workload& w, const std::string& router) {
+  bench::BenchConfig b;
+  b.router = router;
+  b.rate = 0;
+  b.concurrency = w.concurrency;
+  b.input_len = std::to_string(w.input);
+  b.output_len = std::to_string(w.output);
+  b.num_requests = w.requests;
+  b.warmup = 2;
+  b.seed = 1 + 1000 * w.concurrency + w.input;
+  b.progress = false;
+  b.timeout = 120;
+  return b;
+}
+
+struct Histogram {
+  double sum = 0, count = 0, extra = 0;  // extra: a companion histogram's sum (batch sizes)
+};
+
+absl::StatusOr<Histogram> Read(const std::string& metrics, const std::string& name,
+                               const std::string& companion) {
+  auto text = HttpGet(metrics, "/metrics");
+  if (!text.ok()) return text.status();
+  const auto samples = ParseMetricsText(*text);
+  Histogram h;
+  h.sum = MetricValue(samples, name + "_sum");
+  h.count = MetricValue(samples, name + "_count");
+  if (!companion.empty()) h.extra = MetricValue(samples, companion + "_sum");
+  if (h.sum < 0 || h.count < 0 || h.extra < 0) {
+    return absl::NotFoundError(absl::StrFormat("calibrate: %s missing from %s", name, metrics));
+  }
+  return h;
+}
+
+}  // namespace
+
+absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* profile,
+                             nlohmann::json* report) {
+  auto log = [&](const std::string& line) {
+    if (o.log) o.log(line);
+  };
+  const ModelConfig& c = o.config;
+  const int ctx = c.max_seq_len;
+  if (ctx < 64) return absl::InvalidArgumentError("calibrate: the model's context is under 64");
+  const int out = std::clamp(ctx / 8, 8, 64);
+  const int longer = std::min(ctx / 2, ctx - out - 1);
+  const int mid = std::min(ctx / 4, ctx - out - 1);
+  const std::vector<Workload> workloads = {
+      {1, 16, out, 16},     {1, longer, out, 16}, {4, 16, out, 24},
+      {4, longer, out, 24}, {8, mid, out, 48},
+  };
+
+  // The cluster: one router, one prefill and one decode worker, as `tandem up` starts them.
+  LocalProcesses procs;
+  const std::string bin = o.server_binary.empty() ? DefaultServerBinary() : o.server_binary;
+  std::vector<std::string> common = {"--model", o.model};
+  if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
+  std::vector<std::string> router_args = {"--role=router", "--port", "0"};
+  router_args.insert(router_args.end(), common.begin(), common.end());
+  auto router = procs.Start(bin, router_args);
+  if (!router.ok()) return router.status();
+  std::vector<ServerProcess> workers;
+  for (const char* role : {"--role=prefill", "--role=decode"}) {
+    std::vector<std::string> args = {role, "--router", router->address};
+    args.insert(args.end(), common.begin(), common.end());
+    auto w = procs.Start(bin, args);
+    if (!w.ok()) return w.status();
+    workers.push_back(*w);
+  }
+  const std::string& prefill_metrics = workers[0].metrics;
+  const std::string& decode_metrics = workers[1].metrics;
+  // Ready when a request goes through (both workers registered and healthy).
+  {
+    Workload probe{1, 8, 2, 1};
+    bench::BenchConfig b = ConfigOf(probe, router->address);
+    b.warmup = 0;
+    b.timeout = 5;
+    bool ready = false;
+    for (int i = 0; i < 120 && !ready; ++i) {
+      auto run = bench::RunBench(b);
+      ready = run.ok() && run->summary.completed == 1;
+      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    if (!ready) return absl::UnavailableError("calibrate: the cluster did not serve within 60 s");
+  }
+
+  // Measure: each workload through the router, with the workers' step histograms around it.
+  std::vector<Figures> measured;
+  std::vector<planner::StepSample> decode_samples, prefill_samples;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Workload& w : workloads) {
+    auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
+    auto p0 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
+    if (!d0.ok()) return d0.status();
+    if (!p0.ok()) return p0.status();
+    auto run = bench::RunBench(ConfigOf(w, router->address));
+    if (!run.ok()) return run.status();
+    if (run->summary.completed < w.requests) {
+      return absl::UnavailableError(absl::StrFormat("calibrate: %d of %d requests completed",
+                                                    run->summary.completed, w.requests));
+    }
+    auto d1 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
+    auto p1 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
+    if (!d1.ok()) return d1.status();
+    if (!p1.ok()) return p1.status();
+    const double steps = d1->count - d0->count;
+    if (steps < 1) return absl::InternalError("calibrate: the decode worker ran no step");
+    const double step = (d1->sum - d0->sum) / steps;
+    const double batch = (d1->extra - d0->extra) / steps;
+    // The steps' shapes: `batch` sequences (rounded; their total context kept) at the mean
+    // context of a request's decode, its prompt and half its output.
+    const int seqs = std::max(1, static_cast<int>(std::lround(batch)));
+    const double context = (w.input + w.output / 2.0) * batch / seqs;
+    planner::StepSample s;
+    s.model = o.model;
+    s.config = c;
+    s.weight_bytes = o.weight_bytes;
+    s.batch.assign(seqs, planner::ChunkShape{static_cast<int>(std::lround(context)), 1});
+    s.seconds = step;
+    decode_samples.push_back(s);
+    measured.push_back(FiguresOf(run->records));
+    const double prefill_steps = p1->count - p0->count;
+    if (prefill_steps < 1) return absl::InternalError("calibrate: the prefill worker ran no step");
+    const double prefill_step = (p1->sum - p0->sum) / prefill_steps;
+    // Every prompt is `input` tokens (one chunk): the mean tokens per step give the prompts.
+    const double tokens = (p1->extra - p0->extra) / prefill_steps;
+    const int prompts = std::max(1, static_cast<int>(std::lround(tokens / w.input)));
+    planner::StepSample ps = s;
+    ps.batch.assign(prompts, planner::ChunkShape{
+                                 0, std::max(1, static_cast<int>(std::lround(tokens / prompts)))});
+    ps.seconds = prefill_step;
+    prefill_samples.push_back(ps);
+    rows.push_back({{"concurrency", w.concurrency},
+                    {"input", w.input},
+                    {"output", w.output},
+                    {"decode_steps", steps},
+                    {"decode_step_s", step},
+                    {"decode_batch", batch},
+                    {"prefill_step_s", prefill_step},
+                    {"prefill_tokens_per_step", tokens}});
+    log(absl::StrFormat(
+        "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms at batch %.2f, prefill "
+        "step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
+        w.concurrency, w.input, w.output, step * 1e3, batch, prefill_step * 1e3,
+        measured.back().ttft50 * 1e3, measured.back().tpot50 * 1e3));
+  }
+
+  // The step factors of each role: the step fit on its in-situ steps. They were measured with
+  // both workers busy at once, so two steps run together at these speeds.
+  nlohmann::json decode_fit, prefill_fit;
+  auto decode = planner::FitProfile(*profile, decode_samples, &decode_fit);
+  if (!decode.ok()) return decode.status();
+  auto prefill = planner::FitProfile(*profile, prefill_samples, &prefill_fit);
+  if (!prefill.ok()) return prefill.status();
+  for (auto [fitted, has, f] :
+       {std::tuple{&*decode, &profile->has_decode_factors, &profile->decode_factors},
+        std::tuple{&*prefill, &profile->has_prefill_factors, &profile->prefill_factors}}) {
+    *has = true;
+    *f = {fitted->matmul_efficiency, fitted->attention_efficiency, fitted->bandwidth_efficiency,
+          fitted->step_overhead};
+  }
+  profile->host_step_slots = 2;
+
+  // The request path, by simulating the same workloads on a 1P1D cluster.
+  planner::HardwareProfile p = *profile;
+  p.request_overhead = p.request_jitter = p.decode_start_overhead = p.decode_start_jitter = 0;
+  p.relay_cpu = 0;
+  auto simulate = [&](const planner::HardwareProfile& q) -> absl::StatusOr<std::vector<Figures>> {
+    std::vector<Figures> f;
+    for (const Workload& w : workloads) {
+      auto r = planner::Simulate(c, q, planner::ClusterSpec{}, ConfigOf(w, "simulated"));
+      if (!r.ok()) return r.status();
+      f.push_back(FiguresOf(r->records));
+    }
+    return f;
+  };
+  // The request path, parameter by parameter (two rounds, as they interact a little):
+  // - the jitter of the request hops and of the decode start: at concurrency 1 with fixed
+  //   lengths the simulator's TTFT and first gap have no spread of their own, so the measured
+  //   p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5;
+  // - the request overhead (CPU work on the shared host): TTFT p50 at concurrency 1 and of the
+  //   short prompts at concurrency 4, where the hops of concurrent requests queue for the CPU;
+  // - the decode start: the first gap's p50 at concurrency 1;
+  // - the relay's CPU per token: TPOT p50 of every workload.
+  // Each by a search on a log grid (0, then 10 us to 10 ms) of the squared log error.
+  std::vector<double> grid = {0};
+  for (double v = 1e-5; v <= 1.0001e-2; v *= std::pow(10.0, 0.0625)) grid.push_back(v);
+  auto fit =
+      [&](double* param,
+          const std::function<double(const Figures& m, const Figures& s, const Workload& w)>& error)
+      -> absl::Status {
+    double best_error = 1e300, best_value = *param;
+    for (double v : grid) {
+      *param = v;
+      auto f = simulate(p);
+      if (!f.ok()) return f.status();
+      double e = 0;
+      for (size_t i = 0; i < workloads.size(); ++i) e += error(measured[i], (*f)[i], workloads[i]);
+      if (e < best_error) {
+        best_error = e;
+        best_value = v;
+      }
+    }
+    *param = best_value;
+    return absl::OkStatus();
+  };
+  auto sq = [](double sim, double meas) {
+    const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
+    return d * d;
+  };
+  double ttft_spread = 0, gap_spread = 0;
+  int alone = 0;
+  for (size_t i = 0; i < workloads.size(); ++i) {
+    if (workloads[i].concurrency != 1) continue;
+    ttft_spread += std::max(0.0, measured[i].ttft90 - measured[i].ttft50);
+    gap_spread += std::max(0.0, measured[i].gap90 - measured[i].gap50);
+    ++alone;
+  }
+  p.request_jitter = ttft_spread / alone / std::log(5.0);
+  p.decode_start_jitter = gap_spread / alone / std::log(5.0);
+  for (int round = 0; round < 2; ++round) {
+    absl::Status s =
+        fit(&p.request_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
+          return w.concurrency == 1 || w.input == 16 ? sq(f.ttft50, m.ttft50) : 0.0;
+        });
+    if (s.ok()) {
+      s = fit(&p.decode_start_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
+        return w.concurrency == 1 ? sq(f.gap50, m.gap50) : 0.0;
+      });
+    }
+    if (s.ok()) {
+      s = fit(&p.relay_cpu, [&](const Figures& m, const Figures& f, const Workload&) {
+        return sq(f.tpot50, m.tpot50);
+      });
+    }
+    if (!s.ok()) return s;
+  }
+  profile->request_overhead = p.request_overhead;
+  profile->request_jitter = p.request_jitter;
+  profile->decode_start_overhead = p.decode_start_overhead;
+  profile->decode_start_jitter = p.decode_start_jitter;
+  profile->relay_cpu = p.relay_cpu;
+
+  auto final_sim = simulate(*profile);
+  if (!final_sim.ok()) return final_sim.status();
+  for (size_t i = 0; i < workloads.size(); ++i) {
+    const Figures& m = measured[i];
+    const Figures& s = (*final_sim)[i];
+    rows[i]["measured"] = {{"ttft_p50_s", m.ttft50}, {"ttft_p90_s", m.ttft90},
+                           {"tpot_p50_s", m.tpot50}, {"tpot_p90_s", m.tpot90},
+                           {"gap_p50_s", m.gap50},   {"gap_p90_s", m.gap90}};
+    rows[i]["simulated"] = {{"ttft_p50_s", s.ttft50}, {"ttft_p90_s", s.ttft90},
+                            {"tpot_p50_s", s.tpot50}, {"tpot_p90_s", s.tpot90},
+                            {"gap_p50_s", s.gap50},   {"gap_p90_s", s.gap90}};
+    log(absl::StrFormat(
+        "fitted: concurrency %d, %d + %d tokens: TTFT p50 %.3f/%.3f ms, p90 %.3f/%.3f; TPOT p50 "
+        "%.3f/%.3f ms, p90 %.3f/%.3f (measured/simulated)",
+        workloads[i].concurrency, workloads[i].input, workloads[i].output, m.ttft50 * 1e3,
+        s.ttft50 * 1e3, m.ttft90 * 1e3, s.ttft90 * 1e3, m.tpot50 * 1e3, s.tpot50 * 1e3,
+        m.tpot90 * 1e3, s.tpot90 * 1e3));
+  }
+  if (report) {
+    *report = {{"workloads", rows},
+               {"decode_fit", decode_fit},
+               {"prefill_fit", prefill_fit},
+               {"request_overhead_s", profile->request_overhead},
+               {"request_jitter_s", profile->request_jitter},
+               {"decode_start_overhead_s", profile->decode_start_overhead},
+               {"decode_start_jitter_s", profile->decode_start_jitter},
+               {"relay_cpu_s", profile->relay_cpu}};
+  }
+  return profile->Validate();
+}
+
+}  // namespace tandem
