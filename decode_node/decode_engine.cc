@@ -33,9 +33,14 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
         static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
-  auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
-  if (!cache.ok()) return cache.status();
-  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*cache), metrics));
+  CudaRunnerOptions ro;
+  ro.num_blocks = options.num_blocks;
+  ro.block_size = options.block_size;
+  ro.max_batch_tokens = options.max_running;
+  ro.max_seqs = options.max_running;
+  auto runner = MakeModelRunner(options.device, model, ro);
+  if (!runner.ok()) return runner.status();
+  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
   auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
@@ -51,12 +56,12 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   return e;
 }
 
-DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache,
-                           DecodeMetrics* metrics)
+DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
+                           std::unique_ptr<ModelRunner> runner, DecodeMetrics* metrics)
     : model_(model),
       options_(options),
       metrics_(metrics),
-      cache_(std::move(cache)),
+      runner_(std::move(runner)),
       scheduler_(options.num_blocks, options.block_size, options.max_running),
       health_(options.faults) {}
 
@@ -107,7 +112,7 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
   }
   // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
   const std::vector<int> table(blocks->begin(), blocks->end());
-  if (absl::Status s = ScatterKv(payload, h, table, &cache_); !s.ok()) return s;
+  if (absl::Status s = runner_->UnpackKv(payload, h, table); !s.ok()) return s;
   absl::Status s = leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
   if (s.ok() && metrics_)
     metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));
@@ -259,7 +264,7 @@ void DecodeEngine::Loop() {
     lock.unlock();  // Admit, Accept and readers proceed during the step
     const absl::Time t0 = absl::Now();
     absl::Status st = health_.BeforeStep();
-    if (st.ok()) st = model_->Forward(batch, &cache_, &logits);
+    if (st.ok()) st = runner_->Forward(batch, &logits);
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->batch_size.Observe(static_cast<double>(batch.size()));

@@ -52,6 +52,7 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
+     [--device auto|cpu|cuda]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, then "metrics ROLE=HOST:PORT" lines
       and "http router=HOST:PORT" (the OpenAI-compatible API); Ctrl-C stops them.
@@ -359,7 +360,7 @@ int Bench(const std::vector<std::string>& args) {
 int Up(const std::vector<std::string>& args) {
   auto f = Flags::Parse(args,
                         {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert",
-                         "tls-key", "tls-ca", "api-keys-file", "http-port"},
+                         "tls-key", "tls-ca", "api-keys-file", "http-port", "device"},
                         {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -386,6 +387,7 @@ int Up(const std::vector<std::string>& args) {
   o.router_port = static_cast<int>(*port);
   o.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
   o.api_keys_file = f->Get("api-keys-file");
+  if (f->Has("device")) o.extra_worker_flags = {"--device", f->Get("device")};
   return RunLocalCluster(o);
 }
 

@@ -129,6 +129,11 @@ TEST_F(CudaGemmAttentionTwinTest, PrefillAttentionMatchesCpu) {
       {64, 8, 2, 128, 50, {{0, 130}, {200, 65}}},
       {16, 4, 1, 256, 0, {{10, 40}}},
       {64, 32, 8, 128, 0, {{3000, 96}}},
+      // Long contexts: a chunk at the end of a 32k context, block sizes 16 and 64, and a
+      // sliding window there.
+      {16, 8, 2, 128, 0, {{32000, 40}}},
+      {64, 8, 2, 128, 0, {{32700, 68}}},
+      {16, 8, 2, 128, 4096, {{30000, 33}}},
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const AttnCase& c = cases[ci];
@@ -184,6 +189,52 @@ TEST_F(CudaGemmAttentionTwinTest, PrefillAttentionMatchesCpu) {
     // relative error ~1e-6 per term; 1e-4 of the largest output leaves room for the long
     // contexts here while catching any masking or indexing mistake (errors of order 1).
     EXPECT_LT(NormErr(Download(d_out, q.size()), want), 1e-4) << "case " << ci;
+  }
+}
+
+// The split-K decode kernel at contexts up to 32k, block sizes 16 and 64, sequences of
+// different lengths in one batch (the model's decode-only path).
+TEST_F(CudaGemmAttentionTwinTest, DecodeAttentionLongContexts) {
+  for (int bs : {16, 64}) {
+    const int n_heads = 8, n_kv = 2, hd = 128, width = n_kv * hd;
+    const std::vector<int> ctx = {32768, 1, 5000, 16 * 1024 + 3};
+    const int S = static_cast<int>(ctx.size());
+    const int mb = 32768 / bs;
+    const int num_blocks = S * mb;
+    std::vector<int> tables(num_blocks);
+    std::iota(tables.begin(), tables.end(), 0);
+    std::shuffle(tables.begin(), tables.end(), std::mt19937(bs));
+    std::vector<int> token_seq(S), token_pos(S);
+    for (int s = 0; s < S; ++s) {
+      token_seq[s] = s;
+      token_pos[s] = ctx[s] - 1;
+    }
+    const auto kc = Random(static_cast<size_t>(num_blocks) * bs * width, 1);
+    const auto vc = Random(kc.size(), 2);
+    const auto q = Random(static_cast<size_t>(S) * n_heads * hd, 3);
+    PagedAttentionArgs a;
+    a.num_tokens = S;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = hd;
+    a.block_size = bs;
+    a.max_blocks_per_seq = mb;
+    a.token_seq = token_seq.data();
+    a.token_pos = token_pos.data();
+    a.block_tables = tables.data();
+    std::vector<float> want(q.size());
+    cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
+    TandemPagedAttentionArgs d{
+        S, n_heads, n_kv, hd, bs, mb, Upload(token_seq), Upload(token_pos), Upload(tables), 0};
+    const size_t ws_bytes = api_->paged_attention_workspace_bytes(S, n_heads, hd, 32768);
+    void* ws = Alloc(ws_bytes);
+    float* d_out = static_cast<float*>(Alloc(q.size() * 4));
+    ASSERT_EQ(api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, 32768, ws,
+                                           ws_bytes, d_out),
+              0)
+        << api_->last_error();
+    // As for prefill: f32 sums in another order, 1e-4 of the largest output.
+    EXPECT_LT(NormErr(Download(d_out, q.size()), want), 1e-4) << "block size " << bs;
   }
 }
 

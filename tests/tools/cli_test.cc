@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 
+#include "kernels/backend_loader.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -104,6 +106,25 @@ TEST(CliTest, BadInputsFailCleanly) {
     EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
     EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.args << "\n" << Stderr();
   }
+}
+
+// --device=cuda fails with a message naming the flag: where there is no GPU (or no library), in
+// `tandem generate` and in tandem-server; with a GPU, `tandem generate` (which runs in process
+// on the CPU backend) still refuses it and says where the CUDA path is.
+TEST(CliTest, DeviceCudaErrorsNameTheFlag) {
+  const std::string m = " --model " + testing::Stories260K();
+  Result r = RunTandem("generate" + m + " --prompt hi --device cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "crashed";
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
+  if (LoadCudaApi().ok()) GTEST_SKIP() << "a CUDA device is usable: the server would start";
+  const std::string cmd = testing::BinDir() +
+                          "/tandem-server --role prefill --port 0 --router 127.0.0.1:1" + m +
+                          " --device cuda 2>" + StderrPath();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "crashed";
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
 }
 
 TEST(CliTest, ModelConvertAndRandom) {
