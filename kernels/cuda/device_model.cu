@@ -49,8 +49,9 @@ struct TandemModel {
   int* table = nullptr;  // device staging of a pack / unpack block table
   size_t table_ints = 0;
 
-  std::map<int, cudaGraphExec_t> graphs;  // decode bucket -> captured step
+  std::map<int, cudaGraphExec_t> graphs;  // decode bucket -> captured step (nullptr: failed)
   long long graph_replays = 0;
+  int graph_failures = 0;
   std::mutex mu;  // one step or pack / unpack at a time
 
   int kv_width() const { return desc.n_kv_heads * desc.head_dim; }
@@ -215,31 +216,44 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
   return gemm(rows, m->classifier, nullptr, logits, R, d.vocab_size, d.dim);
 }
 
-// Runs a padded decode step of `bucket` rows from its graph, capturing it the first time.
-int RunDecodeGraph(TandemModel* m, const StepLayout& L, int bucket) {
-  auto it = m->graphs.find(bucket);
-  if (it == m->graphs.end()) {
-    const int max_context = m->limits.max_blocks_per_seq() * m->desc.block_size;
-    if (int e = Check(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal),
-                      "cudaStreamBeginCapture")) {
-      return e;
-    }
-    const int run = RunStep(m, L, bucket, bucket, 0, true, max_context);
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
-    if (run != 0) {
-      if (graph != nullptr) cudaGraphDestroy(graph);
-      return run;
-    }
-    if (int e = Check(end, "cudaStreamEndCapture")) return e;
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    if (int e = Check(inst, "cudaGraphInstantiate")) return e;
-    it = m->graphs.emplace(bucket, exec).first;
+// Captures the padded decode step of `bucket` rows (not run: capture only records); nullptr
+// with the reason in last_error() when the capture fails.
+cudaGraphExec_t CaptureDecode(TandemModel* m, const StepLayout& L, int bucket, int max_context) {
+  if (Check(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal),
+            "cudaStreamBeginCapture")) {
+    return nullptr;
   }
-  ++m->graph_replays;
-  return Check(cudaGraphLaunch(it->second, m->stream), "cudaGraphLaunch");
+  const int run = RunStep(m, L, bucket, bucket, 0, true, max_context);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (run == 0 && Check(end, "cudaStreamEndCapture") == 0) {
+    if (Check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate") != 0) {
+      exec = nullptr;
+    }
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // a failed capture leaves nothing for the next step to trip on
+  return exec;
+}
+
+// A padded decode step of `bucket` rows. The first step of a bucket runs eagerly (which also
+// warms cuBLAS and loads every kernel before any capture), then is captured; later steps
+// replay the graph. A bucket whose capture failed keeps running eagerly.
+int RunDecodeStep(TandemModel* m, const StepLayout& L, int bucket) {
+  const int max_context = m->limits.max_blocks_per_seq() * m->desc.block_size;
+  auto it = m->graphs.find(bucket);
+  if (it != m->graphs.end() && it->second != nullptr) {
+    ++m->graph_replays;
+    return Check(cudaGraphLaunch(it->second, m->stream), "cudaGraphLaunch");
+  }
+  if (int e = RunStep(m, L, bucket, bucket, 0, true, max_context)) return e;
+  if (it == m->graphs.end()) {
+    cudaGraphExec_t exec = CaptureDecode(m, L, bucket, max_context);
+    if (exec == nullptr) ++m->graph_failures;
+    m->graphs.emplace(bucket, exec);
+  }
+  return 0;
 }
 
 int DoForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, const int* tokens,
@@ -283,7 +297,7 @@ int DoForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, con
   const bool graph = plan.decode_only && m->desc.use_graphs != 0 &&
                      DecodeBucket(plan.num_real_tokens) == plan.num_tokens;
   if (graph) {
-    if (int e = RunDecodeGraph(m, plan.layout, plan.num_tokens)) return e;
+    if (int e = RunDecodeStep(m, plan.layout, plan.num_tokens)) return e;
   } else if (int e = RunStep(m, plan.layout, plan.num_tokens, plan.num_rows, plan.num_tiles,
                              plan.decode_only, plan.max_context)) {
     return e;
@@ -431,7 +445,9 @@ int ModelCreate(const TandemModelDesc* desc, const TandemModelWeights* weights,
 void ModelDestroy(TandemModel* m) {
   if (m == nullptr) return;
   if (m->stream != nullptr) cudaStreamSynchronize(m->stream);
-  for (auto& [bucket, exec] : m->graphs) cudaGraphExecDestroy(exec);
+  for (auto& [bucket, exec] : m->graphs) {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+  }
   if (m->cublas != nullptr) cublasDestroy(m->cublas);
   for (void* p : m->allocations) cudaFree(p);
   if (m->wire != nullptr) cudaFree(m->wire);
@@ -449,7 +465,8 @@ int ModelInfo(const TandemModel* m, TandemModelInfo* info) {
   info->weight_bytes = m->weight_bytes;
   info->kv_bytes = m->kv_bytes;
   info->workspace_bytes = m->ws.total;
-  info->graphs_captured = static_cast<int>(m->graphs.size());
+  info->graphs_captured = static_cast<int>(m->graphs.size()) - m->graph_failures;
+  info->graph_capture_failures = m->graph_failures;
   info->graph_replays = m->graph_replays;
   return 0;
 }

@@ -127,12 +127,14 @@ __global__ void __launch_bounds__(kThreads)
     m = m_new;
     __syncwarp();  // the row's P values, written by its kLanes threads, are visible
 #pragma unroll
-    for (int i = 0; i < kMaxDimsPerLane; ++i) {
-      const int d = lane + i * kLanes;
-      if (d < hd) {
-        float acc = o[i] * correction;
-        for (int j = 0; j < nk; ++j) acc += sp[row * kKeys + j] * sv[j * hd + d];
-        o[i] = acc;
+    for (int i = 0; i < kMaxDimsPerLane; ++i) o[i] *= correction;
+    for (int j = 0; j < nk; ++j) {
+      const float p = sp[row * kKeys + j];
+      const float* vr = sv + j * hd;
+#pragma unroll
+      for (int i = 0; i < kMaxDimsPerLane; ++i) {
+        const int d = lane + i * kLanes;
+        if (d < hd) o[i] += p * vr[d];
       }
     }
   }

@@ -103,7 +103,14 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
   }
   const int num_seqs = static_cast<int>(batch.size());
   int padded = num_tokens;
-  if (decode_only && pad_decode && DecodeBucket(num_seqs) > 0) padded = DecodeBucket(num_seqs);
+  if (decode_only && pad_decode && DecodeBucket(num_seqs) > 0) {
+    // Padding that would not fit the capacities is skipped: the step then runs without a graph.
+    const int bucket = DecodeBucket(num_seqs);
+    if (bucket <= lim.max_batch_tokens && bucket <= lim.max_seqs &&
+        num_rows + (bucket - num_tokens) <= lim.max_logit_rows) {
+      padded = bucket;
+    }
+  }
   if (padded > lim.max_batch_tokens) {
     return Err("forward: %ld tokens (padded to %ld) exceed max_batch_tokens %ld", num_tokens,
                padded, lim.max_batch_tokens);

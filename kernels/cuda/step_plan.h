@@ -92,7 +92,8 @@ inline size_t SampleParamsOffset(size_t meta_ints) { return (meta_ints * 4 + 15)
 
 // Validates `batch` against `limits` and fills `plan`; `pad_decode` pads a decode-only step to
 // its bucket with tokens that write only to the pad block (id num_blocks) and whose logits are
-// dropped. Returns "" or the error, naming the chunk and field.
+// dropped (unless the bucket exceeds a capacity: then the step stays unpadded). Returns "" or the
+// error, naming the chunk and field.
 std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& limits, bool pad_decode,
                      StepPlan* plan);
 

@@ -104,7 +104,9 @@ void CompareRunners(const Model& model, int block_size, double tol, int steps) {
     for (int r = 0; r < rows; ++r) {
       std::span<const float> w(want.data() + r * c.vocab_size, c.vocab_size);
       std::span<const float> g(got.data() + r * c.vocab_size, c.vocab_size);
-      if (Margin(w) > 2 * abs_err) EXPECT_EQ(Argmax(g), Argmax(w)) << what << " row " << r;
+      if (Margin(w) > 2 * abs_err) {
+        EXPECT_EQ(Argmax(g), Argmax(w)) << what << " row " << r;
+      }
     }
     if (want_out != nullptr) *want_out = std::move(want);
   };
@@ -191,8 +193,8 @@ TEST_F(CudaModelTest, BadStepsAreRejectedNamingTheChunk) {
 }
 
 // A model of random weights made on the device, run through the C API: the same decode steps
-// with graphs (padded to the bucket, captured once, replayed) and without must give the same
-// logits and tokens; the library says how many buckets it captured and replayed.
+// with graphs (padded to the bucket, captured after its first step, then replayed) and without must
+// give the same logits and tokens; the library says how many buckets it captured and replayed.
 TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
   const std::vector<float> inv_freq = {1.f, 0.3f, 0.1f, 0.03f, 0.01f, 0.003f, 0.001f, 0.0003f};
   TandemModelDesc d{};
@@ -262,7 +264,8 @@ TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
   TandemModelInfo info{};
   ASSERT_EQ(api_->model_info(with, &info), 0);
   EXPECT_EQ(info.graphs_captured, 2);
-  EXPECT_EQ(info.graph_replays, 6);
+  EXPECT_EQ(info.graph_capture_failures, 0);
+  EXPECT_EQ(info.graph_replays, 4);  // the first step of each bucket runs eagerly
   ASSERT_EQ(api_->model_info(without, &info), 0);
   EXPECT_EQ(info.graphs_captured, 0);
   // Sampling on the device: greedy (temperature 0) rows equal the argmax of the logits.

@@ -158,11 +158,14 @@ TEST(StepPlanTest, BadChunksAreRejectedNamingTheField) {
   small.max_batch_tokens = 1;
   batch[0] = {ok, 0, table};
   EXPECT_NE(PlanStep(batch, small, true, &p).find("max_batch_tokens"), std::string::npos);
-  // Three decode sequences pad to 4: over max_seqs 3.
+  // Three decode sequences would pad to 4, over max_seqs 3: they run unpadded instead.
   small = Limits();
   small.max_seqs = 3;
   std::vector<StepChunk> three(3, StepChunk{{&ok[0], 1}, 0, table});
-  EXPECT_NE(PlanStep(three, small, true, &p).find("padded to 4"), std::string::npos);
+  EXPECT_EQ(PlanStep(three, small, true, &p), "");
+  EXPECT_EQ(p.num_tokens, 3);
+  small.max_seqs = 2;
+  EXPECT_NE(PlanStep(three, small, true, &p).find("3 sequences"), std::string::npos);
 }
 
 TEST(StepPlanTest, ModelDescValidation) {
