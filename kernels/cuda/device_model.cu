@@ -410,9 +410,10 @@ int ModelCreate(const TandemModelDesc* desc, const TandemModelWeights* weights,
   if (int e = Alloc(m, kCublasWorkspace, &cublas_ws, "model_create cuBLAS workspace")) {
     return fail(e);
   }
-  if (cublasSetWorkspace(m->cublas, cublas_ws, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS ||
-      cublasSetStream(m->cublas, m->stream) != CUBLAS_STATUS_SUCCESS) {
-    return fail(BadArg("model_create", "cublasSetWorkspace / cublasSetStream failed"));
+  // The stream first: cublasSetStream resets the workspace to the default pool.
+  if (cublasSetStream(m->cublas, m->stream) != CUBLAS_STATUS_SUCCESS ||
+      cublasSetWorkspace(m->cublas, cublas_ws, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS) {
+    return fail(BadArg("model_create", "cublasSetStream / cublasSetWorkspace failed"));
   }
   if (int e = UploadWeights(m, weights, random_seed)) return fail(e);
   void* p = nullptr;

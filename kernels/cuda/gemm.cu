@@ -95,7 +95,14 @@ int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, 
     x = d_x16;
     type = CUDA_R_16BF;
   }
-  if (int e = CublasCheck(cublasSetStream(handle, stream), "gemm cublasSetStream")) return e;
+  // cublasSetStream resets a handle's workspace to the default pool (cuBLAS documentation), which
+  // would undo the device model's own workspace (needed for graph capture): set it only when
+  // the handle is bound elsewhere.
+  cudaStream_t bound = nullptr;
+  if (int e = CublasCheck(cublasGetStream(handle, &bound), "gemm cublasGetStream")) return e;
+  if (bound != stream) {
+    if (int e = CublasCheck(cublasSetStream(handle, stream), "gemm cublasSetStream")) return e;
+  }
   if (int e = CublasCheck(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, d_w,
                                        type, cols, x, type, cols, &beta, d_y, CUDA_R_32F, rows,
                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
