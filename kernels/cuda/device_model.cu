@@ -280,15 +280,18 @@ int DoForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, con
   if (!err.empty()) return BadArg("model_forward", err.c_str());
   const WorkspaceLayout& w = m->ws;
   // One upload: the metadata, then the sampling parameters of the real rows.
-  size_t bytes = plan.meta.size() * 4;
-  std::memcpy(m->host_stage, plan.meta.data(), bytes);
   const size_t params_at = SampleParamsOffset(plan.meta.size());
+  const size_t bytes = sample_params != nullptr
+                           ? params_at + plan.num_real_rows * sizeof(TandemSampleRowParams)
+                           : plan.meta.size() * 4;
+  if (bytes > w.meta_bytes) return BadArg("model_forward", "step metadata exceeds its buffer");
+  // A step that failed half-way may have left its upload in flight from the pinned buffer.
+  if (int e = Check(cudaStreamSynchronize(m->stream), "model_forward (previous step)")) return e;
+  std::memcpy(m->host_stage, plan.meta.data(), plan.meta.size() * 4);
   if (sample_params != nullptr) {
-    bytes = params_at + plan.num_real_rows * sizeof(TandemSampleRowParams);
     std::memcpy(static_cast<char*>(m->host_stage) + params_at, sample_params,
                 plan.num_real_rows * sizeof(TandemSampleRowParams));
   }
-  if (bytes > w.meta_bytes) return BadArg("model_forward", "step metadata exceeds its buffer");
   if (int e = Check(cudaMemcpyAsync(m->At<void>(w.meta), m->host_stage, bytes,
                                     cudaMemcpyHostToDevice, m->stream),
                     "model_forward upload")) {
