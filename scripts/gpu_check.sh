@@ -6,7 +6,8 @@
 #   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*)
 #   cuda_kv_bench.json    KV pack/unpack GB/s on the GPU
 #   cuda_model.json/.log  the device model against the CPU model (stories260K f32/bf16, block
-#                         sizes 16/64, graph replay vs plain steps, KV pack)
+#                         sizes 16/64, graph replay vs plain steps, KV pack); cuda_engines.json:
+#                         the prefill/decode engines on --device=cuda against the CPU engine
 #   cuda_model_bench.json decode step time (batch 1/8/64/256) vs the HBM bound and prefill
 #                         TFLOP/s (512/2048/8192 tokens) of a Llama-3-8B-shaped random bf16 model
 #   nccl.json/.log        the NCCL transport: fake-communicator logic, the real library's loader,
@@ -51,7 +52,8 @@ record configure $c $(($(date +%s) - s))
 if [[ $c -ne 0 ]]; then tail -30 "$OUT/configure.log"; finish 1; fi
 # Only what the CUDA checks need first; the rest of the suite afterwards if time allows.
 s=$(date +%s)
-targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench cuda_model_test cuda_model_bench)
+targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench cuda_model_test cuda_model_bench
+  cuda_engines_test)
 # libtandem_nccl.so exists only where nccl.h and libnccl were found.
 if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q '^tandem_nccl:'; then
   targets+=(tandem_nccl)
@@ -79,6 +81,12 @@ timeout 120 "$BUILD_DIR/bin/cuda_model_test" --gtest_output="json:$OUT/cuda_mode
   >"$OUT/cuda_model.log" 2>&1
 c=$?
 record cuda_model $c $(($(date +%s) - s)) "$OUT/cuda_model.json"
+[[ $c -ne 0 ]] && rc=6
+s=$(date +%s)
+timeout 120 "$BUILD_DIR/bin/cuda_engines_test" --gtest_output="json:$OUT/cuda_engines.json" \
+  >>"$OUT/cuda_model.log" 2>&1
+c=$?
+record cuda_engines $c $(($(date +%s) - s)) "$OUT/cuda_engines.json"
 [[ $c -ne 0 ]] && rc=6
 if grep -q '^\[  SKIPPED \]' "$OUT/cuda_model.log"; then
   echo "CUDA model tests skipped on a GPU machine"
