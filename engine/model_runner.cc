@@ -162,8 +162,9 @@ std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cach
 absl::Status CudaRunnerOptions::Validate() const {
   if (num_blocks < 1) return absl::InvalidArgumentError("cuda runner: num_blocks must be >= 1");
   if (block_size < 1) return absl::InvalidArgumentError("cuda runner: block_size must be >= 1");
-  if (max_batch_tokens < 1 || max_seqs < 1) {
-    return absl::InvalidArgumentError("cuda runner: max_batch_tokens and max_seqs must be >= 1");
+  if (max_batch_tokens < 1 || max_seqs < 1 || max_logit_rows < 0) {
+    return absl::InvalidArgumentError(
+        "cuda runner: max_batch_tokens and max_seqs must be >= 1, max_logit_rows >= 0");
   }
   return absl::OkStatus();
 }
@@ -217,7 +218,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& mo
   const int bucket = cuda::DecodeBucket(seqs);
   d.max_seqs = bucket > 0 ? bucket : seqs;
   d.max_batch_tokens = std::max(o.max_batch_tokens, d.max_seqs);
-  d.max_logit_rows = d.max_seqs;
+  d.max_logit_rows = std::max(o.max_logit_rows, d.max_seqs);
   d.use_graphs = o.use_graphs ? 1 : 0;
   std::vector<TandemLayerWeights> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {

@@ -53,6 +53,7 @@ struct CudaRunnerOptions {
   int block_size = 16;
   int max_batch_tokens = 2048;  // tokens per step (the prefill token budget; the decode batch)
   int max_seqs = 64;            // sequences per step
+  int max_logit_rows = 0;       // logit rows per step (all_logits chunks); 0: max_seqs
   bool use_graphs = true;       // decode-only steps as CUDA graphs per batch bucket
 
   absl::Status Validate() const;

@@ -70,6 +70,7 @@ void CompareRunners(const Model& model, int block_size, double tol, int steps) {
   o.num_blocks = 3 * ((c.max_seq_len + block_size - 1) / block_size);
   o.max_batch_tokens = 256;
   o.max_seqs = 8;
+  o.max_logit_rows = 64;  // step 1 asks for 42 rows
   auto cpu = MakeModelRunner("cpu", &model, o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto gpu = MakeModelRunner("cuda", &model, o);
@@ -164,11 +165,13 @@ TEST_F(CudaModelTest, Stories260KF32MatchesCpuBlock64) {
 }
 
 // bf16 weights (the same rounded weights on both sides); the GPU also rounds each GEMM's input
-// to bf16 (relative error 2^-9), the CPU does not: a few 1e-3 per layer, so 3e-2 overall.
+// to bf16 (relative error up to 2^-9 per element), the CPU does not: about 1e-3 of each GEMM's
+// output, over 7 GEMMs x 5 layers and the classifier; 5e-2 of the largest logit bounds that
+// while any real mistake (a wrong row, head or position) moves logits by O(1).
 TEST_F(CudaModelTest, Stories260KBf16MatchesCpu) {
   auto model = Load(DType::kBF16);
   ASSERT_NE(model, nullptr);
-  CompareRunners(*model, 16, 3e-2, 12);
+  CompareRunners(*model, 16, 5e-2, 12);
 }
 
 TEST_F(CudaModelTest, BadStepsAreRejectedNamingTheChunk) {
@@ -212,7 +215,7 @@ TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
   d.weight_dtype = 2;
   d.num_blocks = 64 * 8;
   d.block_size = 16;
-  d.max_batch_tokens = 256;
+  d.max_batch_tokens = 512;  // the first step prefills 5 x 100 tokens
   d.max_seqs = 16;
   d.max_logit_rows = 256;
   TandemModel* with = nullptr;
