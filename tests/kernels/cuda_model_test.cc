@@ -286,5 +286,47 @@ TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
   api_->model_destroy(without);
 }
 
+// On any machine: the CPU runner is Model::Forward over its own cache, bad devices and options
+// are named, and --device=cuda without a GPU says so.
+TEST(ModelRunnerTest, CpuRunnerIsTheModelAndErrorsNameTheFlag) {
+  auto backend = MakeCpuBackend(2);
+  auto model = Model::Load(testing::Stories260K(), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaRunnerOptions o;
+  o.num_blocks = 8;
+  auto cpu = MakeModelRunner("cpu", model->get(), o);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->device(), "cpu");
+  EXPECT_EQ((*cpu)->num_blocks(), 8);
+  EXPECT_EQ((*cpu)->block_size(), 16);
+  auto cache = KvCache::Create((*model)->config(), 8, 16);
+  ASSERT_TRUE(cache.ok());
+  const std::vector<int> tokens = {1, 50, 60, 70}, table = {3, 5};
+  std::vector<SequenceChunk> b = {{tokens, 0, table, true}};
+  std::vector<float> want, got;
+  ASSERT_TRUE((*model)->Forward(b, &*cache, &want).ok());
+  int layers_seen = 0;
+  ASSERT_TRUE((*cpu)->Forward(b, &got, [&](int) { ++layers_seen; }).ok());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(layers_seen, (*model)->config().n_layers);
+  auto packed = (*cpu)->PackKv(0, table, 0, 4);
+  ASSERT_TRUE(packed.ok());
+  const KvChunkHeader h = (*cpu)->MakeHeader(9, 0, 0, 4);
+  EXPECT_EQ(h.width, static_cast<uint32_t>((*model)->config().kv_dim()));
+  EXPECT_EQ(packed->size(), 2u * 4 * h.width * sizeof(float));
+  EXPECT_TRUE((*cpu)->UnpackKv(*packed, h, table).ok());
+
+  auto bad = MakeModelRunner("tpu", model->get(), o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tpu"), std::string::npos);
+  CudaRunnerOptions zero;
+  EXPECT_FALSE(zero.Validate().ok());
+  if (!LoadCudaApi().ok()) {  // (with a GPU, the fixture's tests cover "cuda")
+    auto cuda = MakeModelRunner("cuda", model->get(), o);
+    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(cuda.status().message().find("--device=cuda"), std::string::npos) << cuda.status();
+  }
+}
+
 }  // namespace
 }  // namespace tandem
