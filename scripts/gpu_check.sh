@@ -3,7 +3,8 @@
 # budget: under 8 minutes on one H200). Builds with CUDA for sm_90 only, runs every CUDA test and
 # writes logs and JSON results under $OUT (or the folder given as $1):
 #   device.txt            nvidia-smi, nvcc
-#   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*)
+#   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*/
+#                         CudaGemmAttentionTwin*)
 #   cuda_kv_bench.json    KV pack/unpack GB/s on the GPU
 #   cuda_model.json/.log  the device model against the CPU model (stories260K f32/bf16, block
 #                         sizes 16/64, graph replay vs plain steps, KV pack); cuda_engines.json:
@@ -66,7 +67,7 @@ record build_cuda $c $(($(date +%s) - s))
 if [[ $c -ne 0 ]]; then tail -30 "$OUT/build.log"; finish 1; fi
 
 s=$(date +%s)
-timeout 120 "$BUILD_DIR/bin/kernels_test" --gtest_filter='CudaTwin*:CudaOpsTwin*' \
+timeout 120 "$BUILD_DIR/bin/kernels_test" --gtest_filter='CudaTwin*:CudaOpsTwin*:CudaGemmAttentionTwin*' \
   --gtest_output="json:$OUT/cuda_twin.json" >"$OUT/cuda_twin.log" 2>&1
 c=$?
 record cuda_twin $c $(($(date +%s) - s)) "$OUT/cuda_twin.json"
