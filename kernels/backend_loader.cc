@@ -42,8 +42,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device) 
       return absl::UnavailableError(absl::StrFormat("--device=cuda: %s", api.status().message()));
     }
     return absl::UnimplementedError(
-        "--device=cuda: this command runs the model in process on the CPU backend; the CUDA "
-        "forward pass serves through tandem-server --device=cuda (or tandem up --device cuda)");
+        "--device=cuda: CUDA is not a per-op backend; the CUDA forward pass is the device model "
+        "of engine/model_runner.h");
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("device: \"%s\" is not one of auto, cpu, cuda", device));

@@ -22,9 +22,9 @@ absl::StatusOr<const TandemCudaApi*> LoadCudaApi();
 absl::StatusOr<std::string> ResolveDevice(const std::string& device);
 
 // The host Backend (per-op, host pointers) for device "cpu" or "auto": the CPU backend. The
-// CUDA forward pass is not a per-op Backend but a device-resident model run by the serving
-// engines (engine/model_runner.h, tandem-server --device=cuda); "cuda" here reports why it is
-// unavailable, or UNIMPLEMENTED for the in-process tools (generate, score) that need a Backend.
+// CUDA forward pass is not a per-op Backend but a device-resident model behind
+// engine/model_runner.h (ResolveDevice, then MakeModelRunner); "cuda" here reports why CUDA is
+// unavailable, or UNIMPLEMENTED saying so.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device);
 
 }  // namespace tandem

@@ -108,16 +108,29 @@ TEST(CliTest, BadInputsFailCleanly) {
   }
 }
 
-// --device=cuda fails with a message naming the flag: where there is no GPU (or no library), in
-// `tandem generate` and in tandem-server; with a GPU, `tandem generate` (which runs in process
-// on the CPU backend) still refuses it and says where the CUDA path is.
-TEST(CliTest, DeviceCudaErrorsNameTheFlag) {
+// --device=cuda: `tandem score` refuses it (it runs on the CPU backend). Where there is no GPU
+// (or no library), `tandem generate` and tandem-server fail with a message naming the flag;
+// with a GPU, greedy `tandem generate` on the device prints what it prints on the CPU.
+TEST(CliTest, DeviceCuda) {
   const std::string m = " --model " + testing::Stories260K();
-  Result r = RunTandem("generate" + m + " --prompt hi --device cuda");
+  Result r = RunTandem("score" + m + " --text hi --device cuda");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.exit_code, -1) << "crashed";
   EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
-  if (LoadCudaApi().ok()) GTEST_SKIP() << "a CUDA device is usable: the server would start";
+  const std::string gen = "generate" + m + " --prompt 'Once upon a time' --temperature 0 " +
+                          "--max-tokens 40 --device ";
+  if (LoadCudaApi().ok()) {
+    const Result cpu = RunTandem(gen + "cpu");
+    const Result cuda = RunTandem(gen + "cuda");
+    EXPECT_EQ(cuda.exit_code, 0) << Stderr();
+    EXPECT_NE(Stderr().find("(device cuda)"), std::string::npos) << Stderr();
+    EXPECT_EQ(cuda.out, cpu.out);
+    return;
+  }
+  r = RunTandem(gen + "cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "crashed";
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
   const std::string cmd = testing::BinDir() +
                           "/tandem-server --role prefill --port 0 --router 127.0.0.1:1" + m +
                           " --device cuda 2>" + StderrPath();
