@@ -111,7 +111,7 @@ TEST(CliTest, BadInputsFailCleanly) {
 // --device=cuda: `tandem score` refuses it (it runs on the CPU backend). Where there is no GPU
 // (or no library), `tandem generate` and tandem-server fail with a message naming the flag;
 // with a GPU, greedy `tandem generate` on the device prints what it prints on the CPU.
-TEST(CliTest, DeviceCuda) {
+TEST(CliTest, DeviceFlagOnGpuOrItsError) {
   const std::string m = " --model " + testing::Stories260K();
   Result r = RunTandem("score" + m + " --text hi --device cuda");
   EXPECT_NE(r.exit_code, 0);
