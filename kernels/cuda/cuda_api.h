@@ -113,7 +113,7 @@ typedef struct TandemModelInfo {
   size_t weight_bytes;        /* device bytes of the weights */
   size_t kv_bytes;            /* device bytes of the KV cache (pad block included) */
   size_t workspace_bytes;     /* device bytes of the activations and step buffers */
-  int graphs_captured;        /* decode buckets captured so far */
+  int graphs_captured;        /* (batch, context) buckets captured so far */
   int graph_capture_failures; /* buckets whose capture failed (they run eagerly) */
   long long graph_replays;    /* decode steps run from a graph (a bucket's first runs eagerly) */
 } TandemModelInfo;

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -49,7 +50,8 @@ struct TandemModel {
   int* table = nullptr;  // device staging of a pack / unpack block table
   size_t table_ints = 0;
 
-  std::map<int, cudaGraphExec_t> graphs;  // decode bucket -> captured step (nullptr: failed)
+  // (decode bucket, context bucket) -> captured step (nullptr: its capture failed)
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs;
   long long graph_replays = 0;
   int graph_failures = 0;
   std::mutex mu;  // one step or pack / unpack at a time
@@ -146,10 +148,11 @@ int UploadWeights(TandemModel* m, const TandemModelWeights* w, uint64_t seed) {
   return 0;
 }
 
-// The layers and the classifier for the step whose metadata is at ws.meta with `layout`; only
-// stream-ordered work, so it can be captured into a graph.
+// The layers and the classifier for the step whose metadata is at ws.meta with `layout` (block
+// tables of `table_stride` ids per row); only stream-ordered work, so it can be captured into
+// a graph. max_context: the decode attention's context bound (<= table_stride * block_size).
 int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bool decode_only,
-            int max_context) {
+            int max_context, int table_stride) {
   const TandemModelDesc& d = m->desc;
   const WorkspaceLayout& w = m->ws;
   cudaStream_t st = m->stream;
@@ -167,7 +170,7 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
   a.n_kv_heads = d.n_kv_heads;
   a.head_dim = d.head_dim;
   a.block_size = d.block_size;
-  a.max_blocks_per_seq = m->limits.max_blocks_per_seq();
+  a.max_blocks_per_seq = table_stride;
   a.token_seq = meta + L.token_seq;
   a.token_pos = meta + L.token_pos;
   a.block_tables = meta + L.block_tables;
@@ -218,12 +221,12 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
 
 // Captures the padded decode step of `bucket` rows (not run: capture only records); nullptr
 // with the reason in last_error() when the capture fails.
-cudaGraphExec_t CaptureDecode(TandemModel* m, const StepLayout& L, int bucket, int max_context) {
+cudaGraphExec_t CaptureDecode(TandemModel* m, const StepLayout& L, int bucket, int context) {
   if (Check(cudaStreamBeginCapture(m->stream, cudaStreamCaptureModeThreadLocal),
             "cudaStreamBeginCapture")) {
     return nullptr;
   }
-  const int run = RunStep(m, L, bucket, bucket, 0, true, max_context);
+  const int run = RunStep(m, L, bucket, bucket, 0, true, context, context / m->desc.block_size);
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
   cudaGraphExec_t exec = nullptr;
@@ -237,21 +240,24 @@ cudaGraphExec_t CaptureDecode(TandemModel* m, const StepLayout& L, int bucket, i
   return exec;
 }
 
-// A padded decode step of `bucket` rows. The first step of a bucket runs eagerly (which also
-// warms cuBLAS and loads every kernel before any capture), then is captured; later steps
-// replay the graph. A bucket whose capture failed keeps running eagerly.
-int RunDecodeStep(TandemModel* m, const StepLayout& L, int bucket) {
-  const int max_context = m->limits.max_blocks_per_seq() * m->desc.block_size;
-  auto it = m->graphs.find(bucket);
+// A padded decode step of `bucket` rows in context bucket `context`. The first step of a
+// (bucket, context) runs eagerly (which also warms cuBLAS and loads every kernel before any
+// capture), then is captured; later steps replay the graph. One whose capture failed keeps
+// running eagerly.
+int RunDecodeStep(TandemModel* m, const StepLayout& L, int bucket, int context) {
+  const std::pair<int, int> key(bucket, context);
+  auto it = m->graphs.find(key);
   if (it != m->graphs.end() && it->second != nullptr) {
     ++m->graph_replays;
     return Check(cudaGraphLaunch(it->second, m->stream), "cudaGraphLaunch");
   }
-  if (int e = RunStep(m, L, bucket, bucket, 0, true, max_context)) return e;
+  if (int e = RunStep(m, L, bucket, bucket, 0, true, context, context / m->desc.block_size)) {
+    return e;
+  }
   if (it == m->graphs.end()) {
-    cudaGraphExec_t exec = CaptureDecode(m, L, bucket, max_context);
+    cudaGraphExec_t exec = CaptureDecode(m, L, bucket, context);
     if (exec == nullptr) ++m->graph_failures;
-    m->graphs.emplace(bucket, exec);
+    m->graphs.emplace(key, exec);
   }
   return 0;
 }
@@ -297,12 +303,10 @@ int DoForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, con
                     "model_forward upload")) {
     return e;
   }
-  const bool graph = plan.decode_only && m->desc.use_graphs != 0 &&
-                     DecodeBucket(plan.num_real_tokens) == plan.num_tokens;
-  if (graph) {
-    if (int e = RunDecodeStep(m, plan.layout, plan.num_tokens)) return e;
+  if (plan.context_bucket > 0) {  // only when use_graphs asked PlanStep to pad
+    if (int e = RunDecodeStep(m, plan.layout, plan.num_tokens, plan.context_bucket)) return e;
   } else if (int e = RunStep(m, plan.layout, plan.num_tokens, plan.num_rows, plan.num_tiles,
-                             plan.decode_only, plan.max_context)) {
+                             plan.decode_only, plan.max_context, plan.table_stride)) {
     return e;
   }
   const float* d_logits = m->At<float>(w.logits);

@@ -16,6 +16,14 @@ size_t AlignUp(size_t n) { return (n + 255) / 256 * 256; }
 
 }  // namespace
 
+int ContextBucket(int max_context, const StepLimits& lim) {
+  const int capacity = lim.max_blocks_per_seq() * lim.block_size;
+  int c = kMinContextBucket;
+  while (c < max_context && c < capacity) c *= 2;
+  c = std::min(c, capacity);
+  return (c + lim.block_size - 1) / lim.block_size * lim.block_size;  // whole blocks
+}
+
 int DecodeBucket(int num_seqs) {
   if (num_seqs < 1) return -1;
   for (int b : kDecodeBuckets) {
@@ -68,7 +76,6 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
     return "forward: model limits not set (block_size, max_seq_len, num_blocks)";
   }
   const int bs = lim.block_size;
-  const int mb = lim.max_blocks_per_seq();
   int num_tokens = 0, num_rows = 0, max_context = 0;
   bool decode_only = true;
   for (size_t s = 0; s < batch.size(); ++s) {
@@ -103,12 +110,14 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
   }
   const int num_seqs = static_cast<int>(batch.size());
   int padded = num_tokens;
+  bool graph_step = false;
   if (decode_only && pad_decode && DecodeBucket(num_seqs) > 0) {
     // Padding that would not fit the capacities is skipped: the step then runs without a graph.
     const int bucket = DecodeBucket(num_seqs);
     if (bucket <= lim.max_batch_tokens && bucket <= lim.max_seqs &&
         num_rows + (bucket - num_tokens) <= lim.max_logit_rows) {
       padded = bucket;
+      graph_step = true;
     }
   }
   if (padded > lim.max_batch_tokens) {
@@ -133,6 +142,12 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
   plan->num_rows = padded_rows;
   plan->num_real_rows = num_rows;
   plan->max_context = max_context;
+  // The block-table stride: for a graph step, that of its context bucket (fixed for the graph);
+  // else just what the longest chunk needs (a small upload).
+  if (graph_step) plan->context_bucket = ContextBucket(max_context, lim);
+  const int stride =
+      plan->context_bucket > 0 ? plan->context_bucket / bs : (max_context + bs - 1) / bs;
+  plan->table_stride = stride;
 
   std::vector<int32_t> token_seq(padded);
   {
@@ -145,19 +160,19 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
   std::vector<int32_t> tiles;
   if (!decode_only) BuildAttentionTiles(token_seq, &tiles);
   plan->num_tiles = static_cast<int>(tiles.size() / 2);
-  plan->layout = MakeStepLayout(padded, padded_rows, padded_seqs, plan->num_tiles, mb);
+  plan->layout = MakeStepLayout(padded, padded_rows, padded_seqs, plan->num_tiles, stride);
   const StepLayout& L = plan->layout;
   plan->meta.assign(L.total, 0);
   int32_t* m = plan->meta.data();
   std::copy(token_seq.begin(), token_seq.end(), m + L.token_seq);
   std::copy(tiles.begin(), tiles.end(), m + L.tiles);
-  std::fill(m + L.block_tables, m + L.block_tables + padded_seqs * mb, lim.num_blocks);
+  std::fill(m + L.block_tables, m + L.block_tables + padded_seqs * stride, lim.num_blocks);
   int t = 0, r = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const StepChunk& ch = batch[s];
     const int n = static_cast<int>(ch.tokens.size());
     const int needed = (ch.start_pos + n + bs - 1) / bs;
-    std::copy_n(ch.block_table.begin(), needed, m + L.block_tables + s * mb);
+    std::copy_n(ch.block_table.begin(), needed, m + L.block_tables + s * stride);
     for (int i = 0; i < n; ++i, ++t) {
       const int pos = ch.start_pos + i;
       if (ch.all_logits || i == n - 1) m[L.logit_rows + r++] = t;

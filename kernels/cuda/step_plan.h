@@ -28,6 +28,10 @@ inline constexpr int kDecodeBuckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 // The smallest bucket >= num_seqs, or -1 when num_seqs is < 1 or above the largest bucket.
 int DecodeBucket(int num_seqs);
 
+// Decode graphs are also keyed by a context bucket: the attention kernel's partition count and
+// the block-table stride follow it, so a short context does not pay for the model's longest.
+inline constexpr int kMinContextBucket = 512;
+
 struct StepChunk {
   std::span<const int> tokens;       // [n] new token ids, n >= 1
   int start_pos = 0;                 // position of tokens[0]
@@ -45,9 +49,14 @@ struct StepLimits {
   int max_seqs = 0;          // chunks per step (after padding)
   int max_logit_rows = 0;    // logit rows per step (after padding)
 
-  // ceil(max_seq_len / block_size): the stride of the packed block tables.
+  // ceil(max_seq_len / block_size): the longest block table.
   int max_blocks_per_seq() const { return (max_seq_len + block_size - 1) / block_size; }
 };
+
+// The context bucket of a decode graph step whose longest sequence has max_context positions:
+// kMinContextBucket doubled until it covers max_context, capped at the capacity
+// (max_blocks_per_seq() * block_size), in whole blocks.
+int ContextBucket(int max_context, const StepLimits& limits);
 
 // Checks a model description (sizes positive and consistent, dtypes known, head_dim <= 256,
 // capacities within the graph buckets' needs); "" or the error naming the field.
@@ -61,14 +70,15 @@ struct StepLayout {
   int token_pos = 0;     // [tokens] position of each token
   int slots = 0;         // [tokens] cache slot = block * block_size + offset
   int logit_rows = 0;    // [rows] token index whose logits are row r
-  int block_tables = 0;  // [seqs, max_blocks_per_seq] block ids (pad block beyond a chunk's)
+  int block_tables = 0;  // [seqs, table stride] block ids (pad block beyond a chunk's)
   int tiles = 0;         // [num_tiles, 2] (first token, token count) of each attention tile
   int total = 0;         // ints in the buffer
 };
 
-// The layout for capacities (tokens, rows, seqs, tiles); a decode graph of bucket B always uses
-// (B, B, B, 0) so its device addresses are the same at every replay.
-StepLayout MakeStepLayout(int tokens, int rows, int seqs, int tiles, int max_blocks_per_seq);
+// The layout for capacities (tokens, rows, seqs, tiles, table stride); a decode graph of bucket
+// B and context bucket C always uses (B, B, B, 0, C / block_size), so its device addresses are
+// the same at every replay.
+StepLayout MakeStepLayout(int tokens, int rows, int seqs, int tiles, int table_stride);
 
 struct StepPlan {
   bool decode_only = false;  // every chunk has one token and wants its last logits only
@@ -78,7 +88,9 @@ struct StepPlan {
   int num_rows = 0;       // logit rows after padding
   int num_real_rows = 0;  // rows the caller gets back: the first num_real_rows
   int num_tiles = 0;
-  int max_context = 0;  // max over tokens of position + 1
+  int max_context = 0;     // max over tokens of position + 1
+  int context_bucket = 0;  // > 0: a padded decode step for a graph (its context bucket)
+  int table_stride = 0;    // block ids per row of the packed block tables
   StepLayout layout;
   std::vector<int32_t> meta;  // [layout.total], the one host→device copy
 };

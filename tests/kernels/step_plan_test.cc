@@ -34,6 +34,23 @@ TEST(StepPlanTest, DecodeBuckets) {
   EXPECT_EQ(DecodeBucket(257), -1);
 }
 
+TEST(StepPlanTest, ContextBuckets) {
+  StepLimits l = Limits();
+  l.block_size = 16;
+  l.max_seq_len = 131072;
+  EXPECT_EQ(ContextBucket(1, l), 512);
+  EXPECT_EQ(ContextBucket(512, l), 512);
+  EXPECT_EQ(ContextBucket(513, l), 1024);
+  EXPECT_EQ(ContextBucket(100000, l), 131072);
+  EXPECT_EQ(ContextBucket(131072, l), 131072);
+  l.max_seq_len = 8200;  // capacity 513 blocks = 8208 positions
+  EXPECT_EQ(ContextBucket(5000, l), 8192);
+  EXPECT_EQ(ContextBucket(8200, l), 8208);
+  l.block_size = 48;  // buckets are whole blocks
+  l.max_seq_len = 4096;
+  EXPECT_EQ(ContextBucket(600, l), 1056);
+}
+
 TEST(StepPlanTest, TilesSplitChunksAtTileSizeAndSequenceBoundaries) {
   std::vector<int> seq;
   for (int i = 0; i < 70; ++i) seq.push_back(0);  // 32 + 32 + 6
@@ -74,12 +91,14 @@ TEST(StepPlanTest, MixedBatchPacksEveryArray) {
             (std::vector<int>{30, 31, 12, 13, 14, 37}));
   EXPECT_EQ(std::vector<int>(m + L.logit_rows, m + L.logit_rows + 6),
             (std::vector<int>{0, 1, 2, 3, 4, 5}));
-  const int mb = Limits().max_blocks_per_seq();
-  EXPECT_EQ(mb, 16);
+  // Not a graph step: the tables are as wide as the longest chunk needs (positions < 10).
+  EXPECT_EQ(p.context_bucket, 0);
+  const int stride = p.table_stride;
+  EXPECT_EQ(stride, 3);
   EXPECT_EQ(m[L.block_tables + 0], 7);
   EXPECT_EQ(m[L.block_tables + 1], 3);
   EXPECT_EQ(m[L.block_tables + 2], 10);  // beyond the chunk: the pad block
-  EXPECT_EQ(m[L.block_tables + mb + 2], 9);
+  EXPECT_EQ(m[L.block_tables + stride + 2], 9);
   EXPECT_EQ(std::vector<int>(m + L.tiles, m + L.tiles + 4), (std::vector<int>{0, 5, 5, 1}));
 }
 
@@ -98,7 +117,10 @@ TEST(StepPlanTest, DecodeStepIsPaddedToItsBucketWithPadBlockTokens) {
   EXPECT_EQ(p.num_rows, 4);
   EXPECT_EQ(p.num_real_rows, 3);
   EXPECT_EQ(p.num_tiles, 0);
-  // The layout is that of the bucket alone, the same at every step of this bucket.
+  // A graph step: context bucket 512 capped at the capacity of 64 positions, 16 blocks a row.
+  EXPECT_EQ(p.context_bucket, 64);
+  EXPECT_EQ(p.table_stride, 16);
+  // The layout is that of the buckets alone, the same at every step of these buckets.
   const StepLayout want = MakeStepLayout(4, 4, 4, 0, Limits().max_blocks_per_seq());
   EXPECT_EQ(p.layout.total, want.total);
   EXPECT_EQ(p.layout.block_tables, want.block_tables);
@@ -116,6 +138,8 @@ TEST(StepPlanTest, DecodeStepIsPaddedToItsBucketWithPadBlockTokens) {
   ASSERT_EQ(PlanStep(batch, Limits(), false, &p), "");
   EXPECT_EQ(p.num_tokens, 3);
   EXPECT_EQ(p.num_rows, 3);
+  EXPECT_EQ(p.context_bucket, 0);
+  EXPECT_EQ(p.table_stride, 2);  // positions up to 6
 }
 
 TEST(StepPlanTest, AboveTheLargestBucketIsNotPadded) {
