@@ -218,6 +218,9 @@ void DecodeEngine::UpdateGaugesLocked() {
 void DecodeEngine::Loop() {
   const ModelConfig& c = model_->config();
   std::vector<float> logits;
+  std::vector<int> sampled;
+  std::vector<SamplingParams> sample_params;
+  std::vector<uint64_t> sample_positions;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     health_.Beat();
@@ -261,10 +264,25 @@ void DecodeEngine::Loop() {
           {std::span<const int>(r.tokens).subspan(pos, 1), pos, *scheduler_.blocks(handle), false});
       reqs.push_back(&r);
     }
+    // Where the logits live on a device and no request wants logprobs, the device samples and
+    // only the tokens come back (the same draw as Sample below).
+    bool on_device = runner_->samples_on_device();
+    for (const Request* r : reqs) on_device = on_device && !r->req.sampling.logprobs;
+    if (on_device) {
+      sample_params.clear();
+      sample_positions.clear();
+      for (const Request* r : reqs) {
+        sample_params.push_back(r->req.sampling);
+        sample_positions.push_back(r->tokens.size());
+      }
+    }
     lock.unlock();  // Admit, Accept and readers proceed during the step
     const absl::Time t0 = absl::Now();
     absl::Status st = health_.BeforeStep();
-    if (st.ok()) st = runner_->Forward(batch, &logits);
+    if (st.ok()) {
+      st = on_device ? runner_->ForwardSample(batch, sample_params, sample_positions, &sampled)
+                     : runner_->Forward(batch, &logits);
+    }
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->batch_size.Observe(static_cast<double>(batch.size()));
@@ -280,12 +298,13 @@ void DecodeEngine::Loop() {
         EndLocked(batch_ids[i], r);
         continue;
       }
-      std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-      const int token = Sample(row, r.req.sampling, r.tokens.size());
+      std::span<const float> row;
+      if (!on_device) row = std::span<const float>(logits.data() + i * c.vocab_size, c.vocab_size);
+      const int token = on_device ? sampled[i] : Sample(row, r.req.sampling, r.tokens.size());
       r.tokens.push_back(token);
       ++r.generated;
       r.out.push_back(token);
-      if (r.req.sampling.logprobs) {
+      if (r.req.sampling.logprobs) {  // never on_device
         r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
       }
       if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {

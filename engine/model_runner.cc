@@ -57,26 +57,9 @@ class CudaModelRunner : public ModelRunner {
 
   absl::Status Forward(std::span<const SequenceChunk> batch, std::vector<float>* logits,
                        const std::function<void(int)>& on_layer_kv) override {
-    chunks_.clear();
-    tokens_.clear();
-    tables_.clear();
-    int rows = 0;
-    for (const SequenceChunk& ch : batch) {
-      TandemStepChunk c;
-      c.num_tokens = static_cast<int>(ch.tokens.size());
-      c.start_pos = ch.start_pos;
-      c.num_blocks = static_cast<int>(ch.block_table.size());
-      c.all_logits = ch.all_logits ? 1 : 0;
-      chunks_.push_back(c);
-      tokens_.insert(tokens_.end(), ch.tokens.begin(), ch.tokens.end());
-      tables_.insert(tables_.end(), ch.block_table.begin(), ch.block_table.end());
-      rows += ch.all_logits ? c.num_tokens : 1;
-    }
-    if (batch.empty()) return absl::InvalidArgumentError("forward: empty batch");
+    const int rows = Marshal(batch);
+    if (rows == 0) return absl::InvalidArgumentError("forward: empty batch");
     logits->resize(static_cast<size_t>(rows) * config_.vocab_size);
-    // Empty spans may have null data: the library wants pointers.
-    if (tokens_.empty()) tokens_.push_back(0);
-    if (tables_.empty()) tables_.push_back(0);
     int got = 0;
     if (int rc = api_->model_forward(model_, chunks_.data(), static_cast<int>(chunks_.size()),
                                      tokens_.data(), tables_.data(), nullptr, logits->data(),
@@ -87,6 +70,32 @@ class CudaModelRunner : public ModelRunner {
     if (on_layer_kv) {
       for (int l = 0; l < config_.n_layers; ++l) on_layer_kv(l);
     }
+    return absl::OkStatus();
+  }
+
+  bool samples_on_device() const override { return true; }
+  absl::Status ForwardSample(std::span<const SequenceChunk> batch,
+                             std::span<const SamplingParams> params,
+                             std::span<const uint64_t> positions,
+                             std::vector<int>* tokens) override {
+    const int rows = Marshal(batch);
+    if (rows == 0) return absl::InvalidArgumentError("forward: empty batch");
+    if (static_cast<int>(params.size()) != rows || static_cast<int>(positions.size()) != rows) {
+      return absl::InvalidArgumentError("forward (cuda): one sampling row per logit row");
+    }
+    row_params_.resize(rows);
+    for (int r = 0; r < rows; ++r) {
+      row_params_[r] = {params[r].temperature, params[r].top_k, params[r].top_p, params[r].seed,
+                        positions[r]};
+    }
+    tokens->resize(rows);
+    int got = 0;
+    if (int rc = api_->model_forward(model_, chunks_.data(), static_cast<int>(chunks_.size()),
+                                     tokens_.data(), tables_.data(), row_params_.data(), nullptr,
+                                     tokens->data(), &got)) {
+      return CudaError(api_, rc, "forward (cuda)");
+    }
+    if (got != rows) return absl::InternalError("forward (cuda): unexpected number of rows");
     return absl::OkStatus();
   }
 
@@ -143,8 +152,33 @@ class CudaModelRunner : public ModelRunner {
   TandemModel* model_;
   ModelConfig config_;
   CudaRunnerOptions options_;
+  // Fills chunks_, tokens_ and tables_ (the C API's arrays) from `batch`; returns the number of
+  // logit rows (0 for an empty batch).
+  int Marshal(std::span<const SequenceChunk> batch) {
+    chunks_.clear();
+    tokens_.clear();
+    tables_.clear();
+    int rows = 0;
+    for (const SequenceChunk& ch : batch) {
+      TandemStepChunk c;
+      c.num_tokens = static_cast<int>(ch.tokens.size());
+      c.start_pos = ch.start_pos;
+      c.num_blocks = static_cast<int>(ch.block_table.size());
+      c.all_logits = ch.all_logits ? 1 : 0;
+      chunks_.push_back(c);
+      tokens_.insert(tokens_.end(), ch.tokens.begin(), ch.tokens.end());
+      tables_.insert(tables_.end(), ch.block_table.begin(), ch.block_table.end());
+      rows += ch.all_logits ? c.num_tokens : 1;
+    }
+    // Empty spans may have null data: the library wants pointers.
+    if (tokens_.empty()) tokens_.push_back(0);
+    if (tables_.empty()) tables_.push_back(0);
+    return rows;
+  }
+
   // Reused between steps (the engine's loop thread is the only caller of Forward).
   std::vector<TandemStepChunk> chunks_;
+  std::vector<TandemSampleRowParams> row_params_;
   std::vector<int> tokens_, tables_;
 };
 

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/sampler.h"
 #include "kv_transfer/wire.h"
 
 namespace tandem {
@@ -34,6 +35,17 @@ class ModelRunner {
   // prefill's KV shipping starts after its forward there.
   virtual absl::Status Forward(std::span<const SequenceChunk> batch, std::vector<float>* logits,
                                const std::function<void(int layer)>& on_layer_kv = nullptr) = 0;
+
+  // Forward, then each logit row sampled where the logits are (engine/sampler.h Sample with
+  // params[row] at positions[row]): only the tokens come back. For runners whose logits live on
+  // a device (samples_on_device()); the others answer UNIMPLEMENTED.
+  virtual bool samples_on_device() const { return false; }
+  virtual absl::Status ForwardSample(std::span<const SequenceChunk> batch,
+                                     std::span<const SamplingParams> params,
+                                     std::span<const uint64_t> positions,
+                                     std::vector<int>* tokens) {
+    return absl::UnimplementedError("this runner samples on the host from the logits");
+  }
 
   // GatherKv / MakeKvChunkHeader / ScatterKv (kv_transfer/kv_pack.h) over the runner's cache.
   virtual absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table,

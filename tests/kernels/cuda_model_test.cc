@@ -174,6 +174,39 @@ TEST_F(CudaModelTest, Stories260KBf16MatchesCpu) {
   CompareRunners(*model, 16, 5e-2, 12);
 }
 
+// The runner's device sampling: greedy rows are the argmax of the same step's logits, and a
+// seeded row is the token engine/sampler.cc Sample draws from those logits (the sampler twin
+// test covers the draw itself; here, the rows and positions reach it in order).
+TEST_F(CudaModelTest, ForwardSampleDrawsFromTheStepsLogits) {
+  auto model = Load(DType::kF32);
+  ASSERT_NE(model, nullptr);
+  CudaRunnerOptions o;
+  o.num_blocks = 64;
+  auto a = MakeModelRunner("cuda", model.get(), o);
+  auto b = MakeModelRunner("cuda", model.get(), o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->samples_on_device());
+  const std::vector<int> t0 = {1, 20, 30}, t1 = {1, 40}, table0 = {0}, table1 = {1};
+  std::vector<SequenceChunk> batch = {{t0, 0, table0}, {t1, 0, table1}};
+  std::vector<float> logits;
+  ASSERT_TRUE((*a)->Forward(batch, &logits).ok());
+  SamplingParams greedy, seeded;
+  greedy.temperature = 0;
+  seeded.temperature = 0.9f;
+  seeded.top_p = 0.95f;
+  seeded.seed = 7;
+  const std::vector<SamplingParams> params = {greedy, seeded};
+  const std::vector<uint64_t> positions = {3, 2};
+  std::vector<int> tokens;
+  absl::Status st = (*b)->ForwardSample(batch, params, positions, &tokens);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(tokens.size(), 2u);
+  const int vocab = model->config().vocab_size;
+  EXPECT_EQ(tokens[0], Argmax(std::span<const float>(logits.data(), vocab)));
+  EXPECT_EQ(tokens[1], Sample(std::span<const float>(logits.data() + vocab, vocab), seeded, 2));
+  EXPECT_FALSE((*b)->ForwardSample(batch, {params.data(), 1}, positions, &tokens).ok());
+}
+
 TEST_F(CudaModelTest, BadStepsAreRejectedNamingTheChunk) {
   auto model = Load(DType::kF32);
   ASSERT_NE(model, nullptr);
@@ -315,6 +348,10 @@ TEST(ModelRunnerTest, CpuRunnerIsTheModelAndErrorsNameTheFlag) {
   EXPECT_EQ(h.width, static_cast<uint32_t>((*model)->config().kv_dim()));
   EXPECT_EQ(packed->size(), 2u * 4 * h.width * sizeof(float));
   EXPECT_TRUE((*cpu)->UnpackKv(*packed, h, table).ok());
+
+  EXPECT_FALSE((*cpu)->samples_on_device());
+  std::vector<int> sampled;
+  EXPECT_EQ((*cpu)->ForwardSample(b, {}, {}, &sampled).code(), absl::StatusCode::kUnimplemented);
 
   auto bad = MakeModelRunner("tpu", model->get(), o);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);

@@ -1,5 +1,6 @@
 // The prefill and decode engines on the CUDA device model (--device=cuda) against the engine on
-// the CPU: the same greedy tokens for the stories260K reference prompts, run concurrently so
+// the CPU: the same tokens (greedy, and seeded: the draw is counter-based, on the device or on
+// the host) for the stories260K reference prompts, run concurrently so
 // prompts share prefill and decode steps (mixed batches, decode graphs of several buckets), a
 // prefix-cache hit, and KV moving between a CPU prefill and a CUDA decode worker (the wire
 // layout is the same). Skipped where no GPU (or no CUDA library) is present; scripts/
@@ -56,16 +57,24 @@ class CudaEnginesTest : public ::testing::Test {
     ASSERT_TRUE(d.ok()) << d.status();
     decode_ = std::move(*d);
   }
-  void ExpectGreedyTokensOfTheCpuEngine() {
+  void ExpectTokensOfTheCpuEngine() {
     const auto ref =
         testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
     std::vector<GenerationRequest> reqs;
+    // Greedy, seeded (sampled on the device by the CUDA decode worker) and seeded with
+    // logprobs (sampled on the host from the downloaded logits).
     for (const auto& c : ref["greedy"]) {
-      GenerationRequest r;
-      r.prompt = c["prompt_ids"].get<std::vector<int>>();
-      r.max_tokens = 40;
-      r.sampling.temperature = 0.0f;
-      reqs.push_back(r);
+      for (int kind = 0; kind < 3; ++kind) {
+        GenerationRequest r;
+        r.prompt = c["prompt_ids"].get<std::vector<int>>();
+        r.max_tokens = 40;
+        r.sampling.temperature = kind == 0 ? 0.0f : 0.8f;
+        r.sampling.top_p = kind == 0 ? 1.0f : 0.9f;
+        r.sampling.top_k = kind == 2 ? 50 : 0;
+        r.sampling.seed = 1234;
+        r.sampling.logprobs = kind == 2;
+        reqs.push_back(r);
+      }
     }
     Generator alone(model_.get(), nullptr, {});
     auto want = alone.Generate(reqs);
@@ -99,17 +108,17 @@ class CudaEnginesTest : public ::testing::Test {
 
 TEST_F(CudaEnginesTest, CudaPrefillCudaDecode) {
   Start("cuda", "cuda");
-  ExpectGreedyTokensOfTheCpuEngine();
+  ExpectTokensOfTheCpuEngine();
 }
 
 TEST_F(CudaEnginesTest, CpuPrefillCudaDecode) {
   Start("cpu", "cuda");
-  ExpectGreedyTokensOfTheCpuEngine();
+  ExpectTokensOfTheCpuEngine();
 }
 
 TEST_F(CudaEnginesTest, CudaPrefillCpuDecode) {
   Start("cuda", "cpu");
-  ExpectGreedyTokensOfTheCpuEngine();
+  ExpectTokensOfTheCpuEngine();
 }
 
 }  // namespace
