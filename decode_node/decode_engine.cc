@@ -33,9 +33,14 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
         static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
-  auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
-  if (!cache.ok()) return cache.status();
-  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*cache), metrics));
+  CudaRunnerOptions ro;
+  ro.num_blocks = options.num_blocks;
+  ro.block_size = options.block_size;
+  ro.max_batch_tokens = options.max_running;
+  ro.max_seqs = options.max_running;
+  auto runner = MakeModelRunner(options.device, model, ro);
+  if (!runner.ok()) return runner.status();
+  std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
   auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
@@ -51,12 +56,12 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   return e;
 }
 
-DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache,
-                           DecodeMetrics* metrics)
+DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
+                           std::unique_ptr<ModelRunner> runner, DecodeMetrics* metrics)
     : model_(model),
       options_(options),
       metrics_(metrics),
-      cache_(std::move(cache)),
+      runner_(std::move(runner)),
       scheduler_(options.num_blocks, options.block_size, options.max_running),
       health_(options.faults) {}
 
@@ -107,7 +112,7 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
   }
   // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
   const std::vector<int> table(blocks->begin(), blocks->end());
-  if (absl::Status s = ScatterKv(payload, h, table, &cache_); !s.ok()) return s;
+  if (absl::Status s = runner_->UnpackKv(payload, h, table); !s.ok()) return s;
   absl::Status s = leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
   if (s.ok() && metrics_)
     metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));
@@ -213,6 +218,9 @@ void DecodeEngine::UpdateGaugesLocked() {
 void DecodeEngine::Loop() {
   const ModelConfig& c = model_->config();
   std::vector<float> logits;
+  std::vector<int> sampled;
+  std::vector<SamplingParams> sample_params;
+  std::vector<uint64_t> sample_positions;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     health_.Beat();
@@ -256,10 +264,25 @@ void DecodeEngine::Loop() {
           {std::span<const int>(r.tokens).subspan(pos, 1), pos, *scheduler_.blocks(handle), false});
       reqs.push_back(&r);
     }
+    // Where the logits live on a device and no request wants logprobs, the device samples and
+    // only the tokens come back (the same draw as Sample below).
+    bool on_device = runner_->samples_on_device();
+    for (const Request* r : reqs) on_device = on_device && !r->req.sampling.logprobs;
+    if (on_device) {
+      sample_params.clear();
+      sample_positions.clear();
+      for (const Request* r : reqs) {
+        sample_params.push_back(r->req.sampling);
+        sample_positions.push_back(r->tokens.size());
+      }
+    }
     lock.unlock();  // Admit, Accept and readers proceed during the step
     const absl::Time t0 = absl::Now();
     absl::Status st = health_.BeforeStep();
-    if (st.ok()) st = model_->Forward(batch, &cache_, &logits);
+    if (st.ok()) {
+      st = on_device ? runner_->ForwardSample(batch, sample_params, sample_positions, &sampled)
+                     : runner_->Forward(batch, &logits);
+    }
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->batch_size.Observe(static_cast<double>(batch.size()));
@@ -275,12 +298,13 @@ void DecodeEngine::Loop() {
         EndLocked(batch_ids[i], r);
         continue;
       }
-      std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-      const int token = Sample(row, r.req.sampling, r.tokens.size());
+      std::span<const float> row;
+      if (!on_device) row = std::span<const float>(logits.data() + i * c.vocab_size, c.vocab_size);
+      const int token = on_device ? sampled[i] : Sample(row, r.req.sampling, r.tokens.size());
       r.tokens.push_back(token);
       ++r.generated;
       r.out.push_back(token);
-      if (r.req.sampling.logprobs) {
+      if (r.req.sampling.logprobs) {  // never on_device
         r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
       }
       if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {

@@ -25,6 +25,7 @@
 #include "engine/generator.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/model_runner.h"
 #include "engine/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"
@@ -38,8 +39,11 @@ struct DecodeEngineOptions {
   int max_running = 256;
   int64_t max_kv_bytes = int64_t{2} << 30;
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
-  std::string transport = "tcp";                     // the KV receiver's kind
-  std::string listen = "127.0.0.1:0";                // tcp: host:port; local: a name
+  // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
+  // (engine/model_runner.h), max_running sequences per step.
+  std::string device = "cpu";
+  std::string transport = "tcp";       // the KV receiver's kind
+  std::string listen = "127.0.0.1:0";  // tcp: host:port; local: a name
   // tcp: the host put in KV targets, reachable by prefill workers on other hosts (empty: the
   // listening host; needed when `listen` is a wildcard such as 0.0.0.0).
   std::string advertise_host;
@@ -109,7 +113,7 @@ class DecodeEngine final : public KvSink {
     absl::Status error;
   };
 
-  DecodeEngine(const Model* model, DecodeEngineOptions options, KvCache cache,
+  DecodeEngine(const Model* model, DecodeEngineOptions options, std::unique_ptr<ModelRunner> runner,
                DecodeMetrics* metrics);
   void Loop();
   // Ends `r` (under mu_): releases its lease and blocks, wakes its reader.
@@ -120,7 +124,7 @@ class DecodeEngine final : public KvSink {
   const Model* model_;
   DecodeEngineOptions options_;
   DecodeMetrics* metrics_;
-  KvCache cache_;
+  std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvReceiver> receiver_;
   std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/model_runner.h"
 #include "engine/stop.h"
 
 namespace tandem {
@@ -104,8 +105,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
     }
   }
-  const int bs = options_.block_size;
-  int num_blocks = options_.num_blocks;
+  ModelRunner* runner = options_.runner;
+  const int bs = runner != nullptr ? runner->block_size() : options_.block_size;
+  int num_blocks = runner != nullptr ? runner->num_blocks() : options_.num_blocks;
   if (num_blocks == 0) {
     for (const auto& r : requests) {
       const int64_t len = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens,
@@ -117,8 +119,11 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
         static_cast<int>(std::min<int64_t>(num_blocks, options_.max_kv_bytes / block_bytes));
     num_blocks = std::max(num_blocks, 1);
   }
-  auto cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes);
-  if (!cache.ok()) return cache.status();
+  absl::StatusOr<KvCache> cache = absl::FailedPreconditionError("the runner holds the cache");
+  if (runner == nullptr) {
+    cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes);
+    if (!cache.ok()) return cache.status();
+  }
   BlockPool pool(num_blocks);
 
   std::vector<GenerationOutput> outputs(requests.size());
@@ -229,7 +234,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       batch[i].start_pos = s.num_computed;
       batch[i].block_table = s.blocks;
     }
-    if (absl::Status st = model_->Forward(batch, &*cache, &logits); !st.ok()) return st;
+    absl::Status st = runner != nullptr ? runner->Forward(batch, &logits)
+                                        : model_->Forward(batch, &*cache, &logits);
+    if (!st.ok()) return st;
     ++stats_.steps;
 
     std::vector<int> done;

@@ -21,6 +21,8 @@
 
 namespace tandem {
 
+class ModelRunner;  // engine/model_runner.h
+
 enum class FinishReason {
   kStop,    // an EOS id or a stop string
   kLength,  // max_tokens reached
@@ -51,6 +53,9 @@ struct GeneratorOptions {
                                // sequence per step (chunked prefill)
   int max_step_tokens = 8192;  // token budget of one forward call
   int64_t max_kv_bytes = int64_t{8} << 30;
+  // Not owned. When set, steps run on it (e.g. the CUDA device model) with its own KV cache:
+  // block_size, num_blocks and max_kv_bytes above are then unused.
+  ModelRunner* runner = nullptr;
 
   absl::Status Validate() const;
 };

@@ -22,14 +22,28 @@ absl::StatusOr<const TandemCudaApi*> LoadCudaApi() {
   return api;
 }
 
+absl::StatusOr<std::string> ResolveDevice(const std::string& device) {
+  if (device == "cpu") return std::string("cpu");
+  if (device == "cuda" || device == "auto") {
+    auto api = LoadCudaApi();
+    if (api.ok()) return std::string("cuda");
+    if (device == "auto") return std::string("cpu");
+    return absl::UnavailableError(absl::StrFormat("--device=cuda: %s", api.status().message()));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("device: \"%s\" is not one of auto, cpu, cuda", device));
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device) {
   if (device == "cpu" || device == "auto") return MakeCpuBackend();
   if (device == "cuda") {
     auto api = LoadCudaApi();
-    if (!api.ok()) return api.status();
+    if (!api.ok()) {
+      return absl::UnavailableError(absl::StrFormat("--device=cuda: %s", api.status().message()));
+    }
     return absl::UnimplementedError(
-        "a CUDA device is present, but the CUDA forward pass is not built yet; use "
-        "--device=cpu or auto");
+        "--device=cuda: CUDA is not a per-op backend; the CUDA forward pass is the device model "
+        "of engine/model_runner.h");
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("device: \"%s\" is not one of auto, cpu, cuda", device));

@@ -16,11 +16,15 @@ namespace tandem {
 // running executable, then the dynamic linker's path. Loaded once per process.
 absl::StatusOr<const TandemCudaApi*> LoadCudaApi();
 
-// device: "cpu", "cuda" or "auto". "auto" is the CPU backend unless a CUDA forward pass is
-// available; "cuda" fails with the reason when it is not. The CUDA library today carries the
-// element-wise kernels and their twin tests; the full CUDA forward pass (GEMMs, paged attention,
-// device-resident weights) is not built yet, so "cuda" reports UNIMPLEMENTED after checking
-// the device.
+// The device a model runs on for a --device flag value: "cpu" -> "cpu"; "cuda" -> "cuda" when
+// the CUDA library loads and sees a device, else UNAVAILABLE naming --device=cuda and why;
+// "auto" -> "cuda" when available, else "cpu". INVALID_ARGUMENT for any other value.
+absl::StatusOr<std::string> ResolveDevice(const std::string& device);
+
+// The host Backend (per-op, host pointers) for device "cpu" or "auto": the CPU backend. The
+// CUDA forward pass is not a per-op Backend but a device-resident model behind
+// engine/model_runner.h (ResolveDevice, then MakeModelRunner); "cuda" here reports why CUDA is
+// unavailable, or UNIMPLEMENTED saying so.
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& device);
 
 }  // namespace tandem

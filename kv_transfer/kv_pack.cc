@@ -80,13 +80,18 @@ absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
 
 KvChunkHeader MakeKvChunkHeader(const KvCache& cache, uint64_t request_id, int layer,
                                 int token_start, int token_count) {
+  return MakeKvChunkHeader(cache.width(), request_id, layer, token_start, token_count);
+}
+
+KvChunkHeader MakeKvChunkHeader(int width, uint64_t request_id, int layer, int token_start,
+                                int token_count) {
   KvChunkHeader h;
   h.request_id = request_id;
   h.layer = static_cast<uint32_t>(layer);
   h.token_start = static_cast<uint32_t>(token_start);
   h.token_count = static_cast<uint32_t>(token_count);
   h.dtype = DType::kF32;
-  h.width = static_cast<uint32_t>(cache.width());
+  h.width = static_cast<uint32_t>(width);
   return h;
 }
 

@@ -28,6 +28,9 @@ absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
 // the lease fields are left for the sender to fill.
 KvChunkHeader MakeKvChunkHeader(const KvCache& cache, uint64_t request_id, int layer,
                                 int token_start, int token_count);
+// The same for a cache of `width` floats per token row (one held elsewhere, e.g. on a device).
+KvChunkHeader MakeKvChunkHeader(int width, uint64_t request_id, int layer, int token_start,
+                                int token_count);
 
 // Unpacks a chunk into the blocks of `block_table` (the receiver's own, with its own block
 // size). Checks dtype (only float32 today: UNIMPLEMENTED otherwise), width, layer, payload size

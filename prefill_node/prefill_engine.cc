@@ -38,21 +38,26 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
         absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt",
                         options.num_blocks, c.max_seq_len));
   }
-  auto cache = KvCache::Create(c, options.num_blocks, options.block_size);
-  if (!cache.ok()) return cache.status();
+  CudaRunnerOptions ro;
+  ro.num_blocks = options.num_blocks;
+  ro.block_size = options.block_size;
+  ro.max_batch_tokens = options.scheduler.token_budget;
+  ro.max_seqs = options.scheduler.max_batch;
+  auto runner = MakeModelRunner(options.device, model, ro);
+  if (!runner.ok()) return runner.status();
   std::unique_ptr<PrefillEngine> e(
-      new PrefillEngine(model, sender, options, std::move(*cache), metrics));
+      new PrefillEngine(model, sender, options, std::move(*runner), metrics));
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
   return e;
 }
 
 PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options,
-                             KvCache cache, PrefillMetrics* metrics)
+                             std::unique_ptr<ModelRunner> runner, PrefillMetrics* metrics)
     : model_(model),
       sender_(sender),
       options_(options),
       metrics_(metrics),
-      cache_(std::move(cache)),
+      runner_(std::move(runner)),
       scheduler_(options.scheduler),
       pool_(options.num_blocks),
       health_(options.faults) {}
@@ -175,9 +180,9 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
 }
 
 absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count) {
-  auto payload = GatherKv(cache_, layer, job.blocks, start, count);
+  auto payload = runner_->PackKv(layer, job.blocks, start, count);
   if (!payload.ok()) return payload.status();
-  KvChunkHeader h = MakeKvChunkHeader(cache_, job.id, layer, start, count);
+  KvChunkHeader h = runner_->MakeHeader(job.id, layer, start, count);
   const size_t bytes = payload->size();
   if (job.first_send == absl::InfinitePast()) job.first_send = absl::Now();
   absl::Status s = sender_->Send(job.target, h, std::move(*payload));
@@ -248,7 +253,7 @@ void PrefillEngine::Loop() {
     const absl::Time t0 = absl::Now();
     absl::Status st = health_.BeforeStep();
     if (st.ok())
-      st = model_->Forward(batch, &cache_, &logits, [&](int layer) {
+      st = runner_->Forward(batch, &logits, [&](int layer) {
         for (size_t i = 0; i < work.size(); ++i) {
           if (batch_jobs[i]->cancelled) continue;
           // Errors surface in the sender's Wait; a refused lease stops further sends there.

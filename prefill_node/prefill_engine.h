@@ -20,6 +20,7 @@
 #include "engine/fault_injection.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/model_runner.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
@@ -34,6 +35,9 @@ struct PrefillEngineOptions {
   PrefillScheduler::Options scheduler;
   bool prefix_cache = true;
   FaultSpec faults;  // step faults (tests)
+  // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
+  // (engine/model_runner.h), capacities from num_blocks, block_size and the scheduler.
+  std::string device = "cpu";
 
   absl::Status Validate() const;
 };
@@ -98,8 +102,8 @@ class PrefillEngine {
     std::atomic<bool> cancelled{false};
   };
 
-  PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options, KvCache cache,
-                PrefillMetrics* metrics);
+  PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options,
+                std::unique_ptr<ModelRunner> runner, PrefillMetrics* metrics);
   void Loop();
   // Sends layers [0, n_layers) of tokens [start, start + count) of `job` (under mu_).
   absl::Status SendRange(Job& job, int layer, int start, int count);
@@ -109,7 +113,7 @@ class PrefillEngine {
   KvSender* sender_;
   PrefillEngineOptions options_;
   PrefillMetrics* metrics_;
-  KvCache cache_;
+  std::unique_ptr<ModelRunner> runner_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;

@@ -42,6 +42,7 @@ constexpr char kUsage[] =
     R"(usage: tandem-server --role=router|prefill|decode|all --model PATH [flags]
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
+          (workers: cuda runs the forward pass on the GPU, auto picks it when one is usable)
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
           --tls-cert PEM --tls-key PEM (serve TLS)  --tls-ca PEM (and mutual TLS, every port
           and channel)  --max-message-bytes 16777216 (largest request received)
@@ -221,8 +222,15 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
 
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
+  std::string device = "cpu";
   if (is_prefill || is_decode) {
-    auto b = MakeBackend(f->Get("device", "auto"));
+    // The engines run on `device` (engine/model_runner.h); the host backend serves the rest
+    // (prompt scoring) on the CPU.
+    auto d = ResolveDevice(f->Get("device", "auto"));
+    if (!d.ok()) return Fail(std::string(d.status().message()));
+    device = *d;
+    std::fprintf(stderr, "[tandem-server] device: %s\n", device.c_str());
+    auto b = MakeBackend("cpu");
     if (!b.ok()) return Fail(std::string(b.status().message()));
     backend = std::move(*b);
     auto m = Model::Load(model_path, backend.get());
@@ -303,6 +311,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     po.scheduler.chunk_size = static_cast<int>(*chunk);
     po.prefix_cache = !f->Has("no-prefix-cache");
     po.faults = *faults;
+    po.device = device;
     auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
@@ -320,6 +329,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.transport = kv_transport;
     dopt.advertise_host = advertise_host;
     dopt.faults = *faults;
+    dopt.device = device;
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");

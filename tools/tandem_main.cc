@@ -18,6 +18,7 @@
 #include "engine/generator.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
+#include "engine/model_runner.h"
 #include "engine/model_writer.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
@@ -52,6 +53,7 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
+     [--device auto|cpu|cuda]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, then "metrics ROLE=HOST:PORT" lines
       and "http router=HOST:PORT" (the OpenAI-compatible API); Ctrl-C stops them.
@@ -88,6 +90,7 @@ int Fail(const absl::Status& s) {
 }
 
 struct Loaded {
+  std::string device;  // "cpu" or "cuda" (--device resolved)
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Tokenizer> tokenizer;
@@ -110,7 +113,12 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
     weight_dtype = *dt;
   }
   Loaded l;
-  auto backend = MakeBackend(f.Get("device", "auto"));
+  // The model is loaded on the host either way (the CPU backend); with "cuda" the generate
+  // command uploads it to the device model.
+  auto device = ResolveDevice(f.Get("device", "auto"));
+  if (!device.ok()) return device.status();
+  l.device = *device;
+  auto backend = MakeBackend("cpu");
   if (!backend.ok()) return backend.status();
   l.backend = std::move(*backend);
   auto model = Model::Load(f.Get("model"), l.backend.get(), weight_dtype);
@@ -211,6 +219,20 @@ int Generate(const std::vector<std::string>& args) {
   // Not past the context: generation also stops there (finish reason "context").
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::fflush(stdout);
+  std::unique_ptr<ModelRunner> runner;
+  if (loaded->device == "cuda") {
+    // Room for this one request, on the device.
+    const ModelConfig& c = loaded->model->config();
+    CudaRunnerOptions ro;
+    ro.block_size = opts.block_size;
+    ro.num_blocks = (c.max_seq_len + opts.block_size - 1) / opts.block_size;
+    ro.max_batch_tokens = std::min(opts.max_step_tokens, c.max_seq_len);
+    ro.max_seqs = 1;
+    auto r = MakeModelRunner("cuda", loaded->model.get(), ro);
+    if (!r.ok()) return Fail(r.status());
+    runner = std::move(*r);
+    opts.runner = runner.get();
+  }
   Generator gen(loaded->model.get(), loaded->tokenizer.get(), opts);
   auto out = gen.Generate({&req, 1}, [](int, int, std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -228,7 +250,7 @@ int Generate(const std::vector<std::string>& args) {
       static_cast<long long>(st.prompt_tokens), static_cast<long long>(st.generated_tokens),
       std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
       st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
-      std::string(loaded->backend->name()).c_str());
+      loaded->device.c_str());
   return 0;
 }
 
@@ -236,6 +258,10 @@ int Score(const std::vector<std::string>& args) {
   auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device", "dtype"}, {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("text")) return Fail(absl::InvalidArgumentError("--text is required"));
+  if (f->Get("device", "auto") == "cuda") {
+    return Fail(absl::UnimplementedError(
+        "--device=cuda: score runs on the CPU backend (use --device cpu or auto)"));
+  }
   auto loaded = LoadModelAndTokenizer(*f);
   if (!loaded.ok()) return Fail(loaded.status());
   const std::vector<int> ids = loaded->tokenizer->Encode(f->Get("text"), true);
@@ -359,7 +385,7 @@ int Bench(const std::vector<std::string>& args) {
 int Up(const std::vector<std::string>& args) {
   auto f = Flags::Parse(args,
                         {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert",
-                         "tls-key", "tls-ca", "api-keys-file", "http-port"},
+                         "tls-key", "tls-ca", "api-keys-file", "http-port", "device"},
                         {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -386,6 +412,7 @@ int Up(const std::vector<std::string>& args) {
   o.router_port = static_cast<int>(*port);
   o.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
   o.api_keys_file = f->Get("api-keys-file");
+  if (f->Has("device")) o.extra_worker_flags = {"--device", f->Get("device")};
   return RunLocalCluster(o);
 }
 

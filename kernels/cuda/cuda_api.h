@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define TANDEM_CUDA_ABI_VERSION 2
+#define TANDEM_CUDA_ABI_VERSION 3
 
 /* Decode attention over the paged cache; the fields follow PagedAttentionArgs
  * (kernels/backend.h), pointers on the device. */
@@ -39,6 +39,86 @@ typedef struct TandemSampleRowParams {
   uint64_t seed;
   uint64_t position;
 } TandemSampleRowParams;
+
+/* ---- ABI 3: the device-resident model ---- */
+
+/* The shape of a Llama-family model (engine/model_config.h) and the capacities of its device
+ * state. Matrices are stored as weight_dtype: 0 f32 or 2 bf16. */
+typedef struct TandemModelDesc {
+  int dim;
+  int hidden_dim;
+  int n_layers;
+  int n_heads;
+  int n_kv_heads;
+  int head_dim; /* <= 256 */
+  int vocab_size;
+  int max_seq_len;
+  int sliding_window; /* > 0: attend to at most this many positions */
+  float norm_eps;
+  int rope_style;             /* 0 interleaved pairs, 1 halves */
+  const float* rope_inv_freq; /* host [head_dim / 2], copied */
+  int weight_dtype;           /* 0 f32, 2 bf16 */
+  int qkv_bias;               /* 1: layers carry bq, bk, bv */
+  /* The KV cache: per layer K and V [num_blocks, block_size, n_kv_heads * head_dim] f32, plus
+   * one pad block (id num_blocks) that padded graph rows write into. */
+  int num_blocks;
+  int block_size;
+  int max_batch_tokens; /* tokens per forward (padding included) */
+  int max_seqs;         /* chunks per forward (padding included) */
+  int max_logit_rows;   /* logit rows per forward (padding included) */
+  int use_graphs;       /* 1: decode-only steps run as CUDA graphs per batch bucket */
+} TandemModelDesc;
+
+/* Host pointers to one layer's weights; matrices row-major in the desc's weight_dtype. */
+typedef struct TandemLayerWeights {
+  const void* wq;         /* [n_heads * head_dim, dim] */
+  const void* wk;         /* [n_kv_heads * head_dim, dim] */
+  const void* wv;         /* [n_kv_heads * head_dim, dim] */
+  const void* wo;         /* [dim, n_heads * head_dim] */
+  const void* w1;         /* gate [hidden_dim, dim] */
+  const void* w2;         /* down [dim, hidden_dim] */
+  const void* w3;         /* up [hidden_dim, dim] */
+  const float* attn_norm; /* [dim] */
+  const float* ffn_norm;  /* [dim] */
+  const float* bq;        /* [q_dim] when qkv_bias, else ignored */
+  const float* bk;        /* [kv_dim] */
+  const float* bv;        /* [kv_dim] */
+} TandemLayerWeights;
+
+/* Host weights, copied to the device once by model_create. NULL as a whole: random weights
+ * initialised on the device from random_seed (benchmarks; nothing is built on the host). */
+typedef struct TandemModelWeights {
+  int embedding_dtype;              /* 0 f32, 1 f16, 2 bf16 */
+  const void* token_embedding;      /* [vocab_size, dim] */
+  const TandemLayerWeights* layers; /* [n_layers] */
+  const float* final_norm;          /* [dim] */
+  const void* classifier;           /* [vocab_size, dim] weight_dtype; == token_embedding (same
+                                       pointer and dtype) shares the device copy */
+} TandemModelWeights;
+
+/* One chunk of a forward step: num_tokens new tokens at positions [start_pos, start_pos +
+ * num_tokens) whose block table has num_blocks entries (>= ceil((start_pos + num_tokens) /
+ * block_size)). all_logits: a row per new token, else one row (the last token). */
+typedef struct TandemStepChunk {
+  int num_tokens;
+  int start_pos;
+  int num_blocks;
+  int all_logits;
+} TandemStepChunk;
+
+typedef struct TandemModelInfo {
+  int num_blocks;
+  int block_size;
+  int kv_width;               /* n_kv_heads * head_dim */
+  size_t weight_bytes;        /* device bytes of the weights */
+  size_t kv_bytes;            /* device bytes of the KV cache (pad block included) */
+  size_t workspace_bytes;     /* device bytes of the activations and step buffers */
+  int graphs_captured;        /* (batch, context) buckets captured so far */
+  int graph_capture_failures; /* buckets whose capture failed (they run eagerly) */
+  long long graph_replays;    /* decode steps run from a graph (a bucket's first runs eagerly) */
+} TandemModelInfo;
+
+typedef struct TandemModel TandemModel;
 
 typedef struct TandemCudaApi {
   int abi_version;
@@ -93,6 +173,46 @@ typedef struct TandemCudaApi {
   size_t (*sample_workspace_bytes)(int rows, int vocab);
   int (*sample)(const float* d_logits, int rows, int vocab, const TandemSampleRowParams* d_params,
                 void* d_workspace, size_t workspace_bytes, int* d_tokens);
+
+  /* ---- ABI 3 ---- */
+  /* d_y[n, rows] = d_x[n, cols] · d_wᵀ (+ d_bias[rows] when not NULL) through cuBLAS, d_w
+   * [rows, cols] of w_dtype 0 f32 (f32 math, no TF32) or 2 bf16 (d_x rounded to bf16 in
+   * d_workspace of gemm_workspace_bytes(); f32 accumulation). */
+  size_t (*gemm_workspace_bytes)(int n, int cols, int w_dtype);
+  int (*gemm)(const float* d_x, int w_dtype, const void* d_w, const float* d_bias, float* d_y,
+              int n, int rows, int cols, void* d_workspace, size_t workspace_bytes);
+  /* Causal attention like paged_attention_decode for many tokens per sequence (prefill,
+   * chunked prefill after a prefix hit): d_tiles[num_tiles, 2] = (first token, count) of runs of
+   * at most 32 consecutive tokens of one sequence with consecutive positions (as
+   * kernels/cuda/step_plan.h BuildAttentionTiles makes them). */
+  int (*prefill_attention)(const float* d_q, const float* d_k_cache, const float* d_v_cache,
+                           const TandemPagedAttentionArgs* args, const int* d_tiles, int num_tiles,
+                           float* d_out);
+
+  /* The device model. create: *out = a model with weights uploaded (or random, weights NULL),
+   * KV cache and workspace allocated; every later call runs on its own stream. */
+  int (*model_create)(const TandemModelDesc* desc, const TandemModelWeights* weights,
+                      uint64_t random_seed, TandemModel** out);
+  void (*model_destroy)(TandemModel* model);
+  int (*model_info)(const TandemModel* model, TandemModelInfo* info);
+  /* One forward step, all pointers on the host: chunks[num_chunks]; tokens = the chunks' new
+   * tokens concatenated; block_tables = their block tables concatenated (num_blocks each).
+   * Rows = per chunk in order, its last token or (all_logits) each token. Writes logits
+   * [rows, vocab_size] when `logits` is not NULL, and, when sample_params[rows] is not NULL,
+   * the tokens sampled on the device into sampled[rows]. One host-to-device copy of the step's
+   * metadata, one device-to-host copy of the result; returns 0 or an error (bad chunks are
+   * rejected before anything runs, naming the chunk and field). *num_rows = rows. */
+  int (*model_forward)(TandemModel* model, const TandemStepChunk* chunks, int num_chunks,
+                       const int* tokens, const int* block_tables,
+                       const TandemSampleRowParams* sample_params, float* logits, int* sampled,
+                       int* num_rows);
+  /* wire[2, token_count, kv_width] (host; K rows then V rows) <- tokens [token_start,
+   * token_start + token_count) of `layer` through block_table[num_blocks] (host); unpack is the
+   * inverse. Bounds are checked before anything is copied. */
+  int (*model_pack_kv)(TandemModel* model, int layer, const int* block_table, int num_blocks,
+                       int token_start, int token_count, float* wire);
+  int (*model_unpack_kv)(TandemModel* model, int layer, const int* block_table, int num_blocks,
+                         int token_start, int token_count, const float* wire);
 } TandemCudaApi;
 
 /* Exported by libtandem_cuda.so. */

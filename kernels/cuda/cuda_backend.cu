@@ -4,9 +4,11 @@
 
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/device_model.h"
 #include "kernels/cuda/ops.h"
 
 namespace {
@@ -111,34 +113,101 @@ int D2H(void* d, const void* s, size_t b) {
 }
 int Sync() { return Check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
 
-int RmsNorm(const float* x, const float* w, float* y, int n, int dim, float eps) {
-  if (n <= 0) return 0;
-  RmsNormKernel<<<n, 256>>>(x, w, y, dim, eps);
+}  // namespace
+
+namespace tandem::cuda {
+
+int RmsNorm(const float* x, const float* w, float* y, int n, int dim, float eps,
+            cudaStream_t stream) {
+  if (n < 0 || dim <= 0) return BadArg("rmsnorm", "n >= 0 and dim > 0");
+  if (n == 0) return 0;
+  RmsNormKernel<<<n, 256, 0, stream>>>(x, w, y, dim, eps);
   return LaunchCheck("rmsnorm");
 }
-int SiluMul(const float* g, const float* u, float* out, int64_t n) {
+int SiluMul(const float* g, const float* u, float* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return 0;
-  SiluMulKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(g, u, out, n);
+  SiluMulKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(g, u, out, n);
   return LaunchCheck("silu_mul");
 }
 int Rope(float* x, int n, int n_heads, int head_dim, const int* pos, const float* inv_freq,
-         int style) {
-  if (n <= 0) return 0;
-  RopeKernel<<<dim3(n, n_heads), (head_dim / 2 + 31) / 32 * 32>>>(x, n_heads, head_dim, pos,
-                                                                  inv_freq, style);
+         int style, cudaStream_t stream) {
+  if (n < 0 || n_heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || head_dim > 2048) {
+    return BadArg("rope", "n >= 0, n_heads > 0, head_dim even and in (0, 2048]");
+  }
+  if (n == 0) return 0;
+  RopeKernel<<<dim3(n, n_heads), (head_dim / 2 + 31) / 32 * 32, 0, stream>>>(x, n_heads, head_dim,
+                                                                             pos, inv_freq, style);
   return LaunchCheck("rope");
 }
-int Add(float* x, const float* y, int64_t n) {
+int Add(float* x, const float* y, int64_t n, cudaStream_t stream) {
   if (n <= 0) return 0;
-  AddKernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(x, y, n);
+  AddKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(x, y, n);
   return LaunchCheck("add");
 }
 
+}  // namespace tandem::cuda
+
+namespace {
+
+// The C table's launchers run on the legacy default stream.
+int RmsNormC(const float* x, const float* w, float* y, int n, int dim, float eps) {
+  return tandem::cuda::RmsNorm(x, w, y, n, dim, eps, 0);
+}
+int SiluMulC(const float* g, const float* u, float* out, int64_t n) {
+  return tandem::cuda::SiluMul(g, u, out, n, 0);
+}
+int RopeC(float* x, int n, int n_heads, int head_dim, const int* pos, const float* inv_freq,
+          int style) {
+  return tandem::cuda::Rope(x, n, n_heads, head_dim, pos, inv_freq, style, 0);
+}
+int AddC(float* x, const float* y, int64_t n) { return tandem::cuda::Add(x, y, n, 0); }
+int EmbeddingC(const int* ids, int dtype, const void* table, int64_t rows, int64_t cols, float* out,
+               int n, int* bad) {
+  return tandem::cuda::Embedding(ids, dtype, table, rows, cols, out, n, bad, 0);
+}
+int WriteKvC(const float* k, const float* v, const int* slots, int n, int width, float* kc,
+             float* vc) {
+  return tandem::cuda::WriteKv(k, v, slots, n, width, kc, vc, 0);
+}
+int PackKvC(const float* kc, const float* vc, const int* table, int bs, int width, int start,
+            int count, float* wire) {
+  return tandem::cuda::PackKv(kc, vc, table, bs, width, start, count, wire, 0);
+}
+int UnpackKvC(const float* wire, const int* table, int bs, int width, int start, int count,
+              float* kc, float* vc) {
+  return tandem::cuda::UnpackKv(wire, table, bs, width, start, count, kc, vc, 0);
+}
 int PagedAttentionDecodeC(const float* q, const float* k, const float* v,
                           const TandemPagedAttentionArgs* args, int max_context, void* ws,
                           size_t ws_bytes, float* out) {
   if (args == nullptr) return tandem::cuda::BadArg("paged_attention", "args is null");
-  return tandem::cuda::PagedAttentionDecode(q, k, v, *args, max_context, ws, ws_bytes, out);
+  return tandem::cuda::PagedAttentionDecode(q, k, v, *args, max_context, ws, ws_bytes, out, 0);
+}
+int PrefillAttentionC(const float* q, const float* k, const float* v,
+                      const TandemPagedAttentionArgs* args, const int* tiles, int num_tiles,
+                      float* out) {
+  if (args == nullptr) return tandem::cuda::BadArg("prefill_attention", "args is null");
+  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, out, 0);
+}
+int SampleC(const float* logits, int rows, int vocab, const TandemSampleRowParams* params, void* ws,
+            size_t ws_bytes, int* tokens) {
+  return tandem::cuda::Sample(logits, rows, vocab, params, ws, ws_bytes, tokens, 0);
+}
+
+// One cuBLAS handle for the C table's gemm, created on first use (the device model has its
+// own, bound to its stream).
+cublasHandle_t SharedHandle() {
+  static std::mutex mu;
+  static cublasHandle_t handle = nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (handle == nullptr && cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) handle = nullptr;
+  return handle;
+}
+int GemmC(const float* x, int w_dtype, const void* w, const float* bias, float* y, int n, int rows,
+          int cols, void* ws, size_t ws_bytes) {
+  cublasHandle_t h = SharedHandle();
+  if (h == nullptr) return tandem::cuda::BadArg("gemm", "cublasCreate failed");
+  return tandem::cuda::Gemm(h, x, w_dtype, w, bias, y, n, rows, cols, ws, ws_bytes, 0);
 }
 
 const TandemCudaApi kApi = {
@@ -151,18 +220,27 @@ const TandemCudaApi kApi = {
     H2D,
     D2H,
     Sync,
-    RmsNorm,
-    SiluMul,
-    Rope,
-    Add,
-    tandem::cuda::Embedding,
-    tandem::cuda::WriteKv,
-    tandem::cuda::PackKv,
-    tandem::cuda::UnpackKv,
+    RmsNormC,
+    SiluMulC,
+    RopeC,
+    AddC,
+    EmbeddingC,
+    WriteKvC,
+    PackKvC,
+    UnpackKvC,
     tandem::cuda::PagedAttentionWorkspaceBytes,
     PagedAttentionDecodeC,
     tandem::cuda::SampleWorkspaceBytes,
-    tandem::cuda::Sample,
+    SampleC,
+    tandem::cuda::GemmWorkspaceBytes,
+    GemmC,
+    PrefillAttentionC,
+    tandem::cuda::ModelCreate,
+    tandem::cuda::ModelDestroy,
+    tandem::cuda::ModelInfo,
+    tandem::cuda::ModelForward,
+    tandem::cuda::ModelPackKv,
+    tandem::cuda::ModelUnpackKv,
 };
 
 }  // namespace

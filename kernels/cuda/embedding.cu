@@ -43,22 +43,22 @@ __global__ void EmbeddingKernel(const int* __restrict__ ids, const T* __restrict
 }  // namespace
 
 int Embedding(const int* d_ids, int dtype, const void* d_table, int64_t rows, int64_t cols,
-              float* d_out, int n, int* d_bad) {
+              float* d_out, int n, int* d_bad, cudaStream_t stream) {
   if (n < 0 || rows <= 0 || cols <= 0) return BadArg("embedding", "n >= 0, rows and cols > 0");
   if (d_bad == nullptr) return BadArg("embedding", "d_bad must point to one device int");
   if (n == 0) return 0;
   switch (dtype) {
     case 0:
-      EmbeddingKernel<<<n, 256>>>(d_ids, static_cast<const float*>(d_table), d_out, rows, cols,
-                                  d_bad);
+      EmbeddingKernel<<<n, 256, 0, stream>>>(d_ids, static_cast<const float*>(d_table), d_out, rows,
+                                             cols, d_bad);
       break;
     case 1:
-      EmbeddingKernel<<<n, 256>>>(d_ids, static_cast<const __half*>(d_table), d_out, rows, cols,
-                                  d_bad);
+      EmbeddingKernel<<<n, 256, 0, stream>>>(d_ids, static_cast<const __half*>(d_table), d_out,
+                                             rows, cols, d_bad);
       break;
     case 2:
-      EmbeddingKernel<<<n, 256>>>(d_ids, static_cast<const __nv_bfloat16*>(d_table), d_out, rows,
-                                  cols, d_bad);
+      EmbeddingKernel<<<n, 256, 0, stream>>>(d_ids, static_cast<const __nv_bfloat16*>(d_table),
+                                             d_out, rows, cols, d_bad);
       break;
     default:
       return BadArg("embedding", "dtype must be 0 (f32), 1 (f16) or 2 (bf16)");

@@ -56,38 +56,41 @@ int Threads(int width) { return width >= 256 ? 256 : (width + 31) / 32 * 32; }
 }  // namespace
 
 int WriteKv(const float* d_k, const float* d_v, const int* d_slots, int n, int width,
-            float* d_k_cache, float* d_v_cache) {
+            float* d_k_cache, float* d_v_cache, cudaStream_t stream) {
   if (n < 0 || width <= 0) return BadArg("write_kv", "n >= 0 and width > 0");
   if (n == 0) return 0;
   const bool vec = width % 4 == 0 && Aligned(d_k, 16) && Aligned(d_v, 16) &&
                    Aligned(d_k_cache, 16) && Aligned(d_v_cache, 16);
   if (vec) {
-    WriteKvKernel<true><<<n, Threads(width / 4)>>>(d_k, d_v, d_slots, width, d_k_cache, d_v_cache);
+    WriteKvKernel<true>
+        <<<n, Threads(width / 4), 0, stream>>>(d_k, d_v, d_slots, width, d_k_cache, d_v_cache);
   } else {
-    WriteKvKernel<false><<<n, Threads(width)>>>(d_k, d_v, d_slots, width, d_k_cache, d_v_cache);
+    WriteKvKernel<false>
+        <<<n, Threads(width), 0, stream>>>(d_k, d_v, d_slots, width, d_k_cache, d_v_cache);
   }
   return LaunchCheck("write_kv");
 }
 
 int PackKv(const float* d_k_cache, const float* d_v_cache, const int* d_block_table, int block_size,
-           int width, int token_start, int token_count, float* d_wire) {
+           int width, int token_start, int token_count, float* d_wire, cudaStream_t stream) {
   if (block_size <= 0 || width <= 0 || token_start < 0 || token_count <= 0) {
     return BadArg("pack_kv", "block_size, width, token_count > 0 and token_start >= 0");
   }
-  PackKernel<true><<<dim3(token_count, 2), Threads(width)>>>(
+  PackKernel<true><<<dim3(token_count, 2), Threads(width), 0, stream>>>(
       d_wire, const_cast<float*>(d_k_cache), const_cast<float*>(d_v_cache), d_block_table,
       block_size, width, token_start, token_count);
   return LaunchCheck("pack_kv");
 }
 
 int UnpackKv(const float* d_wire, const int* d_block_table, int block_size, int width,
-             int token_start, int token_count, float* d_k_cache, float* d_v_cache) {
+             int token_start, int token_count, float* d_k_cache, float* d_v_cache,
+             cudaStream_t stream) {
   if (block_size <= 0 || width <= 0 || token_start < 0 || token_count <= 0) {
     return BadArg("unpack_kv", "block_size, width, token_count > 0 and token_start >= 0");
   }
-  PackKernel<false><<<dim3(token_count, 2), Threads(width)>>>(const_cast<float*>(d_wire), d_k_cache,
-                                                              d_v_cache, d_block_table, block_size,
-                                                              width, token_start, token_count);
+  PackKernel<false><<<dim3(token_count, 2), Threads(width), 0, stream>>>(
+      const_cast<float*>(d_wire), d_k_cache, d_v_cache, d_block_table, block_size, width,
+      token_start, token_count);
   return LaunchCheck("unpack_kv");
 }
 

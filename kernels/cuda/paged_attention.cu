@@ -132,7 +132,7 @@ size_t PagedAttentionWorkspaceBytes(int num_tokens, int n_heads, int head_dim, i
 
 int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                          const PagedAttentionDeviceArgs& a, int max_context, void* d_workspace,
-                         size_t workspace_bytes, float* d_out) {
+                         size_t workspace_bytes, float* d_out, cudaStream_t stream) {
   if (a.num_tokens < 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.head_dim <= 0 ||
       a.block_size <= 0 || a.max_blocks_per_seq <= 0 || max_context <= 0) {
     return BadArg("paged_attention", "sizes must be positive (num_tokens >= 0)");
@@ -155,10 +155,10 @@ int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* 
   float* m = static_cast<float*>(d_workspace);
   float* l = m + rows;
   float* acc = l + rows;
-  PartitionKernel<<<dim3(a.num_tokens, a.n_heads, parts), kThreads>>>(d_q, d_k_cache, d_v_cache, a,
-                                                                      m, l, acc, parts);
+  PartitionKernel<<<dim3(a.num_tokens, a.n_heads, parts), kThreads, 0, stream>>>(
+      d_q, d_k_cache, d_v_cache, a, m, l, acc, parts);
   if (int e = LaunchCheck("paged_attention partitions")) return e;
-  ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32>>>(
+  ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32, 0, stream>>>(
       m, l, acc, parts, a.n_heads, a.head_dim, d_out);
   return LaunchCheck("paged_attention reduce");
 }

@@ -179,15 +179,15 @@ size_t SampleWorkspaceBytes(int rows, int vocab) {
 }
 
 int Sample(const float* d_logits, int rows, int vocab, const SampleRowParams* d_params,
-           void* d_workspace, size_t workspace_bytes, int* d_tokens) {
+           void* d_workspace, size_t workspace_bytes, int* d_tokens, cudaStream_t stream) {
   if (rows < 0 || vocab <= 0) return BadArg("sample", "rows >= 0 and vocab > 0");
   if (workspace_bytes < SampleWorkspaceBytes(rows, vocab)) {
     return BadArg("sample", "workspace too small (sample_workspace_bytes)");
   }
   if (!Aligned(d_workspace, 8)) return BadArg("sample", "workspace not 8-byte aligned");
   if (rows == 0) return 0;
-  SampleKernel<<<rows, kThreads>>>(d_logits, vocab, d_params, static_cast<double*>(d_workspace),
-                                   d_tokens);
+  SampleKernel<<<rows, kThreads, 0, stream>>>(d_logits, vocab, d_params,
+                                              static_cast<double*>(d_workspace), d_tokens);
   return LaunchCheck("sample");
 }
 

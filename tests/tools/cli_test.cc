@@ -6,7 +6,9 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 
+#include "kernels/backend_loader.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -104,6 +106,38 @@ TEST(CliTest, BadInputsFailCleanly) {
     EXPECT_NE(r.exit_code, -1) << c.args << " crashed";
     EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.args << "\n" << Stderr();
   }
+}
+
+// --device=cuda: `tandem score` refuses it (it runs on the CPU backend). Where there is no GPU
+// (or no library), `tandem generate` and tandem-server fail with a message naming the flag;
+// with a GPU, greedy `tandem generate` on the device prints what it prints on the CPU.
+TEST(CliTest, DeviceFlagOnGpuOrItsError) {
+  const std::string m = " --model " + testing::Stories260K();
+  Result r = RunTandem("score" + m + " --text hi --device cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "crashed";
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
+  const std::string gen = "generate" + m + " --prompt 'Once upon a time' --temperature 0 " +
+                          "--max-tokens 40 --device ";
+  if (LoadCudaApi().ok()) {
+    const Result cpu = RunTandem(gen + "cpu");
+    const Result cuda = RunTandem(gen + "cuda");
+    EXPECT_EQ(cuda.exit_code, 0) << Stderr();
+    EXPECT_NE(Stderr().find("(device cuda)"), std::string::npos) << Stderr();
+    EXPECT_EQ(cuda.out, cpu.out);
+    return;
+  }
+  r = RunTandem(gen + "cuda");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, -1) << "crashed";
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
+  const std::string cmd = testing::BinDir() +
+                          "/tandem-server --role prefill --port 0 --router 127.0.0.1:1" + m +
+                          " --device cuda 2>" + StderrPath();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "crashed";
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
 }
 
 TEST(CliTest, ModelConvertAndRandom) {

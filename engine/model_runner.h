@@ -1,0 +1,88 @@
+// What the prefill and decode engines run a model on: the forward pass plus the paged KV cache
+// it writes, with the cache's KV packing for transfer. Two implementations:
+//   - the CPU runner: Model::Forward over a host KvCache (the reference; unchanged behaviour);
+//   - the CUDA runner: the device-resident model of libtandem_cuda.so (kernels/cuda/
+//     cuda_api.h model_*), weights and KV cache on the GPU, loaded at run time.
+#ifndef TANDEM_ENGINE_MODEL_RUNNER_H_
+#define TANDEM_ENGINE_MODEL_RUNNER_H_
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/kv_cache.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "kv_transfer/wire.h"
+
+namespace tandem {
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual std::string_view device() const = 0;  // "cpu" or "cuda"
+  virtual int num_blocks() const = 0;
+  virtual int block_size() const = 0;
+
+  // Model::Forward's contract (engine/model.h), with the runner's own cache. The CPU runner calls
+  // on_layer_kv(layer) as each layer's KV is final; the CUDA runner calls it for every layer
+  // once the whole step is done (per-layer events on the device are not wired yet), so a
+  // prefill's KV shipping starts after its forward there.
+  virtual absl::Status Forward(std::span<const SequenceChunk> batch, std::vector<float>* logits,
+                               const std::function<void(int layer)>& on_layer_kv = nullptr) = 0;
+
+  // Forward, then each logit row sampled where the logits are (engine/sampler.h Sample with
+  // params[row] at positions[row]): only the tokens come back. For runners whose logits live on
+  // a device (samples_on_device()); the others answer UNIMPLEMENTED.
+  virtual bool samples_on_device() const { return false; }
+  virtual absl::Status ForwardSample(std::span<const SequenceChunk> batch,
+                                     std::span<const SamplingParams> params,
+                                     std::span<const uint64_t> positions,
+                                     std::vector<int>* tokens) {
+    return absl::UnimplementedError("this runner samples on the host from the logits");
+  }
+
+  // GatherKv / MakeKvChunkHeader / ScatterKv (kv_transfer/kv_pack.h) over the runner's cache.
+  virtual absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table,
+                                             int token_start, int token_count) = 0;
+  virtual KvChunkHeader MakeHeader(uint64_t request_id, int layer, int token_start,
+                                   int token_count) const = 0;
+  virtual absl::Status UnpackKv(std::span<const char> payload, const KvChunkHeader& h,
+                                std::span<const int> block_table) = 0;
+};
+
+// The CPU runner over `model` (which must outlive it) and `cache`.
+std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache);
+
+// Capacities of a device model: the largest step it will be given.
+struct CudaRunnerOptions {
+  int num_blocks = 0;
+  int block_size = 16;
+  int max_batch_tokens = 2048;  // tokens per step (the prefill token budget; the decode batch)
+  int max_seqs = 64;            // sequences per step
+  int max_logit_rows = 0;       // logit rows per step (all_logits chunks); 0: max_seqs
+  bool use_graphs = true;       // decode-only steps as CUDA graphs per batch bucket
+
+  absl::Status Validate() const;
+};
+
+// The CUDA runner: uploads `model`'s weights (matrices must all be f32 or all bf16; the token
+// embedding may be f32, f16 or bf16) to the device. UNAVAILABLE naming --device when there is
+// no CUDA library or device.
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
+                                                                 const CudaRunnerOptions& options);
+
+// The runner for an engine: "cpu" builds the CPU runner over a new KvCache of num_blocks x
+// block_size, "cuda" the CUDA runner.
+absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
+                                                             const Model* model,
+                                                             const CudaRunnerOptions& options);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_MODEL_RUNNER_H_

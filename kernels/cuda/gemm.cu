@@ -1,0 +1,142 @@
+// Matrix products through cuBLAS, plus the small kernels around them (bias, bf16 rounding of the
+// input, gathering the rows that need logits, random weights for benchmarks). CPU twin of Gemm:
+// cpu::Matmul (kernels/cpu/matmul.cc).
+//
+// Row-major y[n, rows] = x[n, cols] · Wᵀ with W row-major [rows, cols] is, in cuBLAS's
+// column-major terms, yᵀ[rows, n] = op_T(W as [cols, rows]) · xᵀ[cols, n]: one GemmEx with
+// transa = T, lda = cols, ldb = cols, ldc = rows.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops.h"
+
+namespace tandem::cuda {
+namespace {
+
+int CublasCheck(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return 0;
+  char why[96];
+  std::snprintf(why, sizeof(why), "cuBLAS status %d (%s)", static_cast<int>(s),
+                cublasGetStatusString(s));
+  BadArg(what, why);
+  return 1000 + static_cast<int>(s);  // outside cudaError_t's range in practice
+}
+
+__global__ void ToBf16Kernel(const float* __restrict__ x, __nv_bfloat16* __restrict__ y,
+                             int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+// grid (n), block 256: y[r, :] += bias.
+__global__ void AddBiasKernel(float* __restrict__ y, const float* __restrict__ bias, int rows) {
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * rows;
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) yr[i] += bias[i];
+}
+
+__global__ void GatherRowsKernel(const float* __restrict__ src, const int* __restrict__ idx,
+                                 int cols, float* __restrict__ dst) {
+  const float* s = src + static_cast<int64_t>(idx[blockIdx.x]) * cols;
+  float* d = dst + static_cast<int64_t>(blockIdx.x) * cols;
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) d[i] = s[i];
+}
+
+// splitmix64 of (seed, i): a counter-based draw, the same whatever the launch shape.
+__device__ inline float UniformAt(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+}
+
+template <typename T>
+__global__ void FillKernel(T* out, int64_t n, uint64_t seed, float scale, int constant) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = constant ? scale : (2.f * UniformAt(seed, i) - 1.f) * scale;
+    if constexpr (sizeof(T) == 4) {
+      out[i] = v;
+    } else {
+      out[i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+}  // namespace
+
+size_t GemmWorkspaceBytes(int n, int cols, int w_dtype) {
+  return w_dtype == 2 ? static_cast<size_t>(n) * cols * sizeof(__nv_bfloat16) : 0;
+}
+
+int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, const float* d_bias,
+         float* d_y, int n, int rows, int cols, void* d_x16, size_t x16_bytes,
+         cudaStream_t stream) {
+  if (n < 0 || rows <= 0 || cols <= 0) return BadArg("gemm", "n >= 0, rows and cols > 0");
+  if (w_dtype != 0 && w_dtype != 2) return BadArg("gemm", "w_dtype must be 0 (f32) or 2 (bf16)");
+  if (handle == nullptr) return BadArg("gemm", "no cuBLAS handle");
+  if (n == 0) return 0;
+  const float alpha = 1.f, beta = 0.f;
+  const void* x = d_x;
+  cudaDataType_t type = CUDA_R_32F;
+  if (w_dtype == 2) {
+    if (x16_bytes < GemmWorkspaceBytes(n, cols, w_dtype) || d_x16 == nullptr) {
+      return BadArg("gemm", "bf16 workspace too small (gemm_workspace_bytes)");
+    }
+    // cuBLAS wants the same type for both inputs: round the activations to bf16 (as every bf16
+    // inference engine does); products and sums stay f32.
+    const int64_t count = static_cast<int64_t>(n) * cols;
+    ToBf16Kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
+        d_x, static_cast<__nv_bfloat16*>(d_x16), count);
+    if (int e = LaunchCheck("gemm bf16 input")) return e;
+    x = d_x16;
+    type = CUDA_R_16BF;
+  }
+  // cublasSetStream resets a handle's workspace to the default pool (cuBLAS documentation), which
+  // would undo the device model's own workspace (needed for graph capture): set it only when
+  // the handle is bound elsewhere.
+  cudaStream_t bound = nullptr;
+  if (int e = CublasCheck(cublasGetStream(handle, &bound), "gemm cublasGetStream")) return e;
+  if (bound != stream) {
+    if (int e = CublasCheck(cublasSetStream(handle, stream), "gemm cublasSetStream")) return e;
+  }
+  if (int e = CublasCheck(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, rows, n, cols, &alpha, d_w,
+                                       type, cols, x, type, cols, &beta, d_y, CUDA_R_32F, rows,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                          "gemm cublasGemmEx")) {
+    return e;
+  }
+  if (d_bias != nullptr) {
+    AddBiasKernel<<<n, 256, 0, stream>>>(d_y, d_bias, rows);
+    if (int e = LaunchCheck("gemm bias")) return e;
+  }
+  return 0;
+}
+
+int GatherRows(const float* d_src, const int* d_rows, int n, int cols, float* d_dst,
+               cudaStream_t stream) {
+  if (n < 0 || cols <= 0) return BadArg("gather_rows", "n >= 0 and cols > 0");
+  if (n == 0) return 0;
+  GatherRowsKernel<<<n, 256, 0, stream>>>(d_src, d_rows, cols, d_dst);
+  return LaunchCheck("gather_rows");
+}
+
+int FillRandom(void* d_out, int dtype, int64_t n, uint64_t seed, float scale, int constant,
+               cudaStream_t stream) {
+  if (n <= 0) return 0;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+  if (dtype == 0) {
+    FillKernel<<<blocks, 256, 0, stream>>>(static_cast<float*>(d_out), n, seed, scale, constant);
+  } else if (dtype == 2) {
+    FillKernel<<<blocks, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(d_out), n, seed, scale,
+                                           constant);
+  } else {
+    return BadArg("fill_random", "dtype must be 0 (f32) or 2 (bf16)");
+  }
+  return LaunchCheck("fill_random");
+}
+
+}  // namespace tandem::cuda
