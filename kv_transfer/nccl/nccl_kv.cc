@@ -17,13 +17,14 @@ NcclKvSender::NcclKvSender(CommunicatorFactory* factory, NcclBootstrapFn bootstr
 NcclKvSender::~NcclKvSender() { Shutdown(); }
 
 absl::StatusOr<uint64_t> NcclKvSender::Submit(const std::string& peer,
-                                              std::vector<NcclKvLayer> layers,
-                                              absl::Time deadline) {
+                                              std::vector<NcclKvLayer> layers, absl::Time deadline,
+                                              DoneFn on_done) {
   if (peer.empty()) return absl::InvalidArgumentError("nccl kv transfer: peer is empty");
   if (layers.empty()) return absl::InvalidArgumentError("nccl kv transfer: no layers");
   auto t = std::make_shared<Transfer>();
   t->peer = peer;
   t->deadline = deadline;
+  t->on_done = std::move(on_done);
   for (size_t i = 0; i < layers.size(); ++i) {
     absl::StatusOr<KvFrameHeader> h = MakeNcclLayerHeader(
         layers[i].chunk, layers[i].payload, options_.checksum_payload, options_.max_payload_bytes);
@@ -66,7 +67,7 @@ absl::StatusOr<uint64_t> NcclKvSender::Submit(const std::string& peer,
   t->id = next_transfer_id_++;
   t->comm_id = e->id;
   channels_[e->id].queue.push_back(t);
-  transfers_[t->id] = t;
+  if (!t->on_done) transfers_[t->id] = t;
   return t->id;
 }
 
@@ -129,6 +130,11 @@ void NcclKvSender::Run() {
 void NcclKvSender::Finish(Transfer& t, absl::Status status) {
   t.done = true;
   t.status = std::move(status);
+  if (t.on_done) {
+    DoneFn done = std::move(t.on_done);
+    t.on_done = nullptr;
+    done(t.status);
+  }
 }
 
 void NcclKvSender::FailComm(uint64_t comm_id, const absl::Status& cause) {
@@ -315,7 +321,7 @@ void NcclKvReceiver::Abort(uint64_t id, const absl::Status& cause) {
   if (it == channels_.end()) return;
   Channel& ch = *it->second;
   if (ch.posted && ch.stage == Stage::kPayload && !ch.refused) {
-    sink_->Failed(ch.header.chunk, cause);
+    sink_->Failed(ch.header.chunk, ch.destination, cause);
     ++failed_;
   }
   ch.comm->Abort();
@@ -382,12 +388,12 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     if (ch.posted && ch.stage == Stage::kPayload) {
       if (ch.refused) {
-        sink_->Failed(ch.header.chunk, ch.refusal);
+        sink_->Failed(ch.header.chunk, {}, ch.refusal);
         ++failed_;
       } else if (absl::Status v =
                      VerifyNcclPayload(ch.header, ch.destination, options_.checksum_payload);
                  !v.ok()) {
-        sink_->Failed(ch.header.chunk, v);
+        sink_->Failed(ch.header.chunk, ch.destination, v);
         ++failed_;
       } else {
         sink_->Deliver(ch.header.chunk, ch.destination);

@@ -75,8 +75,13 @@ class NcclKvSender {
   // bootstrapping a communicator if the pool has none to use. Returns the transfer id.
   // INVALID_ARGUMENT for an empty peer or layer list or a malformed layer (naming it), the
   // bootstrap's error, FAILED_PRECONDITION after Shutdown.
+  //
+  // With `on_done`, the transfer is not waited for: `on_done` gets its status once it finished
+  // (called on the progress thread or in Shutdown, under the sender's lock: it must not call
+  // back into the sender) and Wait(id) is NOT_FOUND. It is not called when Submit fails.
+  using DoneFn = std::function<void(const absl::Status&)>;
   absl::StatusOr<uint64_t> Submit(const std::string& peer, std::vector<NcclKvLayer> layers,
-                                  absl::Time deadline);
+                                  absl::Time deadline, DoneFn on_done = nullptr);
 
   // Blocks until transfer `id` finished or `wait_deadline` passes. Once finished, returns its
   // status and forgets it; DEADLINE_EXCEEDED from the wait itself leaves it in place (it still
@@ -104,6 +109,7 @@ class NcclKvSender {
     size_t next_layer = 0;  // layers posted so far
     bool done = false;
     absl::Status status;
+    DoneFn on_done;
   };
   struct Channel {  // per pooled communicator
     std::deque<std::shared_ptr<Transfer>> queue;
@@ -143,8 +149,10 @@ class NcclKvSink {
   // The payload arrived (and matched its CRC when checksums are on): unpack it.
   virtual void Deliver(const KvChunkHeader& h, std::span<const char> payload) = 0;
   // The chunk was refused by Destination, failed its checksum, or its communicator broke
-  // after Destination; the decode fails the request's lease.
-  virtual void Failed(const KvChunkHeader& h, const absl::Status& status) = 0;
+  // after Destination; the decode fails the request's lease. `destination` is what Destination
+  // gave (empty when it refused): nothing is written into it any more.
+  virtual void Failed(const KvChunkHeader& h, std::span<char> destination,
+                      const absl::Status& status) = 0;
 };
 
 class NcclKvReceiver {

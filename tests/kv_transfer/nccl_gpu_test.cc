@@ -83,7 +83,7 @@ class DeviceSink : public NcclKvSink {
     api_->d2h(device_, host.data(), payload.data(), payload.size());
     delivered_[{h.request_id, h.layer}] = std::move(host);
   }
-  void Failed(const KvChunkHeader& h, const absl::Status& s) override {
+  void Failed(const KvChunkHeader& h, std::span<char>, const absl::Status& s) override {
     absl::MutexLock lock(&mu_);
     failures_++;
   }

@@ -197,7 +197,7 @@ class TestSink : public NcclKvSink {
     delivered_[{h.request_id, h.layer}] = std::string(payload.data(), payload.size());
     if (on_deliver_) on_deliver_();
   }
-  void Failed(const KvChunkHeader& h, const absl::Status& s) override {
+  void Failed(const KvChunkHeader& h, std::span<char>, const absl::Status& s) override {
     absl::MutexLock lock(&mu_);
     failed_[{h.request_id, h.layer}] = s;
   }
