@@ -270,9 +270,10 @@ TEST_F(NcclTransportTest, AHungDecodeFailsTheTargetAndFreesEveryBuffer) {
   }
   absl::Status s = sender_->Wait(t, absl::Now() + absl::Seconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
-  EXPECT_NE(s.message().find("communicator aborted"), std::string::npos) << s;
+  // The chunk in flight fails with its communicator aborted, those queued behind it alone.
+  EXPECT_NE(s.message().find("deadline passed"), std::string::npos) << s;
   sender_->Forget(t);
-  EXPECT_GE(sender_->aborts(), 1u);
+  EXPECT_GE(sender_->aborts(), 1u);  // the watchdog fired
   // The abort reached the decode side: its communicator is dropped, its buffer returned.
   ASSERT_TRUE(WaitFor([&] { return receiver_->staging_buffers_in_use() == 0; }));
   net_.Freeze(kNcclDecodeRank, false);

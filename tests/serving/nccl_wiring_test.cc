@@ -195,6 +195,12 @@ TEST_F(NcclWiringTest, DecodeHangingMidTransferFailsTheRequestAndTheWorkersCarry
   EXPECT_GT(sender_->aborts(), aborts);  // the watchdog fired
   // The peer comes back; the next request (on fresh communicators where they were aborted)
   // succeeds.
+  // Chunks of the failed request still in flight reach their own deadline a moment later (the
+  // prefill returned at the first); once they are aborted no staged buffer is left.
+  for (int i = 0; i < 300 && sender_->staging_buffers_in_use() != 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(sender_->staging_buffers_in_use(), 0);
   net_.Freeze(kNcclDecodeRank, false);
   auto after = testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), r);
   ASSERT_TRUE(after.ok()) << after.status();
