@@ -122,7 +122,6 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
 
 void DecodeEngine::Undeliverable(const KvChunkHeader& h, const absl::Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (metrics_) metrics_->kv_chunks_rejected.Increment();
   auto handle = lease_to_handle_.find(h.lease_id);
   if (handle == lease_to_handle_.end() || leases_.IsComplete(h.lease_id)) return;
   // A chunk of an older generation of this lease says nothing about the current one.

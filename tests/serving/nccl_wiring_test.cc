@@ -5,12 +5,17 @@
 // the leak check: engines idle, no sender target, no staged buffer on either side.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 
+#include <array>
 #include <atomic>
+#include <cstdio>
 
 #include "decode_node/decode_engine.h"
 #include "decode_node/decode_service.h"
 #include "engine/generator.h"
+#include "kv_transfer/nccl/nccl_loader.h"
 #include "kv_transfer/nccl/nccl_transport.h"
 #include "prefill_node/nccl_bootstrap_client.h"
 #include "prefill_node/prefill_engine.h"
@@ -18,6 +23,7 @@
 #include "tests/kv_transfer/nccl_fake.h"
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
+#include "tools/server_process.h"
 
 namespace tandem {
 namespace {
@@ -254,6 +260,63 @@ TEST_F(NcclWiringTest, BootstrapOfAWorkerWithoutNcclIsUnimplemented) {
   auto good = bootstrap(address_);
   ASSERT_TRUE(good.ok()) << good.status();
   EXPECT_EQ(receiver_->num_comms(), 1u);
+}
+
+// ---- real tandem-server processes ------------------------------------------------------------
+
+// A worker started with --kv-transport=nccl on a machine without the library, libnccl or a GPU
+// exits at once naming the flag (`timeout` turns a hang into exit 124).
+TEST(NcclServerTest, NcclFlagFailsFastWithoutTheLibraryOrAGpu) {
+  if (LoadNcclApi().ok()) GTEST_SKIP() << "libtandem_nccl.so and a GPU are here";
+  for (const char* role : {"decode", "prefill"}) {
+    const std::string cmd = absl::StrFormat(
+        "timeout 60 %s/tandem-server --role=%s --kv-transport=nccl --model %s --router "
+        "127.0.0.1:1 2>&1",
+        testing::BinDir(), role, testing::Stories260K());
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    const int status = pclose(p);
+    ASSERT_TRUE(WIFEXITED(status)) << role;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << role << ": " << out;
+    EXPECT_NE(out.find("--kv-transport=nccl"), std::string::npos) << role << ": " << out;
+  }
+}
+
+// Mixed transports: the router refuses a worker whose transport differs from a registered one.
+TEST(NcclServerTest, RouterRefusesAWorkerOfAnotherTransport) {
+  const ServerProcess router =
+      StartServerProcess(testing::BinDir() + "/tandem-server",
+                         {"--role=router", "--model", testing::Stories260K(), "--tokenizer",
+                          testing::Tok512(), "--host", "127.0.0.1", "--port", "0"});
+  ASSERT_FALSE(router.address.empty());
+  auto stub = v1::Registry::NewStub(
+      grpc::CreateChannel(router.address, grpc::InsecureChannelCredentials()));
+  auto reg = [&](const std::string& id, v1::WorkerRole role, const std::string& transport) {
+    v1::RegisterRequest req;
+    req.set_worker_id(id);
+    req.set_role(role);
+    req.set_address("127.0.0.1:9");
+    req.set_kv_transport(transport);
+    v1::RegisterResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    return stub->Register(&ctx, req, &resp);
+  };
+  EXPECT_TRUE(reg("d-tcp", v1::WORKER_ROLE_DECODE, "tcp").ok());
+  const grpc::Status refused = reg("p-nccl", v1::WORKER_ROLE_PREFILL, "nccl");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("--kv-transport=nccl"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("d-tcp"), std::string::npos) << refused.error_message();
+  EXPECT_TRUE(reg("p-tcp", v1::WORKER_ROLE_PREFILL, "tcp").ok());
+  kill(router.pid, SIGTERM);
+  int status = 0;
+  waitpid(router.pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 }  // namespace
