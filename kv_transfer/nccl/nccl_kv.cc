@@ -18,13 +18,14 @@ NcclKvSender::~NcclKvSender() { Shutdown(); }
 
 absl::StatusOr<uint64_t> NcclKvSender::Submit(const std::string& peer,
                                               std::vector<NcclKvLayer> layers, absl::Time deadline,
-                                              DoneFn on_done) {
+                                              DoneFn on_done, SkipFn skip) {
   if (peer.empty()) return absl::InvalidArgumentError("nccl kv transfer: peer is empty");
   if (layers.empty()) return absl::InvalidArgumentError("nccl kv transfer: no layers");
   auto t = std::make_shared<Transfer>();
   t->peer = peer;
   t->deadline = deadline;
   t->on_done = std::move(on_done);
+  t->skip = std::move(skip);
   for (size_t i = 0; i < layers.size(); ++i) {
     absl::StatusOr<KvFrameHeader> h = MakeNcclLayerHeader(
         layers[i].chunk, layers[i].payload, options_.checksum_payload, options_.max_payload_bytes);
@@ -221,6 +222,15 @@ void NcclKvSender::Step(absl::Time now) {
         }
         if (ch.queue.empty()) continue;
         head = ch.queue.front().get();
+      }
+    }
+    if (head->next_layer == 0 && head->skip) {
+      if (absl::Status why = head->skip(); !why.ok()) {
+        // Nothing of it is on the wire: it leaves alone; the next one starts on the next step.
+        Finish(*head, std::move(why));
+        ch.queue.pop_front();
+        e->active--;
+        continue;
       }
     }
     const size_t i = head->next_layer;

@@ -79,9 +79,15 @@ class NcclKvSender {
   // With `on_done`, the transfer is not waited for: `on_done` gets its status once it finished
   // (called on the progress thread or in Shutdown, under the sender's lock: it must not call
   // back into the sender) and Wait(id) is NOT_FOUND. It is not called when Submit fails.
+  //
+  // With `skip`, asked (under the sender's lock) when the transfer is about to post its first
+  // layer: a non-OK status finishes it with that status without sending anything (its target
+  // was forgotten or already failed, as KvSendTracker::SkipReason says).
   using DoneFn = std::function<void(const absl::Status&)>;
+  using SkipFn = std::function<absl::Status()>;
   absl::StatusOr<uint64_t> Submit(const std::string& peer, std::vector<NcclKvLayer> layers,
-                                  absl::Time deadline, DoneFn on_done = nullptr);
+                                  absl::Time deadline, DoneFn on_done = nullptr,
+                                  SkipFn skip = nullptr);
 
   // Blocks until transfer `id` finished or `wait_deadline` passes. Once finished, returns its
   // status and forgets it; DEADLINE_EXCEEDED from the wait itself leaves it in place (it still
@@ -110,6 +116,7 @@ class NcclKvSender {
     bool done = false;
     absl::Status status;
     DoneFn on_done;
+    SkipFn skip;
   };
   struct Channel {  // per pooled communicator
     std::deque<std::shared_ptr<Transfer>> queue;

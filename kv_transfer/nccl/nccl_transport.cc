@@ -69,13 +69,15 @@ class SenderImpl final : public NcclKvTransportSender {
     std::shared_ptr<StagedKv> buffer(std::move(*staged));
     const uint64_t bytes = c.payload.size();
     std::vector<NcclKvLayer> layers = {{c.chunk, buffer->data()}};
-    absl::StatusOr<uint64_t> id =
-        nccl_.Submit(started->endpoint.name, std::move(layers), absl::Now() + options_.io_timeout,
-                     [this, buffer, state = c.state, bytes](const absl::Status& s) mutable {
-                       buffer.reset();  // back to the staging pool: nothing reads it any more
-                       tracker_.Dequeued(bytes);
-                       tracker_.Complete(*state, s);
-                     });
+    absl::StatusOr<uint64_t> id = nccl_.Submit(
+        started->endpoint.name, std::move(layers), absl::Now() + options_.io_timeout,
+        [this, buffer, state = c.state, bytes](const absl::Status& s) mutable {
+          buffer.reset();  // back to the staging pool: nothing reads it any more
+          tracker_.Dequeued(bytes);
+          tracker_.Complete(*state, s);
+        },
+        // A chunk of a forgotten or failed target is not sent: the prefill gave up.
+        [this, state = c.state] { return tracker_.SkipReason(*state); });
     if (!id.ok()) return tracker_.Abandon(c, id.status());
     return absl::OkStatus();
   }

@@ -285,5 +285,26 @@ TEST_F(NcclTransportTest, AHungDecodeFailsTheTargetAndFreesEveryBuffer) {
   EXPECT_EQ(sender_->staging_buffers_in_use(), 0);
 }
 
+TEST_F(NcclTransportTest, QueuedChunksOfAForgottenTargetAreNotSent) {
+  const KvTarget warm = Target(1);
+  ASSERT_TRUE(sender_->Send(warm, Chunk(1, 0), Bytes(2 * 6 * 8 * 4, 1)).ok());
+  ASSERT_TRUE(sender_->Wait(warm, absl::Now() + absl::Seconds(10)).ok());
+  sender_->Forget(warm);
+  // Two chunks on the wire (one per pooled communicator), a third queued behind one of them.
+  net_.Freeze(kNcclDecodeRank, true);
+  const KvTarget t = Target(2);
+  for (uint32_t l = 0; l < 3; ++l) {
+    ASSERT_TRUE(sender_->Send(t, Chunk(2, l), Bytes(2 * 6 * 8 * 4, l)).ok());
+  }
+  absl::SleepFor(absl::Milliseconds(50));  // the progress thread posts the heads
+  sender_->Forget(t);                      // the prefill gave up on this lease
+  net_.Freeze(kNcclDecodeRank, false);
+  ASSERT_TRUE(WaitFor([&] { return sender_->staging_buffers_in_use() == 0; }));
+  absl::SleepFor(absl::Milliseconds(50));  // anything sent would have arrived by now
+  const auto got = sink_.got();
+  EXPECT_EQ(got.count({2, 2}), 0u) << "the queued chunk was sent";
+  EXPECT_LE(got.size(), 3u);
+}
+
 }  // namespace
 }  // namespace tandem
