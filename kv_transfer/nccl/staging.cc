@@ -144,7 +144,7 @@ class DeviceKvStaging final : public KvStaging {
                       return static_cast<char*>(p);
                     },
                     [api](char* p, size_t) { api->host_free(p); }},
-                   max_cached_bytes / 4, "kv staging (pinned host)") {}
+                   max_cached_bytes, "kv staging (pinned host)") {}
 
   absl::StatusOr<std::unique_ptr<StagedKv>> StageForSend(const KvChunkHeader&,
                                                          std::span<const char> payload) override {

@@ -110,9 +110,13 @@ class KvStaging {
 std::unique_ptr<KvStaging> MakeHostKvStaging(uint64_t max_cached_bytes = uint64_t{256} << 20);
 
 // Transfer memory on CUDA device `device`, with pinned host buffers for the copies, through
-// libtandem_nccl.so's memory functions (nccl_api.h).
+// libtandem_nccl.so's memory functions (nccl_api.h). By default nothing is freed before the
+// staging is destroyed (its memory is the peak in flight): cudaFree and cudaFreeHost synchronise
+// the device, which would wait for the NCCL kernel of a receive pending on a hung peer and stall
+// the progress thread that runs the watchdog. The staging outlives its transport, so it is
+// destroyed after every communicator was aborted.
 std::unique_ptr<KvStaging> MakeDeviceKvStaging(const TandemNcclApi* api, int device,
-                                               uint64_t max_cached_bytes = uint64_t{1} << 30);
+                                               uint64_t max_cached_bytes = UINT64_MAX);
 
 }  // namespace tandem
 
