@@ -271,6 +271,15 @@ NcclKvReceiver::NcclKvReceiver(CommunicatorFactory* factory, NcclKvSink* sink,
 NcclKvReceiver::~NcclKvReceiver() { Shutdown(); }
 
 absl::StatusOr<NcclUniqueId> NcclKvReceiver::Bootstrap(const std::string& peer) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(channels_.size()) >= options_.max_receiver_comms) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("nccl kv receiver: %d communicators already (the limit); bootstrap "
+                          "from %s refused",
+                          channels_.size(), peer));
+    }
+  }
   absl::StatusOr<NcclUniqueId> id = factory_->NewUniqueId();
   if (!id.ok()) return id.status();
   absl::StatusOr<std::unique_ptr<Communicator>> comm = factory_->InitRank(*id, 2, kNcclDecodeRank);
@@ -283,7 +292,7 @@ absl::StatusOr<NcclUniqueId> NcclKvReceiver::Bootstrap(const std::string& peer) 
   auto ch = std::make_unique<Channel>();
   ch->peer = peer;
   ch->comm = std::move(*comm);
-  ch->stage_deadline = absl::Now() + options_.receiver_idle_timeout;
+  ch->stage_deadline = absl::Now() + options_.receiver_init_timeout;
   channels_[next_id_++] = std::move(ch);
   return *id;
 }
@@ -352,15 +361,20 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     if (*poll == CommPoll::kPending) {
       if (now > ch.stage_deadline) {
-        Abort(id,
-              absl::DeadlineExceededError(
-                  ch.stage == Stage::kPayload
-                      ? absl::StrFormat("nccl kv: payload of request %d layer %d from %s did "
-                                        "not arrive in time; communicator aborted",
-                                        ch.header.chunk.request_id, ch.header.chunk.layer, ch.peer)
-                      : absl::StrFormat("nccl kv: nothing from %s for %s; communicator aborted",
-                                        ch.peer,
-                                        absl::FormatDuration(options_.receiver_idle_timeout))));
+        Abort(
+            id,
+            absl::DeadlineExceededError(
+                ch.stage == Stage::kPayload
+                    ? absl::StrFormat("nccl kv: payload of request %d layer %d from %s did "
+                                      "not arrive in time; communicator aborted",
+                                      ch.header.chunk.request_id, ch.header.chunk.layer, ch.peer)
+                : !ch.initialised
+                    ? absl::StrFormat("nccl kv: %s did not join within %s of its bootstrap; "
+                                      "communicator aborted",
+                                      ch.peer, absl::FormatDuration(options_.receiver_init_timeout))
+                    : absl::StrFormat("nccl kv: nothing from %s for %s; communicator aborted",
+                                      ch.peer,
+                                      absl::FormatDuration(options_.receiver_idle_timeout))));
       }
       continue;
     }
@@ -422,6 +436,7 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     ch.stage = Stage::kHeader;
     ch.posted = true;
+    ch.initialised = true;
     ch.stage_deadline = now + options_.receiver_idle_timeout;
   }
 }

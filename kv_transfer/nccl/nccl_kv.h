@@ -63,6 +63,12 @@ struct NcclKvOptions {
   // Receiver: a communicator with nothing received for this long is aborted (the prefill's
   // pool evicts idle ones sooner: pool.idle_timeout should be shorter).
   absl::Duration receiver_idle_timeout = absl::Minutes(10);
+  // Receiver: a communicator whose prefill rank has not joined this long after NcclBootstrap
+  // is aborted (the prefill failed between the RPC and its init, or never meant to join).
+  absl::Duration receiver_init_timeout = absl::Seconds(60);
+  // Receiver: NcclBootstrap beyond this many communicators is RESOURCE_EXHAUSTED (each holds
+  // NCCL resources on the GPU; senders keep at most pool.max_comms_per_peer per peer).
+  int max_receiver_comms = 256;
 };
 
 class NcclKvSender {
@@ -168,7 +174,8 @@ class NcclKvReceiver {
   ~NcclKvReceiver();
 
   // The NcclBootstrap RPC handler: a new unique id, rank 0 of a communicator with `peer`
-  // (the prefill worker's name, for logs) started on it. FAILED_PRECONDITION after Shutdown.
+  // (the prefill worker's name, for logs) started on it. FAILED_PRECONDITION after Shutdown,
+  // RESOURCE_EXHAUSTED with max_receiver_comms communicators already.
   absl::StatusOr<NcclUniqueId> Bootstrap(const std::string& peer);
 
   void Shutdown();
@@ -192,7 +199,8 @@ class NcclKvReceiver {
     bool refused = false;
     absl::Status refusal;
     std::vector<char> scratch;
-    absl::Time stage_deadline;  // payload deadline, or the idle deadline for a header
+    bool initialised = false;   // the prefill rank joined
+    absl::Time stage_deadline;  // init, payload, or the idle deadline for a header
   };
 
   void Run();
