@@ -317,10 +317,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     so.corrupt_every = faults->kv_corrupt_every;
     so.drop_every = faults->kv_drop_every;
     if (nccl_parts) {
-      auto s = MakeNcclKvSender(*nccl_parts,
-                                MakeGrpcNcclBootstrap(absl::StrFormat("prefill@%s", advertise_host),
-                                                      MakePeerChannelCredentials(*tls)),
-                                so);
+      auto s = MakeNcclKvSender(
+          *nccl_parts,
+          MakeGrpcNcclBootstrap(absl::StrFormat("prefill@%s", advertise_host),
+                                MakePeerChannelCredentials(*tls), so.connect_timeout),
+          so);
       if (!s.ok()) return Fail("--kv-transport=nccl: " + std::string(s.status().message()));
       sender = std::move(*s);
     } else {
