@@ -4,20 +4,29 @@
 // block size 16, receiver block size 32 with shuffled block ids. Also the parts alone: CRC32C
 // (hardware and software), gather, scatter. Prints a table and writes JSON.
 //
+// The NCCL transport (kv_transfer/nccl/nccl_transport.h) twice: over the fake communicator with
+// host staging (the transport's own cost on the CPU: staging copies, framing, progress threads),
+// and over real NCCL from GPU 1 to GPU 0 through device staging, which needs libtandem_nccl.so
+// and 2 GPUs (skipped otherwise, null in the JSON). The real figure includes the host-side pack
+// and unpack and the pinned/device copies the engine's host KV needs today.
+//
 //   build/bin/kv_transfer_bench [--prompts 20] [--chunk_tokens 512]
 //       [--out bench/results/kv_transfer_bench.json]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/block_pool.h"
 #include "engine/kv_cache.h"
@@ -26,7 +35,11 @@
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"
+#include "kv_transfer/nccl/nccl_api.h"
+#include "kv_transfer/nccl/nccl_loader.h"
+#include "kv_transfer/nccl/nccl_transport.h"
 #include "nlohmann/json.hpp"
+#include "tests/kv_transfer/nccl_fake.h"
 
 namespace tandem {
 namespace {
@@ -94,18 +107,48 @@ class Sink : public KvSink {
   LeaseTable leases_;
 };
 
+struct Transport {
+  std::unique_ptr<KvSender> sender;
+  std::unique_ptr<KvReceiver> receiver;
+};
+using MakeTransport = std::function<Transport(KvSink*)>;
+
+MakeTransport Plain(std::string kind, std::string address) {
+  return [kind, address](KvSink* sink) {
+    Transport t;
+    t.receiver = *MakeKvReceiver(kind, address, sink);
+    t.sender = *MakeKvSender(kind);
+    return t;
+  };
+}
+
+// The NCCL transport from `prefill` parts to `decode` parts, bootstrapped in process.
+MakeTransport Nccl(std::function<NcclTransportParts()> prefill,
+                   std::function<NcclTransportParts()> decode) {
+  return [prefill, decode](KvSink* sink) {
+    std::unique_ptr<NcclKvTransportReceiver> r = MakeNcclKvReceiver(decode(), sink);
+    r->SetBootstrapAddress("127.0.0.1:1");
+    NcclKvTransportReceiver* rp = r.get();
+    Transport t;
+    t.sender = *MakeNcclKvSender(
+        prefill(), [rp](const std::string&) { return rp->Bootstrap("kv_transfer_bench"); });
+    t.receiver = std::move(r);
+    return t;
+  };
+}
+
 // Ships `prompts` prompts one after another (each: every layer in chunks, then Wait) and
 // returns payload GB/s (1e9 bytes per second).
-double ShipGbPerSecond(std::string_view kind, std::string_view address, int prompts,
-                       int chunk_tokens) {
+double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens) {
   const KvCache src = MakeCache(kTokens / kSrcBlock, kSrcBlock);
   std::vector<int> src_table(kTokens / kSrcBlock);
   std::iota(src_table.begin(), src_table.end(), 0);
   std::reverse(src_table.begin(), src_table.end());
 
   Sink sink(prompts);
-  std::unique_ptr<KvReceiver> receiver = *MakeKvReceiver(kind, address, &sink);
-  std::unique_ptr<KvSender> sender = *MakeKvSender(kind);
+  Transport transport = make(&sink);
+  KvSender* sender = transport.sender.get();
+  KvReceiver* receiver = transport.receiver.get();
   std::vector<int> dst_ids(prompts * kTokens / kDstBlock);
   std::iota(dst_ids.begin(), dst_ids.end(), 0);
   std::shuffle(dst_ids.begin(), dst_ids.end(), std::mt19937(2));
@@ -199,8 +242,28 @@ int Main(int argc, char** argv) {
   const double scatter = BestGbPerSecond(
       layer.size(), 20, [&] { ScatterKv(layer, h, dst_table, &dst).IgnoreError(); });
 
-  const double tcp = ShipGbPerSecond("tcp", "127.0.0.1:0", prompts, chunk_tokens);
-  const double local = ShipGbPerSecond("local", "kv-bench", prompts, chunk_tokens);
+  const double tcp = ShipGbPerSecond(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens);
+  const double local = ShipGbPerSecond(Plain("local", "kv-bench"), prompts, chunk_tokens);
+  testing::FakeNccl fake;
+  auto fake_parts = [&fake] {
+    NcclTransportParts p;
+    p.factory = std::shared_ptr<CommunicatorFactory>(&fake, [](CommunicatorFactory*) {});
+    p.staging = MakeHostKvStaging();
+    return p;
+  };
+  const double nccl_fake = ShipGbPerSecond(Nccl(fake_parts, fake_parts), prompts, chunk_tokens);
+  // Real NCCL: prefill on GPU 1, decode on GPU 0.
+  std::optional<double> nccl;
+  std::string nccl_skip;
+  absl::StatusOr<const TandemNcclApi*> api = LoadNcclApi();
+  if (!api.ok()) {
+    nccl_skip = std::string(api.status().message());
+  } else if ((*api)->device_count() < 2) {
+    nccl_skip = absl::StrFormat("needs 2 GPUs, %d visible", (*api)->device_count());
+  } else {
+    auto on = [](int device) { return [device] { return *LoadNcclTransport(device); }; };
+    nccl = ShipGbPerSecond(Nccl(on(1), on(0)), prompts, chunk_tokens);
+  }
 
   const double prompt_mib = double{kLayers} * layer.size() / (1 << 20);
   std::printf(
@@ -209,6 +272,12 @@ int Main(int argc, char** argv) {
       kLayers, kKvHeads * kHeadDim, kTokens, prompt_mib, chunk_tokens, prompts);
   std::printf("  tcp loopback end to end   %6.2f GB/s\n", tcp);
   std::printf("  local end to end          %6.2f GB/s\n", local);
+  std::printf("  nccl fake comm, host stage %5.2f GB/s\n", nccl_fake);
+  if (nccl) {
+    std::printf("  nccl GPU1->GPU0 end to end %5.2f GB/s\n", *nccl);
+  } else {
+    std::printf("  nccl GPU1->GPU0 end to end skipped: %s\n", nccl_skip.c_str());
+  }
   std::printf("  crc32c sse4.2             %6.2f GB/s\n", crc_hw);
   std::printf("  crc32c software           %6.2f GB/s\n", crc_sw);
   std::printf("  gather (block 16)         %6.2f GB/s\n", gather);
@@ -226,9 +295,16 @@ int Main(int argc, char** argv) {
                 {"receiver_block_size", kDstBlock}};
   j["chunk_tokens"] = chunk_tokens;
   j["prompts"] = prompts;
-  j["gb_per_s"] = {{"tcp_end_to_end", tcp},  {"local_end_to_end", local},
-                   {"crc32c_sse42", crc_hw}, {"crc32c_software", crc_sw},
-                   {"gather", gather},       {"scatter", scatter}};
+  j["gb_per_s"] = {{"tcp_end_to_end", tcp},
+                   {"local_end_to_end", local},
+                   {"crc32c_sse42", crc_hw},
+                   {"crc32c_software", crc_sw},
+                   {"gather", gather},
+                   {"scatter", scatter},
+                   {"nccl_fake_host_staging_end_to_end", nccl_fake}};
+  j["gb_per_s"]["nccl_gpu1_to_gpu0_end_to_end"] =
+      nccl ? nlohmann::json(*nccl) : nlohmann::json(nullptr);
+  if (!nccl) j["nccl_skipped"] = nccl_skip;
   j["units"] = "GB/s = 1e9 payload bytes per second";
   std::ofstream(out) << j.dump(2) << "\n";
   std::printf("wrote %s\n", out.c_str());

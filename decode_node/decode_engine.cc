@@ -41,7 +41,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
-  auto receiver = MakeKvReceiver(options.transport, options.listen, e.get());
+  auto receiver = options.make_receiver
+                      ? options.make_receiver(e.get())
+                      : MakeKvReceiver(options.transport, options.listen, e.get());
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
   e->kv_endpoint_ = e->receiver_->endpoint();
@@ -85,6 +87,9 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   std::lock_guard<std::mutex> lock(mu_);
   if (health_.draining())
     return absl::UnavailableError("decode worker is draining (shutting down)");
+  if (kv_endpoint_.empty()) {
+    return absl::UnavailableError("decode worker: KV endpoint not set yet (still starting)");
+  }
   const uint64_t handle = next_handle_++;
   auto blocks = scheduler_.Admit(handle, total);
   if (!blocks.ok()) return blocks.status();
@@ -116,13 +121,50 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
   absl::Status s = leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
   if (s.ok() && metrics_)
     metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));
+  if (s.ok() && leases_.IsComplete(h.lease_id)) kv_cv_.notify_all();
   return s;
 }
 
-absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
+void DecodeEngine::Undeliverable(const KvChunkHeader& h, const absl::Status& why) {
   std::lock_guard<std::mutex> lock(mu_);
+  auto handle = lease_to_handle_.find(h.lease_id);
+  if (handle == lease_to_handle_.end() || leases_.IsComplete(h.lease_id)) return;
+  // A chunk of an older generation of this lease says nothing about the current one.
+  auto check = leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  if (!check.ok() && absl::IsAborted(check.status())) return;
+  auto it = requests_.find(handle->second);
+  if (it == requests_.end() || it->second.state != State::kAdmitted || !it->second.error.ok()) {
+    return;
+  }
+  it->second.error = absl::AbortedError(
+      absl::StrFormat("KV of layer %d tokens [%d, %d) arrived but was not delivered: %s", h.layer,
+                      h.token_start, h.token_start + h.token_count, why.message()));
+  kv_cv_.notify_all();
+}
+
+std::string DecodeEngine::kv_endpoint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kv_endpoint_;
+}
+
+void DecodeEngine::SetKvEndpoint(std::string endpoint) {
+  std::lock_guard<std::mutex> lock(mu_);
+  kv_endpoint_ = std::move(endpoint);
+}
+
+absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = requests_.find(handle);
   if (it == requests_.end()) return absl::NotFoundError("request not admitted or already ended");
+  if (options_.kv_settle_timeout > absl::ZeroDuration()) {
+    kv_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.kv_settle_timeout), [&] {
+      auto r = requests_.find(handle);
+      return r == requests_.end() || r->second.state != State::kAdmitted || !r->second.error.ok() ||
+             leases_.IsComplete(r->second.lease_id);
+    });
+    it = requests_.find(handle);
+    if (it == requests_.end()) return absl::NotFoundError("request ended");
+  }
   Request& r = it->second;
   if (r.state != State::kAdmitted) return absl::FailedPreconditionError("request already started");
   if (!r.error.ok()) return r.error;
@@ -202,6 +244,7 @@ void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
   r.state = State::kDone;
   UpdateGaugesLocked();
   output_cv_.notify_all();
+  kv_cv_.notify_all();
 }
 
 void DecodeEngine::UpdateGaugesLocked() {
@@ -238,6 +281,7 @@ void DecodeEngine::Loop() {
       scheduler_.Release(handle);  // Expire already ended the lease
       it->second.state = State::kDone;
       output_cv_.notify_all();
+      kv_cv_.notify_all();
     }
     UpdateGaugesLocked();
     // Requests cancelled while running leave between steps.

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,6 +48,12 @@ struct DecodeEngineOptions {
   // tcp: the host put in KV targets, reachable by prefill workers on other hosts (empty: the
   // listening host; needed when `listen` is a wildcard such as 0.0.0.0).
   std::string advertise_host;
+  // When set, makes the receiver instead of MakeKvReceiver(transport, listen): the nccl
+  // transport (kv_transfer/nccl/nccl_transport.h), whose endpoint is set later (SetKvEndpoint).
+  std::function<absl::StatusOr<std::unique_ptr<KvReceiver>>(KvSink*)> make_receiver;
+  // How long Start waits for a lease's last chunks to be delivered. Transports without an ACK
+  // (nccl) finish the prefill's send once the bytes arrived, a moment before they are unpacked.
+  absl::Duration kv_settle_timeout = absl::ZeroDuration();
   FaultSpec faults;  // step faults (tests)
 
   absl::Status Validate() const;
@@ -86,13 +93,18 @@ class DecodeEngine final : public KvSink {
 
   // KvSink: validates the lease and scatters the chunk into the request's blocks.
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
+  // KvSink: fails the request of a lease still waiting for its KV.
+  void Undeliverable(const KvChunkHeader& h, const absl::Status& why) override;
 
   // Progress and drain, for health: BeginDrain() makes Admit UNAVAILABLE from then on while
   // admitted work finishes.
   StepLoopHealth& health() { return health_; }
 
   WorkerLoadSnapshot Load() const;
-  std::string kv_endpoint() const { return kv_endpoint_; }
+  std::string kv_endpoint() const;
+  // Replaces the endpoint put in KV targets (the nccl receiver's, once the worker's gRPC port is
+  // known). Admit is UNAVAILABLE while it is empty.
+  void SetKvEndpoint(std::string endpoint);
   // The leak check: no request, lease or block in use.
   bool Idle() const;
   int64_t steps() const;
@@ -126,11 +138,12 @@ class DecodeEngine final : public KvSink {
   DecodeMetrics* metrics_;
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<KvReceiver> receiver_;
-  std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set
+  std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set (under mu_)
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;    // the loop waits for running requests
   std::condition_variable output_cv_;  // readers wait for tokens
+  std::condition_variable kv_cv_;      // Start waits for a lease to complete
   DecodeScheduler scheduler_;
   LeaseTable leases_;
   // node_hash_map: the step loop keeps Request pointers across the unlocked forward pass while

@@ -54,4 +54,21 @@ grpc::Status DecodeService::Decode(
   }
 }
 
+grpc::Status DecodeService::NcclBootstrap(grpc::ServerContext*, const v1::NcclBootstrapRequest* req,
+                                          v1::NcclBootstrapResponse* resp) {
+  if (nccl_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "NcclBootstrap: this decode worker does not use --kv-transport=nccl "
+                        "(every worker of a cluster must use the same transport)");
+  }
+  if (req->prefill_worker().size() > 1024) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "prefill_worker: longer than 1024 bytes");
+  }
+  absl::StatusOr<NcclUniqueId> id = nccl_->Bootstrap(req->prefill_worker());
+  if (!id.ok()) return ToGrpc(id.status());
+  resp->set_unique_id(id->data(), id->size());
+  return grpc::Status::OK;
+}
+
 }  // namespace tandem

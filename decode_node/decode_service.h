@@ -3,13 +3,16 @@
 #define TANDEM_DECODE_NODE_DECODE_SERVICE_H_
 
 #include "decode_node/decode_engine.h"
+#include "kv_transfer/nccl/nccl_transport.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
 
 class DecodeService final : public v1::DecodeWorker::Service {
  public:
-  explicit DecodeService(DecodeEngine* engine) : engine_(engine) {}
+  // `nccl`: the engine's receiver when its transport is nccl (serves NcclBootstrap), else null.
+  explicit DecodeService(DecodeEngine* engine, NcclKvTransportReceiver* nccl = nullptr)
+      : engine_(engine), nccl_(nccl) {}
 
   // One stream per request: Admit -> Admitted; Start -> Tokens... -> Finished. A cancelled or
   // broken stream cancels the request, which frees its blocks.
@@ -17,8 +20,14 @@ class DecodeService final : public v1::DecodeWorker::Service {
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::DecodeServerMessage, v1::DecodeClientMessage>* stream) override;
 
+  // The NCCL KV transport's bootstrap: a unique id whose rank 0 this worker started.
+  // UNIMPLEMENTED when this worker's transport is not nccl.
+  grpc::Status NcclBootstrap(grpc::ServerContext* ctx, const v1::NcclBootstrapRequest* req,
+                             v1::NcclBootstrapResponse* resp) override;
+
  private:
   DecodeEngine* engine_;
+  NcclKvTransportReceiver* nccl_;
 };
 
 }  // namespace tandem

@@ -4,6 +4,9 @@
 //
 // Transports, chosen by kind: "tcp" (host memory over persistent sockets) and "local"
 // (in-process, for colocated mode and tests). Endpoints: "tcp://HOST:PORT", "local://NAME".
+// "nccl" (GPU to GPU, kv_transfer/nccl/nccl_transport.h) is made by its own factories: it needs
+// a communicator library and a bootstrap RPC; its endpoint "nccl://HOST:PORT" names the decode
+// worker's gRPC address, where the NcclBootstrap RPC is served.
 #ifndef TANDEM_KV_TRANSFER_KV_TRANSFER_H_
 #define TANDEM_KV_TRANSFER_KV_TRANSFER_H_
 
@@ -22,7 +25,7 @@ namespace tandem {
 
 // Where one request's KV goes: the decode worker's receiver and the lease it admitted.
 struct KvTarget {
-  std::string endpoint;  // "tcp://127.0.0.1:PORT" or "local://NAME"
+  std::string endpoint;  // "tcp://127.0.0.1:PORT", "local://NAME" or "nccl://HOST:PORT"
   uint64_t lease_id = 0;
   uint32_t generation = 0;
 };
@@ -35,6 +38,10 @@ class KvSink {
  public:
   virtual ~KvSink() = default;
   virtual absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) = 0;
+  // Transports without an ACK (nccl) report here a chunk that arrived but could not be
+  // delivered (Accept refused it, a checksum or copy failed, its communicator broke mid-payload):
+  // the prefill saw its send complete, so the decode fails the lease's request itself.
+  virtual void Undeliverable(const KvChunkHeader& h, const absl::Status& why) {}
 };
 
 struct KvReceiverOptions {

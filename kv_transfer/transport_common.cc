@@ -40,14 +40,21 @@ absl::StatusOr<KvEndpoint> ParseTcpAddress(std::string_view address) {
 
 absl::StatusOr<KvEndpoint> ParseKvEndpoint(std::string_view endpoint) {
   if (endpoint.starts_with("tcp://")) return ParseTcpAddress(endpoint.substr(6));
+  if (endpoint.starts_with("nccl://")) {
+    absl::StatusOr<KvEndpoint> e = ParseTcpAddress(endpoint.substr(7));
+    if (!e.ok()) return e.status();
+    e->kind = "nccl";
+    e->name = std::string(endpoint.substr(7));  // the decode worker's gRPC address
+    return e;
+  }
   if (endpoint.starts_with("local://") && endpoint.size() > 8) {
     KvEndpoint e;
     e.kind = "local";
     e.name = std::string(endpoint.substr(8));
     return e;
   }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("kv endpoint: \"%s\" is neither tcp://HOST:PORT nor local://NAME", endpoint));
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "kv endpoint: \"%s\" is not tcp://HOST:PORT, local://NAME or nccl://HOST:PORT", endpoint));
 }
 
 absl::StatusOr<KvOutgoingChunk> KvSendTracker::Begin(const KvTarget& target,
@@ -95,7 +102,9 @@ absl::StatusOr<KvSendTracker::Started> KvSendTracker::BeginSend(std::string_view
   if (!ep.ok()) return ep.status();
   if (ep->kind != kind) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("kv %s sender: cannot reach %s", kind, target.endpoint));
+        absl::StrFormat("kv %s sender: cannot reach %s: that decode worker uses --kv-transport=%s "
+                        "and this prefill worker %s (every worker of a cluster must use the same)",
+                        kind, target.endpoint, ep->kind, kind));
   }
   absl::StatusOr<KvOutgoingChunk> out = Begin(target, header, std::move(payload));
   if (!out.ok()) return out.status();

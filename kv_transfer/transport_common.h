@@ -24,12 +24,12 @@
 namespace tandem {
 
 struct KvEndpoint {
-  std::string kind;  // "tcp" or "local"
-  std::string host;  // tcp
-  int port = 0;      // tcp, in [0, 65535]
-  std::string name;  // local
+  std::string kind;  // "tcp", "local" or "nccl"
+  std::string host;  // tcp, nccl
+  int port = 0;      // tcp, nccl: in [0, 65535]
+  std::string name;  // local; nccl: "HOST:PORT" as written
 };
-// Parses "tcp://HOST:PORT" or "local://NAME"; INVALID_ARGUMENT otherwise.
+// Parses "tcp://HOST:PORT", "local://NAME" or "nccl://HOST:PORT"; INVALID_ARGUMENT otherwise.
 absl::StatusOr<KvEndpoint> ParseKvEndpoint(std::string_view endpoint);
 // Parses "HOST:PORT" (a receiver's listen address).
 absl::StatusOr<KvEndpoint> ParseTcpAddress(std::string_view address);

@@ -22,6 +22,20 @@ void WorkerRegistry::Register(const std::string& id, WorkerRole role, const std:
   w.ejected_until = absl::InfinitePast();
 }
 
+const WorkerEntry* WorkerRegistry::KvTransportConflict(const std::string& id,
+                                                       const std::string& kv_transport) const {
+  if (kv_transport.empty()) return nullptr;
+  for (const auto& [other_id, w] : workers_) {
+    if (other_id != id && !w.kv_transport.empty() && w.kv_transport != kv_transport) return &w;
+  }
+  return nullptr;
+}
+
+void WorkerRegistry::SetKvTransport(const std::string& id, const std::string& kv_transport) {
+  auto it = workers_.find(id);
+  if (it != workers_.end()) it->second.kv_transport = kv_transport;
+}
+
 bool WorkerRegistry::Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
                                absl::Time now, bool draining) {
   auto it = workers_.find(id);

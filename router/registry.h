@@ -25,6 +25,7 @@ struct WorkerEntry {
   std::string id;
   WorkerRole role = WorkerRole::kPrefill;
   std::string address;
+  std::string kv_transport;  // as registered ("" when the worker did not say)
   WorkerLoadSnapshot load;
   absl::Time last_seen;
   bool serving = true;
@@ -58,6 +59,11 @@ class WorkerRegistry {
   // (Re)registers a worker; a known id is updated in place.
   void Register(const std::string& id, WorkerRole role, const std::string& address,
                 const WorkerLoadSnapshot& load, absl::Time now);
+  // The registered worker other than `id` whose KV transport is not `kv_transport` (workers
+  // and requests that did not name one never conflict), or null.
+  const WorkerEntry* KvTransportConflict(const std::string& id,
+                                         const std::string& kv_transport) const;
+  void SetKvTransport(const std::string& id, const std::string& kv_transport);
   // False when the id is unknown (the worker must register again).
   bool Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
                  absl::Time now, bool draining = false);

@@ -886,7 +886,19 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
   {
     std::lock_guard<std::mutex> lock(mu_);
     ForgetSilentWorkersLocked(absl::Now());
+    // A prefill worker cannot send KV to a decode worker of another transport: refuse the
+    // newcomer rather than fail its requests one by one.
+    if (const WorkerEntry* other =
+            registry_.KvTransportConflict(req->worker_id(), req->kv_transport())) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrFormat("kv_transport: this worker uses --kv-transport=%s but worker %s (%s) "
+                          "uses %s; every prefill and decode worker of a cluster must use the "
+                          "same transport",
+                          req->kv_transport(), other->id, other->address, other->kv_transport));
+    }
     registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()), absl::Now());
+    registry_.SetKvTransport(req->worker_id(), req->kv_transport());
   }
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return grpc::Status::OK;

@@ -12,7 +12,10 @@
 #   cuda_model_bench.json decode step time (batch 1/8/64/256) vs the HBM bound and prefill
 #                         TFLOP/s (512/2048/8192 tokens) of a Llama-3-8B-shaped random bf16 model
 #   nccl.json/.log        the NCCL transport: fake-communicator logic, the real library's loader,
-#                         a lonely rank's abort (1 GPU), the 2-GPU transfer (skipped on 1 GPU)
+#                         a lonely rank's abort and device staging (1 GPU), the 2-GPU transfers
+#                         (raw and through the KvSender/KvReceiver transport; skipped on 1 GPU)
+#   kv_transfer_bench.json/.log  KV transfer GB/s: tcp, local, nccl over the fake, and nccl
+#                         GPU1->GPU0 (null with the reason on 1 GPU)
 #   ctest.log             the rest of the suite, if time is left (stage limited by timeout)
 #   summary.json          per stage: exit code, tests run / failed / skipped, seconds
 # Exit code: 0 when every stage passed and no CUDA twin skipped.
@@ -53,7 +56,8 @@ record configure $c $(($(date +%s) - s))
 if [[ $c -ne 0 ]]; then tail -30 "$OUT/configure.log"; finish 1; fi
 # Only what the CUDA checks need first; the rest of the suite afterwards if time allows.
 s=$(date +%s)
-targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench cuda_model_test cuda_model_bench)
+targets=(tandem_cuda kernels_test kv_transfer_test cuda_kv_bench kv_transfer_bench cuda_model_test
+  cuda_model_bench)
 # libtandem_nccl.so exists only where nccl.h and libnccl were found.
 if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q '^tandem_nccl:'; then
   targets+=(tandem_nccl)
@@ -94,6 +98,12 @@ c=$?
 record nccl $c $(($(date +%s) - s)) "$OUT/nccl.json"
 [[ $c -ne 0 ]] && rc=4
 s=$(date +%s)
+timeout 60 "$BUILD_DIR/bin/kv_transfer_bench" --prompts 5 --out "$OUT/kv_transfer_bench.json" \
+  >"$OUT/kv_transfer_bench.log" 2>&1
+c=$?
+record kv_transfer_bench $c $(($(date +%s) - s))
+[[ $c -ne 0 && $rc -eq 0 ]] && rc=6
+s=$(date +%s)
 timeout 60 "$BUILD_DIR/bin/cuda_kv_bench" --out "$OUT/cuda_kv_bench.json" >"$OUT/cuda_kv_bench.log" 2>&1
 c=$?
 record cuda_kv_bench $c $(($(date +%s) - s))
@@ -128,6 +138,7 @@ tail -5 "$OUT/cuda_model.log"
 tail -3 "$OUT/cuda_engines.log" 2>/dev/null
 tail -5 "$OUT/cuda_twin.log"
 tail -3 "$OUT/nccl.log"
+grep -i nccl "$OUT/kv_transfer_bench.log"
 
 # The rest of the suite, within what is left of 7 minutes.
 # GPU_CHECK_CUDA_ONLY=1 stops after the CUDA stages (for trying the script without a GPU).

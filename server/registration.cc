@@ -131,11 +131,19 @@ class RegistrationClient::Link {
         v1::RegisterRequest req = owner_->base_;
         *req.mutable_load() = ToProto(owner_->load_());
         v1::RegisterResponse resp;
-        if (stub_->Register(&ctx, req, &resp).ok()) {
+        grpc::Status s = stub_->Register(&ctx, req, &resp);
+        if (s.ok()) {
           registered_ = true;
           interval_ms = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 500;
           std::fprintf(stderr, "[tandem-server] registered %s with the router at %s\n",
                        owner_->base_.worker_id().c_str(), address_.c_str());
+        } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
+                   s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+          // A refusal (e.g. a KV transport other than the cluster's), not a router that is
+          // not up yet: say why, and keep retrying in case the cluster changes.
+          std::fprintf(stderr, "[tandem-server] the router at %s refused %s: %s\n",
+                       address_.c_str(), owner_->base_.worker_id().c_str(),
+                       s.error_message().c_str());
         }
       } else {
         v1::HeartbeatRequest req;

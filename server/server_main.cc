@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +27,10 @@
 #include "engine/model.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"
+#include "kv_transfer/nccl/nccl_transport.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
+#include "prefill_node/nccl_bootstrap_client.h"
 #include "prefill_node/prefill_engine.h"
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
@@ -58,8 +61,11 @@ router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the 
 workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
           registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
-prefill:  --kv-transport tcp|local  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
-decode:   --kv-transport tcp|local  --kv-listen HOST:PORT  --max-running 256  --lease-timeout-ms 60000
+prefill:  --kv-transport tcp|local|nccl  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
+decode:   --kv-transport tcp|local|nccl  --kv-listen HOST:PORT (tcp)  --max-running 256
+          --lease-timeout-ms 60000
+workers:  --nccl-device 0 (nccl: the CUDA device KV is sent from / received into; every worker
+          of a cluster must use the same --kv-transport)
 workers:  --wedge-timeout-ms 10000 (a step loop stuck this long turns health NOT_SERVING)
           --fault SPEC (test builds: inject faults, see engine/fault_injection.h)
 all:      --drain-timeout-ms 30000 (SIGTERM: NOT_SERVING at once, in-flight work finishes)
@@ -103,7 +109,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
        "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
        "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
-       "served-model-name"},
+       "served-model-name", "nccl-device"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -210,6 +216,24 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
   // The colocated mode moves KV in memory.
   const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
+  if (kv_transport != "tcp" && kv_transport != "local" && kv_transport != "nccl") {
+    return Fail("--kv-transport must be tcp, local or nccl");
+  }
+  // NCCL: checked before the model loads, so a machine without it fails at once.
+  std::optional<NcclTransportParts> nccl_parts;
+  if (kv_transport == "nccl" && (is_prefill || is_decode)) {
+    if (role == "all") {
+      return Fail(
+          "--kv-transport=nccl needs separate --role=prefill and --role=decode workers, each on "
+          "its own GPU (NCCL cannot pair two ranks on one device); --role=all uses local");
+    }
+    auto nccl_device = f->GetInt("nccl-device", 0);
+    if (!nccl_device.ok()) return Fail(std::string(nccl_device.status().message()));
+    if (*nccl_device < 0 || *nccl_device > 1024) return Fail("--nccl-device must be in [0, 1024]");
+    auto parts = LoadNcclTransport(static_cast<int>(*nccl_device));
+    if (!parts.ok()) return Fail(std::string(parts.status().message()));
+    nccl_parts = std::move(*parts);
+  }
 
   // The metrics outlive every component that observes through them.
   auto metrics = std::make_shared<MetricsRegistry>(ModelLabel(model_path));
@@ -300,9 +324,19 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     so.drop_chunk_index = faults->kv_drop_chunk;
     so.corrupt_every = faults->kv_corrupt_every;
     so.drop_every = faults->kv_drop_every;
-    auto s = MakeKvSender(kv_transport, so);
-    if (!s.ok()) return Fail(std::string(s.status().message()));
-    sender = std::move(*s);
+    if (nccl_parts) {
+      auto s = MakeNcclKvSender(
+          *nccl_parts,
+          MakeGrpcNcclBootstrap(absl::StrFormat("prefill@%s", advertise_host),
+                                MakePeerChannelCredentials(*tls), so.connect_timeout),
+          so);
+      if (!s.ok()) return Fail("--kv-transport=nccl: " + std::string(s.status().message()));
+      sender = std::move(*s);
+    } else {
+      auto s = MakeKvSender(kv_transport, so);
+      if (!s.ok()) return Fail(std::string(s.status().message()));
+      sender = std::move(*s);
+    }
     PrefillEngineOptions po;
     po.block_size = static_cast<int>(*block_size);
     po.num_blocks = static_cast<int>(*num_blocks);
@@ -319,6 +353,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   }
   std::unique_ptr<DecodeEngine> decode;
   std::unique_ptr<DecodeService> decode_service;
+  NcclKvTransportReceiver* nccl_receiver = nullptr;  // owned by `decode`
   if (is_decode) {
     DecodeEngineOptions dopt;
     dopt.block_size = static_cast<int>(*block_size);
@@ -333,10 +368,18 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
+    if (nccl_parts) {
+      dopt.make_receiver = [&](KvSink* sink) -> absl::StatusOr<std::unique_ptr<KvReceiver>> {
+        std::unique_ptr<NcclKvTransportReceiver> r = MakeNcclKvReceiver(*nccl_parts, sink);
+        nccl_receiver = r.get();
+        return r;
+      };
+      dopt.kv_settle_timeout = absl::Seconds(5);
+    }
     auto d = DecodeEngine::Create(model.get(), dopt, decode_metrics.get());
     if (!d.ok()) return Fail(std::string(d.status().message()));
     decode = std::move(*d);
-    decode_service = std::make_unique<DecodeService>(decode.get());
+    decode_service = std::make_unique<DecodeService>(decode.get(), nccl_receiver);
   }
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -369,6 +412,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (!server || bound_port == 0)
     return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
   const std::string address = JoinHostPort(advertise_host, bound_port);
+  if (nccl_receiver != nullptr) {
+    // The KV endpoint is where prefill workers call NcclBootstrap: this server.
+    nccl_receiver->SetBootstrapAddress(address);
+    decode->SetKvEndpoint(nccl_receiver->endpoint());
+  }
   // Declared after the components: stops serving scrapes before they go away.
   auto metrics_server = MetricsServer::Start(host, static_cast<int>(*metrics_port), metrics);
   if (!metrics_server.ok()) return Fail(std::string(metrics_server.status().message()));
@@ -441,6 +489,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_role(r);
     req.set_address(address);
     req.set_model(model_path);
+    req.set_kv_transport(kv_transport);
     RegistrationOptions ro;
     ro.credentials = MakePeerChannelCredentials(*tls);
     registrations.push_back(std::make_unique<RegistrationClient>(

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-#define TANDEM_NCCL_ABI_VERSION 1
+#define TANDEM_NCCL_ABI_VERSION 2
 #define TANDEM_NCCL_POLL_IDLE 0
 #define TANDEM_NCCL_POLL_PENDING 1
 
@@ -35,11 +35,15 @@ typedef struct TandemNcclApi {
   void (*abort)(void* comm);
   /* ncclCommFinalize + ncclCommDestroy (only when idle) and free the handle. */
   void (*destroy)(void* comm);
-  /* Device memory helpers for tests and benchmarks. */
+  /* Device memory and copies, for the transport's staging (staging.h), tests and benchmarks.
+   * Copies are synchronous: done when the call returns. */
   int (*dev_malloc)(int device, void** d_ptr, size_t bytes);
   int (*dev_free)(int device, void* d_ptr);
   int (*h2d)(int device, void* d_dst, const void* src, size_t bytes);
   int (*d2h)(int device, void* dst, const void* d_src, size_t bytes);
+  /* Page-locked host memory (cudaHostAlloc), the fast side of h2d and d2h. */
+  int (*host_alloc)(void** h_ptr, size_t bytes);
+  int (*host_free)(void* h_ptr);
 } TandemNcclApi;
 
 const TandemNcclApi* tandem_nccl_get_api(void);

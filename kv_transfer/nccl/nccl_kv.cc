@@ -17,13 +17,15 @@ NcclKvSender::NcclKvSender(CommunicatorFactory* factory, NcclBootstrapFn bootstr
 NcclKvSender::~NcclKvSender() { Shutdown(); }
 
 absl::StatusOr<uint64_t> NcclKvSender::Submit(const std::string& peer,
-                                              std::vector<NcclKvLayer> layers,
-                                              absl::Time deadline) {
+                                              std::vector<NcclKvLayer> layers, absl::Time deadline,
+                                              DoneFn on_done, SkipFn skip) {
   if (peer.empty()) return absl::InvalidArgumentError("nccl kv transfer: peer is empty");
   if (layers.empty()) return absl::InvalidArgumentError("nccl kv transfer: no layers");
   auto t = std::make_shared<Transfer>();
   t->peer = peer;
   t->deadline = deadline;
+  t->on_done = std::move(on_done);
+  t->skip = std::move(skip);
   for (size_t i = 0; i < layers.size(); ++i) {
     absl::StatusOr<KvFrameHeader> h = MakeNcclLayerHeader(
         layers[i].chunk, layers[i].payload, options_.checksum_payload, options_.max_payload_bytes);
@@ -66,7 +68,7 @@ absl::StatusOr<uint64_t> NcclKvSender::Submit(const std::string& peer,
   t->id = next_transfer_id_++;
   t->comm_id = e->id;
   channels_[e->id].queue.push_back(t);
-  transfers_[t->id] = t;
+  if (!t->on_done) transfers_[t->id] = t;
   return t->id;
 }
 
@@ -129,6 +131,11 @@ void NcclKvSender::Run() {
 void NcclKvSender::Finish(Transfer& t, absl::Status status) {
   t.done = true;
   t.status = std::move(status);
+  if (t.on_done) {
+    DoneFn done = std::move(t.on_done);
+    t.on_done = nullptr;
+    done(t.status);
+  }
 }
 
 void NcclKvSender::FailComm(uint64_t comm_id, const absl::Status& cause) {
@@ -217,6 +224,15 @@ void NcclKvSender::Step(absl::Time now) {
         head = ch.queue.front().get();
       }
     }
+    if (head->next_layer == 0 && head->skip) {
+      if (absl::Status why = head->skip(); !why.ok()) {
+        // Nothing of it is on the wire: it leaves alone; the next one starts on the next step.
+        Finish(*head, std::move(why));
+        ch.queue.pop_front();
+        e->active--;
+        continue;
+      }
+    }
     const size_t i = head->next_layer;
     head->headers[i] = EncodeNcclLayerHeader(head->prepared[i], ch.seq);
     absl::Status s = e->comm->GroupStart();
@@ -255,6 +271,15 @@ NcclKvReceiver::NcclKvReceiver(CommunicatorFactory* factory, NcclKvSink* sink,
 NcclKvReceiver::~NcclKvReceiver() { Shutdown(); }
 
 absl::StatusOr<NcclUniqueId> NcclKvReceiver::Bootstrap(const std::string& peer) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (static_cast<int>(channels_.size()) >= options_.max_receiver_comms) {
+      return absl::ResourceExhaustedError(
+          absl::StrFormat("nccl kv receiver: %d communicators already (the limit); bootstrap "
+                          "from %s refused",
+                          channels_.size(), peer));
+    }
+  }
   absl::StatusOr<NcclUniqueId> id = factory_->NewUniqueId();
   if (!id.ok()) return id.status();
   absl::StatusOr<std::unique_ptr<Communicator>> comm = factory_->InitRank(*id, 2, kNcclDecodeRank);
@@ -267,7 +292,7 @@ absl::StatusOr<NcclUniqueId> NcclKvReceiver::Bootstrap(const std::string& peer) 
   auto ch = std::make_unique<Channel>();
   ch->peer = peer;
   ch->comm = std::move(*comm);
-  ch->stage_deadline = absl::Now() + options_.receiver_idle_timeout;
+  ch->stage_deadline = absl::Now() + options_.receiver_init_timeout;
   channels_[next_id_++] = std::move(ch);
   return *id;
 }
@@ -315,7 +340,7 @@ void NcclKvReceiver::Abort(uint64_t id, const absl::Status& cause) {
   if (it == channels_.end()) return;
   Channel& ch = *it->second;
   if (ch.posted && ch.stage == Stage::kPayload && !ch.refused) {
-    sink_->Failed(ch.header.chunk, cause);
+    sink_->Failed(ch.header.chunk, ch.destination, cause);
     ++failed_;
   }
   ch.comm->Abort();
@@ -336,15 +361,20 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     if (*poll == CommPoll::kPending) {
       if (now > ch.stage_deadline) {
-        Abort(id,
-              absl::DeadlineExceededError(
-                  ch.stage == Stage::kPayload
-                      ? absl::StrFormat("nccl kv: payload of request %d layer %d from %s did "
-                                        "not arrive in time; communicator aborted",
-                                        ch.header.chunk.request_id, ch.header.chunk.layer, ch.peer)
-                      : absl::StrFormat("nccl kv: nothing from %s for %s; communicator aborted",
-                                        ch.peer,
-                                        absl::FormatDuration(options_.receiver_idle_timeout))));
+        Abort(
+            id,
+            absl::DeadlineExceededError(
+                ch.stage == Stage::kPayload
+                    ? absl::StrFormat("nccl kv: payload of request %d layer %d from %s did "
+                                      "not arrive in time; communicator aborted",
+                                      ch.header.chunk.request_id, ch.header.chunk.layer, ch.peer)
+                : !ch.initialised
+                    ? absl::StrFormat("nccl kv: %s did not join within %s of its bootstrap; "
+                                      "communicator aborted",
+                                      ch.peer, absl::FormatDuration(options_.receiver_init_timeout))
+                    : absl::StrFormat("nccl kv: nothing from %s for %s; communicator aborted",
+                                      ch.peer,
+                                      absl::FormatDuration(options_.receiver_idle_timeout))));
       }
       continue;
     }
@@ -382,12 +412,12 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     if (ch.posted && ch.stage == Stage::kPayload) {
       if (ch.refused) {
-        sink_->Failed(ch.header.chunk, ch.refusal);
+        sink_->Failed(ch.header.chunk, {}, ch.refusal);
         ++failed_;
       } else if (absl::Status v =
                      VerifyNcclPayload(ch.header, ch.destination, options_.checksum_payload);
                  !v.ok()) {
-        sink_->Failed(ch.header.chunk, v);
+        sink_->Failed(ch.header.chunk, ch.destination, v);
         ++failed_;
       } else {
         sink_->Deliver(ch.header.chunk, ch.destination);
@@ -406,6 +436,7 @@ void NcclKvReceiver::Step(absl::Time now) {
     }
     ch.stage = Stage::kHeader;
     ch.posted = true;
+    ch.initialised = true;
     ch.stage_deadline = now + options_.receiver_idle_timeout;
   }
 }

@@ -63,6 +63,12 @@ struct NcclKvOptions {
   // Receiver: a communicator with nothing received for this long is aborted (the prefill's
   // pool evicts idle ones sooner: pool.idle_timeout should be shorter).
   absl::Duration receiver_idle_timeout = absl::Minutes(10);
+  // Receiver: a communicator whose prefill rank has not joined this long after NcclBootstrap
+  // is aborted (the prefill failed between the RPC and its init, or never meant to join).
+  absl::Duration receiver_init_timeout = absl::Seconds(60);
+  // Receiver: NcclBootstrap beyond this many communicators is RESOURCE_EXHAUSTED (each holds
+  // NCCL resources on the GPU; senders keep at most pool.max_comms_per_peer per peer).
+  int max_receiver_comms = 256;
 };
 
 class NcclKvSender {
@@ -75,8 +81,19 @@ class NcclKvSender {
   // bootstrapping a communicator if the pool has none to use. Returns the transfer id.
   // INVALID_ARGUMENT for an empty peer or layer list or a malformed layer (naming it), the
   // bootstrap's error, FAILED_PRECONDITION after Shutdown.
+  //
+  // With `on_done`, the transfer is not waited for: `on_done` gets its status once it finished
+  // (called on the progress thread or in Shutdown, under the sender's lock: it must not call
+  // back into the sender) and Wait(id) is NOT_FOUND. It is not called when Submit fails.
+  //
+  // With `skip`, asked (under the sender's lock) when the transfer is about to post its first
+  // layer: a non-OK status finishes it with that status without sending anything (its target
+  // was forgotten or already failed, as KvSendTracker::SkipReason says).
+  using DoneFn = std::function<void(const absl::Status&)>;
+  using SkipFn = std::function<absl::Status()>;
   absl::StatusOr<uint64_t> Submit(const std::string& peer, std::vector<NcclKvLayer> layers,
-                                  absl::Time deadline);
+                                  absl::Time deadline, DoneFn on_done = nullptr,
+                                  SkipFn skip = nullptr);
 
   // Blocks until transfer `id` finished or `wait_deadline` passes. Once finished, returns its
   // status and forgets it; DEADLINE_EXCEEDED from the wait itself leaves it in place (it still
@@ -104,6 +121,8 @@ class NcclKvSender {
     size_t next_layer = 0;  // layers posted so far
     bool done = false;
     absl::Status status;
+    DoneFn on_done;
+    SkipFn skip;
   };
   struct Channel {  // per pooled communicator
     std::deque<std::shared_ptr<Transfer>> queue;
@@ -143,8 +162,10 @@ class NcclKvSink {
   // The payload arrived (and matched its CRC when checksums are on): unpack it.
   virtual void Deliver(const KvChunkHeader& h, std::span<const char> payload) = 0;
   // The chunk was refused by Destination, failed its checksum, or its communicator broke
-  // after Destination; the decode fails the request's lease.
-  virtual void Failed(const KvChunkHeader& h, const absl::Status& status) = 0;
+  // after Destination; the decode fails the request's lease. `destination` is what Destination
+  // gave (empty when it refused): nothing is written into it any more.
+  virtual void Failed(const KvChunkHeader& h, std::span<char> destination,
+                      const absl::Status& status) = 0;
 };
 
 class NcclKvReceiver {
@@ -153,7 +174,8 @@ class NcclKvReceiver {
   ~NcclKvReceiver();
 
   // The NcclBootstrap RPC handler: a new unique id, rank 0 of a communicator with `peer`
-  // (the prefill worker's name, for logs) started on it. FAILED_PRECONDITION after Shutdown.
+  // (the prefill worker's name, for logs) started on it. FAILED_PRECONDITION after Shutdown,
+  // RESOURCE_EXHAUSTED with max_receiver_comms communicators already.
   absl::StatusOr<NcclUniqueId> Bootstrap(const std::string& peer);
 
   void Shutdown();
@@ -177,7 +199,8 @@ class NcclKvReceiver {
     bool refused = false;
     absl::Status refusal;
     std::vector<char> scratch;
-    absl::Time stage_deadline;  // payload deadline, or the idle deadline for a header
+    bool initialised = false;   // the prefill rank joined
+    absl::Time stage_deadline;  // init, payload, or the idle deadline for a header
   };
 
   void Run();

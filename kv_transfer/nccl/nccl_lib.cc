@@ -153,12 +153,20 @@ int DevFree(int device, void* p) {
 }
 int H2D(int device, void* d, const void* s, size_t b) {
   if (int e = Cuda(cudaSetDevice(device), "cudaSetDevice")) return e;
-  return Cuda(cudaMemcpy(d, s, b, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
+  if (int e = Cuda(cudaMemcpy(d, s, b, cudaMemcpyHostToDevice), "cudaMemcpy H2D")) return e;
+  // From pageable memory cudaMemcpy may return before the DMA landed; NCCL's stream does not
+  // synchronise with the legacy default stream, so wait for it here (cheap when pinned).
+  return Cuda(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
 }
 int D2H(int device, void* d, const void* s, size_t b) {
   if (int e = Cuda(cudaSetDevice(device), "cudaSetDevice")) return e;
   return Cuda(cudaMemcpy(d, s, b, cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
 }
+
+int HostAlloc(void** p, size_t bytes) {
+  return Cuda(cudaHostAlloc(p, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+}
+int HostFree(void* p) { return Cuda(cudaFreeHost(p), "cudaFreeHost"); }
 
 const TandemNcclApi kApi = {
     TANDEM_NCCL_ABI_VERSION,
@@ -177,6 +185,8 @@ const TandemNcclApi kApi = {
     DevFree,
     H2D,
     D2H,
+    HostAlloc,
+    HostFree,
 };
 
 }  // namespace

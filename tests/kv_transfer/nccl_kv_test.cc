@@ -197,7 +197,7 @@ class TestSink : public NcclKvSink {
     delivered_[{h.request_id, h.layer}] = std::string(payload.data(), payload.size());
     if (on_deliver_) on_deliver_();
   }
-  void Failed(const KvChunkHeader& h, const absl::Status& s) override {
+  void Failed(const KvChunkHeader& h, std::span<char>, const absl::Status& s) override {
     absl::MutexLock lock(&mu_);
     failed_[{h.request_id, h.layer}] = s;
   }
@@ -563,6 +563,7 @@ TEST_F(NcclKvTest, ReceiverAbortsAnIdleCommunicatorAndSenderEvictsIdleOnes) {
   sender_->Shutdown();
   receiver_->Shutdown();
   options_.receiver_idle_timeout = absl::Milliseconds(300);
+  options_.receiver_init_timeout = absl::Milliseconds(300);
   Start();
   // Start() set the pool's idle timeout to a minute; shorten it for this test.
   sender_->Shutdown();
@@ -582,6 +583,18 @@ TEST_F(NcclKvTest, ReceiverAbortsAnIdleCommunicatorAndSenderEvictsIdleOnes) {
   ASSERT_TRUE(id.ok());
   EXPECT_EQ(receiver_->num_comms(), 1u);
   EXPECT_TRUE(WaitFor([&] { return receiver_->num_comms() == 0; }));
+}
+
+TEST_F(NcclKvTest, BootstrapsBeyondTheReceiversLimitAreRefused) {
+  receiver_->Shutdown();
+  options_.max_receiver_comms = 2;
+  receiver_ = std::make_unique<NcclKvReceiver>(&net_, &sink_, options_);
+  ASSERT_TRUE(receiver_->Bootstrap("p1").ok());
+  ASSERT_TRUE(receiver_->Bootstrap("p2").ok());
+  const auto third = receiver_->Bootstrap("p3");
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted) << third.status();
+  EXPECT_NE(third.status().message().find("p3"), std::string::npos) << third.status();
+  EXPECT_EQ(receiver_->num_comms(), 2u);
 }
 
 // The decode side alone, driven by a hand-made prefill rank: a header whose payload never

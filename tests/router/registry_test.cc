@@ -99,5 +99,27 @@ TEST(RegistryForget, InfiniteForgetAfterKeepsEveryone) {
   EXPECT_EQ(r.List().size(), 1u);
 }
 
+// Mixed KV transports (issue 6): a prefill worker cannot send KV to a decode worker of another
+// transport, so the router refuses the newcomer; workers that did not say never conflict.
+TEST(RegistryKvTransport, AWorkerOfAnotherTransportConflicts) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(r.KvTransportConflict("p1", "nccl"), nullptr);  // empty registry
+  r.Register("p1", WorkerRole::kPrefill, "p1:1", Load(100), t0);
+  r.SetKvTransport("p1", "nccl");
+  r.Register("old", WorkerRole::kDecode, "old:1", Load(100), t0);  // did not say
+  EXPECT_EQ(r.KvTransportConflict("d1", "nccl"), nullptr);
+  const WorkerEntry* other = r.KvTransportConflict("d1", "tcp");
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other->id, "p1");
+  EXPECT_EQ(other->kv_transport, "nccl");
+  EXPECT_EQ(r.KvTransportConflict("d1", ""), nullptr);
+  // A worker re-registering with another transport conflicts only with the others.
+  EXPECT_EQ(r.KvTransportConflict("p1", "tcp"), nullptr);
+  // Once the nccl worker is forgotten, tcp workers may join.
+  r.ForgetSilent(t0 + absl::Seconds(31));
+  EXPECT_EQ(r.KvTransportConflict("d1", "tcp"), nullptr);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -28,7 +28,10 @@ inline absl::StatusOr<std::vector<int>> RunPrefillThenDecode(PrefillEngine* pref
   }
   if (cached) *cached = pre->cached_tokens;
   std::vector<int> out = {pre->first_token};
-  if (absl::Status s = decode->Start(adm->handle, pre->first_token); !s.ok()) return s;
+  if (absl::Status s = decode->Start(adm->handle, pre->first_token); !s.ok()) {
+    decode->Cancel(adm->handle);  // as the decode service's guard does
+    return s;
+  }
   for (;;) {
     DecodeEngine::Output o = decode->Next(adm->handle, absl::Seconds(10));
     out.insert(out.end(), o.tokens.begin(), o.tokens.end());
