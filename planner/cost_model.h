@@ -59,8 +59,7 @@ struct HardwareProfile {
   // Latency noise of the request path: each request's RPC hops take an extra exponentially
   // distributed delay of this mean (seconds), and its decode start another of
   // `decode_start_jitter`. On a shared host, scheduling delays of a few hundred microseconds to
-  // milliseconds are the spread between p50 and p90 at low load, and they desynchronize
-  // closed-loop clients as they do on the real machine. 0 on the GPU profiles.
+  // milliseconds are the spread between p50 and p90 at low load. 0 on the GPU profiles.
   double request_jitter = 0;
   double decode_start_jitter = 0;
   // Decode steps' own efficiencies and overhead when they differ from the profile's (the

@@ -14,17 +14,17 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "kernels/backend_loader.h"
+#include "tests/kernels/cuda_device_test.h"
 #include "tests/test_util.h"
 
 namespace tandem {
 namespace {
 
-class CudaModelTest : public ::testing::Test {
+class CudaModelTest : public testing::CudaDeviceTest {
  protected:
   void SetUp() override {
-    auto api = LoadCudaApi();
-    if (!api.ok()) GTEST_SKIP() << api.status().message();
-    api_ = *api;
+    CudaDeviceTest::SetUp();
+    if (IsSkipped()) return;
     backend_ = MakeCpuBackend(4);
   }
   std::unique_ptr<Model> Load(DType dtype) {
@@ -32,7 +32,6 @@ class CudaModelTest : public ::testing::Test {
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? std::move(*m) : nullptr;
   }
-  const TandemCudaApi* api_ = nullptr;
   std::unique_ptr<Backend> backend_;
 };
 

@@ -6,42 +6,12 @@
 
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "tests/kernels/cuda_device_test.h"
 
 namespace tandem {
 namespace {
 
-class CudaTwinTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    auto api = LoadCudaApi();
-    if (!api.ok()) GTEST_SKIP() << api.status().message();
-    api_ = *api;
-  }
-  float* Upload(const std::vector<float>& h) {
-    void* d = nullptr;
-    EXPECT_EQ(api_->malloc(&d, h.size() * 4), 0) << api_->last_error();
-    EXPECT_EQ(api_->memcpy_h2d(d, h.data(), h.size() * 4), 0);
-    allocs_.push_back(d);
-    return static_cast<float*>(d);
-  }
-  std::vector<float> Download(const float* d, size_t n) {
-    std::vector<float> h(n);
-    EXPECT_EQ(api_->memcpy_d2h(h.data(), d, n * 4), 0) << api_->last_error();
-    return h;
-  }
-  void TearDown() override {
-    for (void* p : allocs_) api_->free(p);
-  }
-  static std::vector<float> Random(size_t n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> d(0.f, 1.f);
-    std::vector<float> v(n);
-    for (float& x : v) x = d(rng);
-    return v;
-  }
-  const TandemCudaApi* api_ = nullptr;
-  std::vector<void*> allocs_;
-};
+class CudaTwinTest : public testing::CudaDeviceTest {};
 
 // Tolerances: the GPU sums in a different order (tree reductions) and uses fast intrinsics
 // (rsqrtf, __expf-class exp, sincosf); relative error stays below ~1e-5 for these sizes.
