@@ -111,7 +111,8 @@ absl::Status HardwareProfile::Validate() const {
                  nonneg(relay_cpu, "relay_cpu"),
                  nonneg(decode_start_overhead, "decode_start_overhead"),
                  nonneg(request_jitter, "request_jitter"),
-                 nonneg(decode_start_jitter, "decode_start_jitter")}) {
+                 nonneg(decode_start_jitter, "decode_start_jitter"),
+                 nonneg(step_jitter, "step_jitter")}) {
     if (!s.ok()) return s;
   }
   for (const auto& [has, d, role] :
@@ -165,7 +166,8 @@ nlohmann::json HardwareProfile::ToJson() const {
       {"relay_cpu", relay_cpu},
       {"decode_start_overhead", decode_start_overhead},
       {"request_jitter", request_jitter},
-      {"decode_start_jitter", decode_start_jitter}};
+      {"decode_start_jitter", decode_start_jitter},
+      {"step_jitter", step_jitter}};
   auto factors = [](const StepFactors& f) {
     return nlohmann::json{{"matmul_efficiency", f.matmul_efficiency},
                           {"attention_efficiency", f.attention_efficiency},
@@ -241,11 +243,9 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
   }
   // Optional: profiles from before they existed.
   std::pair<const char*, double*> optional_fields[] = {
-      {"relay_cpu", &p.relay_cpu},
-      {"decode_start_overhead", &p.decode_start_overhead},
-      {"request_jitter", &p.request_jitter},
-      {"decode_start_jitter", &p.decode_start_jitter},
-      {"host_step_slots", &p.host_step_slots}};
+      {"relay_cpu", &p.relay_cpu},           {"decode_start_overhead", &p.decode_start_overhead},
+      {"request_jitter", &p.request_jitter}, {"decode_start_jitter", &p.decode_start_jitter},
+      {"step_jitter", &p.step_jitter},       {"host_step_slots", &p.host_step_slots}};
   for (auto& [key, out] : optional_fields) {
     if (!j.contains(key)) continue;
     if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;

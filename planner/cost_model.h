@@ -62,6 +62,9 @@ struct HardwareProfile {
   // milliseconds are the spread between p50 and p90 at low load. 0 on the GPU profiles.
   double request_jitter = 0;
   double decode_start_jitter = 0;
+  // The spread of step times (a shared host's scheduling noise): each step takes its cost
+  // times a mean-one lognormal factor with this sigma. 0 on the GPU profiles.
+  double step_jitter = 0;
   // Decode steps' own efficiencies and overhead when they differ from the profile's (the
   // `local` profile measures them in situ, inside a running cluster where the decode loop
   // shares the host with the token relay); `has_decode_factors` false: the same as prefill.

@@ -205,6 +205,12 @@ class Sim {
     if (options_.zero_cost || !(mean > 0)) return 0;
     return std::exponential_distribution<double>(1.0 / mean)(rng_);
   }
+  // A step's time factor: lognormal with mean one (HardwareProfile::step_jitter).
+  double StepNoise() {
+    const double sigma = profile_.step_jitter;
+    if (!(sigma > 0)) return 1;
+    return std::exp(sigma * std::normal_distribution<double>()(rng_) - sigma * sigma / 2);
+  }
   WorkerRegistry registry_;
   std::vector<Worker> workers_;
   int relay_ = -1;  // index of the relay worker, if any
@@ -610,7 +616,7 @@ void Sim::StepStart(int w) {
   wk.busy = true;
   wk.step_start = now_;
   wk.step.start = now_;
-  const double seconds = options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds;
+  const double seconds = options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds * StepNoise();
   if (wk.prefill) {
     ++result_.prefill_steps;
   } else {

@@ -56,12 +56,16 @@ class LocalProcesses {
 };
 
 // One closed-loop workload of fixed lengths: every decode step's shape is known.
+// Concurrency 1 is an open loop at 4 requests/s instead: the workers idle between requests,
+// as a lightly loaded service's do (threads asleep, caches cold), which back-to-back requests
+// would hide.
 struct Workload {
   int concurrency = 1;
   int input = 16;
   int output = 32;
   int requests = 16;
 };
+constexpr double kAloneRate = 4;
 
 // What a run (measured or simulated) gives the fit.
 struct Figures {
@@ -90,7 +94,7 @@ Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
 bench::BenchConfig ConfigOf(const Workload& w, const std::string& router) {
   bench::BenchConfig b;
   b.router = router;
-  b.rate = 0;
+  b.rate = w.concurrency == 1 ? kAloneRate : 0;
   b.concurrency = w.concurrency;
   b.input_len = std::to_string(w.input);
   b.output_len = std::to_string(w.output);
@@ -135,8 +139,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   const int longer = std::min(ctx / 2, ctx - out - 1);
   const int mid = std::min(ctx / 4, ctx - out - 1);
   const std::vector<Workload> workloads = {
-      {1, 16, out, 16},     {1, longer, out, 16}, {4, 16, out, 24},
-      {4, longer, out, 24}, {8, mid, out, 48},
+      {1, 16, out, 24},     {1, longer, out, 24}, {4, 16, out, 48},
+      {4, longer, out, 48}, {8, mid, out, 64},
   };
 
   // The cluster: one router, one prefill and one decode worker, as `tandem up` starts them.
@@ -205,7 +209,20 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     s.config = c;
     s.weight_bytes = o.weight_bytes;
     s.batch.assign(seqs, planner::ChunkShape{static_cast<int>(std::lround(context)), 1});
-    s.seconds = step;
+    // What a step costs the decode loop is more than its forward pass (the metric): sampling,
+    // bookkeeping, handing the tokens to the streams. Every running request gets one token a
+    // step, so a request's mean interval after its second token is the loop's wall time a step.
+    double wall = 0;
+    int spans = 0;
+    for (const bench::RequestRecord& r : run->records) {
+      const size_t n = r.token_times.size();
+      if (r.warmup || !r.ok() || n < 3) continue;
+      wall += (r.token_times.back() - r.token_times[1]) / static_cast<double>(n - 2);
+      ++spans;
+    }
+    if (spans == 0) return absl::InternalError("calibrate: no request streamed 3 tokens");
+    wall /= spans;
+    s.seconds = std::max(step, wall);
     decode_samples.push_back(s);
     measured.push_back(FiguresOf(run->records));
     const double prefill_steps = p1->count - p0->count;
@@ -224,13 +241,14 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                     {"output", w.output},
                     {"decode_steps", steps},
                     {"decode_step_s", step},
+                    {"decode_loop_step_s", wall},
                     {"decode_batch", batch},
                     {"prefill_step_s", prefill_step},
                     {"prefill_tokens_per_step", tokens}});
     log(absl::StrFormat(
-        "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms at batch %.2f, prefill "
-        "step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
-        w.concurrency, w.input, w.output, step * 1e3, batch, prefill_step * 1e3,
+        "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms (loop %.3f ms) at batch "
+        "%.2f, prefill step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
+        w.concurrency, w.input, w.output, step * 1e3, wall * 1e3, batch, prefill_step * 1e3,
         measured.back().ttft50 * 1e3, measured.back().tpot50 * 1e3));
   }
 
@@ -257,7 +275,9 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   auto simulate = [&](const planner::HardwareProfile& q) -> absl::StatusOr<std::vector<Figures>> {
     std::vector<Figures> f;
     for (const Workload& w : workloads) {
-      auto r = planner::Simulate(c, q, planner::ClusterSpec{}, ConfigOf(w, "simulated"));
+      planner::HardwareProfile as_stored = q;  // the first model's dtype, as its cluster ran
+      as_stored.weight_bytes = o.weight_bytes;
+      auto r = planner::Simulate(c, as_stored, planner::ClusterSpec{}, ConfigOf(w, "simulated"));
       if (!r.ok()) return r.status();
       f.push_back(FiguresOf(r->records));
     }
@@ -267,19 +287,21 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   // - the jitter of the request hops and of the decode start: at concurrency 1 with fixed
   //   lengths the simulator's TTFT and first gap have no spread of their own, so the measured
   //   p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5;
-  // - the request overhead (CPU work on the shared host): TTFT p50 at concurrency 1 and of the
-  //   short prompts at concurrency 4, where the hops of concurrent requests queue for the CPU;
+  // - the request overhead (CPU work on the shared host): TTFT p50 at concurrency 1, where
+  //   nothing else queues for the CPU (fitting it to concurrency 4 too traded a third of the
+  //   low-load TTFT for the loaded one);
   // - the decode start: the first gap's p50 at concurrency 1;
-  // - the relay's CPU per token: TPOT p50 of every workload.
-  // Each by a search on a log grid (0, then 10 us to 10 ms) of the squared log error.
+  // - the relay's CPU per token: TPOT p50 of every workload;
+  // - the step jitter (lognormal sigma, 0 to 1.5 by 0.05): TPOT and TTFT p90 of every workload.
+  // Each by a search on a grid (a log grid, 0 then 10 us to 10 ms, for the times) of the squared
+  // log error.
   std::vector<double> grid = {0};
   for (double v = 1e-5; v <= 1.0001e-2; v *= std::pow(10.0, 0.0625)) grid.push_back(v);
-  auto fit =
-      [&](double* param,
-          const std::function<double(const Figures& m, const Figures& s, const Workload& w)>& error)
-      -> absl::Status {
+  using Error = std::function<double(const Figures& m, const Figures& s, const Workload& w)>;
+  auto fit_on = [&](const std::vector<double>& values, double* param,
+                    const Error& error) -> absl::Status {
     double best_error = 1e300, best_value = *param;
-    for (double v : grid) {
+    for (double v : values) {
       *param = v;
       auto f = simulate(p);
       if (!f.ok()) return f.status();
@@ -293,6 +315,9 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     *param = best_value;
     return absl::OkStatus();
   };
+  auto fit = [&](double* param, const Error& error) { return fit_on(grid, param, error); };
+  std::vector<double> sigmas;  // the step jitter's: 0 to 1.5
+  for (int i = 0; i <= 30; ++i) sigmas.push_back(0.05 * i);
   auto sq = [](double sim, double meas) {
     const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
     return d * d;
@@ -310,7 +335,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   for (int round = 0; round < 2; ++round) {
     absl::Status s =
         fit(&p.request_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
-          return w.concurrency == 1 || w.input == 16 ? sq(f.ttft50, m.ttft50) : 0.0;
+          return w.concurrency == 1 ? sq(f.ttft50, m.ttft50) : 0.0;
         });
     if (s.ok()) {
       s = fit(&p.decode_start_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
@@ -322,6 +347,11 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         return sq(f.tpot50, m.tpot50);
       });
     }
+    if (s.ok()) {
+      s = fit_on(sigmas, &p.step_jitter, [&](const Figures& m, const Figures& f, const Workload&) {
+        return sq(f.tpot90, m.tpot90) + sq(f.ttft90, m.ttft90);
+      });
+    }
     if (!s.ok()) return s;
   }
   profile->request_overhead = p.request_overhead;
@@ -329,6 +359,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   profile->decode_start_overhead = p.decode_start_overhead;
   profile->decode_start_jitter = p.decode_start_jitter;
   profile->relay_cpu = p.relay_cpu;
+  profile->step_jitter = p.step_jitter;
 
   auto final_sim = simulate(*profile);
   if (!final_sim.ok()) return final_sim.status();
@@ -356,7 +387,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                {"request_jitter_s", profile->request_jitter},
                {"decode_start_overhead_s", profile->decode_start_overhead},
                {"decode_start_jitter_s", profile->decode_start_jitter},
-               {"relay_cpu_s", profile->relay_cpu}};
+               {"relay_cpu_s", profile->relay_cpu},
+               {"step_jitter", profile->step_jitter}};
   }
   return profile->Validate();
 }

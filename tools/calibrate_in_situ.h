@@ -5,7 +5,8 @@
 // writes, the router, the client) and its steps take up to twice what the same forward pass
 // takes alone, more as the context grows: the cache and the second core are no longer its
 // own. So the calibration starts a router, a prefill and a decode worker of the model, runs
-// closed-loop workloads of known shapes (concurrency 1 to 8, short and long contexts), reads
+// workloads of known shapes (4 requests/s alone, closed loops of 4 and 8; short and long
+// contexts), reads
 // the decode worker's step-time and batch-size histograms from its /metrics, and fits the
 // decode factors (HardwareProfile::decode_factors) to those steps. Then it fits the request
 // path by simulating the same workloads: the request overhead (CPU work on the shared host,

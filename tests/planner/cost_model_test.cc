@@ -158,6 +158,7 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   p.request_jitter = 1e-3;
   p.decode_start_overhead = 2e-4;
   p.decode_start_jitter = 3e-4;
+  p.step_jitter = 0.3;
   p.host_step_slots = 2;
   p.has_decode_factors = true;
   p.decode_factors = {0.1, 0.05, 0.2, 1e-5};

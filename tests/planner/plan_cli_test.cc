@@ -98,7 +98,9 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
     // Every workload really ran: decode steps at the expected batch, figures on both sides.
     EXPECT_GT(w["decode_steps"].get<double>(), 0);
     EXPECT_GE(w["decode_batch"].get<double>(), 0.99);
-    EXPECT_LE(w["decode_batch"].get<double>(), w["concurrency"].get<double>() + 0.01);
+    // (The workloads "alone" are an open loop at 4 requests/s: two may overlap now and then.)
+    const double most = w["concurrency"].get<double>() == 1 ? 4 : w["concurrency"].get<double>();
+    EXPECT_LE(w["decode_batch"].get<double>(), most + 0.01);
     EXPECT_GT(w["measured"]["tpot_p50_s"].get<double>(), 0);
     EXPECT_GT(w["simulated"]["ttft_p50_s"].get<double>(), 0);
   }

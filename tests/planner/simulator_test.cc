@@ -289,6 +289,27 @@ TEST(Simulator, RequestJitterSpreadsLatencyDeterministically) {
   EXPECT_NEAR(none->summary.ttft.p90, none->summary.ttft.p50, 1e-9);
 }
 
+TEST(Simulator, StepJitterSpreadsTpotAroundTheSameMean) {
+  // Identical requests one at a time have one TPOT; step noise (mean one) spreads it without
+  // moving the mean.
+  HardwareProfile p = H100();
+  bench::BenchConfig w;
+  w.concurrency = 1;
+  w.num_requests = 200;
+  w.input_len = "64";
+  w.output_len = "32";
+  w.seed = 8;
+  auto flat = Simulate(Stories260K(), p, ClusterSpec(), w);
+  p.step_jitter = 0.5;
+  auto noisy = Simulate(Stories260K(), p, ClusterSpec(), w);
+  auto again = Simulate(Stories260K(), p, ClusterSpec(), w);
+  ASSERT_TRUE(flat.ok() && noisy.ok() && again.ok());
+  EXPECT_NEAR(flat->summary.tpot.p90, flat->summary.tpot.p50, 1e-9);
+  EXPECT_GT(noisy->summary.tpot.p90, 1.05 * noisy->summary.tpot.p50);
+  EXPECT_NEAR(noisy->summary.tpot.mean, flat->summary.tpot.mean, 0.05 * flat->summary.tpot.mean);
+  EXPECT_EQ(noisy->summary.tpot.p90, again->summary.tpot.p90);
+}
+
 TEST(Simulator, SharedHostRequestPathQueues) {
   // On a shared host the request path's hops are CPU work, one at a time: four requests sent
   // together take about four times one request's hops before their first token.
