@@ -136,7 +136,7 @@ struct HttpServer::Impl {
   openai::ServedModel model;
   RouterMetrics* metrics;
   HttpServerOptions options;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // an httplib::SSLServer under TLS
   std::thread thread;
   std::atomic<bool> stopping{false};  // the server is shutting down: cancel every request
 
@@ -288,7 +288,7 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() {
   impl_->stopping = true;
-  impl_->server.stop();
+  impl_->server->stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
@@ -303,7 +303,21 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   p->model = std::move(model);
   p->metrics = metrics;
   p->options = options;
-  httplib::Server& svr = p->server;
+  if (options.tls.cert.empty()) {
+    p->server = std::make_unique<httplib::Server>();
+  } else {
+    // HTTPS with the gRPC ports' certificate; with a CA, client certificates are required.
+    auto ssl = std::make_unique<httplib::SSLServer>(
+        options.tls.cert.c_str(), options.tls.key.c_str(),
+        options.tls.ca.empty() ? nullptr : options.tls.ca.c_str());
+    if (!ssl->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--tls-cert/--tls-key/--tls-ca: the HTTP port cannot use %s and %s%s", options.tls.cert,
+          options.tls.key, options.tls.ca.empty() ? "" : " with " + options.tls.ca));
+    }
+    p->server = std::move(ssl);
+  }
+  httplib::Server& svr = *p->server;
   const int threads = options.threads;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(options.max_body_bytes);
@@ -359,7 +373,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
     return absl::UnavailableError(
         absl::StrFormat("http: cannot listen on %s:%d", options.host, options.port));
   }
-  p->thread = std::thread([p] { p->server.listen_after_bind(); });
+  p->thread = std::thread([p] { p->server->listen_after_bind(); });
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(impl)));
   server->address_ = absl::StrFormat("%s:%d", options.host, port);
   return server;

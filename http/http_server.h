@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "http/openai.h"
 #include "metrics/metrics.h"
+#include "server/tls.h"
 
 namespace tandem {
 
@@ -25,6 +26,9 @@ struct HttpServerOptions {
   // Each request's deadline (DEADLINE_EXCEEDED: HTTP 504); infinite: none.
   absl::Duration request_timeout = absl::InfiniteDuration();
   size_t max_body_bytes = size_t{16} << 20;
+  // The process's --tls-cert/--tls-key (HTTPS) and --tls-ca (every client must then present a
+  // certificate the CA signed, as on the gRPC ports); none: plain HTTP.
+  TlsFlags tls;
 
   absl::Status Validate() const;
 };

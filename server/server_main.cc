@@ -174,6 +174,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   HttpServerOptions http_options;
   http_options.host = f->Get("host", "127.0.0.1");
   http_options.port = static_cast<int>(*http_port);
+  http_options.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
   http_options.threads = static_cast<int>(std::min<int64_t>(*http_threads, 1 << 14));
   if (*http_timeout_ms < 0) return Fail("--http-timeout-ms must be >= 0");
   if (*http_timeout_ms > 0) http_options.request_timeout = absl::Milliseconds(*http_timeout_ms);

@@ -183,6 +183,23 @@ TEST_F(SecurityTest, TlsClusterMatchesPlaintextAndRefusesPlaintextClients) {
   r.security.tls = {};
   EXPECT_EQ(RemoteGenerate(r, nullptr).status().code(), absl::StatusCode::kUnavailable);
 
+  // The OpenAI-compatible HTTP port serves HTTPS with the same certificate: a client trusting
+  // the CA gets the greedy tokens; plain HTTP and an untrusting client get nothing.
+  const std::string body =
+      R"({"model":"stories260K","prompt":"Once upon a time","max_tokens":24,"temperature":0,)"
+      R"("ignore_eos":true})";
+  auto [https_rc, https_out] =
+      RunShell("curl -sS --max-time 20 --cacert " + pki_.ca() + " https://" + tls.http() +
+               "/v1/completions -H 'Content-Type: application/json' -d '" + body + "'");
+  EXPECT_EQ(https_rc, 0) << https_out;
+  EXPECT_NE(https_out.find("\"text\""), std::string::npos) << https_out;
+  auto [plain_rc, plain_out] = RunShell("curl -sS --max-time 5 http://" + tls.http() + "/health");
+  EXPECT_TRUE(plain_rc != 0 || plain_out.find("\"ok\"") == std::string::npos) << plain_out;
+  auto [rogue_rc, rogue_out] =
+      RunShell("curl -sS --max-time 5 --cacert " + pki_.Path("rogue_ca.pem") + " https://" +
+               tls.http() + "/health");
+  EXPECT_NE(rogue_rc, 0) << rogue_out;
+
   EXPECT_TRUE(tls.AllBlocksFree());
 }
 
@@ -198,6 +215,14 @@ TEST_F(SecurityTest, MutualTlsRefusesPeersWithoutAClientCertificate) {
   Streamed ok = testing::Generate(c.generation(), Greedy());
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
   EXPECT_EQ(ok.tokens.size(), 24u);
+  // HTTPS under mutual TLS: a client certificate the CA signed is required there too.
+  const std::string https =
+      "curl -sS --max-time 10 --cacert " + pki_.ca() + " https://" + c.http() + "/health";
+  auto [with_rc, with_out] = RunShell(https + " --cert " + pki_.cert() + " --key " + pki_.key());
+  EXPECT_EQ(with_rc, 0) << with_out;
+  EXPECT_NE(with_out.find("\"ok\""), std::string::npos) << with_out;
+  auto [without_rc, without_out] = RunShell(https);
+  EXPECT_TRUE(without_rc != 0 || without_out.find("\"ok\"") == std::string::npos) << without_out;
 
   Streamed no_cert = GenerateWith(c.router(), Client(TlsFlags{"", "", pki_.ca()}), Greedy());
   EXPECT_EQ(no_cert.status.error_code(), grpc::StatusCode::UNAVAILABLE)
