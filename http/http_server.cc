@@ -323,10 +323,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   svr.set_payload_max_length(options.max_body_bytes);
 
   // Authentication before routing: every /v1 endpoint needs a key when the router has keys
-  // (Router::Authorize, which gRPC uses too, counts refusals as UNAUTHENTICATED requests).
+  // (Router::Authorize, which gRPC uses too, counts refused completions as UNAUTHENTICATED
+  // requests; /v1/models is not a request there).
   svr.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
     if (!req.path.starts_with("/v1/")) return httplib::Server::HandlerResponse::Unhandled;
-    const grpc::Status s = p->router->Authorize(req.get_header_value("Authorization"));
+    const bool generation = !req.path.starts_with("/v1/models");
+    const grpc::Status s = p->router->Authorize(req.get_header_value("Authorization"), generation);
     if (s.ok()) return httplib::Server::HandlerResponse::Unhandled;
     Reply(res, openai::ToApiError(s, nullptr));
     return httplib::Server::HandlerResponse::Handled;

@@ -19,38 +19,38 @@ class GenerationAdaptor final : public v1::Generation::Service {
   explicit GenerationAdaptor(Router* r) : r_(r) {}
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override {
-    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
+    if (grpc::Status s = Auth(ctx, /*generation=*/true); !s.ok()) return s;
     return r_->Generate(ctx, req, writer);
   }
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                      v1::ScoreResponse* resp) override {
-    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
+    if (grpc::Status s = Auth(ctx, /*generation=*/false); !s.ok()) return s;
     return r_->Score(ctx, req, resp);
   }
   grpc::Status Tokenize(grpc::ServerContext* ctx, const v1::TokenizeRequest* req,
                         v1::TokenizeResponse* resp) override {
-    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
+    if (grpc::Status s = Auth(ctx, /*generation=*/false); !s.ok()) return s;
     return r_->Tokenize(req, resp);
   }
   grpc::Status Detokenize(grpc::ServerContext* ctx, const v1::DetokenizeRequest* req,
                           v1::DetokenizeResponse* resp) override {
-    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
+    if (grpc::Status s = Auth(ctx, /*generation=*/false); !s.ok()) return s;
     return r_->Detokenize(req, resp);
   }
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, const v1::GetModelInfoRequest*,
                             v1::ModelInfo* resp) override {
-    if (grpc::Status s = Auth(ctx); !s.ok()) return s;
+    if (grpc::Status s = Auth(ctx, /*generation=*/false); !s.ok()) return s;
     return r_->GetModelInfo(resp);
   }
 
  private:
-  grpc::Status Auth(grpc::ServerContext* ctx) {
+  grpc::Status Auth(grpc::ServerContext* ctx, bool generation) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     const std::string_view value = it == md.end()
                                        ? std::string_view()
                                        : std::string_view(it->second.data(), it->second.size());
-    return r_->Authorize(value);
+    return r_->Authorize(value, generation);
   }
   Router* r_;
 };
@@ -299,11 +299,11 @@ std::optional<std::string> Router::AddressOf(const std::string& worker_id) {
   return w->address;
 }
 
-grpc::Status Router::Authorize(std::string_view authorization) const {
+grpc::Status Router::Authorize(std::string_view authorization, bool generation) const {
   if (options_.api_keys.Allows(absl::string_view(authorization.data(), authorization.size()))) {
     return grpc::Status::OK;
   }
-  if (metrics_) metrics_->requests(grpc::StatusCode::UNAUTHENTICATED).Increment();
+  if (metrics_ && generation) metrics_->requests(grpc::StatusCode::UNAUTHENTICATED).Increment();
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       authorization.empty()
                           ? "authorization: a bearer token is required (\"Bearer KEY\")"

@@ -80,8 +80,10 @@ class Router {
   grpc::Service* registry_service() { return registry_service_.get(); }
 
   // OK when the `authorization` header value passes the API keys (UNAUTHENTICATED naming the
-  // header otherwise). The gRPC adaptor and the HTTP API call it before anything else.
-  grpc::Status Authorize(std::string_view authorization) const;
+  // header otherwise). The gRPC adaptor and the HTTP API call it before anything else. A refusal
+  // of a generation call (`generation`: gRPC Generate, HTTP completions) counts in
+  // tandem_requests_total, where generation calls count every outcome; other calls' do not.
+  grpc::Status Authorize(std::string_view authorization, bool generation) const;
 
   // Graceful drain: new requests are UNAVAILABLE from now on; those in flight finish.
   void BeginDrain() { draining_ = true; }

@@ -336,6 +336,11 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
   // Malformed JSON without a key is 401 first: nothing is read before the key.
   EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
   EXPECT_EQ(Curl(c.http(), "/health").status, 200);
+  // tandem_requests_total counts generation requests: the three refused completions (two
+  // above, the malformed chat one), not the two refused /v1/models calls.
+  EXPECT_EQ(testing::MetricValue(testing::Scrape(c.metrics()[0]), "tandem_requests_total",
+                                 {{"status", "UNAUTHENTICATED"}}),
+            3);
 }
 
 // A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in
