@@ -283,6 +283,34 @@ TEST_F(SecurityTest, MutualTlsRefusesPeersWithoutAClientCertificate) {
 
 // API keys on the public API: none or a wrong one is UNAUTHENTICATED naming the header; the
 // right one works, from the CLI's client too (flag or $TANDEM_API_KEY).
+// tandem-health, the container probe, speaks grpc.health.v1 in plaintext and with the cluster's
+// TLS files: SERVING is exit 0; unreachable, refused at the handshake or bad flags are not.
+TEST_F(SecurityTest, HealthProbeSpeaksTheClustersTls) {
+  const std::string probe = testing::BinDir() + "/tandem-health --timeout-ms 5000 --address ";
+  {
+    Cluster plain(1, 1);
+    ASSERT_TRUE(plain.ready());
+    auto [rc, out] = RunShell(probe + plain.router());
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
+  }
+  EXPECT_EQ(RunShell(probe + "127.0.0.1:1 --timeout-ms 500").first, 1);
+  EXPECT_EQ(RunShell(probe + "127.0.0.1:1 --colour red").first, 2);
+  EXPECT_EQ(RunShell(probe + "127.0.0.1:1 --tls-cert " + pki_.cert()).first, 2);  // no key
+
+  ClusterSecurity sec;
+  sec.all_flags = pki_.MtlsFlags();
+  sec.credentials = Client({.cert = pki_.cert(), .key = pki_.key(), .ca = pki_.ca()});
+  Cluster c(1, 1, {}, sec);
+  ASSERT_TRUE(c.ready());
+  EXPECT_EQ(RunShell(probe + c.router()).first, 1);                             // plaintext
+  EXPECT_EQ(RunShell(probe + c.router() + " --tls-ca " + pki_.ca()).first, 1);  // no client cert
+  auto [rc, out] = RunShell(probe + c.router() + " --tls-ca " + pki_.ca() + " --tls-cert " +
+                            pki_.cert() + " --tls-key " + pki_.key());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("SERVING"), std::string::npos) << out;
+}
+
 TEST_F(SecurityTest, ApiKeysAreRequired) {
   const std::string key = "tandem-test-key-0123456789abcdef";
   const std::string keys_file = pki_.Path("keys.txt");
