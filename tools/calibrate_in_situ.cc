@@ -1,12 +1,7 @@
 #include "tools/calibrate_in_situ.h"
 
-#include <signal.h>
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -17,6 +12,7 @@
 #include "planner/simulator.h"
 #include "tools/bench_runner.h"
 #include "tools/loadgen.h"
+#include "tools/remote.h"
 #include "tools/server_process.h"
 
 namespace tandem {
@@ -26,20 +22,7 @@ namespace {
 // the calibration ends.
 class LocalProcesses {
  public:
-  ~LocalProcesses() {
-    for (pid_t p : pids_) ::kill(p, SIGTERM);
-    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    for (pid_t p : pids_) {
-      while (::waitpid(p, nullptr, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > give_up) {
-          ::kill(p, SIGKILL);
-          ::waitpid(p, nullptr, 0);
-          break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    }
-  }
+  ~LocalProcesses() { StopProcesses(pids_); }
   absl::StatusOr<ServerProcess> Start(const std::string& binary,
                                       const std::vector<std::string>& args) {
     ServerProcess p = StartServerProcess(binary, args);
@@ -72,21 +55,21 @@ struct Figures {
   double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
 };
 
+// TTFT and TPOT as `tandem bench` summarizes them, and the gap between the first two tokens.
 Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
-  std::vector<double> ttft, tpot, gap;
+  const bench::BenchSummary s = bench::Summarize(records, {});
+  std::vector<double> gap;
   for (const bench::RequestRecord& r : records) {
-    if (r.warmup || !r.ok()) continue;
-    ttft.push_back(r.ttft());
-    if (auto t = r.tpot()) tpot.push_back(*t);
-    if (r.token_times.size() >= 2) gap.push_back(r.token_times[1] - r.token_times[0]);
+    if (!r.warmup && r.ok() && r.token_times.size() >= 2) {
+      gap.push_back(r.token_times[1] - r.token_times[0]);
+    }
   }
-  std::sort(ttft.begin(), ttft.end());
-  std::sort(tpot.begin(), tpot.end());
-  std::sort(gap.begin(), gap.end());
-  auto q = [](const std::vector<double>& v, double p) {
-    return v.empty() ? 0.0 : bench::Percentile(v, p);
-  };
-  return {q(ttft, 0.5), q(ttft, 0.9), q(tpot, 0.5), q(tpot, 0.9), q(gap, 0.5), q(gap, 0.9)};
+  return {s.ttft.p50,
+          s.ttft.p90,
+          s.tpot.p50,
+          s.tpot.p90,
+          bench::Percentile(gap, 0.5),
+          bench::Percentile(gap, 0.9)};
 }
 
 // Each workload has its own seed: the same prompts twice would hit the prefill worker's prefix
@@ -162,19 +145,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   }
   const std::string& prefill_metrics = workers[0].metrics;
   const std::string& decode_metrics = workers[1].metrics;
-  // Ready when a request goes through (both workers registered and healthy).
-  {
-    Workload probe{1, 8, 2, 1};
-    bench::BenchConfig b = ConfigOf(probe, router->address);
-    b.warmup = 0;
-    b.timeout = 5;
-    bool ready = false;
-    for (int i = 0; i < 120 && !ready; ++i) {
-      auto run = bench::RunBench(b);
-      ready = run.ok() && run->summary.completed == 1;
-      if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    }
-    if (!ready) return absl::UnavailableError("calibrate: the cluster did not serve within 60 s");
+  if (!WaitForWorkers(router->address, 2)) {
+    return absl::UnavailableError("calibrate: the workers did not register within 60 s");
   }
 
   // Measure: each workload through the router, with the workers' step histograms around it.

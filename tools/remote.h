@@ -4,6 +4,7 @@
 #define TANDEM_TOOLS_REMOTE_H_
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +49,11 @@ struct ClusterOptions {
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
 };
+
+// Waits (up to 60 s) until the router at `router` lists `n` healthy workers; `credentials`
+// null: plaintext.
+bool WaitForWorkers(const std::string& router, int n,
+                    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 // `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"
 // once every worker is registered and healthy, then "metrics ROLE=HOST:PORT" for each process

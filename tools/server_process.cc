@@ -2,11 +2,14 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 namespace tandem {
 
@@ -16,6 +19,22 @@ std::string DefaultServerBinary() {
   if (n <= 0) return "tandem-server";
   std::string path(buf, static_cast<size_t>(n));
   return path.substr(0, path.rfind('/')) + "/tandem-server";
+}
+
+void StopProcesses(const std::vector<pid_t>& pids, int grace_ms) {
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
+  for (pid_t p : pids) {
+    int status;
+    while (::waitpid(p, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() >= give_up) {
+        ::kill(p, SIGKILL);  // not reaped yet, so the pid is still this child's
+        ::waitpid(p, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
 }
 
 ServerProcess StartServerProcess(const std::string& binary, const std::vector<std::string>& args) {

@@ -26,6 +26,10 @@ ServerProcess StartServerProcess(const std::string& binary, const std::vector<st
 // tandem-server next to the running executable.
 std::string DefaultServerBinary();
 
+// Stops child processes: SIGTERM to all, then waits up to `grace_ms` for them to exit (a server
+// drains first), then SIGKILL to whichever has not; every child is reaped.
+void StopProcesses(const std::vector<pid_t>& pids, int grace_ms = 5000);
+
 }  // namespace tandem
 
 #endif  // TANDEM_TOOLS_SERVER_PROCESS_H_

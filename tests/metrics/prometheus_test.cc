@@ -18,6 +18,7 @@
 #include "metrics/metrics.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
+#include "tools/server_process.h"
 
 namespace tandem {
 namespace {
@@ -75,14 +76,7 @@ class PrometheusServer {
     }
   }
   ~PrometheusServer() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status;
-    for (int i = 0; i < 100 && ::waitpid(pid_, &status, WNOHANG) == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, &status, 0);
+    if (pid_ > 0) StopProcesses({pid_});
   }
 
   // Waits (bounded) for /-/ready.

@@ -85,15 +85,7 @@ class Cluster {
     generation_.reset();
     registry_.reset();
     channel_.reset();
-    for (pid_t p : pids_) ::kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      int status;
-      for (int i = 0; i < 100 && ::waitpid(p, &status, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      ::kill(p, SIGKILL);
-      ::waitpid(p, &status, 0);
-    }
+    StopProcesses(pids_);
   }
 
   bool ready() const { return ready_; }

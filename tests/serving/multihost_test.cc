@@ -30,6 +30,7 @@
 #include "absl/strings/str_join.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
+#include "tools/server_process.h"
 
 namespace tandem::testing {
 namespace {
@@ -139,15 +140,7 @@ class Hosts {
 
  private:
   void TearDown() {
-    for (pid_t p : pids_) ::kill(p, SIGTERM);
-    for (pid_t p : pids_) {
-      int status;
-      for (int i = 0; i < 100 && ::waitpid(p, &status, WNOHANG) == 0; ++i) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      }
-      ::kill(p, SIGKILL);
-      ::waitpid(p, &status, 0);
-    }
+    StopProcesses(pids_);
     for (const auto& ns : namespaces_) {
       Sh(absl::StrCat(ip_, " netns del ", ns));
       std::error_code ec;
