@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -222,6 +223,14 @@ class FakeNccl : public CommunicatorFactory {
   int inits_ = 0;
   uint64_t bytes_ = 0;
 };
+
+// `n` bytes from a seeded generator: a KV payload whose every byte matters.
+inline std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
 
 }  // namespace tandem::testing
 

@@ -33,20 +33,13 @@ KvChunkHeader Chunk(uint64_t request, uint32_t layer, uint32_t tokens = 5, uint3
   return h;
 }
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
 size_t PayloadBytes(const KvChunkHeader& h) { return 2ull * h.token_count * h.width * 4; }
 
 // ---- framing -------------------------------------------------------------------------------
 
 TEST(NcclFramingTest, HeaderRoundTrip) {
   const KvChunkHeader c = Chunk(7, 3);
-  const std::string payload = Bytes(PayloadBytes(c), 1);
+  const std::string payload = testing::RandomBytes(PayloadBytes(c), 1);
   auto bytes = EncodeNcclLayerHeader(42, c, payload, true, kDefaultMaxFrameBytes);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   auto h = DecodeNcclLayerHeader(*bytes, 42, kDefaultMaxFrameBytes);
@@ -68,7 +61,7 @@ TEST(NcclFramingTest, HeaderRoundTrip) {
 
 TEST(NcclFramingTest, RejectsOutOfStepCorruptAndMalformed) {
   const KvChunkHeader c = Chunk(1, 0);
-  const std::string payload = Bytes(PayloadBytes(c), 2);
+  const std::string payload = testing::RandomBytes(PayloadBytes(c), 2);
   auto bytes = EncodeNcclLayerHeader(5, c, payload, true, kDefaultMaxFrameBytes);
   ASSERT_TRUE(bytes.ok());
   auto wrong_seq = DecodeNcclLayerHeader(*bytes, 6, kDefaultMaxFrameBytes);
@@ -104,7 +97,7 @@ TEST(NcclFramingTest, RejectsOutOfStepCorruptAndMalformed) {
 
 TEST(NcclFramingTest, ChecksumOffSkipsOnlyThePayloadCrc) {
   const KvChunkHeader c = Chunk(1, 0);
-  std::string payload = Bytes(PayloadBytes(c), 3);
+  std::string payload = testing::RandomBytes(PayloadBytes(c), 3);
   auto bytes = EncodeNcclLayerHeader(0, c, payload, false, kDefaultMaxFrameBytes);
   ASSERT_TRUE(bytes.ok());
   auto h = DecodeNcclLayerHeader(*bytes, 0, kDefaultMaxFrameBytes);
@@ -235,7 +228,8 @@ struct Request {
   Request(uint64_t request_id, int n_layers, uint32_t tokens = 5) : id(request_id) {
     for (int l = 0; l < n_layers; ++l) {
       const KvChunkHeader c = Chunk(request_id, l, tokens);
-      payloads.push_back(Bytes(PayloadBytes(c), static_cast<uint32_t>(request_id * 131 + l)));
+      payloads.push_back(
+          testing::RandomBytes(PayloadBytes(c), static_cast<uint32_t>(request_id * 131 + l)));
     }
     for (int l = 0; l < n_layers; ++l)
       layers.push_back({Chunk(request_id, l, tokens), payloads[l]});

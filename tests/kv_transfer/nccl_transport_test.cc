@@ -111,13 +111,6 @@ KvChunkHeader Chunk(uint64_t request, uint32_t layer, uint32_t tokens = 6, uint3
   return h;
 }
 
-std::string Bytes(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::string s(n, '\0');
-  for (char& c : s) c = static_cast<char>(rng());
-  return s;
-}
-
 class RecordingSink : public KvSink {
  public:
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
@@ -212,7 +205,7 @@ TEST_F(NcclTransportTest, ChunksArriveThroughStagingAndTheBootstrapIsReused) {
     const KvTarget t = Target(lease);
     for (uint32_t l = 0; l < 4; ++l) {
       const KvChunkHeader h = Chunk(lease, l);
-      std::string p = Bytes(2 * 6 * 8 * 4, static_cast<uint32_t>(lease * 10 + l));
+      std::string p = testing::RandomBytes(2 * 6 * 8 * 4, static_cast<uint32_t>(lease * 10 + l));
       sent[{lease, l}] = p;
       ASSERT_TRUE(sender_->Send(t, h, std::move(p)).ok());
     }
@@ -228,7 +221,7 @@ TEST_F(NcclTransportTest, ChunksArriveThroughStagingAndTheBootstrapIsReused) {
 
 TEST_F(NcclTransportTest, RefusesOtherKindsAndCorruptionFaults) {
   const KvTarget tcp{"tcp://127.0.0.1:1", 1, 1};
-  absl::Status s = sender_->Send(tcp, Chunk(1, 0), Bytes(2 * 6 * 8 * 4, 1));
+  absl::Status s = sender_->Send(tcp, Chunk(1, 0), testing::RandomBytes(2 * 6 * 8 * 4, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("--kv-transport=tcp"), std::string::npos) << s;
   KvSenderOptions corrupt;
@@ -237,7 +230,7 @@ TEST_F(NcclTransportTest, RefusesOtherKindsAndCorruptionFaults) {
       Parts(), [](const std::string&) { return NcclUniqueId{}; }, corrupt);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   const KvTarget nowhere{"nccl://127.0.0.1:6000", 1, 1};
-  s = sender_->Send(nowhere, Chunk(1, 0), Bytes(2 * 6 * 8 * 4, 1));
+  s = sender_->Send(nowhere, Chunk(1, 0), testing::RandomBytes(2 * 6 * 8 * 4, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;  // the bootstrap's error
   EXPECT_EQ(sender_->Wait(nowhere, absl::Now()).code(), absl::StatusCode::kUnavailable);
   sender_->Forget(nowhere);
@@ -247,7 +240,7 @@ TEST_F(NcclTransportTest, ASinkRefusalIsReportedOnTheDecodeSide) {
   sink_.set_refuse_layer(1);
   const KvTarget t = Target(3);
   for (uint32_t l = 0; l < 3; ++l) {
-    ASSERT_TRUE(sender_->Send(t, Chunk(3, l), Bytes(2 * 6 * 8 * 4, l)).ok());
+    ASSERT_TRUE(sender_->Send(t, Chunk(3, l), testing::RandomBytes(2 * 6 * 8 * 4, l)).ok());
   }
   // No ACK over NCCL: the prefill's send completes; the decode learns of the refusal.
   EXPECT_TRUE(sender_->Wait(t, absl::Now() + absl::Seconds(10)).ok());
@@ -260,13 +253,13 @@ TEST_F(NcclTransportTest, ASinkRefusalIsReportedOnTheDecodeSide) {
 
 TEST_F(NcclTransportTest, AHungDecodeFailsTheTargetAndFreesEveryBuffer) {
   const KvTarget warm = Target(1);
-  ASSERT_TRUE(sender_->Send(warm, Chunk(1, 0), Bytes(2 * 6 * 8 * 4, 1)).ok());
+  ASSERT_TRUE(sender_->Send(warm, Chunk(1, 0), testing::RandomBytes(2 * 6 * 8 * 4, 1)).ok());
   ASSERT_TRUE(sender_->Wait(warm, absl::Now() + absl::Seconds(10)).ok());
   sender_->Forget(warm);
   net_.Freeze(kNcclDecodeRank, true);
   const KvTarget t = Target(2);
   for (uint32_t l = 0; l < 3; ++l) {
-    ASSERT_TRUE(sender_->Send(t, Chunk(2, l), Bytes(2 * 6 * 8 * 4, l)).ok());
+    ASSERT_TRUE(sender_->Send(t, Chunk(2, l), testing::RandomBytes(2 * 6 * 8 * 4, l)).ok());
   }
   absl::Status s = sender_->Wait(t, absl::Now() + absl::Seconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
@@ -279,7 +272,7 @@ TEST_F(NcclTransportTest, AHungDecodeFailsTheTargetAndFreesEveryBuffer) {
   net_.Freeze(kNcclDecodeRank, false);
   // The next transfer bootstraps a fresh communicator and goes through.
   const KvTarget after = Target(3);
-  ASSERT_TRUE(sender_->Send(after, Chunk(3, 0), Bytes(2 * 6 * 8 * 4, 3)).ok());
+  ASSERT_TRUE(sender_->Send(after, Chunk(3, 0), testing::RandomBytes(2 * 6 * 8 * 4, 3)).ok());
   EXPECT_TRUE(sender_->Wait(after, absl::Now() + absl::Seconds(10)).ok());
   sender_->Forget(after);
   EXPECT_EQ(sender_->staging_buffers_in_use(), 0);
@@ -287,14 +280,14 @@ TEST_F(NcclTransportTest, AHungDecodeFailsTheTargetAndFreesEveryBuffer) {
 
 TEST_F(NcclTransportTest, QueuedChunksOfAForgottenTargetAreNotSent) {
   const KvTarget warm = Target(1);
-  ASSERT_TRUE(sender_->Send(warm, Chunk(1, 0), Bytes(2 * 6 * 8 * 4, 1)).ok());
+  ASSERT_TRUE(sender_->Send(warm, Chunk(1, 0), testing::RandomBytes(2 * 6 * 8 * 4, 1)).ok());
   ASSERT_TRUE(sender_->Wait(warm, absl::Now() + absl::Seconds(10)).ok());
   sender_->Forget(warm);
   // Two chunks on the wire (one per pooled communicator), a third queued behind one of them.
   net_.Freeze(kNcclDecodeRank, true);
   const KvTarget t = Target(2);
   for (uint32_t l = 0; l < 3; ++l) {
-    ASSERT_TRUE(sender_->Send(t, Chunk(2, l), Bytes(2 * 6 * 8 * 4, l)).ok());
+    ASSERT_TRUE(sender_->Send(t, Chunk(2, l), testing::RandomBytes(2 * 6 * 8 * 4, l)).ok());
   }
   absl::SleepFor(absl::Milliseconds(50));  // the progress thread posts the heads
   sender_->Forget(t);                      // the prefill gave up on this lease

@@ -7,8 +7,6 @@
 // gpu_check.sh runs it on a machine with one.
 #include <gtest/gtest.h>
 
-#include <thread>
-
 #include "decode_node/decode_engine.h"
 #include "engine/generator.h"
 #include "kernels/backend_loader.h"
@@ -79,14 +77,7 @@ class CudaEnginesTest : public ::testing::Test {
     Generator alone(model_.get(), nullptr, {});
     auto want = alone.Generate(reqs);
     ASSERT_TRUE(want.ok());
-    std::vector<absl::StatusOr<std::vector<int>>> got(reqs.size(), absl::UnknownError("not run"));
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      threads.emplace_back([&, i] {
-        got[i] = testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), reqs[i]);
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto got = testing::RunConcurrently(prefill_.get(), decode_.get(), reqs);
     for (size_t i = 0; i < reqs.size(); ++i) {
       ASSERT_TRUE(got[i].ok()) << got[i].status();
       EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;

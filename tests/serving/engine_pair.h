@@ -3,6 +3,7 @@
 #ifndef TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
 #define TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
 
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -38,6 +39,19 @@ inline absl::StatusOr<std::vector<int>> RunPrefillThenDecode(PrefillEngine* pref
     if (!o.error.ok()) return o.error;
     if (o.finish) return out;
   }
+}
+
+// Every request through the pair at once, a thread each (prompts share prefill steps and decode
+// steps): RunPrefillThenDecode's results, in order.
+inline std::vector<absl::StatusOr<std::vector<int>>> RunConcurrently(
+    PrefillEngine* prefill, DecodeEngine* decode, const std::vector<GenerationRequest>& reqs) {
+  std::vector<absl::StatusOr<std::vector<int>>> got(reqs.size(), absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    threads.emplace_back([&, i] { got[i] = RunPrefillThenDecode(prefill, decode, reqs[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return got;
 }
 
 }  // namespace tandem::testing

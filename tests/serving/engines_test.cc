@@ -80,12 +80,7 @@ TEST_P(EnginesTest, SameTokensAsTheEngineAloneGreedyAndSeeded) {
   auto want = alone.Generate(reqs);
   ASSERT_TRUE(want.ok());
   // Concurrently: prompts share prefill steps and decode steps.
-  std::vector<absl::StatusOr<std::vector<int>>> got(reqs.size(), absl::UnknownError("not run"));
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    threads.emplace_back([&, i] { got[i] = RunDisaggregated(reqs[i]); });
-  }
-  for (auto& t : threads) t.join();
+  const auto got = testing::RunConcurrently(prefill_.get(), decode_.get(), reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_TRUE(got[i].ok()) << got[i].status();
     EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;
