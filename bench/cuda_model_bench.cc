@@ -6,6 +6,8 @@
 //   prefill: one sequence of 512, 2048, 8192 tokens, TFLOP/s against 989 (H100/H200 dense
 //           bf16 nominal); FLOPs = 2 x matmul parameters x tokens + causal attention
 //           (4 x layers x q_dim x tokens² / 2).
+// Flags: --context N (512), --layers N (32), --batches 1,8,64,256, --prefill 512,2048,8192 (an
+// empty list skips that part, e.g. to profile the other under ncu).
 // Prints figures and writes JSON to --out (default bench/results/cuda_model_bench.json). Exits 77
 // (skipped) without a usable GPU.
 #include <algorithm>
@@ -31,10 +33,35 @@ int main(int argc, char** argv) {
   std::string out = "bench/results/cuda_model_bench.json";
   int context = 512;
   int layers = 32;
+  std::vector<int> batches = {1, 8, 64, 256}, prefills = {512, 2048, 8192};
+  // "1,8,64" -> {1, 8, 64}; "" -> {} (that part skipped, e.g. to profile one of them).
+  auto list = [](const char* text) {
+    std::vector<int> v;
+    for (const char* p = text; *p != '\0';) {
+      v.push_back(std::atoi(p));
+      while (*p != '\0' && *p != ',') ++p;
+      if (*p == ',') ++p;
+    }
+    return v;
+  };
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
     if (std::strcmp(argv[i], "--context") == 0) context = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--layers") == 0) layers = std::atoi(argv[i + 1]);
+    if (std::strcmp(argv[i], "--batches") == 0) batches = list(argv[i + 1]);
+    if (std::strcmp(argv[i], "--prefill") == 0) prefills = list(argv[i + 1]);
+  }
+  for (int b : batches) {
+    if (b < 1 || b > 256) {
+      std::fprintf(stderr, "--batches: each in [1, 256]\n");
+      return 2;
+    }
+  }
+  for (int n : prefills) {
+    if (n < 1 || n > 8192) {
+      std::fprintf(stderr, "--prefill: each in [1, 8192]\n");
+      return 2;
+    }
   }
   if (context < 1 || context > 8192 || layers < 1 || layers > 32) {
     std::fprintf(stderr, "--context must be in [1, 8192], --layers in [1, 32]\n");
@@ -90,7 +117,7 @@ int main(int argc, char** argv) {
       ",\"context\":" + std::to_string(context) +
       ",\"weight_bytes\":" + std::to_string(info.weight_bytes) + ",\"decode\":[";
   bool ok = true;
-  for (int batch : {1, 8, 64, 256}) {
+  for (int batch : batches) {
     std::vector<int> tables(static_cast<size_t>(batch) * blocks_per_seq);
     std::iota(tables.begin(), tables.end(), 0);
     std::vector<TandemStepChunk> chunks(batch, TandemStepChunk{1, context, blocks_per_seq, 0});
@@ -122,14 +149,14 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof(buf),
                   "%s{\"batch\":%d,\"step_ms\":%.4f,\"tokens_per_s\":%.1f,\"bound_ms\":%.4f,"
                   "\"fraction_of_bound\":%.3f}",
-                  batch == 1 ? "" : ",", batch, t * 1e3, batch / t, bound * 1e3, bound / t);
+                  batch == batches.front() ? "" : ",", batch, t * 1e3, batch / t, bound * 1e3, bound / t);
     json += buf;
   }
   json += "],\"prefill\":[";
   const double matmul_params =
       static_cast<double>(layers) * (2.0 * 4096 * 4096 + 2.0 * 1024 * 4096 + 3.0 * 14336 * 4096);
   bool first = true;
-  for (int n : {512, 2048, 8192}) {
+  for (int n : prefills) {
     if (!ok) break;
     std::vector<int> table(prefill_blocks);
     std::iota(table.begin(), table.end(), max_batch * blocks_per_seq);

@@ -17,6 +17,7 @@
 #                         (raw and through the KvSender/KvReceiver transport; skipped on 1 GPU)
 #   kv_transfer_bench.json/.log  KV transfer GB/s: tcp, local, nccl over the fake, and nccl
 #                         GPU1->GPU0 (null with the reason on 1 GPU)
+#   ncu.txt               with GPU_CHECK_PROFILE=1: per-kernel times of decode and prefill steps
 #   e2e.log               `tandem generate --device=cuda` and a `tandem up --device cuda` cluster
 #                         answering the stories260K prompt, against the CPU's greedy text
 #   ctest.log             the rest of the suite, if time is left (stage limited by timeout; not
@@ -232,6 +233,26 @@ if command -v compute-sanitizer >/dev/null && ((left > 45)); then
   echo "== memcheck rc=$c"
   grep -E 'ERROR SUMMARY|Invalid|out of bounds' "$OUT/memcheck.log" | head -10
   [[ $c -eq 99 && $rc -eq 0 ]] && rc=8
+fi
+
+# GPU_CHECK_PROFILE=1: kernel times of the bench's decode (batch 1 and 64) and prefill (512 and
+# 2048 tokens) steps on a 2-layer model under Nsight Compute, summed per kernel (ncu.txt).
+if [[ "${GPU_CHECK_PROFILE:-0}" == 1 ]] && command -v ncu >/dev/null; then
+  for part in "--batches 1 --prefill 512" "--batches 64 --prefill 2048"; do
+    s=$(date +%s)
+    # shellcheck disable=SC2086
+    timeout 120 ncu --clock-control none --csv --metrics gpu__time_duration.sum \
+      "$BIN/cuda_model_bench" --layers 2 $part --out "$OUT/profile_bench.json" \
+      >"$OUT/ncu_raw.csv" 2>"$OUT/ncu_err.log"
+    c=$?
+    record "profile" $c $(($(date +%s) - s))
+    {
+      echo "== ncu: cuda_model_bench --layers 2 $part (rc $c)"
+      python3 scripts/ncu_summary.py "$OUT/ncu_raw.csv" 20
+    } >>"$OUT/ncu.txt" 2>&1
+    rm -f "$OUT/ncu_raw.csv"
+  done
+  cat "$OUT/ncu.txt"
 fi
 
 # The rest of the suite (when building here), within what is left of 7 minutes.

@@ -14,7 +14,7 @@
 extern "C" {
 #endif
 
-#define TANDEM_CUDA_ABI_VERSION 3
+#define TANDEM_CUDA_ABI_VERSION 4
 
 /* Decode attention over the paged cache; the fields follow PagedAttentionArgs
  * (kernels/backend.h), pointers on the device. */
@@ -213,6 +213,13 @@ typedef struct TandemCudaApi {
                        int token_start, int token_count, float* wire);
   int (*model_unpack_kv)(TandemModel* model, int layer, const int* block_table, int num_blocks,
                          int token_start, int token_count, const float* wire);
+
+  /* ---- ABI 4 ---- */
+  /* prefill_attention on the tensor cores, as the device model runs it for bf16 models: Q, K,
+   * V and the softmax weights rounded to bf16, products and sums in f32; head_dim % 16 == 0. */
+  int (*prefill_attention_bf16)(const float* d_q, const float* d_k_cache, const float* d_v_cache,
+                                const TandemPagedAttentionArgs* args, const int* d_tiles,
+                                int num_tiles, float* d_out);
 } TandemCudaApi;
 
 /* Exported by libtandem_cuda.so. */

@@ -187,7 +187,13 @@ int PrefillAttentionC(const float* q, const float* k, const float* v,
                       const TandemPagedAttentionArgs* args, const int* tiles, int num_tiles,
                       float* out) {
   if (args == nullptr) return tandem::cuda::BadArg("prefill_attention", "args is null");
-  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, out, 0);
+  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, false, out, 0);
+}
+int PrefillAttentionBf16C(const float* q, const float* k, const float* v,
+                          const TandemPagedAttentionArgs* args, const int* tiles, int num_tiles,
+                          float* out) {
+  if (args == nullptr) return tandem::cuda::BadArg("prefill_attention", "args is null");
+  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, true, out, 0);
 }
 int SampleC(const float* logits, int rows, int vocab, const TandemSampleRowParams* params, void* ws,
             size_t ws_bytes, int* tokens) {
@@ -241,6 +247,7 @@ const TandemCudaApi kApi = {
     tandem::cuda::ModelForward,
     tandem::cuda::ModelPackKv,
     tandem::cuda::ModelUnpackKv,
+    PrefillAttentionBf16C,
 };
 
 }  // namespace

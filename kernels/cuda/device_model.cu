@@ -177,6 +177,8 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
   a.sliding_window = d.sliding_window;
   const int* pos = meta + L.token_pos;
   const int wd = d.weight_dtype;
+  // bf16 models take the tensor-core prefill attention; f32 models stay in f32 throughout.
+  const bool tc_attention = wd == 2 && d.head_dim % 16 == 0;
   auto gemm = [&](const float* in, const void* wt, const float* bias, float* out, int n, int r,
                   int c) {
     return Gemm(m->cublas, in, wd, wt, bias, out, n, r, c, x16, x16_bytes, st);
@@ -202,7 +204,7 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
         return e;
       }
     } else if (int e = PrefillAttention(q, m->k_cache(l), m->v_cache(l), a, meta + L.tiles,
-                                        num_tiles, att, st)) {
+                                        num_tiles, tc_attention, att, st)) {
       return e;
     }
     if (int e = gemm(att, W.wo, nullptr, xb, T, d.dim, q_dim)) return e;

@@ -37,10 +37,12 @@ size_t PagedAttentionWorkspaceBytes(int num_tokens, int n_heads, int head_dim, i
 int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                          const PagedAttentionDeviceArgs& args, int max_context, void* d_workspace,
                          size_t workspace_bytes, float* d_out, cudaStream_t stream);
-// Causal attention of query tiles (prefill_attention.cu); d_tiles [num_tiles, 2].
+// Causal attention of query tiles (prefill_attention.cu); d_tiles [num_tiles, 2]. bf16: the
+// tensor-core variant (Q, K, V, P rounded to bf16, f32 accumulation; head_dim % 16 == 0), else
+// all f32.
 int PrefillAttention(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                      const PagedAttentionDeviceArgs& args, const int* d_tiles, int num_tiles,
-                     float* d_out, cudaStream_t stream);
+                     bool bf16, float* d_out, cudaStream_t stream);
 size_t SampleWorkspaceBytes(int rows, int vocab);
 int Sample(const float* d_logits, int rows, int vocab, const SampleRowParams* d_params,
            void* d_workspace, size_t workspace_bytes, int* d_tokens, cudaStream_t stream);

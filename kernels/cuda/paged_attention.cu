@@ -1,6 +1,7 @@
 // Paged attention for decode: one query token per row (many sequences, GQA), the context split
-// into partitions of kPartition positions processed by separate thread blocks, then a reduce
-// that merges the partitions' (max, sum, output) in the log-sum-exp way. CPU twin:
+// into partitions of kPartition positions processed by separate thread blocks (each for the
+// query heads that share a KV head, so K and V are read once per group), then a reduce that
+// merges the partitions' (max, sum, output) in the log-sum-exp way. CPU twin:
 // cpu::PagedAttention (kernels/cpu/attention.cc), whose contract it follows:
 //   out[t, h, :] = softmax_j(q[t, h] · k_j / sqrt(head_dim)) · v_j over positions j of the
 //   token's sequence in [first, pos], first = max(0, pos - window + 1) with a sliding window;
@@ -15,89 +16,130 @@ namespace {
 
 constexpr int kPartition = 256;  // positions per thread block
 constexpr int kThreads = 128;    // 4 warps
+constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxGroup = 8;  // query heads of one KV head handled by one thread block
+constexpr int kDimsPerLane = kMaxHeadDim / 32;
 
-// grid (num_tokens, n_heads, max_partitions). Writes for its partition: m (max score),
-// l (sum of exp(score - m)) and acc[head_dim] = sum exp(score - m) * v; an empty partition
-// writes m = -inf, l = 0.
-__global__ void PartitionKernel(const float* __restrict__ q,        // [T, n_heads, head_dim]
-                                const float* __restrict__ k_cache,  // [slots, n_kv, head_dim]
-                                const float* __restrict__ v_cache,  // [slots, n_kv, head_dim]
-                                PagedAttentionDeviceArgs a,
-                                float* __restrict__ part_m,    // [T, n_heads, P]
-                                float* __restrict__ part_l,    // [T, n_heads, P]
-                                float* __restrict__ part_acc,  // [T, n_heads, P, head_dim]
-                                int max_partitions) {
-  const int t = blockIdx.x, h = blockIdx.y, p = blockIdx.z;
+// Query heads [h0, h0 + count) of the head chunk `chunk` (blockIdx.y): the query heads of one
+// KV head, at most kMaxGroup per chunk, so that K and V are read once per group (GQA), not once
+// per query head.
+struct HeadChunk {
+  int kvh, h0, count;
+};
+__device__ inline HeadChunk ChunkOf(int chunk, int group) {
+  const int per_kv = (group + kMaxGroup - 1) / kMaxGroup;
+  HeadChunk c;
+  c.kvh = chunk / per_kv;
+  const int first = (chunk % per_kv) * kMaxGroup;
+  c.h0 = c.kvh * group + first;
+  c.count = min(kMaxGroup, group - first);
+  return c;
+}
+
+// grid (num_tokens, head chunks, max_partitions), block kThreads. Writes, per query head of its
+// chunk, for its partition: m (max score), l (sum of exp(score - m)) and acc[head_dim] =
+// sum exp(score - m) * v; an empty partition writes m = -inf, l = 0.
+__global__ void __launch_bounds__(kThreads)
+    PartitionKernel(const float* __restrict__ q,        // [T, n_heads, head_dim]
+                    const float* __restrict__ k_cache,  // [slots, n_kv, head_dim]
+                    const float* __restrict__ v_cache,  // [slots, n_kv, head_dim]
+                    PagedAttentionDeviceArgs a,
+                    float* __restrict__ part_m,    // [T, n_heads, P]
+                    float* __restrict__ part_l,    // [T, n_heads, P]
+                    float* __restrict__ part_acc,  // [T, n_heads, P, head_dim]
+                    int max_partitions) {
+  const int t = blockIdx.x, p = blockIdx.z;
   const int hd = a.head_dim;
-  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const HeadChunk hc = ChunkOf(blockIdx.y, a.n_heads / a.n_kv_heads);
   const int pos = a.token_pos[t];
   const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
   const int begin = first + p * kPartition;
   const int end = min(pos + 1, begin + kPartition);
-  const int64_t pidx = (static_cast<int64_t>(t) * a.n_heads + h) * max_partitions + p;
-  float* acc_out = part_acc + pidx * hd;
+  auto pidx = [&](int g) {
+    return (static_cast<int64_t>(t) * a.n_heads + hc.h0 + g) * max_partitions + p;
+  };
   if (begin >= end) {
-    if (threadIdx.x == 0) {
-      part_m[pidx] = -INFINITY;
-      part_l[pidx] = 0.f;
+    for (int i = threadIdx.x; i < hc.count * hd; i += blockDim.x) {
+      const int g = i / hd, d = i % hd;
+      if (d == 0) {
+        part_m[pidx(g)] = -INFINITY;
+        part_l[pidx(g)] = 0.f;
+      }
+      part_acc[pidx(g) * hd + d] = 0.f;
     }
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) acc_out[d] = 0.f;
     return;
   }
-  __shared__ float sq[kMaxHeadDim];
-  __shared__ float scores[kPartition];
-  __shared__ float red[32];
-  const float* qv = q + (static_cast<int64_t>(t) * a.n_heads + h) * hd;
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) sq[d] = qv[d];
+  __shared__ float sq[kMaxGroup][kMaxHeadDim];
+  __shared__ float scores[kMaxGroup][kPartition];
+  for (int i = threadIdx.x; i < hc.count * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    sq[g][d] = q[(static_cast<int64_t>(t) * a.n_heads + hc.h0 + g) * hd + d];
+  }
   __syncthreads();
   const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
   const float scale = rsqrtf(static_cast<float>(hd));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
-  // One warp per position: lanes split head_dim, then a warp reduction.
-  for (int j = begin + warp; j < end; j += warps) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n = end - begin;
+  // Scores: one warp per position; its lanes hold the K row (dims lane, lane + 32, ...) in
+  // registers and take the dot product with every query head of the chunk.
+  for (int j = begin + warp; j < end; j += kWarps) {
     const int64_t slot =
         static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const float* kv = k_cache + (slot * a.n_kv_heads + kvh) * hd;
-    float s = 0.f;
-    for (int d = lane; d < hd; d += 32) s += sq[d] * kv[d];
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    if (lane == 0) scores[j - begin] = s * scale;
+    const float* kv = k_cache + (slot * a.n_kv_heads + hc.kvh) * hd;
+    float kr[kDimsPerLane];
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      kr[i] = d < hd ? kv[d] : 0.f;
+    }
+    for (int g = 0; g < hc.count; ++g) {
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        if (d < hd) s += sq[g][d] * kr[i];
+      }
+      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (lane == 0) scores[g][j - begin] = s * scale;
+    }
   }
   __syncthreads();
-  const int n = end - begin;
-  float m = -INFINITY;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, scores[i]);
-  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = red[0];
-  for (int w = 1; w < warps; ++w) m = fmaxf(m, red[w]);
-  __syncthreads();
-  float l = 0.f;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const float e = __expf(scores[i] - m);
-    scores[i] = e;
-    l += e;
+  // Softmax statistics: one warp per query head.
+  for (int g = warp; g < hc.count; g += kWarps) {
+    float m = -INFINITY;
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, scores[g][i]);
+    for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+    float l = 0.f;
+    for (int i = lane; i < n; i += 32) {
+      const float e = __expf(scores[g][i] - m);
+      scores[g][i] = e;
+      l += e;
+    }
+    for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
+    if (lane == 0) {
+      part_m[pidx(g)] = m;
+      part_l[pidx(g)] = l;
+    }
   }
-  for (int off = 16; off > 0; off /= 2) l += __shfl_xor_sync(0xffffffffu, l, off);
-  if (lane == 0) red[warp] = l;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float total = 0.f;
-    for (int w = 0; w < warps; ++w) total += red[w];
-    part_m[pidx] = m;
-    part_l[pidx] = total;
-  }
-  // Each thread owns output dims d, d + blockDim, ...
+  // Output: each thread owns dims d, d + blockDim, ... for every head of the chunk, so each V
+  // row is read once for the whole group.
   for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc = 0.f;
+    float acc[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
+#pragma unroll 4
     for (int j = begin; j < end; ++j) {
       const int64_t slot =
           static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-      acc += scores[j - begin] * v_cache[(slot * a.n_kv_heads + kvh) * hd + d];
+      const float v = v_cache[(slot * a.n_kv_heads + hc.kvh) * hd + d];
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < hc.count) acc[g] += scores[g][j - begin] * v;
+      }
     }
-    acc_out[d] = acc;
+    for (int g = 0; g < hc.count; ++g) part_acc[pidx(g) * hd + d] = acc[g];
   }
 }
 
@@ -155,7 +197,9 @@ int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* 
   float* m = static_cast<float*>(d_workspace);
   float* l = m + rows;
   float* acc = l + rows;
-  PartitionKernel<<<dim3(a.num_tokens, a.n_heads, parts), kThreads, 0, stream>>>(
+  const int group = a.n_heads / a.n_kv_heads;
+  const int chunks = a.n_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
+  PartitionKernel<<<dim3(a.num_tokens, chunks, parts), kThreads, 0, stream>>>(
       d_q, d_k_cache, d_v_cache, a, m, l, acc, parts);
   if (int e = LaunchCheck("paged_attention partitions")) return e;
   ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32, 0, stream>>>(

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <cstdio>
 #include <random>
+#include <string>
 
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -145,7 +147,33 @@ TEST_F(CudaGemmAttentionTwinTest, PrefillAttentionMatchesCpu) {
     // relative error ~1e-6 per term; 1e-4 of the largest output leaves room for the long
     // contexts here while catching any masking or indexing mistake (errors of order 1).
     EXPECT_LT(NormErr(Download(d_out, q.size()), want), 1e-4) << "case " << ci;
+
+    // The tensor-core variant (bf16 models) against the CPU on the same inputs rounded to bf16
+    // (as the kernel rounds them): what remains is the bf16 rounding of the softmax weights
+    // (relative 2^-9 each, random in sign, so the output's error stays near 1e-3 of its
+    // largest value) and the f32 sums' order; 1e-2 catches a wrong key, block or head.
+    auto round = [](std::vector<float> x) {
+      for (float& f : x) f = Bf16ToF32(F32ToBf16(f));
+      return x;
+    };
+    const auto q16 = round(q), k16 = round(kc), v16 = round(vc);
+    std::vector<float> want16(q.size());
+    cpu::PagedAttention(q16.data(), k16.data(), v16.data(), a, want16.data());
+    ASSERT_EQ(api_->prefill_attention_bf16(Upload(q), Upload(kc), Upload(vc), &d, Upload(tiles),
+                                           static_cast<int>(tiles.size() / 2), d_out),
+              0)
+        << api_->last_error();
+    const double err16 = NormErr(Download(d_out, q.size()), want16);
+    std::printf("case %zu: bf16 tensor-core prefill attention error %.2e\n", ci, err16);
+    EXPECT_LT(err16, 1e-2) << "case " << ci;
   }
+  // head_dim must be a multiple of 16 for the tensor cores.
+  std::vector<int32_t> tiles = {0, 1};
+  std::vector<int> zero = {0};
+  TandemPagedAttentionArgs d{1, 1, 1, 8, 16, 1, Upload(zero), Upload(zero), Upload(zero), 0};
+  float* buf = static_cast<float*>(Alloc(16 * 8 * 4));
+  EXPECT_NE(api_->prefill_attention_bf16(buf, buf, buf, &d, Upload(tiles), 1, buf), 0);
+  EXPECT_NE(std::string(api_->last_error()).find("head_dim"), std::string::npos);
 }
 
 // The split-K decode kernel at contexts up to 32k, block sizes 16 and 64, sequences of

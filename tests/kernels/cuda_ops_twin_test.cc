@@ -21,7 +21,11 @@
 namespace tandem {
 namespace {
 
-class CudaOpsTwinTest : public testing::CudaDeviceTest {};
+class CudaOpsTwinTest : public testing::CudaDeviceTest {
+ protected:
+  // The decode kernel against cpu::PagedAttention for one head shape.
+  void DecodeAttentionCases(int n_heads, int n_kv, int hd);
+};
 
 TEST_F(CudaOpsTwinTest, EmbeddingF32AndBf16ExactAndBadIdsFlagged) {
   const int rows = 1000, cols = 4096;
@@ -120,8 +124,21 @@ struct AttnCase {
   int window = 0;
 };
 
+struct HeadShape {
+  int n_heads, n_kv, hd;
+};
+
+// Groups of 4 (Llama 3), 12 (more than one thread block's 8: two head chunks) and 1 (MHA), head
+// dims 128, 64 and 256.
 TEST_F(CudaOpsTwinTest, PagedAttentionDecodeGqaSplitK) {
-  const int n_heads = 8, n_kv = 2, hd = 128, width = n_kv * hd;
+  for (const HeadShape& shape : {HeadShape{8, 2, 128}, HeadShape{12, 1, 64}, HeadShape{4, 4, 256}}) {
+    SCOPED_TRACE(::testing::Message() << "n_heads " << shape.n_heads << " n_kv " << shape.n_kv);
+    DecodeAttentionCases(shape.n_heads, shape.n_kv, shape.hd);
+  }
+}
+
+void CudaOpsTwinTest::DecodeAttentionCases(int n_heads, int n_kv, int hd) {
+  const int width = n_kv * hd;
   for (const AttnCase& c : {AttnCase{16, {1, 17, 300, 1000}}, AttnCase{64, {64, 2049, 32768}},
                             AttnCase{16, {5000, 700}, 512}}) {
     const int seqs = c.contexts.size();

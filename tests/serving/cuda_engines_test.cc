@@ -82,12 +82,24 @@ class CudaEnginesTest : public ::testing::Test {
       ASSERT_TRUE(got[i].ok()) << got[i].status();
       EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;
     }
-    // A repeated prompt hits the prefix cache: the cached KV is packed from the device.
-    int cached = 0;
-    auto again = testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), reqs[0], &cached);
+    // A repeated prompt hits the prefix cache: the cached KV is packed from the device. The
+    // reference prompts are shorter than a block (16), and only full blocks are cached: the
+    // prompt here is the first one followed by its greedy completion (45 tokens, 2 blocks).
+    GenerationRequest longer = reqs[0];
+    longer.prompt.insert(longer.prompt.end(), (*want)[0].tokens.begin(),
+                         (*want)[0].tokens.end());
+    const std::vector<GenerationRequest> longer_reqs = {longer};
+    auto want_longer = alone.Generate(longer_reqs);
+    ASSERT_TRUE(want_longer.ok());
+    int cached = -1;
+    auto first = testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), longer, &cached);
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(*first, (*want_longer)[0].tokens);
+    EXPECT_EQ(cached, 0);
+    auto again = testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), longer, &cached);
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ(*again, (*want)[0].tokens);
-    EXPECT_GT(cached, 0);
+    EXPECT_EQ(*again, (*want_longer)[0].tokens);
+    EXPECT_EQ(cached, 32);  // two full blocks of 16
   }
 
   std::unique_ptr<Backend> backend_;
