@@ -122,7 +122,10 @@ gtest_stage() {
   c=$?
   record "$name" $c $(($(date +%s) - s)) "$OUT/$name.json"
   [[ $c -ne 0 ]] && rc=$fail_rc
-  if grep -q '^\[  SKIPPED \]' "$OUT/$name.log"; then
+  # The 2-GPU NCCL tests skip themselves where one GPU is visible: expected, not a failure.
+  if [[ "$name" == nccl && "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -lt 2 ]]; then
+    :
+  elif grep -q '^\[  SKIPPED \]' "$OUT/$name.log"; then
     echo "$name: tests skipped on a GPU machine"
     grep -A2 '^\[  SKIPPED \]' "$OUT/$name.log" | head -6
     rc=3

@@ -179,9 +179,10 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
   const int wd = d.weight_dtype;
   // bf16 models take the tensor-core prefill attention; f32 models stay in f32 throughout.
   const bool tc_attention = wd == 2 && d.head_dim % 16 == 0;
+  // same_input: the previous GEMM had the same input, already rounded to bf16 in x16.
   auto gemm = [&](const float* in, const void* wt, const float* bias, float* out, int n, int r,
-                  int c) {
-    return Gemm(m->cublas, in, wd, wt, bias, out, n, r, c, x16, x16_bytes, st);
+                  int c, bool same_input = false) {
+    return Gemm(m->cublas, in, wd, wt, bias, out, n, r, c, x16, x16_bytes, st, same_input);
   };
   if (int e = Embedding(meta + L.ids, m->embedding_dtype, m->embedding, d.vocab_size, d.dim, x, T,
                         m->At<int>(w.bad), st)) {
@@ -191,8 +192,8 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
     const TandemModel::Layer& W = m->layers[l];
     if (int e = RmsNorm(x, W.attn_norm, xb, T, d.dim, d.norm_eps, st)) return e;
     if (int e = gemm(xb, W.wq, W.bq, q, T, q_dim, d.dim)) return e;
-    if (int e = gemm(xb, W.wk, W.bk, k, T, kv_dim, d.dim)) return e;
-    if (int e = gemm(xb, W.wv, W.bv, v, T, kv_dim, d.dim)) return e;
+    if (int e = gemm(xb, W.wk, W.bk, k, T, kv_dim, d.dim, true)) return e;
+    if (int e = gemm(xb, W.wv, W.bv, v, T, kv_dim, d.dim, true)) return e;
     if (int e = Rope(q, T, d.n_heads, d.head_dim, pos, m->inv_freq, d.rope_style, st)) return e;
     if (int e = Rope(k, T, d.n_kv_heads, d.head_dim, pos, m->inv_freq, d.rope_style, st)) return e;
     if (int e = WriteKv(k, v, meta + L.slots, T, kv_dim, m->k_cache(l), m->v_cache(l), st)) {
@@ -211,7 +212,7 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
     if (int e = Add(x, xb, static_cast<int64_t>(T) * d.dim, st)) return e;
     if (int e = RmsNorm(x, W.ffn_norm, xb, T, d.dim, d.norm_eps, st)) return e;
     if (int e = gemm(xb, W.w1, nullptr, hb, T, d.hidden_dim, d.dim)) return e;
-    if (int e = gemm(xb, W.w3, nullptr, hb2, T, d.hidden_dim, d.dim)) return e;
+    if (int e = gemm(xb, W.w3, nullptr, hb2, T, d.hidden_dim, d.dim, true)) return e;
     if (int e = SiluMul(hb, hb2, hb, static_cast<int64_t>(T) * d.hidden_dim, st)) return e;
     if (int e = gemm(hb, W.w2, nullptr, xb, T, d.dim, d.hidden_dim)) return e;
     if (int e = Add(x, xb, static_cast<int64_t>(T) * d.dim, st)) return e;

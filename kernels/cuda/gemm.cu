@@ -73,8 +73,8 @@ size_t GemmWorkspaceBytes(int n, int cols, int w_dtype) {
 }
 
 int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, const float* d_bias,
-         float* d_y, int n, int rows, int cols, void* d_x16, size_t x16_bytes,
-         cudaStream_t stream) {
+         float* d_y, int n, int rows, int cols, void* d_x16, size_t x16_bytes, cudaStream_t stream,
+         bool x16_ready) {
   if (n < 0 || rows <= 0 || cols <= 0) return BadArg("gemm", "n >= 0, rows and cols > 0");
   if (w_dtype != 0 && w_dtype != 2) return BadArg("gemm", "w_dtype must be 0 (f32) or 2 (bf16)");
   if (handle == nullptr) return BadArg("gemm", "no cuBLAS handle");
@@ -89,9 +89,11 @@ int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, 
     // cuBLAS wants the same type for both inputs: round the activations to bf16 (as every bf16
     // inference engine does); products and sums stay f32.
     const int64_t count = static_cast<int64_t>(n) * cols;
-    ToBf16Kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
-        d_x, static_cast<__nv_bfloat16*>(d_x16), count);
-    if (int e = LaunchCheck("gemm bf16 input")) return e;
+    if (!x16_ready) {
+      ToBf16Kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(
+          d_x, static_cast<__nv_bfloat16*>(d_x16), count);
+      if (int e = LaunchCheck("gemm bf16 input")) return e;
+    }
     x = d_x16;
     type = CUDA_R_16BF;
   }

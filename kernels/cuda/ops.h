@@ -51,8 +51,11 @@ int Sample(const float* d_logits, int rows, int vocab, const SampleRowParams* d_
 // be bound to `stream`. bf16 weights (dtype 2) round d_x to bf16 in d_x16 ([n, cols] bf16,
 // GemmWorkspaceBytes) first; f32 weights (dtype 0) run in full f32 (no TF32).
 size_t GemmWorkspaceBytes(int n, int cols, int w_dtype);
+// x16_ready: d_x16 already holds d_x rounded to bf16 (the previous GEMM of the same input), so
+// GEMMs sharing an input (q/k/v, w1/w3) round it once.
 int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, const float* d_bias,
-         float* d_y, int n, int rows, int cols, void* d_x16, size_t x16_bytes, cudaStream_t stream);
+         float* d_y, int n, int rows, int cols, void* d_x16, size_t x16_bytes, cudaStream_t stream,
+         bool x16_ready = false);
 // d_dst[r, cols] = d_src[d_rows[r], cols] for r < n.
 int GatherRows(const float* d_src, const int* d_rows, int n, int cols, float* d_dst,
                cudaStream_t stream);

@@ -15,11 +15,12 @@ namespace tandem::cuda {
 namespace {
 
 constexpr int kPartition = 256;  // positions per thread block
-constexpr int kThreads = 128;    // 4 warps
+constexpr int kThreads = 256;    // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxGroup = 8;  // query heads of one KV head handled by one thread block
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
+constexpr int kUnroll = 4;  // positions per warp in flight (their loads issued together)
 
 // Query heads [h0, h0 + count) of the head chunk `chunk` (blockIdx.y): the query heads of one
 // KV head, at most kMaxGroup per chunk, so that K and V are read once per group (GQA), not once
@@ -39,7 +40,9 @@ __device__ inline HeadChunk ChunkOf(int chunk, int group) {
 
 // grid (num_tokens, head chunks, max_partitions), block kThreads. Writes, per query head of its
 // chunk, for its partition: m (max score), l (sum of exp(score - m)) and acc[head_dim] =
-// sum exp(score - m) * v; an empty partition writes m = -inf, l = 0.
+// sum exp(score - m) * v; an empty partition writes m = -inf, l = 0. Decode attention is
+// memory-latency bound at small batches: each warp takes kUnroll positions at a time (8 warps:
+// 32 K or V rows in flight per block), its lanes holding dims lane, lane + 32, ... of a row.
 __global__ void __launch_bounds__(kThreads)
     PartitionKernel(const float* __restrict__ q,        // [T, n_heads, head_dim]
                     const float* __restrict__ k_cache,  // [slots, n_kv, head_dim]
@@ -72,36 +75,53 @@ __global__ void __launch_bounds__(kThreads)
   }
   __shared__ float sq[kMaxGroup][kMaxHeadDim];
   __shared__ float scores[kMaxGroup][kPartition];
+  __shared__ float sacc[kMaxGroup][kMaxHeadDim];
   for (int i = threadIdx.x; i < hc.count * hd; i += blockDim.x) {
     const int g = i / hd, d = i % hd;
     sq[g][d] = q[(static_cast<int64_t>(t) * a.n_heads + hc.h0 + g) * hd + d];
+    sacc[g][d] = 0.f;
   }
   __syncthreads();
   const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
   const float scale = rsqrtf(static_cast<float>(hd));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int n = end - begin;
-  // Scores: one warp per position; its lanes hold the K row (dims lane, lane + 32, ...) in
-  // registers and take the dot product with every query head of the chunk.
-  for (int j = begin + warp; j < end; j += kWarps) {
-    const int64_t slot =
-        static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-    const float* kv = k_cache + (slot * a.n_kv_heads + hc.kvh) * hd;
-    float kr[kDimsPerLane];
+  // Rows [slot * n_kv + kvh] of the caches for positions j0 .. j0 + kUnroll - 1 (-1: past end).
+  auto rows_at = [&](int j0, int64_t* row) {
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) {
-      const int d = lane + 32 * i;
-      kr[i] = d < hd ? kv[d] : 0.f;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int j = j0 + u;
+      row[u] = j < end ? (static_cast<int64_t>(table[j / a.block_size]) * a.block_size +
+                          j % a.block_size) * a.n_kv_heads + hc.kvh
+                       : -1;
     }
-    for (int g = 0; g < hc.count; ++g) {
-      float s = 0.f;
+  };
+  // Scores: a warp's lanes hold kUnroll K rows in registers and take their dot products with
+  // every query head of the chunk.
+  for (int j0 = begin + warp * kUnroll; j0 < end; j0 += kWarps * kUnroll) {
+    int64_t row[kUnroll];
+    rows_at(j0, row);
+    float kr[kUnroll][kDimsPerLane];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
 #pragma unroll
       for (int i = 0; i < kDimsPerLane; ++i) {
         const int d = lane + 32 * i;
-        if (d < hd) s += sq[g][d] * kr[i];
+        kr[u][i] = row[u] >= 0 && d < hd ? k_cache[row[u] * hd + d] : 0.f;
       }
-      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) scores[g][j - begin] = s * scale;
+    }
+    for (int g = 0; g < hc.count; ++g) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < kDimsPerLane; ++i) {
+          const int d = lane + 32 * i;
+          if (d < hd) s += sq[g][d] * kr[u][i];
+        }
+        for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0 && row[u] >= 0) scores[g][j0 + u - begin] = s * scale;
+      }
     }
   }
   __syncthreads();
@@ -123,23 +143,51 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  // Output: each thread owns dims d, d + blockDim, ... for every head of the chunk, so each V
-  // row is read once for the whole group.
-  for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-    float acc[kMaxGroup];
+  // Output: the same split of positions over warps; each V row is read once for the whole
+  // group, the warps' partial sums meet in shared memory.
+  float acc[kMaxGroup][kDimsPerLane];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) acc[g] = 0.f;
-#pragma unroll 4
-    for (int j = begin; j < end; ++j) {
-      const int64_t slot =
-          static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
-      const float v = v_cache[(slot * a.n_kv_heads + hc.kvh) * hd + d];
+  for (int g = 0; g < kMaxGroup; ++g) {
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
-        if (g < hc.count) acc[g] += scores[g][j - begin] * v;
+    for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] = 0.f;
+  }
+  for (int j0 = begin + warp * kUnroll; j0 < end; j0 += kWarps * kUnroll) {
+    int64_t row[kUnroll];
+    rows_at(j0, row);
+    float vr[kUnroll][kDimsPerLane];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) {
+        const int d = lane + 32 * i;
+        vr[u][i] = row[u] >= 0 && d < hd ? v_cache[row[u] * hd + d] : 0.f;
       }
     }
-    for (int g = 0; g < hc.count; ++g) part_acc[pidx(g) * hd + d] = acc[g];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (row[u] < 0) continue;
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= hc.count) break;
+        const float w = scores[g][j0 + u - begin];
+#pragma unroll
+        for (int i = 0; i < kDimsPerLane; ++i) acc[g][i] += w * vr[u][i];
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= hc.count) break;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd) atomicAdd(&sacc[g][d], acc[g][i]);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < hc.count * hd; i += blockDim.x) {
+    const int g = i / hd, d = i % hd;
+    part_acc[pidx(g) * hd + d] = sacc[g][d];
   }
 }
 
