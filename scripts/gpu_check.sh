@@ -209,6 +209,10 @@ c=$?
 record cuda_model_bench $c $(($(date +%s) - s))
 [[ $c -ne 0 && $rc -eq 0 ]] && rc=7
 cat "$OUT/cuda_model_bench.log"
+# The same decode steps with cuBLAS for every GEMM (TANDEM_CUDA_GEMV=0), for comparison.
+echo "== decode with cuBLAS instead of the bf16 GEMV (TANDEM_CUDA_GEMV=0):"
+TANDEM_CUDA_GEMV=0 timeout 60 "$BIN/cuda_model_bench" --batches 1,8 --prefill "" \
+  --out "$OUT/cuda_model_bench_cublas.json" 2>&1 | grep decode
 s=$(date +%s)
 timeout 60 "$BIN/cuda_kv_bench" --out "$OUT/cuda_kv_bench.json" >"$OUT/cuda_kv_bench.log" 2>&1
 c=$?

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
@@ -42,6 +44,72 @@ __global__ void GatherRowsKernel(const float* __restrict__ src, const int* __res
   const float* s = src + static_cast<int64_t>(idx[blockIdx.x]) * cols;
   float* d = dst + static_cast<int64_t>(blockIdx.x) * cols;
   for (int i = threadIdx.x; i < cols; i += blockDim.x) d[i] = s[i];
+}
+
+// Decode-sized products with bf16 weights (n <= kGemvMaxN): cuBLAS's kernels for such shapes
+// read the weights well below the memory's speed (a 4096 x 4096 matrix at about 1 TB/s on an
+// H200), so a GEMV of our own streams them instead: one warp per weight row, each lane loading
+// 8 bf16 (16 bytes) at a time and multiplying them with the n inputs, kept in f32 (as the CPU
+// twin does). grid (ceil(rows / 8)), block 256 (8 warps, a row each). Needs cols % 8 == 0 and
+// 16-byte aligned x and w.
+constexpr int kGemvMaxN = 8;
+template <int N>
+__global__ void __launch_bounds__(256)
+    GemvBf16Kernel(const float* __restrict__ x,          // [N, cols]
+                   const __nv_bfloat16* __restrict__ w,  // [rows, cols]
+                   const float* __restrict__ bias,       // [rows] or null
+                   float* __restrict__ y,                // [N, rows]
+                   int rows, int cols) {
+  const int r = blockIdx.x * 8 + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const __nv_bfloat16* wr = w + static_cast<int64_t>(r) * cols;
+  float acc[N];
+#pragma unroll
+  for (int n = 0; n < N; ++n) acc[n] = 0.f;
+#pragma unroll 4
+  for (int c = lane * 8; c < cols; c += 32 * 8) {
+    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
+    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+    float wf[8];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h2[k]);
+      wf[2 * k] = f.x;
+      wf[2 * k + 1] = f.y;
+    }
+#pragma unroll
+    for (int n = 0; n < N; ++n) {
+      const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n) * cols + c);
+      const float4 a = __ldg(xp), b = __ldg(xp + 1);
+      acc[n] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < N; ++n) {
+    for (int off = 16; off > 0; off /= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], off);
+  }
+  if (lane == 0) {
+    const float b = bias != nullptr ? bias[r] : 0.f;
+#pragma unroll
+    for (int n = 0; n < N; ++n) y[static_cast<int64_t>(n) * rows + r] = acc[n] + b;
+  }
+}
+
+template <int N>
+void LaunchGemv(const float* x, const void* w, const float* bias, float* y, int rows, int cols,
+                cudaStream_t stream) {
+  GemvBf16Kernel<N><<<(rows + 7) / 8, 256, 0, stream>>>(
+      x, static_cast<const __nv_bfloat16*>(w), bias, y, rows, cols);
+}
+
+bool GemvEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("TANDEM_CUDA_GEMV");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
 }
 
 // splitmix64 of (seed, i): a counter-based draw, the same whatever the launch shape.
@@ -79,6 +147,20 @@ int Gemm(cublasHandle_t handle, const float* d_x, int w_dtype, const void* d_w, 
   if (w_dtype != 0 && w_dtype != 2) return BadArg("gemm", "w_dtype must be 0 (f32) or 2 (bf16)");
   if (handle == nullptr) return BadArg("gemm", "no cuBLAS handle");
   if (n == 0) return 0;
+  if (w_dtype == 2 && n <= kGemvMaxN && cols % 8 == 0 && Aligned(d_x, 16) && Aligned(d_w, 16) &&
+      GemvEnabled()) {
+    switch (n) {
+      case 1: LaunchGemv<1>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 2: LaunchGemv<2>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 3: LaunchGemv<3>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 4: LaunchGemv<4>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 5: LaunchGemv<5>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 6: LaunchGemv<6>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      case 7: LaunchGemv<7>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+      default: LaunchGemv<8>(d_x, d_w, d_bias, d_y, rows, cols, stream); break;
+    }
+    return LaunchCheck("gemm (gemv)");
+  }
   const float alpha = 1.f, beta = 0.f;
   const void* x = d_x;
   cudaDataType_t type = CUDA_R_32F;

@@ -1,11 +1,12 @@
 // Paged attention for decode: one query token per row (many sequences, GQA), the context split
-// into partitions of kPartition positions processed by separate thread blocks (each for the
+// into partitions of up to kPartition positions processed by separate thread blocks (each for the
 // query heads that share a KV head, so K and V are read once per group), then a reduce that
 // merges the partitions' (max, sum, output) in the log-sum-exp way. CPU twin:
 // cpu::PagedAttention (kernels/cpu/attention.cc), whose contract it follows:
 //   out[t, h, :] = softmax_j(q[t, h] · k_j / sqrt(head_dim)) · v_j over positions j of the
 //   token's sequence in [first, pos], first = max(0, pos - window + 1) with a sliding window;
 //   kv head of query head h = h / (n_heads / n_kv_heads).
+#include <algorithm>
 #include <cfloat>
 
 #include "kernels/cuda/common.cuh"
@@ -14,7 +15,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int kPartition = 256;  // positions per thread block
+constexpr int kPartition = 256;  // the largest partition (positions per thread block)
 constexpr int kThreads = 256;    // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
@@ -51,14 +52,14 @@ __global__ void __launch_bounds__(kThreads)
                     float* __restrict__ part_m,    // [T, n_heads, P]
                     float* __restrict__ part_l,    // [T, n_heads, P]
                     float* __restrict__ part_acc,  // [T, n_heads, P, head_dim]
-                    int max_partitions) {
+                    int max_partitions, int partition) {
   const int t = blockIdx.x, p = blockIdx.z;
   const int hd = a.head_dim;
   const HeadChunk hc = ChunkOf(blockIdx.y, a.n_heads / a.n_kv_heads);
   const int pos = a.token_pos[t];
   const int first = a.sliding_window > 0 ? max(0, pos - a.sliding_window + 1) : 0;
-  const int begin = first + p * kPartition;
-  const int end = min(pos + 1, begin + kPartition);
+  const int begin = first + p * partition;
+  const int end = min(pos + 1, begin + partition);
   auto pidx = [&](int g) {
     return (static_cast<int64_t>(t) * a.n_heads + hc.h0 + g) * max_partitions + p;
   };
@@ -211,13 +212,36 @@ __global__ void ReduceKernel(const float* __restrict__ part_m, const float* __re
   out[(static_cast<int64_t>(t) * n_heads + h) * head_dim + d] = l > 0.f ? acc / l : 0.f;
 }
 
-int Partitions(int max_context) { return (max_context + kPartition - 1) / kPartition; }
+// Partition size: small batches have too few (token, head) pairs to fill the GPU, so their
+// contexts are cut finer (down to 32 positions: more thread blocks, shorter serial loops) as
+// long as the partials stay under kMaxPartialRows rows (a few tens of MB) and fit the
+// workspace; otherwise kPartition. The same inputs always give the same size (graph capture).
+// The workspace asked for (PagedAttentionWorkspaceBytes) grows with tokens and context, so one
+// sized for the largest step serves every smaller one.
+constexpr size_t kMaxPartialRows = size_t{1} << 16;
+size_t PartialRows(int num_tokens, int n_heads, int max_context, int partition) {
+  return static_cast<size_t>(num_tokens) * n_heads * ((max_context + partition - 1) / partition);
+}
+size_t PartialBytes(size_t rows, int head_dim) {
+  return rows * (2 + static_cast<size_t>(head_dim)) * sizeof(float);
+}
+int PartitionSize(int num_tokens, int n_heads, int head_dim, int max_context,
+                  size_t workspace_bytes) {
+  for (int size = 32; size < kPartition; size *= 2) {
+    const size_t rows = PartialRows(num_tokens, n_heads, max_context, size);
+    if (rows <= kMaxPartialRows && PartialBytes(rows, head_dim) <= workspace_bytes) return size;
+  }
+  return kPartition;
+}
 
 }  // namespace
 
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int n_heads, int head_dim, int max_context) {
-  const size_t rows = static_cast<size_t>(num_tokens) * n_heads * Partitions(max_context);
-  return rows * (2 + static_cast<size_t>(head_dim)) * sizeof(float);
+  // What the largest partition needs, or the finest one's need up to kMaxPartialRows rows.
+  const size_t at_largest =
+      PartialBytes(PartialRows(num_tokens, n_heads, max_context, kPartition), head_dim);
+  const size_t finest = PartialBytes(PartialRows(num_tokens, n_heads, max_context, 32), head_dim);
+  return std::max(at_largest, std::min(finest, PartialBytes(kMaxPartialRows, head_dim)));
 }
 
 int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* d_v_cache,
@@ -240,15 +264,17 @@ int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* 
   }
   if (!Aligned(d_workspace, 16)) return BadArg("paged_attention", "workspace not 16-byte aligned");
   if (a.num_tokens == 0) return 0;
-  const int parts = Partitions(max_context);
-  const size_t rows = static_cast<size_t>(a.num_tokens) * a.n_heads * parts;
+  const int partition =
+      PartitionSize(a.num_tokens, a.n_heads, a.head_dim, max_context, workspace_bytes);
+  const int parts = (max_context + partition - 1) / partition;
+  const size_t rows = PartialRows(a.num_tokens, a.n_heads, max_context, partition);
   float* m = static_cast<float*>(d_workspace);
   float* l = m + rows;
   float* acc = l + rows;
   const int group = a.n_heads / a.n_kv_heads;
   const int chunks = a.n_kv_heads * ((group + kMaxGroup - 1) / kMaxGroup);
   PartitionKernel<<<dim3(a.num_tokens, chunks, parts), kThreads, 0, stream>>>(
-      d_q, d_k_cache, d_v_cache, a, m, l, acc, parts);
+      d_q, d_k_cache, d_v_cache, a, m, l, acc, parts, partition);
   if (int e = LaunchCheck("paged_attention partitions")) return e;
   ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32, 0, stream>>>(
       m, l, acc, parts, a.n_heads, a.head_dim, d_out);

@@ -22,12 +22,14 @@ namespace {
 
 class CudaGemmAttentionTwinTest : public testing::CudaDeviceTest {};
 
-// Shapes: a decode-like n = 1, odd sizes that are no multiple of any tile, a Llama-ish block.
+// Shapes: decode-like n = 1, 3 and 8 (bf16: our GEMV), odd sizes that are no multiple of any
+// tile (cuBLAS), a Llama-ish block (cuBLAS).
 TEST_F(CudaGemmAttentionTwinTest, GemmF32AndBf16WithAndWithoutBias) {
   struct Shape {
     int n, rows, cols;
   };
-  for (Shape sh : {Shape{1, 512, 256}, Shape{7, 333, 129}, Shape{64, 1024, 4096}}) {
+  for (Shape sh : {Shape{1, 512, 256}, Shape{3, 2048, 1024}, Shape{8, 1000, 4096},
+                   Shape{7, 333, 129}, Shape{64, 1024, 4096}}) {
     const auto x = Random(static_cast<size_t>(sh.n) * sh.cols, 1);
     const auto w = Random(static_cast<size_t>(sh.rows) * sh.cols, 2, 0.05f);
     const auto bias = Random(sh.rows, 3);
@@ -51,11 +53,13 @@ TEST_F(CudaGemmAttentionTwinTest, GemmF32AndBf16WithAndWithoutBias) {
                   0)
             << api_->last_error();
         const double err = NormErr(Download(d_y, want.size()), want);
-        // f32: full-precision products, only the summation order differs: ~1e-6 relative.
-        // bf16: the GPU rounds x to bf16 (8 significant bits, relative error <= 2^-9 per
-        // element) before the product, the CPU does not; over random signs the errors
-        // partly cancel, leaving well under 1% of the largest output.
-        const double tol = dtype == 0 ? 1e-4 : 1e-2;
+        // f32, and bf16 through the GEMV (n <= 8, cols % 8 == 0: x stays f32 as on the CPU):
+        // full-precision products, only the summation order differs: ~1e-6 relative.
+        // bf16 through cuBLAS: the GPU rounds x to bf16 (8 significant bits, relative error
+        // <= 2^-9 per element) before the product, the CPU does not; over random signs the
+        // errors partly cancel, leaving well under 1% of the largest output.
+        const bool gemv = dtype == 2 && sh.n <= 8 && sh.cols % 8 == 0;
+        const double tol = dtype == 0 || gemv ? 1e-4 : 1e-2;
         EXPECT_LT(err, tol) << "dtype " << dtype << " n " << sh.n << " rows " << sh.rows << " cols "
                             << sh.cols << " bias " << with_bias;
       }
@@ -174,6 +178,49 @@ TEST_F(CudaGemmAttentionTwinTest, PrefillAttentionMatchesCpu) {
   float* buf = static_cast<float*>(Alloc(16 * 8 * 4));
   EXPECT_NE(api_->prefill_attention_bf16(buf, buf, buf, &d, Upload(tiles), 1, buf), 0);
   EXPECT_NE(std::string(api_->last_error()).find("head_dim"), std::string::npos);
+}
+
+// Many decode rows (512 sequences x 8 heads, contexts near 2k): too many partials for the fine
+// partitions the small batches get, so the kernel takes its largest (256 positions). The
+// sequences share one block table (as a common prefix would), keeping the cache small.
+TEST_F(CudaGemmAttentionTwinTest, DecodeAttentionManyRowsLargePartitions) {
+  const int S = 512, n_heads = 8, n_kv = 2, hd = 128, bs = 16, width = n_kv * hd;
+  const int max_ctx = 2099, mb = (max_ctx + bs - 1) / bs;
+  std::vector<int> blocks(mb);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), std::mt19937(3));
+  std::vector<int> tables, token_seq(S), token_pos(S);
+  for (int s = 0; s < S; ++s) {
+    tables.insert(tables.end(), blocks.begin(), blocks.end());
+    token_seq[s] = s;
+    token_pos[s] = max_ctx - 1 - (s * 37) % 300;
+  }
+  const auto kc = Random(static_cast<size_t>(mb) * bs * width, 4);
+  const auto vc = Random(kc.size(), 5);
+  const auto q = Random(static_cast<size_t>(S) * n_heads * hd, 6);
+  PagedAttentionArgs a;
+  a.num_tokens = S;
+  a.n_heads = n_heads;
+  a.n_kv_heads = n_kv;
+  a.head_dim = hd;
+  a.block_size = bs;
+  a.max_blocks_per_seq = mb;
+  a.token_seq = token_seq.data();
+  a.token_pos = token_pos.data();
+  a.block_tables = tables.data();
+  std::vector<float> want(q.size());
+  cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
+  TandemPagedAttentionArgs d{
+      S, n_heads, n_kv, hd, bs, mb, Upload(token_seq), Upload(token_pos), Upload(tables), 0};
+  const size_t ws_bytes = api_->paged_attention_workspace_bytes(S, n_heads, hd, max_ctx);
+  void* ws = Alloc(ws_bytes);
+  float* d_out = static_cast<float*>(Alloc(q.size() * 4));
+  ASSERT_EQ(api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, max_ctx, ws,
+                                         ws_bytes, d_out),
+            0)
+      << api_->last_error();
+  // As for prefill: f32 sums in another order, 1e-4 of the largest output.
+  EXPECT_LT(NormErr(Download(d_out, q.size()), want), 1e-4);
 }
 
 // The split-K decode kernel at contexts up to 32k, block sizes 16 and 64, sequences of
