@@ -32,6 +32,8 @@ class CudaModelTest : public testing::CudaDeviceTest {
     EXPECT_TRUE(m.ok()) << m.status();
     return m.ok() ? std::move(*m) : nullptr;
   }
+  // GraphReplayEqualsPlainSteps for one weight dtype.
+  void GraphReplayCase(int weight_dtype);
   std::unique_ptr<Backend> backend_;
 };
 
@@ -230,7 +232,15 @@ TEST_F(CudaModelTest, BadStepsAreRejectedNamingTheChunk) {
 // A model of random weights made on the device, run through the C API: the same decode steps
 // with graphs (padded to the bucket, captured after its first step, then replayed) and without must
 // give the same logits and tokens; the library says how many buckets it captured and replayed.
+// f32 and bf16 weights (weight_dtype 0 and 2).
 TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
+  for (int weight_dtype : {0, 2}) {
+    SCOPED_TRACE(::testing::Message() << "weight_dtype " << weight_dtype);
+    GraphReplayCase(weight_dtype);
+  }
+}
+
+void CudaModelTest::GraphReplayCase(int weight_dtype) {
   const std::vector<float> inv_freq = {1.f, 0.3f, 0.1f, 0.03f, 0.01f, 0.003f, 0.001f, 0.0003f};
   TandemModelDesc d{};
   d.dim = 128;
@@ -244,7 +254,7 @@ TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
   d.norm_eps = 1e-5f;
   d.rope_style = 1;
   d.rope_inv_freq = inv_freq.data();
-  d.weight_dtype = 2;
+  d.weight_dtype = weight_dtype;
   d.num_blocks = 64 * 8;
   d.block_size = 16;
   d.max_batch_tokens = 512;  // the first step prefills 5 x 100 tokens
@@ -286,12 +296,26 @@ TEST_F(CudaModelTest, GraphReplayEqualsPlainSteps) {
         << api_->last_error();
     a.resize(n * 1000);
     b.resize(n * 1000);
-    // Same kernels on the same data; only cuBLAS's choice of algorithm for the padded row
-    // count may differ, changing the summation order: 1e-5 relative.
-    EXPECT_LT(NormErr(a, b), 1e-5) << "step " << step;
+    // Same kernels on the same data; only the summation order may differ (cuBLAS's algorithm
+    // for the padded row count, the decode attention's partitions for the padded batch and
+    // context): 1e-5 relative in f32. With bf16 weights each GEMM rounds its input to bf16,
+    // and a 1e-7 change can move a value across a rounding boundary (2^-9 of that value):
+    // 2e-3 of the largest logit, still far below what a wrong row or position gives.
+    const double tol = weight_dtype == 0 ? 1e-5 : 2e-3;
+    EXPECT_LT(NormErr(a, b), tol) << "step " << step;
+    float largest = 0;
+    for (float v : b) largest = std::max(largest, std::abs(v));
     for (int s = 0; s < n; ++s) {
-      last[s] = Argmax(std::span<const float>(b.data() + s * 1000, 1000));
-      EXPECT_EQ(Argmax(std::span<const float>(a.data() + s * 1000, 1000)), last[s]);
+      std::span<const float> row(b.data() + s * 1000, 1000);
+      last[s] = Argmax(row);
+      // The same greedy token, unless the top two are closer than the tolerance allows.
+      float second = -INFINITY;
+      for (int i = 0; i < 1000; ++i) {
+        if (i != last[s]) second = std::max(second, row[i]);
+      }
+      if (row[last[s]] - second > 2 * tol * largest) {
+        EXPECT_EQ(Argmax(std::span<const float>(a.data() + s * 1000, 1000)), last[s]);
+      }
     }
     a.resize(nseq * 1000);
     b.resize(nseq * 1000);
