@@ -20,7 +20,6 @@ constexpr int kThreads = 256;    // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxGroup = 8;  // query heads of one KV head handled by one thread block
-constexpr int kDimsPerLane = kMaxHeadDim / 32;
 constexpr int kUnroll = 4;  // positions per warp in flight (their loads issued together)
 
 // Query heads [h0, h0 + count) of the head chunk `chunk` (blockIdx.y): the query heads of one
@@ -44,6 +43,9 @@ __device__ inline HeadChunk ChunkOf(int chunk, int group) {
 // sum exp(score - m) * v; an empty partition writes m = -inf, l = 0. Decode attention is
 // memory-latency bound at small batches: each warp takes kUnroll positions at a time (8 warps:
 // 32 K or V rows in flight per block), its lanes holding dims lane, lane + 32, ... of a row.
+// kDimsPerLane = ceil(head_dim / 32) rounded up to 2, 4 or 8: registers sized to the head
+// (head_dim 128 needs half of 256's, so twice the blocks fit on a multiprocessor).
+template <int kDimsPerLane>
 __global__ void __launch_bounds__(kThreads)
     PartitionKernel(const float* __restrict__ q,        // [T, n_heads, head_dim]
                     const float* __restrict__ k_cache,  // [slots, n_kv, head_dim]
@@ -281,8 +283,17 @@ int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* 
   float* m = static_cast<float*>(d_workspace);
   float* l = m + rows;
   float* acc = l + rows;
-  PartitionKernel<<<dim3(a.num_tokens, chunks, parts), kThreads, 0, stream>>>(
-      d_q, d_k_cache, d_v_cache, a, m, l, acc, parts, partition);
+  const dim3 grid(a.num_tokens, chunks, parts);
+  if (a.head_dim <= 64) {
+    PartitionKernel<2><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
+                                                       parts, partition);
+  } else if (a.head_dim <= 128) {
+    PartitionKernel<4><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
+                                                       parts, partition);
+  } else {
+    PartitionKernel<8><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
+                                                       parts, partition);
+  }
   if (int e = LaunchCheck("paged_attention partitions")) return e;
   ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32, 0, stream>>>(
       m, l, acc, parts, a.n_heads, a.head_dim, d_out);
