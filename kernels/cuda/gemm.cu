@@ -50,7 +50,7 @@ __global__ void GatherRowsKernel(const float* __restrict__ src, const int* __res
 // read the weights well below the memory's speed (a 4096 x 4096 matrix at about 1 TB/s on an
 // H200), so a GEMV of our own streams them instead: one warp per weight row, each lane loading
 // 8 bf16 (16 bytes) at a time and multiplying them with the n inputs, kept in f32 (as the CPU
-// twin does). grid (ceil(rows / 8)), block 256 (8 warps, a row each). Needs cols % 8 == 0 and
+// twin does). block 256 (8 warps, a row each, or `split` warps a row). Needs cols % 8 == 0 and
 // 16-byte aligned x and w. Each lane reads 32 n bytes of x (from L1) per 16 bytes of weights,
 // so the L1 caps it as n grows: on an H200 a Llama-3-8B decode step took 5.8 ms at n = 1
 // (cuBLAS 6.2) but 19.9 ms at n = 8 (cuBLAS 7.4); n <= 2 keeps x's reads at 4x the weights'.
@@ -61,49 +61,67 @@ __global__ void __launch_bounds__(256)
                    const __nv_bfloat16* __restrict__ w,  // [rows, cols]
                    const float* __restrict__ bias,       // [rows] or null
                    float* __restrict__ y,                // [N, rows]
-                   int rows, int cols) {
-  const int r = blockIdx.x * 8 + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (r >= rows) return;
-  const __nv_bfloat16* wr = w + static_cast<int64_t>(r) * cols;
+                   int rows, int cols, int split) {
+  // `split` warps share a row (each takes every split-th 256-column slice), so that matrices of
+  // few rows (the K and V projections: 1024) still give the GPU enough warps.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int r = blockIdx.x * (8 / split) + warp / split;
+  const int part = warp % split;
   float acc[N];
 #pragma unroll
   for (int n = 0; n < N; ++n) acc[n] = 0.f;
+  if (r < rows) {
+    const __nv_bfloat16* wr = w + static_cast<int64_t>(r) * cols;
 #pragma unroll 4
-  for (int c = lane * 8; c < cols; c += 32 * 8) {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-    float wf[8];
+    for (int c = part * 256 + lane * 8; c < cols; c += 256 * split) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(wr + c));
+      const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      float wf[8];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float2 f = __bfloat1622float2(h2[k]);
-      wf[2 * k] = f.x;
-      wf[2 * k + 1] = f.y;
-    }
+      for (int k = 0; k < 4; ++k) {
+        const float2 f = __bfloat1622float2(h2[k]);
+        wf[2 * k] = f.x;
+        wf[2 * k + 1] = f.y;
+      }
 #pragma unroll
-    for (int n = 0; n < N; ++n) {
-      const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n) * cols + c);
-      const float4 a = __ldg(xp), b = __ldg(xp + 1);
-      acc[n] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+      for (int n = 0; n < N; ++n) {
+        const float4* xp = reinterpret_cast<const float4*>(x + static_cast<int64_t>(n) * cols + c);
+        const float4 a = __ldg(xp), b = __ldg(xp + 1);
+        acc[n] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
+                  wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+      }
     }
   }
 #pragma unroll
   for (int n = 0; n < N; ++n) {
     for (int off = 16; off > 0; off /= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], off);
   }
+  __shared__ float partial[8][N];
   if (lane == 0) {
+#pragma unroll
+    for (int n = 0; n < N; ++n) partial[warp][n] = acc[n];
+  }
+  __syncthreads();
+  if (lane == 0 && part == 0 && r < rows) {
     const float b = bias != nullptr ? bias[r] : 0.f;
 #pragma unroll
-    for (int n = 0; n < N; ++n) y[static_cast<int64_t>(n) * rows + r] = acc[n] + b;
+    for (int n = 0; n < N; ++n) {
+      float sum = 0.f;
+      for (int k = 0; k < split; ++k) sum += partial[warp + k][n];
+      y[static_cast<int64_t>(n) * rows + r] = sum + b;
+    }
   }
 }
 
 template <int N>
 void LaunchGemv(const float* x, const void* w, const float* bias, float* y, int rows, int cols,
                 cudaStream_t stream) {
-  GemvBf16Kernel<N><<<(rows + 7) / 8, 256, 0, stream>>>(
-      x, static_cast<const __nv_bfloat16*>(w), bias, y, rows, cols);
+  // Warps per row: enough for about 8192 warps in all (64 on each of 128 multiprocessors).
+  int split = 1;
+  while (split < 8 && static_cast<int64_t>(rows) * split < 8192) split *= 2;
+  const int rows_per_block = 8 / split;
+  GemvBf16Kernel<N><<<(rows + rows_per_block - 1) / rows_per_block, 256, 0, stream>>>(
+      x, static_cast<const __nv_bfloat16*>(w), bias, y, rows, cols, split);
 }
 
 bool GemvEnabled() {
