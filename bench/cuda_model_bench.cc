@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
     std::snprintf(buf, sizeof(buf),
                   "%s{\"batch\":%d,\"step_ms\":%.4f,\"tokens_per_s\":%.1f,\"bound_ms\":%.4f,"
                   "\"fraction_of_bound\":%.3f}",
-                  batch == batches.front() ? "" : ",", batch, t * 1e3, batch / t, bound * 1e3, bound / t);
+                  batch == batches.front() ? "" : ",", batch, t * 1e3, batch / t, bound * 1e3,
+                  bound / t);
     json += buf;
   }
   json += "],\"prefill\":[";

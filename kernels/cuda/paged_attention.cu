@@ -20,7 +20,7 @@ constexpr int kThreads = 256;    // 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxGroup = 8;  // query heads of one KV head handled by one thread block
-constexpr int kUnroll = 4;  // positions per warp in flight (their loads issued together)
+constexpr int kUnroll = 4;    // positions per warp in flight (their loads issued together)
 
 // Query heads [h0, h0 + count) of the head chunk `chunk` (blockIdx.y): the query heads of one
 // KV head, at most kMaxGroup per chunk, so that K and V are read once per group (GQA), not once
@@ -94,9 +94,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int j = j0 + u;
-      row[u] = j < end ? (static_cast<int64_t>(table[j / a.block_size]) * a.block_size +
-                          j % a.block_size) * a.n_kv_heads + hc.kvh
-                       : -1;
+      row[u] = -1;
+      if (j < end) {
+        const int64_t slot =
+            static_cast<int64_t>(table[j / a.block_size]) * a.block_size + j % a.block_size;
+        row[u] = slot * a.n_kv_heads + hc.kvh;
+      }
     }
   };
   // Scores: a warp's lanes hold kUnroll K rows in registers and take their dot products with
@@ -285,14 +288,14 @@ int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* 
   float* acc = l + rows;
   const dim3 grid(a.num_tokens, chunks, parts);
   if (a.head_dim <= 64) {
-    PartitionKernel<2><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
-                                                       parts, partition);
+    PartitionKernel<2>
+        <<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc, parts, partition);
   } else if (a.head_dim <= 128) {
-    PartitionKernel<4><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
-                                                       parts, partition);
+    PartitionKernel<4>
+        <<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc, parts, partition);
   } else {
-    PartitionKernel<8><<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc,
-                                                       parts, partition);
+    PartitionKernel<8>
+        <<<grid, kThreads, 0, stream>>>(d_q, d_k_cache, d_v_cache, a, m, l, acc, parts, partition);
   }
   if (int e = LaunchCheck("paged_attention partitions")) return e;
   ReduceKernel<<<dim3(a.num_tokens, a.n_heads), (a.head_dim + 31) / 32 * 32, 0, stream>>>(

@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdio>
+#include <numeric>
 #include <random>
 #include <string>
 

@@ -131,7 +131,8 @@ struct HeadShape {
 // Groups of 4 (Llama 3), 12 (more than one thread block's 8: two head chunks) and 1 (MHA), head
 // dims 128, 64 and 256.
 TEST_F(CudaOpsTwinTest, PagedAttentionDecodeGqaSplitK) {
-  for (const HeadShape& shape : {HeadShape{8, 2, 128}, HeadShape{12, 1, 64}, HeadShape{4, 4, 256}}) {
+  for (const HeadShape& shape :
+       {HeadShape{8, 2, 128}, HeadShape{12, 1, 64}, HeadShape{4, 4, 256}}) {
     SCOPED_TRACE(::testing::Message() << "n_heads " << shape.n_heads << " n_kv " << shape.n_kv);
     DecodeAttentionCases(shape.n_heads, shape.n_kv, shape.hd);
   }

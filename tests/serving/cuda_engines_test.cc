@@ -86,8 +86,7 @@ class CudaEnginesTest : public ::testing::Test {
     // reference prompts are shorter than a block (16), and only full blocks are cached: the
     // prompt here is the first one followed by its greedy completion (45 tokens, 2 blocks).
     GenerationRequest longer = reqs[0];
-    longer.prompt.insert(longer.prompt.end(), (*want)[0].tokens.begin(),
-                         (*want)[0].tokens.end());
+    longer.prompt.insert(longer.prompt.end(), (*want)[0].tokens.begin(), (*want)[0].tokens.end());
     const std::vector<GenerationRequest> longer_reqs = {longer};
     auto want_longer = alone.Generate(longer_reqs);
     ASSERT_TRUE(want_longer.ok());
