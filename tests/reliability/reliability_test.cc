@@ -637,8 +637,9 @@ TEST_F(ReliabilityTest, Row23_SoakWithCancellationsAndInjectedFaults) {
   for (int i : steady) {
     // Persistent connections may be new, not leaked: the router's channel to the replacement
     // decode worker, a prefill worker's KV connection to a decode worker it had not sent to
-    // before the baseline (one per decode peer). Decode workers open none.
-    const int new_peers = i == 0 ? 4 : (c.proc(i).role == "prefill" ? 2 : 0);
+    // before the baseline (one per decode peer), and its other end on that decode worker (one
+    // per prefill peer: the warm-up's routing may not have paired every prefill with it).
+    const int new_peers = i == 0 ? 4 : 2;
     EXPECT_LE(c.Fds(i), fds0[i] + new_peers) << c.proc(i).role << " leaks descriptors";
     EXPECT_LT(c.RssKb(i), rss0[i] + 64 * 1024) << c.proc(i).role << " RSS grew by 64 MiB";
     std::printf("  %s %d: fds %d -> %d, RSS %lld -> %lld KiB\n", c.proc(i).role.c_str(), i, fds0[i],
