@@ -121,8 +121,10 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   const int out = std::clamp(ctx / 8, 8, 64);
   const int longer = std::min(ctx / 2, ctx - out - 1);
   const int mid = std::min(ctx / 4, ctx - out - 1);
+  // The requests alone (concurrency 1) give the hops' jitter from their p90 - p50: 60 of them
+  // (15 s at 4/s), as the p90 of 24 (the third largest) moved with a moment's load of the host.
   const std::vector<Workload> workloads = {
-      {1, 16, out, 24},     {1, longer, out, 24}, {4, 16, out, 48},
+      {1, 16, out, 60},     {1, longer, out, 60}, {4, 16, out, 48},
       {4, longer, out, 48}, {8, mid, out, 64},
   };
 
@@ -181,9 +183,11 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     s.config = c;
     s.weight_bytes = o.weight_bytes;
     s.batch.assign(seqs, planner::ChunkShape{static_cast<int>(std::lround(context)), 1});
-    // What a step costs the decode loop is more than its forward pass (the metric): sampling,
-    // bookkeeping, handing the tokens to the streams. Every running request gets one token a
-    // step, so a request's mean interval after its second token is the loop's wall time a step.
+    // The decode factors are fitted to the forward pass (the metric). What the loop adds to it
+    // (sampling, bookkeeping, handing tokens to the streams) is the relay's CPU per token in
+    // the simulator, fitted below to TPOT: fitting the factors to the loop's wall time too
+    // counted it twice (TPOT 15-30% high). The wall time (every running request gets one token
+    // a step, so a request's mean interval after its second token) is reported beside it.
     double wall = 0;
     int spans = 0;
     for (const bench::RequestRecord& r : run->records) {
@@ -194,7 +198,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     }
     if (spans == 0) return absl::InternalError("calibrate: no request streamed 3 tokens");
     wall /= spans;
-    s.seconds = std::max(step, wall);
+    s.seconds = step;
     decode_samples.push_back(s);
     measured.push_back(FiguresOf(run->records));
     const double prefill_steps = p1->count - p0->count;
@@ -256,13 +260,13 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     return f;
   };
   // The request path, parameter by parameter (two rounds, as they interact a little):
-  // - the jitter of the request hops and of the decode start: at concurrency 1 with fixed
-  //   lengths the simulator's TTFT and first gap have no spread of their own, so the measured
-  //   p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5;
-  // - the request overhead (CPU work on the shared host): TTFT p50 at concurrency 1, where
-  //   nothing else queues for the CPU (fitting it to concurrency 4 too traded a third of the
-  //   low-load TTFT for the loaded one);
-  // - the decode start: the first gap's p50 at concurrency 1;
+  // - the jitter of the request hops and of the decode start: for the shortest prompts alone
+  //   (fixed lengths) the simulator's TTFT and first gap have almost no spread of their own, so
+  //   the measured p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5;
+  // - the request overhead (CPU work on the shared host): their TTFT p50, where nothing else
+  //   queues for the CPU (fitting it to concurrency 4 too traded a third of the low-load TTFT
+  //   for the loaded one);
+  // - the decode start: their first gap's p50;
   // - the relay's CPU per token: TPOT p50 of every workload;
   // - the step jitter (lognormal sigma, 0 to 1.5 by 0.05): TPOT and TTFT p90 of every workload.
   // Each by a search on a grid (a log grid, 0 then 10 us to 10 ms, for the times) of the squared
@@ -294,24 +298,30 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
     return d * d;
   };
-  double ttft_spread = 0, gap_spread = 0;
-  int alone = 0;
+  // The hops' overheads and jitter from the shortest prompts alone: there the prefill step is
+  // short, so TTFT and its spread are the hops' own; a long prompt's TTFT is mostly its prefill
+  // (whose model error the overhead would otherwise absorb) and its spread its long steps'
+  // noise (6 ms of p90 - p50 at 384 tokens against 0.3 at 16), which the step jitter below
+  // models in proportion to each step.
+  size_t shortest = workloads.size();
   for (size_t i = 0; i < workloads.size(); ++i) {
-    if (workloads[i].concurrency != 1) continue;
-    ttft_spread += std::max(0.0, measured[i].ttft90 - measured[i].ttft50);
-    gap_spread += std::max(0.0, measured[i].gap90 - measured[i].gap50);
-    ++alone;
+    if (workloads[i].concurrency == 1 &&
+        (shortest == workloads.size() || workloads[i].input < workloads[shortest].input)) {
+      shortest = i;
+    }
   }
-  p.request_jitter = ttft_spread / alone / std::log(5.0);
-  p.decode_start_jitter = gap_spread / alone / std::log(5.0);
+  const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
+  const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
+  p.request_jitter = ttft_spread / std::log(5.0);
+  p.decode_start_jitter = gap_spread / std::log(5.0);
   for (int round = 0; round < 2; ++round) {
     absl::Status s =
         fit(&p.request_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
-          return w.concurrency == 1 ? sq(f.ttft50, m.ttft50) : 0.0;
+          return &w == &workloads[shortest] ? sq(f.ttft50, m.ttft50) : 0.0;
         });
     if (s.ok()) {
       s = fit(&p.decode_start_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
-        return w.concurrency == 1 ? sq(f.gap50, m.gap50) : 0.0;
+        return &w == &workloads[shortest] ? sq(f.gap50, m.gap50) : 0.0;
       });
     }
     if (s.ok()) {
