@@ -495,9 +495,14 @@ void Sim::FirstToken(int r) {
     End(r, now_, 0);
     return;
   }
-  // The router's start message reaches the decode worker, whose loop picks the request up.
-  StartHop(now_, profile_.decode_start_overhead, Jitter(profile_.decode_start_jitter),
-           Kind::kDecodeStart, r);
+  // The router's start message reaches the decode worker, whose loop picks the request up. A
+  // loop asleep (no running request) wakes up late by the decode-start jitter; a running one
+  // takes the request at its next step (on the machine the first gap's p50 was 0.8 ms at 12
+  // requests/s against 1.9 ms alone).
+  const Worker& dw = workers_[q.decode_worker];
+  const double jitter = Jitter(profile_.decode_start_jitter);
+  const bool asleep = !dw.busy && dw.decode_scheduler->running().empty();
+  StartHop(now_, profile_.decode_start_overhead, asleep ? jitter : 0.0, Kind::kDecodeStart, r);
 }
 
 void Sim::StartHop(double start, double cpu, double latency, Kind next, int r) {
