@@ -266,6 +266,41 @@ TEST(Simulator, DecodeStartDelaysTheSecondToken) {
   EXPECT_NEAR(b[7] - b[1], a[7] - a[1], 1e-9);
 }
 
+TEST(Simulator, DecodeStartJitterOnlyWakesAnIdleDecodeLoop) {
+  // A decode loop asleep (no running request) picks a new request up late by the decode-start
+  // jitter; one already stepping takes it at its next step. Request 0 starts alone and decodes
+  // for about 20 s (400 steps of 50 ms); requests 1-10 get their first token in the middle of
+  // that, request 11 long after.
+  HardwareProfile p = H100();
+  p.step_overhead = 0.05;
+  std::mt19937_64 rng(3);
+  std::vector<TimedRequest> reqs = {{0, Prompt(32, rng), 400}};
+  for (int i = 1; i <= 10; ++i) reqs.push_back({4.0 + i, Prompt(32, rng), 4});
+  reqs.push_back({100, Prompt(32, rng), 4});
+  auto base = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  p.decode_start_jitter = 0.5;  // a mean of ten steps
+  auto jittered = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  ASSERT_TRUE(base.ok() && jittered.ok());
+  auto gap = [](const SimResult& r, int i) {
+    const auto& t = r.records[i].token_times;
+    return t[1] - t[0];
+  };
+  double joined_base = 0, joined = 0;
+  for (int i = 1; i <= 10; ++i) {
+    for (const SimResult* r : {&*base, &*jittered}) {  // they join a running loop
+      ASSERT_GT(r->records[i].first_token, r->records[0].token_times[1]);
+      ASSERT_LT(r->records[i].first_token, r->records[0].done);
+    }
+    joined_base += gap(*base, i);
+    joined += gap(*jittered, i);
+  }
+  // Joining: at most a step later each (the loop's phase differs between the runs); ten draws
+  // of the jitter would add about 5 s.
+  EXPECT_LT(joined, joined_base + 10 * 0.05);
+  // Waking: requests 0 and 11 find the loop asleep and pay the jitter.
+  EXPECT_GT(gap(*jittered, 0) + gap(*jittered, 11), gap(*base, 0) + gap(*base, 11) + 1e-3);
+}
+
 TEST(Simulator, RequestJitterSpreadsLatencyDeterministically) {
   // Fixed lengths at concurrency 1 leave no spread of their own; the request path's jitter
   // gives TTFT a p50-p90 spread of about ln 5 times its mean, the same for the same seed.
