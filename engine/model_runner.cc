@@ -60,13 +60,7 @@ class CudaModelRunner : public ModelRunner {
     const int rows = Marshal(batch);
     if (rows == 0) return absl::InvalidArgumentError("forward: empty batch");
     logits->resize(static_cast<size_t>(rows) * config_.vocab_size);
-    int got = 0;
-    if (int rc = api_->model_forward(model_, chunks_.data(), static_cast<int>(chunks_.size()),
-                                     tokens_.data(), tables_.data(), nullptr, logits->data(),
-                                     nullptr, &got)) {
-      return CudaError(api_, rc, "forward (cuda)");
-    }
-    if (got != rows) return absl::InternalError("forward (cuda): unexpected number of rows");
+    if (absl::Status s = RunMarshalled(rows, nullptr, logits->data(), nullptr); !s.ok()) return s;
     if (on_layer_kv) {
       for (int l = 0; l < config_.n_layers; ++l) on_layer_kv(l);
     }
@@ -89,14 +83,7 @@ class CudaModelRunner : public ModelRunner {
                         positions[r]};
     }
     tokens->resize(rows);
-    int got = 0;
-    if (int rc = api_->model_forward(model_, chunks_.data(), static_cast<int>(chunks_.size()),
-                                     tokens_.data(), tables_.data(), row_params_.data(), nullptr,
-                                     tokens->data(), &got)) {
-      return CudaError(api_, rc, "forward (cuda)");
-    }
-    if (got != rows) return absl::InternalError("forward (cuda): unexpected number of rows");
-    return absl::OkStatus();
+    return RunMarshalled(rows, row_params_.data(), nullptr, tokens->data());
   }
 
   absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table, int token_start,
@@ -119,25 +106,14 @@ class CudaModelRunner : public ModelRunner {
   }
   absl::Status UnpackKv(std::span<const char> payload, const KvChunkHeader& h,
                         std::span<const int> block_table) override {
-    if (h.dtype != DType::kF32) {
-      return absl::UnimplementedError(
-          absl::StrFormat("kv chunk: dtype %s is not supported yet", DTypeName(h.dtype)));
-    }
-    if (h.width != static_cast<uint32_t>(config_.kv_dim())) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("kv chunk: width %d, cache width %d", h.width, config_.kv_dim()));
-    }
+    if (absl::Status s = CheckKvChunk(h, config_.kv_dim()); !s.ok()) return s;
     if (h.token_count == 0 || h.token_count > (1u << 30) || h.token_start > (1u << 30)) {
       return absl::InvalidArgumentError("kv chunk: bad token range");
     }
-    const size_t want = 2 * static_cast<size_t>(h.token_count) * h.width * sizeof(float);
-    if (payload.size() != want) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("kv chunk: payload has %d bytes, want %d", payload.size(), want));
-    }
+    if (absl::Status s = CheckKvPayload(h, config_.kv_dim(), payload.size()); !s.ok()) return s;
     // The payload is not necessarily float-aligned: copy it.
-    std::vector<float> wire(want / sizeof(float));
-    std::memcpy(wire.data(), payload.data(), want);
+    std::vector<float> wire(payload.size() / sizeof(float));
+    std::memcpy(wire.data(), payload.data(), payload.size());
     if (int rc = api_->model_unpack_kv(model_, static_cast<int>(h.layer), block_table.data(),
                                        static_cast<int>(block_table.size()),
                                        static_cast<int>(h.token_start),
@@ -174,6 +150,20 @@ class CudaModelRunner : public ModelRunner {
     if (tokens_.empty()) tokens_.push_back(0);
     if (tables_.empty()) tables_.push_back(0);
     return rows;
+  }
+
+  // One model_forward of the step Marshal prepared (`rows` logit rows): logits, or the tokens
+  // sampled on the device with `params`.
+  absl::Status RunMarshalled(int rows, const TandemSampleRowParams* params, float* logits,
+                             int* sampled) {
+    int got = 0;
+    if (int rc =
+            api_->model_forward(model_, chunks_.data(), static_cast<int>(chunks_.size()),
+                                tokens_.data(), tables_.data(), params, logits, sampled, &got)) {
+      return CudaError(api_, rc, "forward (cuda)");
+    }
+    if (got != rows) return absl::InternalError("forward (cuda): unexpected number of rows");
+    return absl::OkStatus();
   }
 
   // Reused between steps (the engine's loop thread is the only caller of Forward).

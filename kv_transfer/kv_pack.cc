@@ -95,26 +95,37 @@ KvChunkHeader MakeKvChunkHeader(int width, uint64_t request_id, int layer, int t
   return h;
 }
 
-absl::Status ScatterKv(std::span<const char> payload, const KvChunkHeader& h,
-                       std::span<const int> block_table, KvCache* cache) {
+absl::Status CheckKvChunk(const KvChunkHeader& h, int64_t width) {
   if (h.dtype != DType::kF32) {
     return absl::UnimplementedError(
         absl::StrFormat("kv chunk: dtype %s is not supported yet", DTypeName(h.dtype)));
   }
-  if (h.width != static_cast<uint32_t>(cache->width())) {
+  if (h.width != static_cast<uint32_t>(width)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("kv chunk: width %d, cache width %d", h.width, cache->width()));
+        absl::StrFormat("kv chunk: width %d, cache width %d", h.width, width));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKvPayload(const KvChunkHeader& h, int64_t width, size_t payload_bytes) {
+  const size_t want = 2 * static_cast<size_t>(h.token_count) * width * sizeof(float);
+  if (payload_bytes != want) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("kv chunk: payload has %d bytes, want %d", payload_bytes, want));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScatterKv(std::span<const char> payload, const KvChunkHeader& h,
+                       std::span<const int> block_table, KvCache* cache) {
+  if (absl::Status s = CheckKvChunk(h, cache->width()); !s.ok()) return s;
   if (absl::Status s = CheckRange(*cache, h.layer, block_table, h.token_start, h.token_count);
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckKvPayload(h, cache->width(), payload.size()); !s.ok()) return s;
   const int64_t w = cache->width();
   const size_t half = static_cast<size_t>(h.token_count) * w * sizeof(float);
-  if (payload.size() != 2 * half) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("kv chunk: payload has %d bytes, want %d", payload.size(), 2 * half));
-  }
   const char* k_in = payload.data();
   const char* v_in = payload.data() + half;
   float* k = cache->k(h.layer);

@@ -32,6 +32,13 @@ KvChunkHeader MakeKvChunkHeader(const KvCache& cache, uint64_t request_id, int l
 KvChunkHeader MakeKvChunkHeader(int width, uint64_t request_id, int layer, int token_start,
                                 int token_count);
 
+// Checks a chunk's header and payload against a cache of `width` floats per token row: dtype
+// (only float32 today: UNIMPLEMENTED otherwise), width, and (when `payload_bytes` is given) a
+// payload of 2 * token_count * width floats. ScatterKv's own checks; for caches held elsewhere
+// (a device) too.
+absl::Status CheckKvChunk(const KvChunkHeader& h, int64_t width);
+absl::Status CheckKvPayload(const KvChunkHeader& h, int64_t width, size_t payload_bytes);
+
 // Unpacks a chunk into the blocks of `block_table` (the receiver's own, with its own block
 // size). Checks dtype (only float32 today: UNIMPLEMENTED otherwise), width, layer, payload size
 // and that every touched block id is inside the cache, before writing anything.

@@ -37,9 +37,8 @@ class GrpcNcclBootstrap {
     NcclUniqueId id;
     if (resp.unique_id().size() != id.size()) {
       return absl::DataLossError(
-          absl::StrFormat("NcclBootstrap at %s: unique_id has %d bytes, "
-                          "want %d",
-                          peer, resp.unique_id().size(), id.size()));
+          absl::StrFormat("NcclBootstrap at %s: unique_id has %d bytes, want %d", peer,
+                          resp.unique_id().size(), id.size()));
     }
     std::memcpy(id.data(), resp.unique_id().data(), id.size());
     return id;

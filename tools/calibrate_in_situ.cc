@@ -303,13 +303,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   // (whose model error the overhead would otherwise absorb) and its spread its long steps'
   // noise (6 ms of p90 - p50 at 384 tokens against 0.3 at 16), which the step jitter below
   // models in proportion to each step.
-  size_t shortest = workloads.size();
-  for (size_t i = 0; i < workloads.size(); ++i) {
-    if (workloads[i].concurrency == 1 &&
-        (shortest == workloads.size() || workloads[i].input < workloads[shortest].input)) {
-      shortest = i;
-    }
-  }
+  constexpr size_t shortest = 0;  // workloads[0]: 16-token prompts alone
   const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
   p.request_jitter = ttft_spread / std::log(5.0);

@@ -183,17 +183,13 @@ int PagedAttentionDecodeC(const float* q, const float* k, const float* v,
   if (args == nullptr) return tandem::cuda::BadArg("paged_attention", "args is null");
   return tandem::cuda::PagedAttentionDecode(q, k, v, *args, max_context, ws, ws_bytes, out, 0);
 }
+// kBf16: the tensor-core variant (prefill_attention_bf16).
+template <bool kBf16>
 int PrefillAttentionC(const float* q, const float* k, const float* v,
                       const TandemPagedAttentionArgs* args, const int* tiles, int num_tiles,
                       float* out) {
   if (args == nullptr) return tandem::cuda::BadArg("prefill_attention", "args is null");
-  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, false, out, 0);
-}
-int PrefillAttentionBf16C(const float* q, const float* k, const float* v,
-                          const TandemPagedAttentionArgs* args, const int* tiles, int num_tiles,
-                          float* out) {
-  if (args == nullptr) return tandem::cuda::BadArg("prefill_attention", "args is null");
-  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, true, out, 0);
+  return tandem::cuda::PrefillAttention(q, k, v, *args, tiles, num_tiles, kBf16, out, 0);
 }
 int SampleC(const float* logits, int rows, int vocab, const TandemSampleRowParams* params, void* ws,
             size_t ws_bytes, int* tokens) {
@@ -240,14 +236,14 @@ const TandemCudaApi kApi = {
     SampleC,
     tandem::cuda::GemmWorkspaceBytes,
     GemmC,
-    PrefillAttentionC,
+    PrefillAttentionC<false>,
     tandem::cuda::ModelCreate,
     tandem::cuda::ModelDestroy,
     tandem::cuda::ModelInfo,
     tandem::cuda::ModelForward,
     tandem::cuda::ModelPackKv,
     tandem::cuda::ModelUnpackKv,
-    PrefillAttentionBf16C,
+    PrefillAttentionC<true>,
 };
 
 }  // namespace

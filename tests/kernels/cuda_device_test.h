@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <vector>
 
 #include "kernels/backend_loader.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_api.h"
 
 namespace tandem::testing {
@@ -61,6 +63,47 @@ class CudaDeviceTest : public ::testing::Test {
     }
     return num / den;
   }
+  // The decode attention kernel against cpu::PagedAttention: one token per sequence s at
+  // token_pos[s], its block table the s-th row of `tables` (mb ids), a sliding window (0:
+  // none), the workspace paged_attention_workspace_bytes asks for less `shortfall` bytes.
+  // rc: the launch's return; error: the normalized error when it ran.
+  struct DecodeRun {
+    int rc = 0;
+    double error = 0;
+  };
+  DecodeRun DecodeVsCpu(int n_heads, int n_kv, int hd, int bs, int mb, int max_context, int window,
+                        const std::vector<int>& tables, const std::vector<int>& token_pos,
+                        const std::vector<float>& kc, const std::vector<float>& vc,
+                        const std::vector<float>& q, size_t shortfall = 0) {
+    const int S = static_cast<int>(token_pos.size());
+    std::vector<int> token_seq(S);
+    std::iota(token_seq.begin(), token_seq.end(), 0);
+    PagedAttentionArgs a;
+    a.num_tokens = S;
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv;
+    a.head_dim = hd;
+    a.block_size = bs;
+    a.max_blocks_per_seq = mb;
+    a.token_seq = token_seq.data();
+    a.token_pos = token_pos.data();
+    a.block_tables = tables.data();
+    a.sliding_window = window;
+    std::vector<float> want(q.size());
+    cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
+    TandemPagedAttentionArgs d{
+        S, n_heads, n_kv, hd, bs, mb, Upload(token_seq), Upload(token_pos), Upload(tables), window};
+    const size_t ws_bytes =
+        api_->paged_attention_workspace_bytes(S, n_heads, hd, max_context) - shortfall;
+    void* ws = Alloc(ws_bytes);
+    float* d_out = static_cast<float*>(Alloc(q.size() * 4));
+    DecodeRun run;
+    run.rc = api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, max_context, ws,
+                                          ws_bytes, d_out);
+    if (run.rc == 0) run.error = NormErr(Download(d_out, q.size()), want);
+    return run;
+  }
+
   const TandemCudaApi* api_ = nullptr;
   std::vector<void*> allocs_;
 };

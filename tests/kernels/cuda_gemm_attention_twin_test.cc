@@ -20,41 +20,7 @@
 namespace tandem {
 namespace {
 
-class CudaGemmAttentionTwinTest : public testing::CudaDeviceTest {
- protected:
-  // The decode kernel against cpu::PagedAttention: one token per sequence s at token_pos[s],
-  // its block table the s-th row of `tables` (mb ids); the normalized error (1e9 when the
-  // launch fails, which is reported).
-  double DecodeError(int n_heads, int n_kv, int hd, int bs, int mb, int max_context,
-                     const std::vector<int>& tables, const std::vector<int>& token_pos,
-                     const std::vector<float>& kc, const std::vector<float>& vc,
-                     const std::vector<float>& q) {
-    const int S = static_cast<int>(token_pos.size());
-    std::vector<int> token_seq(S);
-    std::iota(token_seq.begin(), token_seq.end(), 0);
-    PagedAttentionArgs a;
-    a.num_tokens = S;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = hd;
-    a.block_size = bs;
-    a.max_blocks_per_seq = mb;
-    a.token_seq = token_seq.data();
-    a.token_pos = token_pos.data();
-    a.block_tables = tables.data();
-    std::vector<float> want(q.size());
-    cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
-    TandemPagedAttentionArgs d{
-        S, n_heads, n_kv, hd, bs, mb, Upload(token_seq), Upload(token_pos), Upload(tables), 0};
-    const size_t ws_bytes = api_->paged_attention_workspace_bytes(S, n_heads, hd, max_context);
-    void* ws = Alloc(ws_bytes);
-    float* d_out = static_cast<float*>(Alloc(q.size() * 4));
-    const int rc = api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, max_context,
-                                                ws, ws_bytes, d_out);
-    EXPECT_EQ(rc, 0) << api_->last_error();
-    return rc == 0 ? NormErr(Download(d_out, q.size()), want) : 1e9;
-  }
-};
+class CudaGemmAttentionTwinTest : public testing::CudaDeviceTest {};
 
 // Shapes: decode-like n = 1 and 2 (bf16: our GEMV) and 8, odd sizes that are no multiple of any
 // tile (cuBLAS), a Llama-ish block (cuBLAS).
@@ -232,7 +198,10 @@ TEST_F(CudaGemmAttentionTwinTest, DecodeAttentionManyRowsLargePartitions) {
   const auto vc = Random(kc.size(), 5);
   const auto q = Random(static_cast<size_t>(S) * n_heads * hd, 6);
   // As for prefill: f32 sums in another order, 1e-4 of the largest output.
-  EXPECT_LT(DecodeError(n_heads, n_kv, hd, bs, mb, max_ctx, tables, token_pos, kc, vc, q), 1e-4);
+  const DecodeRun run =
+      DecodeVsCpu(n_heads, n_kv, hd, bs, mb, max_ctx, 0, tables, token_pos, kc, vc, q);
+  ASSERT_EQ(run.rc, 0) << api_->last_error();
+  EXPECT_LT(run.error, 1e-4);
 }
 
 // The split-K decode kernel at contexts up to 32k, block sizes 16 and 64, sequences of
@@ -253,8 +222,10 @@ TEST_F(CudaGemmAttentionTwinTest, DecodeAttentionLongContexts) {
     const auto vc = Random(kc.size(), 2);
     const auto q = Random(static_cast<size_t>(S) * n_heads * hd, 3);
     // As for prefill: f32 sums in another order, 1e-4 of the largest output.
-    EXPECT_LT(DecodeError(n_heads, n_kv, hd, bs, mb, 32768, tables, token_pos, kc, vc, q), 1e-4)
-        << "block size " << bs;
+    const DecodeRun run =
+        DecodeVsCpu(n_heads, n_kv, hd, bs, mb, 32768, 0, tables, token_pos, kc, vc, q);
+    ASSERT_EQ(run.rc, 0) << api_->last_error();
+    EXPECT_LT(run.error, 1e-4) << "block size " << bs;
   }
 }
 

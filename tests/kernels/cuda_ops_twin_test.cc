@@ -154,51 +154,20 @@ void CudaOpsTwinTest::DecodeAttentionCases(int n_heads, int n_kv, int hd) {
     const size_t cache_floats = static_cast<size_t>(num_blocks) * c.block_size * width;
     auto kc = Random(cache_floats, 7), vc = Random(cache_floats, 8);
     auto q = Random(static_cast<size_t>(seqs) * n_heads * hd, 9);
-    std::vector<int> tok_seq(seqs), tok_pos(seqs);
-    for (int s = 0; s < seqs; ++s) {
-      tok_seq[s] = s;
-      tok_pos[s] = c.contexts[s] - 1;
-    }
-    PagedAttentionArgs a;
-    a.num_tokens = seqs;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = hd;
-    a.block_size = c.block_size;
-    a.max_blocks_per_seq = max_blocks;
-    a.token_seq = tok_seq.data();
-    a.token_pos = tok_pos.data();
-    a.block_tables = tables.data();
-    a.sliding_window = c.window;
-    std::vector<float> ref(q.size());
-    cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, ref.data());
-
-    TandemPagedAttentionArgs d{seqs,
-                               n_heads,
-                               n_kv,
-                               hd,
-                               c.block_size,
-                               max_blocks,
-                               Upload(tok_seq),
-                               Upload(tok_pos),
-                               Upload(tables),
-                               c.window};
+    std::vector<int> tok_pos(seqs);
+    for (int s = 0; s < seqs; ++s) tok_pos[s] = c.contexts[s] - 1;
     const int span = c.window > 0 ? std::min(c.window, max_ctx) : max_ctx;
-    const size_t ws = api_->paged_attention_workspace_bytes(seqs, n_heads, hd, span);
-    void* d_ws = Alloc(ws);
-    float* d_out = static_cast<float*>(Alloc(ref.size() * 4));
-    ASSERT_EQ(
-        api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, span, d_ws, ws, d_out),
-        0)
-        << api_->last_error();
+    const DecodeRun run = DecodeVsCpu(n_heads, n_kv, hd, c.block_size, max_blocks, span, c.window,
+                                      tables, tok_pos, kc, vc, q);
+    ASSERT_EQ(run.rc, 0) << api_->last_error();
     // Tolerance: fp32 dot products of 128 terms and up to 32k-term weighted sums accumulated in
     // another order (split-K, __expf); the normalized error stays near 1e-6, 1e-4 is ample
     // while still catching a wrong position, head or block (errors of order 1).
-    const double err = NormErr(Download(d_out, ref.size()), ref);
-    EXPECT_LT(err, 1e-4) << "block_size " << c.block_size << " max context " << max_ctx;
+    EXPECT_LT(run.error, 1e-4) << "block_size " << c.block_size << " max context " << max_ctx;
     // A too-small workspace is refused with a clear error.
-    EXPECT_NE(api_->paged_attention_decode(Upload(q), Upload(kc), Upload(vc), &d, span, d_ws,
-                                           ws - 4, d_out),
+    EXPECT_NE(DecodeVsCpu(n_heads, n_kv, hd, c.block_size, max_blocks, span, c.window, tables,
+                          tok_pos, kc, vc, q, /*shortfall=*/4)
+                  .rc,
               0);
     EXPECT_NE(std::string(api_->last_error()).find("workspace"), std::string::npos);
   }

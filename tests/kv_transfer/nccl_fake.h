@@ -14,6 +14,7 @@
 
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -24,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "kv_transfer/nccl/communicator.h"
 
 namespace tandem::testing {
@@ -230,6 +233,16 @@ inline std::string RandomBytes(size_t n, uint32_t seed) {
   std::string s(n, '\0');
   for (char& c : s) c = static_cast<char>(rng());
   return s;
+}
+
+// Polls `cond` every millisecond until it holds (true) or `timeout` passes (false).
+inline bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time end = absl::Now() + timeout;
+  while (!cond()) {
+    if (absl::Now() > end) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
 }
 
 }  // namespace tandem::testing

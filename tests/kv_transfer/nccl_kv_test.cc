@@ -236,14 +236,7 @@ struct Request {
   }
 };
 
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (!cond()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
+using testing::WaitFor;
 
 class NcclKvTest : public ::testing::Test {
  protected:

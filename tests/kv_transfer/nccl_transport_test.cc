@@ -145,14 +145,7 @@ class RecordingSink : public KvSink {
   std::map<std::pair<uint64_t, uint32_t>, absl::Status> undeliverable_;
 };
 
-bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time end = absl::Now() + timeout;
-  while (!cond()) {
-    if (absl::Now() > end) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
+using testing::WaitFor;
 
 class NcclTransportTest : public ::testing::Test {
  protected:

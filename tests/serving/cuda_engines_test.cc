@@ -74,20 +74,16 @@ class CudaEnginesTest : public ::testing::Test {
         reqs.push_back(r);
       }
     }
-    Generator alone(model_.get(), nullptr, {});
-    auto want = alone.Generate(reqs);
-    ASSERT_TRUE(want.ok());
-    const auto got = testing::RunConcurrently(prefill_.get(), decode_.get(), reqs);
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      ASSERT_TRUE(got[i].ok()) << got[i].status();
-      EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;
-    }
+    const std::vector<GenerationOutput> want =
+        testing::ExpectTokensOfTheEngineAlone(model_.get(), prefill_.get(), decode_.get(), reqs);
+    ASSERT_EQ(want.size(), reqs.size());
     // A repeated prompt hits the prefix cache: the cached KV is packed from the device. The
     // reference prompts are shorter than a block (16), and only full blocks are cached: the
     // prompt here is the first one followed by its greedy completion (45 tokens, 2 blocks).
     GenerationRequest longer = reqs[0];
-    longer.prompt.insert(longer.prompt.end(), (*want)[0].tokens.begin(), (*want)[0].tokens.end());
+    longer.prompt.insert(longer.prompt.end(), want[0].tokens.begin(), want[0].tokens.end());
     const std::vector<GenerationRequest> longer_reqs = {longer};
+    Generator alone(model_.get(), nullptr, {});
     auto want_longer = alone.Generate(longer_reqs);
     ASSERT_TRUE(want_longer.ok());
     int cached = -1;

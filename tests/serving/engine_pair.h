@@ -3,12 +3,15 @@
 #ifndef TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
 #define TANDEM_TESTS_SERVING_ENGINE_PAIR_H_
 
+#include <gtest/gtest.h>
+
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/clock.h"
 #include "decode_node/decode_engine.h"
+#include "engine/generator.h"
 #include "prefill_node/prefill_engine.h"
 
 namespace tandem::testing {
@@ -52,6 +55,23 @@ inline std::vector<absl::StatusOr<std::vector<int>>> RunConcurrently(
   }
   for (auto& t : threads) t.join();
   return got;
+}
+
+// RunConcurrently through the pair gives, request by request, the tokens of the engine alone
+// (a Generator on `model`); returns the engine alone's outputs (empty if it failed).
+inline std::vector<GenerationOutput> ExpectTokensOfTheEngineAlone(
+    const Model* model, PrefillEngine* prefill, DecodeEngine* decode,
+    const std::vector<GenerationRequest>& reqs) {
+  Generator alone(model, nullptr, {});
+  auto want = alone.Generate(reqs);
+  EXPECT_TRUE(want.ok()) << want.status();
+  if (!want.ok()) return {};
+  const auto got = RunConcurrently(prefill, decode, reqs);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_TRUE(got[i].ok()) << "request " << i << ": " << got[i].status();
+    if (got[i].ok()) EXPECT_EQ(*got[i], (*want)[i].tokens) << "request " << i;
+  }
+  return *std::move(want);
 }
 
 }  // namespace tandem::testing
