@@ -129,6 +129,15 @@ absl::Status HardwareProfile::Validate() const {
   if (!(host_step_slots >= 1 && host_step_slots <= 1024)) {
     return absl::InvalidArgumentError("profile.host_step_slots must be in [1, 1024]");
   }
+  if (!(host_cores == 0 || (host_cores >= 1 && host_cores <= 4096))) {
+    return absl::InvalidArgumentError("profile.host_cores must be 0 or in [1, 4096]");
+  }
+  if (!(step_threads >= 1 && step_threads <= std::max(1.0, host_cores))) {
+    return absl::InvalidArgumentError("profile.step_threads must be in [1, host_cores]");
+  }
+  if (!(prefill_threads >= 0 && prefill_threads <= std::max(1.0, host_cores))) {
+    return absl::InvalidArgumentError("profile.prefill_threads must be in [0, host_cores]");
+  }
   if (!(mem_utilization > 0 && mem_utilization <= 1)) {
     return absl::InvalidArgumentError("profile.mem_utilization must be in (0, 1]");
   }
@@ -177,6 +186,9 @@ nlohmann::json HardwareProfile::ToJson() const {
   if (has_decode_factors) j["decode"] = factors(decode_factors);
   if (has_prefill_factors) j["prefill"] = factors(prefill_factors);
   if (host_step_slots != 1) j["host_step_slots"] = host_step_slots;
+  if (host_cores != 0) j["host_cores"] = host_cores;
+  if (step_threads != 1) j["step_threads"] = step_threads;
+  if (prefill_threads != 0) j["prefill_threads"] = prefill_threads;
   return j;
 }
 
@@ -243,9 +255,15 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
   }
   // Optional: profiles from before they existed.
   std::pair<const char*, double*> optional_fields[] = {
-      {"relay_cpu", &p.relay_cpu},           {"decode_start_overhead", &p.decode_start_overhead},
-      {"request_jitter", &p.request_jitter}, {"decode_start_jitter", &p.decode_start_jitter},
-      {"step_jitter", &p.step_jitter},       {"host_step_slots", &p.host_step_slots}};
+      {"relay_cpu", &p.relay_cpu},
+      {"decode_start_overhead", &p.decode_start_overhead},
+      {"request_jitter", &p.request_jitter},
+      {"decode_start_jitter", &p.decode_start_jitter},
+      {"step_jitter", &p.step_jitter},
+      {"host_step_slots", &p.host_step_slots},
+      {"host_cores", &p.host_cores},
+      {"step_threads", &p.step_threads},
+      {"prefill_threads", &p.prefill_threads}};
   for (auto& [key, out] : optional_fields) {
     if (!j.contains(key)) continue;
     if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;

@@ -83,6 +83,18 @@ struct HardwareProfile {
   // they share the host (processor sharing). 1 for a profile fitted on steps run alone; the
   // in-situ calibration measures one prefill and one decode worker busy together: 2.
   double host_step_slots = 1;
+  // shared_host only: the host's cores. 0: the two-lane model above (steps in
+  // `host_step_slots`, the request path's CPU work one at a time beside them). Above 0: one
+  // processor for everything, as the machine is: each step keeps `step_threads` cores busy
+  // (the CPU backend's pool: one thread per core), each hop and each relay task one, and when
+  // they ask for more than `host_cores` all of them slow down in proportion (the kernel's fair
+  // share per thread). Steps are then timed at their speed alone.
+  double host_cores = 0;
+  double step_threads = 1;
+  // host_cores > 0 only: the cores a prefill step keeps busy, served before everything else
+  // (measured in situ, the prefill steps under load took as long as alone while the decode
+  // steps beside them slowed by half); 0: a prefill step is a step like the others.
+  double prefill_threads = 0;
   // This profile with the decode (prefill) factors in place of the step factors.
   HardwareProfile ForDecode() const;
   HardwareProfile ForPrefill() const;

@@ -106,6 +106,7 @@ struct Worker {
   bool start_pending = false;
   double remaining = 0;  // seconds of work left at the full device's speed
   double step_start = 0;
+  double step_alone = 0;  // the step's seconds on its device alone
   StepTrace step;
   std::vector<int> step_requests;  // request indices of the step, in order
   int transfer_tokens = 0;
@@ -123,11 +124,28 @@ struct Hop {
 };
 
 struct Device {
-  // Work in progress: workers' steps (index >= 0) and hops (-1 - index into Sim::hops_).
+  // Work in progress: workers' steps (index >= 0) and hops (-1 - index into Sim::hops_), how
+  // many cores (threads) each keeps busy, and whether it is served first (prefill steps on a
+  // one-processor host).
   std::vector<int> active;
-  // Tasks that run at full speed together; beyond, they share it (processor sharing).
+  std::vector<double> demand;
+  std::vector<char> first;
+  // The cores. The tasks served first share all of them; the others share what those leave.
+  // Within each class, while the tasks ask for no more than they have, each runs at full
+  // speed; beyond, every one slows by cores / asked (processor sharing, fair per thread).
   double capacity = 1;
-  double rate() const { return std::min(1.0, capacity / std::max<size_t>(1, active.size())); }
+  double asked_first = 0, asked = 0;
+  double Rate(size_t i) const {
+    if (first[i]) return asked_first <= capacity ? 1.0 : capacity / asked_first;
+    const double left = std::max(0.0, capacity - asked_first);
+    return asked <= left ? 1.0 : left / asked;
+  }
+  void Add(int task, double cores, bool served_first) {
+    active.push_back(task);
+    demand.push_back(cores);
+    first.push_back(served_first);
+    (served_first ? asked_first : asked) += cores;
+  }
   double last = 0;
   uint64_t version = 0;
 };
@@ -213,7 +231,10 @@ class Sim {
   }
   WorkerRegistry registry_;
   std::vector<Worker> workers_;
-  int relay_ = -1;  // index of the relay worker, if any
+  int relay_ = -1;            // index of the relay worker, if any
+  int path_device_ = 1;       // shared host: the device of the hops and the relay
+  double step_cores_ = 1;     // cores a worker's step keeps busy
+  double prefill_cores_ = 0;  // above 0: a prefill step's, served first
   std::vector<Device> devices_;
   std::vector<Hop> hops_;
   std::vector<Request> requests_;
@@ -297,17 +318,26 @@ absl::Status Sim::Build() {
     w.device = profile_.shared_host ? 0 : cluster_.colocated ? workers_[i].device : next_device++;
     workers_.push_back(std::move(w));
   }
+  // One processor for everything (host_cores > 0), or the steps' lane and the request path's.
+  const bool one_cpu = profile_.shared_host && profile_.host_cores > 0;
+  path_device_ = one_cpu ? 0 : 1;
   if (profile_.shared_host && profile_.relay_cpu > 0) {
     Worker relay;
     relay.name = "relay";
     relay.relay = true;
     relay.prefill = false;
-    relay.device = 1;
+    relay.device = path_device_;
     relay_ = static_cast<int>(workers_.size());
     workers_.push_back(std::move(relay));
   }
   devices_.resize(std::max(1, next_device));
-  if (profile_.shared_host) {
+  if (one_cpu) {
+    // Device 0: the host's cores, shared by the steps, the hops and the relay.
+    devices_.assign(1, Device{});
+    devices_[0].capacity = profile_.host_cores;
+    step_cores_ = profile_.step_threads;
+    prefill_cores_ = profile_.prefill_threads;
+  } else if (profile_.shared_host) {
     // Device 0: the workers' steps, `host_step_slots` at a time at their calibrated speed.
     // Device 1: the request path's CPU work (RPC hops, the token relay), one at a time.
     devices_.assign(2, Device{});
@@ -531,10 +561,10 @@ void Sim::StartHop(double start, double cpu, double latency, Kind next, int r) {
 }
 
 void Sim::HopStart(int h) {
-  Device& d = devices_[1];  // shared host: the request path
+  Device& d = devices_[path_device_];  // shared host: the request path
   Advance(d);
-  d.active.push_back(-1 - h);
-  Reschedule(1);
+  d.Add(-1 - h, 1, false);
+  Reschedule(path_device_);
 }
 
 void Sim::DecodeStart(int r) {
@@ -622,6 +652,7 @@ void Sim::StepStart(int w) {
   wk.step_start = now_;
   wk.step.start = now_;
   const double seconds = options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds * StepNoise();
+  wk.step_alone = seconds;
   if (wk.prefill) {
     ++result_.prefill_steps;
   } else {
@@ -643,6 +674,9 @@ void Sim::StepEnd(int w) {
     return;
   }
   wk.step.end = now_;
+  (wk.prefill ? result_.prefill_step_seconds : result_.decode_step_seconds) += now_ - wk.step_start;
+  (wk.prefill ? result_.prefill_step_alone_seconds : result_.decode_step_alone_seconds) +=
+      wk.step_alone;
   if (wk.prefill) {
     // Colocated: the in-process transport copies within the step.
     const double transferred =
@@ -708,10 +742,8 @@ void Sim::Deliver(int r, double t) {
 }
 
 void Sim::Advance(Device& d) {
-  if (!d.active.empty()) {
-    const double share = (now_ - d.last) * d.rate();
-    for (int t : d.active) Remaining(t) -= share;
-  }
+  for (size_t i = 0; i < d.active.size(); ++i)
+    Remaining(d.active[i]) -= (now_ - d.last) * d.Rate(i);
   d.last = now_;
 }
 
@@ -719,7 +751,9 @@ void Sim::AddToDevice(int w, double seconds) {
   Device& d = devices_[workers_[w].device];
   Advance(d);
   workers_[w].remaining = seconds;
-  d.active.push_back(w);
+  const Worker& wk = workers_[w];
+  const bool first = wk.prefill && prefill_cores_ > 0;
+  d.Add(w, wk.relay ? 1.0 : first ? prefill_cores_ : step_cores_, first);
   Reschedule(workers_[w].device);
 }
 
@@ -727,23 +761,34 @@ void Sim::Reschedule(int device) {
   Device& d = devices_[device];
   ++d.version;
   if (d.active.empty()) return;
-  double least = 1e300;
-  for (int t : d.active) least = std::min(least, std::max(0.0, Remaining(t)));
-  Push(now_ + least / d.rate(), Kind::kDeviceDone, device, d.version);
+  double soonest = 1e300;  // a task with no cores left to it waits for those served first
+  for (size_t i = 0; i < d.active.size(); ++i) {
+    const double rate = d.Rate(i);
+    if (rate > 0) soonest = std::min(soonest, std::max(0.0, Remaining(d.active[i])) / rate);
+  }
+  if (soonest < 1e300) Push(now_ + soonest, Kind::kDeviceDone, device, d.version);
 }
 
 void Sim::DeviceDone(int device, uint64_t version) {
   Device& d = devices_[device];
   if (version != d.version) return;
   Advance(d);
-  double least = 1e300;
-  for (int t : d.active) least = std::min(least, Remaining(t));
+  // Every task that ran out of work (the one this event was timed for, and any other within
+  // rounding).
   std::vector<int> done;
-  std::vector<int> still;
-  for (int t : d.active) {
-    (Remaining(t) <= least + 1e-12 ? done : still).push_back(t);
+  Device still;
+  still.capacity = d.capacity;
+  for (size_t i = 0; i < d.active.size(); ++i) {
+    const int t = d.active[i];
+    if (Remaining(t) <= 1e-9) {  // a nanosecond: what the clock's rounding leaves
+      done.push_back(t);
+    } else {
+      still.Add(t, d.demand[i], d.first[i]);
+    }
   }
-  d.active = std::move(still);
+  still.last = d.last;
+  still.version = d.version;
+  d = std::move(still);
   Reschedule(device);
   for (int t : done) {
     if (t >= 0) {

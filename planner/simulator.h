@@ -76,6 +76,10 @@ struct SimResult {
   int64_t events = 0;
   int64_t prefill_steps = 0, decode_steps = 0;
   double mean_decode_batch = 0;
+  // Seconds the steps took, summed, and what they would have taken alone on their device: the
+  // ratio is how much the work sharing a host slowed them (1 on a GPU profile).
+  double prefill_step_seconds = 0, prefill_step_alone_seconds = 0;
+  double decode_step_seconds = 0, decode_step_alone_seconds = 0;
 };
 
 // A request with its send time (seconds since the start), for SimulateRequests.

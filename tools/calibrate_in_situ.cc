@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -53,6 +55,9 @@ constexpr double kAloneRate = 4;
 // What a run (measured or simulated) gives the fit.
 struct Figures {
   double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+  // Simulated only: the steps' time over their time alone.
+  double decode_slowdown = 1, prefill_slowdown = 1;
+  double decode_step = 0, prefill_step = 0;  // mean seconds, sharing included
 };
 
 // TTFT and TPOT as `tandem bench` summarizes them, and the gap between the first two tokens.
@@ -228,61 +233,54 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         measured.back().ttft50 * 1e3, measured.back().tpot50 * 1e3));
   }
 
-  // The step factors of each role: the step fit on its in-situ steps. They were measured with
-  // both workers busy at once, so two steps run together at these speeds.
-  nlohmann::json decode_fit, prefill_fit;
-  auto decode = planner::FitProfile(*profile, decode_samples, &decode_fit);
-  if (!decode.ok()) return decode.status();
-  auto prefill = planner::FitProfile(*profile, prefill_samples, &prefill_fit);
-  if (!prefill.ok()) return prefill.status();
-  for (auto [fitted, has, f] :
-       {std::tuple{&*decode, &profile->has_decode_factors, &profile->decode_factors},
-        std::tuple{&*prefill, &profile->has_prefill_factors, &profile->prefill_factors}}) {
-    *has = true;
-    *f = {fitted->matmul_efficiency, fitted->attention_efficiency, fitted->bandwidth_efficiency,
-          fitted->step_overhead};
-  }
-  profile->host_step_slots = 2;
-
-  // The request path, by simulating the same workloads on a 1P1D cluster.
-  planner::HardwareProfile p = *profile;
-  p.request_overhead = p.request_jitter = p.decode_start_overhead = p.decode_start_jitter = 0;
-  p.relay_cpu = 0;
-  auto simulate = [&](const planner::HardwareProfile& q) -> absl::StatusOr<std::vector<Figures>> {
-    std::vector<Figures> f;
-    for (const Workload& w : workloads) {
+  // The host: one processor of `cores` cores for the steps, the hops and the relay. A step
+  // keeps `step_threads` of them busy (the CPU backend's pool spins between ops; a small model's
+  // ops run on one thread), fitted below among 1 to `cores`.
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  using Error = std::function<double(const Figures& m, const Figures& s, const Workload& w)>;
+  auto sq = [](double sim, double meas) {
+    const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
+    return d * d;
+  };
+  // Simulates the workloads (those `error` looks at) and sums the error.
+  auto simulate = [&](const planner::HardwareProfile& q, std::vector<Figures>* figures,
+                      const std::vector<bool>& used) -> absl::Status {
+    figures->assign(workloads.size(), Figures{});
+    for (size_t i = 0; i < workloads.size(); ++i) {
+      if (!used[i]) continue;
       planner::HardwareProfile as_stored = q;  // the first model's dtype, as its cluster ran
       as_stored.weight_bytes = o.weight_bytes;
-      auto r = planner::Simulate(c, as_stored, planner::ClusterSpec{}, ConfigOf(w, "simulated"));
+      auto r = planner::Simulate(c, as_stored, planner::ClusterSpec{},
+                                 ConfigOf(workloads[i], "simulated"));
       if (!r.ok()) return r.status();
-      f.push_back(FiguresOf(r->records));
+      (*figures)[i] = FiguresOf(r->records);
+      (*figures)[i].decode_slowdown = r->decode_step_alone_seconds > 0
+                                          ? r->decode_step_seconds / r->decode_step_alone_seconds
+                                          : 1;
+      (*figures)[i].prefill_slowdown = r->prefill_step_alone_seconds > 0
+                                           ? r->prefill_step_seconds / r->prefill_step_alone_seconds
+                                           : 1;
+      (*figures)[i].decode_step = r->decode_step_seconds / std::max<int64_t>(1, r->decode_steps);
+      (*figures)[i].prefill_step = r->prefill_step_seconds / std::max<int64_t>(1, r->prefill_steps);
     }
-    return f;
+    return absl::OkStatus();
   };
-  // The request path, parameter by parameter (two rounds, as they interact a little):
-  // - the jitter of the request hops and of the decode start: for the shortest prompts alone
-  //   (fixed lengths) the simulator's TTFT and first gap have almost no spread of their own, so
-  //   the measured p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5;
-  // - the request overhead (CPU work on the shared host): their TTFT p50, where nothing else
-  //   queues for the CPU (fitting it to concurrency 4 too traded a third of the low-load TTFT
-  //   for the loaded one);
-  // - the decode start: their first gap's p50;
-  // - the relay's CPU per token: TPOT p50 of every workload;
-  // - the step jitter (lognormal sigma, 0 to 1.5 by 0.05): TPOT and TTFT p90 of every workload.
-  // Each by a search on a grid (a log grid, 0 then 10 us to 10 ms, for the times) of the squared
-  // log error.
-  std::vector<double> grid = {0};
-  for (double v = 1e-5; v <= 1.0001e-2; v *= std::pow(10.0, 0.0625)) grid.push_back(v);
-  using Error = std::function<double(const Figures& m, const Figures& s, const Workload& w)>;
-  auto fit_on = [&](const std::vector<double>& values, double* param,
-                    const Error& error) -> absl::Status {
+  const std::vector<bool> all(workloads.size(), true);
+  constexpr size_t shortest = 0;  // workloads[0]: 16-token prompts alone
+  std::vector<bool> only_shortest(workloads.size(), false);
+  only_shortest[shortest] = true;
+  // A search on a grid of values of one parameter (the squared log error).
+  auto fit_on = [&](planner::HardwareProfile& q, const std::vector<double>& values, double* param,
+                    const std::vector<bool>& used, const Error& error) -> absl::Status {
     double best_error = 1e300, best_value = *param;
+    std::vector<Figures> f;
     for (double v : values) {
       *param = v;
-      auto f = simulate(p);
-      if (!f.ok()) return f.status();
+      if (absl::Status s = simulate(q, &f, used); !s.ok()) return s;
       double e = 0;
-      for (size_t i = 0; i < workloads.size(); ++i) e += error(measured[i], (*f)[i], workloads[i]);
+      for (size_t i = 0; i < workloads.size(); ++i) {
+        if (used[i]) e += error(measured[i], f[i], workloads[i]);
+      }
       if (e < best_error) {
         best_error = e;
         best_value = v;
@@ -291,69 +289,149 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     *param = best_value;
     return absl::OkStatus();
   };
-  auto fit = [&](double* param, const Error& error) { return fit_on(grid, param, error); };
-  std::vector<double> sigmas;  // the step jitter's: 0 to 1.5
+  // A log grid, 0 then 10 us to 10 ms, for the times; 0 to 1.5 by 0.05 for the step jitter.
+  std::vector<double> grid = {0};
+  for (double v = 1e-5; v <= 1.0001e-2; v *= std::pow(10.0, 0.0625)) grid.push_back(v);
+  std::vector<double> sigmas;
   for (int i = 0; i <= 30; ++i) sigmas.push_back(0.05 * i);
-  auto sq = [](double sim, double meas) {
-    const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
-    return d * d;
-  };
-  // The hops' overheads and jitter from the shortest prompts alone: there the prefill step is
-  // short, so TTFT and its spread are the hops' own; a long prompt's TTFT is mostly its prefill
-  // (whose model error the overhead would otherwise absorb) and its spread its long steps'
-  // noise (6 ms of p90 - p50 at 384 tokens against 0.3 at 16), which the step jitter below
-  // models in proportion to each step.
-  constexpr size_t shortest = 0;  // workloads[0]: 16-token prompts alone
+
+  // The hops' jitter from the shortest prompts alone: the simulator's TTFT and first gap have
+  // almost no spread of their own there (fixed lengths, a short prefill), so the measured
+  // p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5. A long prompt's
+  // TTFT spread is its prefill's noise, which the step jitter models in proportion to each step.
   const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
-  p.request_jitter = ttft_spread / std::log(5.0);
-  p.decode_start_jitter = gap_spread / std::log(5.0);
-  for (int round = 0; round < 2; ++round) {
-    absl::Status s =
-        fit(&p.request_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
-          return &w == &workloads[shortest] ? sq(f.ttft50, m.ttft50) : 0.0;
-        });
-    if (s.ok()) {
-      s = fit(&p.decode_start_overhead, [&](const Figures& m, const Figures& f, const Workload& w) {
-        return &w == &workloads[shortest] ? sq(f.gap50, m.gap50) : 0.0;
-      });
-    }
-    if (s.ok()) {
-      s = fit(&p.relay_cpu, [&](const Figures& m, const Figures& f, const Workload&) {
-        return sq(f.tpot50, m.tpot50);
-      });
-    }
-    if (s.ok()) {
-      s = fit_on(sigmas, &p.step_jitter, [&](const Figures& m, const Figures& f, const Workload&) {
-        return sq(f.tpot90, m.tpot90) + sq(f.ttft90, m.ttft90);
-      });
-    }
-    if (!s.ok()) return s;
-  }
-  profile->request_overhead = p.request_overhead;
-  profile->request_jitter = p.request_jitter;
-  profile->decode_start_overhead = p.decode_start_overhead;
-  profile->decode_start_jitter = p.decode_start_jitter;
-  profile->relay_cpu = p.relay_cpu;
-  profile->step_jitter = p.step_jitter;
 
-  auto final_sim = simulate(*profile);
-  if (!final_sim.ok()) return final_sim.status();
+  // One fit for a given `step_threads`. The steps were measured in situ, sharing the host with
+  // the other worker's steps and the request path, so their mean is slower than the step alone
+  // (which the simulator needs: it adds the sharing itself). The fit alternates: the step
+  // factors on the measured steps divided by the slowdown the simulator saw in each workload,
+  // then the request path's parameters, then the slowdowns again (three rounds; the first
+  // takes the steps as measured).
+  struct Candidate {
+    planner::HardwareProfile profile;
+    double error = 1e300;
+    nlohmann::json decode_fit, prefill_fit;
+  };
+  auto fit_threads = [&](double threads, double first) -> absl::StatusOr<Candidate> {
+    Candidate best;
+    planner::HardwareProfile p = *profile;
+    p.host_cores = cores;
+    p.step_threads = threads;
+    p.prefill_threads = first;
+    p.host_step_slots = 1;
+    p.request_overhead = p.decode_start_overhead = p.relay_cpu = p.step_jitter = 0;
+    p.request_jitter = ttft_spread / std::log(5.0);
+    p.decode_start_jitter = gap_spread / std::log(5.0);
+    std::vector<double> decode_slow(workloads.size(), 1), prefill_slow(workloads.size(), 1);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<planner::StepSample> ds = decode_samples, ps = prefill_samples;
+      for (size_t i = 0; i < workloads.size(); ++i) {
+        ds[i].seconds /= decode_slow[i];
+        ps[i].seconds /= prefill_slow[i];
+      }
+      Candidate c;
+      auto decode = planner::FitProfile(*profile, ds, &c.decode_fit);
+      if (!decode.ok()) return decode.status();
+      auto prefill = planner::FitProfile(*profile, ps, &c.prefill_fit);
+      if (!prefill.ok()) return prefill.status();
+      for (auto [fitted, has, f] :
+           {std::tuple{&*decode, &p.has_decode_factors, &p.decode_factors},
+            std::tuple{&*prefill, &p.has_prefill_factors, &p.prefill_factors}}) {
+        *has = true;
+        *f = {fitted->matmul_efficiency, fitted->attention_efficiency, fitted->bandwidth_efficiency,
+              fitted->step_overhead};
+      }
+      // The request path, parameter by parameter:
+      // - the request overhead (CPU work on the host): the shortest prompts' TTFT p50;
+      // - the decode start: their first gap's p50;
+      // - the relay's CPU per token: TPOT p50 of every workload;
+      // - the step jitter (lognormal sigma): TPOT and TTFT p90 of every workload.
+      absl::Status s = fit_on(p, grid, &p.request_overhead, only_shortest,
+                              [&](const Figures& m, const Figures& f, const Workload&) {
+                                return sq(f.ttft50, m.ttft50);
+                              });
+      if (s.ok()) {
+        s = fit_on(p, grid, &p.decode_start_overhead, only_shortest,
+                   [&](const Figures& m, const Figures& f, const Workload&) {
+                     return sq(f.gap50, m.gap50);
+                   });
+      }
+      if (s.ok()) {
+        s = fit_on(p, grid, &p.relay_cpu, all,
+                   [&](const Figures& m, const Figures& f, const Workload&) {
+                     return sq(f.tpot50, m.tpot50);
+                   });
+      }
+      if (s.ok()) {
+        s = fit_on(p, sigmas, &p.step_jitter, all,
+                   [&](const Figures& m, const Figures& f, const Workload&) {
+                     return sq(f.tpot90, m.tpot90) + sq(f.ttft90, m.ttft90);
+                   });
+      }
+      if (!s.ok()) return s;
+      std::vector<Figures> f;
+      if (absl::Status st = simulate(p, &f, all); !st.ok()) return st;
+      c.error = 0;
+      for (size_t i = 0; i < workloads.size(); ++i) {
+        decode_slow[i] = f[i].decode_slowdown;
+        prefill_slow[i] = f[i].prefill_slowdown;
+        // TTFT of the open loops only: a closed loop's TTFT is set by how its clients fall
+        // into step with one another (a few requests batched into one prefill, or each
+        // alone), which one run on the machine and the simulator need not share.
+        c.error += sq(f[i].tpot50, measured[i].tpot50) + sq(f[i].tpot90, measured[i].tpot90);
+        if (workloads[i].concurrency == 1) {
+          c.error += sq(f[i].ttft50, measured[i].ttft50) + sq(f[i].ttft90, measured[i].ttft90);
+        }
+      }
+      c.profile = p;
+      if (c.error < best.error) best = std::move(c);
+    }
+    return best;
+  };
+  // The sharing: a decode step keeps 1, (1 + cores) / 2 or `cores` cores busy; a prefill step
+  // is either one like it or served first with a quarter to all of the cores.
+  Candidate chosen;
+  std::vector<double> decode_threads = {1}, prefill_threads = {0};
+  if (cores > 1) {
+    decode_threads = {1, (1 + cores) / 2, cores};
+    for (int k = 1; k <= 4; ++k) prefill_threads.push_back(cores * k / 4);
+  }
+  for (double threads : decode_threads) {
+    for (double first : prefill_threads) {
+      auto c = fit_threads(threads, first);
+      if (!c.ok()) return c.status();
+      log(absl::StrFormat("  a decode step on %.2f cores, a prefill step %s%.2f: error %.3f",
+                          threads, first > 0 ? "first on " : "on ", first > 0 ? first : threads,
+                          c->error));
+      if (c->error < chosen.error) chosen = std::move(*c);
+    }
+  }
+  *profile = chosen.profile;
+  nlohmann::json& decode_fit = chosen.decode_fit;
+  nlohmann::json& prefill_fit = chosen.prefill_fit;
+
+  std::vector<Figures> final_sim;
+  if (absl::Status s = simulate(*profile, &final_sim, all); !s.ok()) return s;
   for (size_t i = 0; i < workloads.size(); ++i) {
     const Figures& m = measured[i];
-    const Figures& s = (*final_sim)[i];
+    const Figures& s = final_sim[i];
     rows[i]["measured"] = {{"ttft_p50_s", m.ttft50}, {"ttft_p90_s", m.ttft90},
                            {"tpot_p50_s", m.tpot50}, {"tpot_p90_s", m.tpot90},
                            {"gap_p50_s", m.gap50},   {"gap_p90_s", m.gap90}};
     rows[i]["simulated"] = {{"ttft_p50_s", s.ttft50}, {"ttft_p90_s", s.ttft90},
                             {"tpot_p50_s", s.tpot50}, {"tpot_p90_s", s.tpot90},
                             {"gap_p50_s", s.gap50},   {"gap_p90_s", s.gap90}};
+    rows[i]["simulated"]["decode_step_s"] = s.decode_step;
+    rows[i]["simulated"]["prefill_step_s"] = s.prefill_step;
     log(absl::StrFormat(
         "fitted: concurrency %d, %d + %d tokens: TTFT p50 %.3f/%.3f ms, p90 %.3f/%.3f; TPOT p50 "
-        "%.3f/%.3f ms, p90 %.3f/%.3f (measured/simulated)",
+        "%.3f/%.3f ms, p90 %.3f/%.3f; steps: decode %.3f/%.3f ms, prefill %.3f/%.3f "
+        "(measured/simulated)",
         workloads[i].concurrency, workloads[i].input, workloads[i].output, m.ttft50 * 1e3,
         s.ttft50 * 1e3, m.ttft90 * 1e3, s.ttft90 * 1e3, m.tpot50 * 1e3, s.tpot50 * 1e3,
-        m.tpot90 * 1e3, s.tpot90 * 1e3));
+        m.tpot90 * 1e3, s.tpot90 * 1e3, rows[i]["decode_step_s"].get<double>() * 1e3,
+        s.decode_step * 1e3, rows[i]["prefill_step_s"].get<double>() * 1e3, s.prefill_step * 1e3));
   }
   if (report) {
     *report = {{"workloads", rows},
@@ -364,7 +442,10 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                {"decode_start_overhead_s", profile->decode_start_overhead},
                {"decode_start_jitter_s", profile->decode_start_jitter},
                {"relay_cpu_s", profile->relay_cpu},
-               {"step_jitter", profile->step_jitter}};
+               {"step_jitter", profile->step_jitter},
+               {"host_cores", profile->host_cores},
+               {"step_threads", profile->step_threads},
+               {"prefill_threads", profile->prefill_threads}};
   }
   return profile->Validate();
 }

@@ -160,6 +160,9 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   p.decode_start_jitter = 3e-4;
   p.step_jitter = 0.3;
   p.host_step_slots = 2;
+  p.host_cores = 2;
+  p.step_threads = 1.5;
+  p.prefill_threads = 1;
   p.has_decode_factors = true;
   p.decode_factors = {0.1, 0.05, 0.2, 1e-5};
   p.has_prefill_factors = true;
@@ -191,6 +194,11 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   j["host_step_slots"] = 0.5;
   EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("host_step_slots"),
             std::string::npos);
+  for (const char* key : {"host_cores", "step_threads", "prefill_threads"}) {
+    j = p.ToJson();
+    j[key] = key == std::string("host_cores") ? 0.5 : 3.0;  // under 1; more than the cores
+    EXPECT_NE(HardwareProfile::FromJson(j).status().message().find(key), std::string::npos) << key;
+  }
   j = p.ToJson();
   j["request_jitter"] = -1;
   EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("request_jitter"),

@@ -393,6 +393,108 @@ TEST(Simulator, HostStepSlotsLetCalibratedWorkersRunTogether) {
   EXPECT_GT(one_slot->summary.tpot.mean, 1.8 * alone->summary.tpot.mean);
 }
 
+TEST(Simulator, OneProcessorHostSharesItsCoresByThreads) {
+  // host_cores > 0: one processor for every step, hop and relay. Two decode workers each
+  // streaming one request on 2 cores: steps that keep one core busy run side by side at their
+  // speed alone; steps that keep both busy share them, each stream half as fast.
+  HardwareProfile p = *LoadProfile("l40s");
+  p.shared_host = true;
+  p.host_cores = 2;
+  ClusterSpec c;
+  c.decode = 2;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(6);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 2; ++i) reqs.push_back({0, Prompt(16, rng), 200});
+  const ModelConfig model = *RandomModelConfig("stories15M");
+  SimOptions o;
+  o.record_token_times = false;
+  auto alone = SimulateRequests(model, p, c, {reqs[0]}, {}, o);
+  auto one_thread = SimulateRequests(model, p, c, reqs, {}, o);
+  p.step_threads = 2;
+  auto two_threads = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(alone.ok() && one_thread.ok() && two_threads.ok());
+  EXPECT_NEAR(one_thread->summary.tpot.mean, alone->summary.tpot.mean,
+              0.02 * alone->summary.tpot.mean);
+  EXPECT_NEAR(two_threads->summary.tpot.mean, 2 * alone->summary.tpot.mean,
+              0.1 * alone->summary.tpot.mean);
+  // The steps' time over their time alone says how much the sharing cost them.
+  EXPECT_NEAR(one_thread->decode_step_seconds / one_thread->decode_step_alone_seconds, 1, 0.02);
+  EXPECT_NEAR(two_threads->decode_step_seconds / two_threads->decode_step_alone_seconds, 2, 0.1);
+  // The relay (one core) beside a one-core step: still room for both on 2 cores.
+  p.step_threads = 1;
+  p.relay_cpu = 1e-4;
+  auto relayed = SimulateRequests(model, p, c, {reqs[0]}, {}, o);
+  ASSERT_TRUE(relayed.ok());
+  EXPECT_NEAR(relayed->decode_step_seconds / relayed->decode_step_alone_seconds, 1, 1e-9);
+  // A GPU profile's steps never share.
+  auto gpu = SimulateRequests(model, *LoadProfile("l40s"), c, reqs, {}, o);
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_NEAR(gpu->decode_step_seconds, gpu->decode_step_alone_seconds,
+              1e-9 * gpu->decode_step_seconds);
+}
+
+TEST(Simulator, PrefillStepsServedFirstKeepTheirSpeed) {
+  // prefill_threads > 0: a prefill step takes its cores first and runs as fast as alone; the
+  // decode steps share what it leaves. One stream decoding while long prompts are prefilled,
+  // on 2 cores, the decode steps keeping both busy.
+  HardwareProfile p = *LoadProfile("l40s");
+  p.shared_host = true;
+  p.host_cores = 2;
+  p.step_threads = 2;
+  p.request_overhead = 0;  // no hops on the CPU: the steps alone share it
+  // Prefill steps far longer than decode steps, so that some decode steps fall inside one.
+  p.has_prefill_factors = true;
+  p.prefill_factors = {0.002, 0.002, 1, 0};
+  ClusterSpec c;
+  c.prefill_kv_bytes = c.decode_kv_bytes = 4.0 * (1 << 30);
+  std::mt19937_64 rng(5);
+  std::vector<TimedRequest> reqs = {{0, Prompt(16, rng), 200}};
+  for (int i = 0; i < 6; ++i) reqs.push_back({0.05, Prompt(240, rng), 2});  // one long step
+  const ModelConfig model = *RandomModelConfig("stories15M");
+  SimOptions o;
+  o.record_steps = true;
+  auto shared = SimulateRequests(model, p, c, reqs, {}, o);
+  p.prefill_threads = 1;
+  auto first = SimulateRequests(model, p, c, reqs, {}, o);
+  p.prefill_threads = 2;
+  auto all_first = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(shared.ok()) << shared.status();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(all_first.ok()) << all_first.status();
+  // As an ordinary step a prefill slows down beside the decode steps; served first it does not.
+  EXPECT_GT(shared->prefill_step_seconds, 1.2 * shared->prefill_step_alone_seconds);
+  for (const SimResult* r : {&*first, &*all_first}) {
+    EXPECT_NEAR(r->prefill_step_seconds, r->prefill_step_alone_seconds,
+                1e-9 * r->prefill_step_seconds);
+  }
+  // The decode steps: alone before the prompts come; inside a prefill step served first on 1
+  // core, at half speed (2 threads on the 1 core left); on 2, stopped until it ends.
+  const auto check = [](const SimResult& r, double inside_factor) {
+    double alone = 0;  // the first decode step's time, before any prefill but the stream's own
+    int inside = 0, waited = 0;
+    for (const StepTrace& st : r.steps) {
+      if (st.prefill || st.end < 0.01) continue;
+      if (alone == 0) alone = st.end - st.start;
+      for (const StepTrace& pf : r.steps) {
+        if (!pf.prefill) continue;
+        if (inside_factor > 0 && pf.start <= st.start && st.end <= pf.end) {
+          ++inside;
+          EXPECT_NEAR(st.end - st.start, inside_factor * alone, 0.05 * alone);
+        }
+        if (inside_factor == 0 && pf.start > st.start && pf.start < st.end) {
+          ++waited;  // a prefill step began during the decode step, which ended after it
+          EXPECT_GE(st.end, pf.end - 1e-12);
+        }
+      }
+    }
+    EXPECT_GT(alone, 0);
+    EXPECT_GT(inside + waited, 0);
+  };
+  check(*first, 2);
+  check(*all_first, 0);
+}
+
 TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {
   ClusterSpec c;
   auto light = Simulate(Stories260K(), H100(), c, Workload(50, 1));
