@@ -159,6 +159,10 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   // Measure: each workload through the router, with the workers' step histograms around it.
   std::vector<Figures> measured;
   std::vector<planner::StepSample> decode_samples, prefill_samples;
+  struct StepMeans {
+    double decode = 0, prefill = 0;  // seconds, as the workers' histograms measured them
+  };
+  std::vector<StepMeans> step_means;
   nlohmann::json rows = nlohmann::json::array();
   for (const Workload& w : workloads) {
     auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
@@ -217,6 +221,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                                  0, std::max(1, static_cast<int>(std::lround(tokens / prompts)))});
     ps.seconds = prefill_step;
     prefill_samples.push_back(ps);
+    step_means.push_back({step, prefill_step});
     rows.push_back({{"concurrency", w.concurrency},
                     {"input", w.input},
                     {"output", w.output},
@@ -380,6 +385,9 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         // into step with one another (a few requests batched into one prefill, or each
         // alone), which one run on the machine and the simulator need not share.
         c.error += sq(f[i].tpot50, measured[i].tpot50) + sq(f[i].tpot90, measured[i].tpot90);
+        // The steps' mean times, sharing included: how the sharing shows itself most directly.
+        c.error += sq(f[i].decode_step, step_means[i].decode) +
+                   sq(f[i].prefill_step, step_means[i].prefill);
         if (workloads[i].concurrency == 1) {
           c.error += sq(f[i].ttft50, measured[i].ttft50) + sq(f[i].ttft90, measured[i].ttft90);
         }
