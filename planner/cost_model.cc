@@ -135,6 +135,9 @@ absl::Status HardwareProfile::Validate() const {
   if (!(step_threads >= 1 && step_threads <= std::max(1.0, host_cores))) {
     return absl::InvalidArgumentError("profile.step_threads must be in [1, host_cores]");
   }
+  if (!(prefill_step_jitter < 0 || prefill_step_jitter <= 10)) {
+    return absl::InvalidArgumentError("profile.prefill_step_jitter must be at most 10");
+  }
   if (!(prefill_threads >= 0 && prefill_threads <= std::max(1.0, host_cores))) {
     return absl::InvalidArgumentError("profile.prefill_threads must be in [0, host_cores]");
   }
@@ -186,6 +189,7 @@ nlohmann::json HardwareProfile::ToJson() const {
   if (has_decode_factors) j["decode"] = factors(decode_factors);
   if (has_prefill_factors) j["prefill"] = factors(prefill_factors);
   if (host_step_slots != 1) j["host_step_slots"] = host_step_slots;
+  if (prefill_step_jitter >= 0) j["prefill_step_jitter"] = prefill_step_jitter;
   if (host_cores != 0) j["host_cores"] = host_cores;
   if (step_threads != 1) j["step_threads"] = step_threads;
   if (prefill_threads != 0) j["prefill_threads"] = prefill_threads;
@@ -263,7 +267,8 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
       {"host_step_slots", &p.host_step_slots},
       {"host_cores", &p.host_cores},
       {"step_threads", &p.step_threads},
-      {"prefill_threads", &p.prefill_threads}};
+      {"prefill_threads", &p.prefill_threads},
+      {"prefill_step_jitter", &p.prefill_step_jitter}};
   for (auto& [key, out] : optional_fields) {
     if (!j.contains(key)) continue;
     if (absl::Status s = num(j, key, out, ""); !s.ok()) return s;

@@ -65,6 +65,9 @@ struct HardwareProfile {
   // The spread of step times (a shared host's scheduling noise): each step takes its cost
   // times a mean-one lognormal factor with this sigma. 0 on the GPU profiles.
   double step_jitter = 0;
+  // The prefill steps' own sigma when it differs (negative: step_jitter). A long prefill on a
+  // shared host is interrupted by whatever else wakes up: its spread is its own.
+  double prefill_step_jitter = -1;
   // Decode steps' own efficiencies and overhead when they differ from the profile's (the
   // `local` profile measures them in situ, inside a running cluster where the decode loop
   // shares the host with the token relay); `has_decode_factors` false: the same as prefill.

@@ -223,9 +223,11 @@ class Sim {
     if (options_.zero_cost || !(mean > 0)) return 0;
     return std::exponential_distribution<double>(1.0 / mean)(rng_);
   }
-  // A step's time factor: lognormal with mean one (HardwareProfile::step_jitter).
-  double StepNoise() {
-    const double sigma = profile_.step_jitter;
+  // A step's time factor: lognormal with mean one (HardwareProfile::step_jitter, or
+  // prefill_step_jitter for a prefill step).
+  double StepNoise(bool prefill) {
+    const double sigma = prefill && profile_.prefill_step_jitter >= 0 ? profile_.prefill_step_jitter
+                                                                      : profile_.step_jitter;
     if (!(sigma > 0)) return 1;
     return std::exp(sigma * std::normal_distribution<double>()(rng_) - sigma * sigma / 2);
   }
@@ -651,7 +653,8 @@ void Sim::StepStart(int w) {
   wk.busy = true;
   wk.step_start = now_;
   wk.step.start = now_;
-  const double seconds = options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds * StepNoise();
+  const double seconds =
+      options_.zero_cost ? 0 : wk.cost->Step(shapes).seconds * StepNoise(wk.prefill);
   wk.step_alone = seconds;
   if (wk.prefill) {
     ++result_.prefill_steps;

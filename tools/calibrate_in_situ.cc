@@ -274,6 +274,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   constexpr size_t shortest = 0;  // workloads[0]: 16-token prompts alone
   std::vector<bool> only_shortest(workloads.size(), false);
   only_shortest[shortest] = true;
+  std::vector<bool> open_loops(workloads.size(), false);  // the workloads alone
+  for (size_t i = 0; i < workloads.size(); ++i) open_loops[i] = workloads[i].concurrency == 1;
   // A search on a grid of values of one parameter (the squared log error).
   auto fit_on = [&](planner::HardwareProfile& q, const std::vector<double>& values, double* param,
                     const std::vector<bool>& used, const Error& error) -> absl::Status {
@@ -303,7 +305,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   // The hops' jitter from the shortest prompts alone: the simulator's TTFT and first gap have
   // almost no spread of their own there (fixed lengths, a short prefill), so the measured
   // p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5. A long prompt's
-  // TTFT spread is its prefill's noise, which the step jitter models in proportion to each step.
+  // TTFT spread is its prefill's noise, which the prefill steps' jitter models in proportion to
+  // each step.
   const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
 
@@ -326,6 +329,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     p.prefill_threads = first;
     p.host_step_slots = 1;
     p.request_overhead = p.decode_start_overhead = p.relay_cpu = p.step_jitter = 0;
+    p.prefill_step_jitter = 0;
     p.request_jitter = ttft_spread / std::log(5.0);
     p.decode_start_jitter = gap_spread / std::log(5.0);
     std::vector<double> decode_slow(workloads.size(), 1), prefill_slow(workloads.size(), 1);
@@ -351,7 +355,9 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
       // - the request overhead (CPU work on the host): the shortest prompts' TTFT p50;
       // - the decode start: their first gap's p50;
       // - the relay's CPU per token: TPOT p50 of every workload;
-      // - the step jitter (lognormal sigma): TPOT and TTFT p90 of every workload.
+      // - the decode steps' jitter (lognormal sigma): TPOT p90 of every workload;
+      // - the prefill steps' own: TTFT p90 of the open loops (a long prompt alone: its TTFT
+      //   spread is its prefill's noise; a closed loop's TTFT is how its clients fall in step).
       absl::Status s = fit_on(p, grid, &p.request_overhead, only_shortest,
                               [&](const Figures& m, const Figures& f, const Workload&) {
                                 return sq(f.ttft50, m.ttft50);
@@ -371,7 +377,13 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
       if (s.ok()) {
         s = fit_on(p, sigmas, &p.step_jitter, all,
                    [&](const Figures& m, const Figures& f, const Workload&) {
-                     return sq(f.tpot90, m.tpot90) + sq(f.ttft90, m.ttft90);
+                     return sq(f.tpot90, m.tpot90);
+                   });
+      }
+      if (s.ok()) {
+        s = fit_on(p, sigmas, &p.prefill_step_jitter, open_loops,
+                   [&](const Figures& m, const Figures& f, const Workload&) {
+                     return sq(f.ttft90, m.ttft90);
                    });
       }
       if (!s.ok()) return s;
@@ -451,6 +463,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                {"decode_start_jitter_s", profile->decode_start_jitter},
                {"relay_cpu_s", profile->relay_cpu},
                {"step_jitter", profile->step_jitter},
+               {"prefill_step_jitter", profile->prefill_step_jitter},
                {"host_cores", profile->host_cores},
                {"step_threads", profile->step_threads},
                {"prefill_threads", profile->prefill_threads}};

@@ -261,13 +261,14 @@ int Calibrate(const std::vector<std::string>& args) {
     std::printf(
         "in situ: decode step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, "
         "bandwidth %.3f; request overhead %.3f ms (+ jitter %.3f), decode start %.3f ms (+ "
-        "jitter %.3f), relay %.3f ms of CPU per token, step jitter %.2f; of %.0f cores a decode "
-        "step keeps %.2f busy, a prefill step %.2f (0: as a decode step; else served first)\n",
+        "jitter %.3f), relay %.3f ms of CPU per token, step jitter %.2f (prefill %.2f); of %.0f "
+        "cores a decode step keeps %.2f busy, a prefill step %.2f (0: as a decode step; else "
+        "served first)\n",
         d.step_overhead * 1e3, d.matmul_efficiency, d.attention_efficiency, d.bandwidth_efficiency,
         fitted->request_overhead * 1e3, fitted->request_jitter * 1e3,
         fitted->decode_start_overhead * 1e3, fitted->decode_start_jitter * 1e3,
-        fitted->relay_cpu * 1e3, fitted->step_jitter, fitted->host_cores, fitted->step_threads,
-        fitted->prefill_threads);
+        fitted->relay_cpu * 1e3, fitted->step_jitter, fitted->prefill_step_jitter,
+        fitted->host_cores, fitted->step_threads, fitted->prefill_threads);
   }
   const std::string out = f->Get("out", planner::LocalProfilePath());
   std::error_code ec;

@@ -163,6 +163,7 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   p.host_cores = 2;
   p.step_threads = 1.5;
   p.prefill_threads = 1;
+  p.prefill_step_jitter = 0.4;
   p.has_decode_factors = true;
   p.decode_factors = {0.1, 0.05, 0.2, 1e-5};
   p.has_prefill_factors = true;

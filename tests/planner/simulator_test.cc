@@ -345,6 +345,32 @@ TEST(Simulator, StepJitterSpreadsTpotAroundTheSameMean) {
   EXPECT_EQ(noisy->summary.tpot.p90, again->summary.tpot.p90);
 }
 
+TEST(Simulator, PrefillStepJitterSpreadsOnlyThePrefillSteps) {
+  // Requests far apart (none meets another) of one shape: without noise every TTFT is the same,
+  // and every TPOT. The prefill steps' own sigma spreads TTFT and leaves TPOT; the step jitter
+  // alone (prefill_step_jitter negative: the same) spreads both; the decode steps' alone
+  // (prefill_step_jitter 0) only TPOT.
+  HardwareProfile p = H100();
+  std::mt19937_64 rng(8);
+  std::vector<TimedRequest> reqs;
+  for (int i = 0; i < 40; ++i) reqs.push_back({1.0 * i, Prompt(64, rng), 16});
+  auto spread = [](const bench::Percentiles& s) { return s.p90 - s.p50; };
+  p.prefill_step_jitter = 0.5;
+  auto prefill_only = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  p.step_jitter = 0.5;
+  p.prefill_step_jitter = -1;
+  auto both = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  p.prefill_step_jitter = 0;
+  auto decode_only = SimulateRequests(Stories260K(), p, ClusterSpec(), reqs, {});
+  ASSERT_TRUE(prefill_only.ok() && both.ok() && decode_only.ok());
+  EXPECT_GT(spread(prefill_only->summary.ttft), 0.1 * prefill_only->summary.ttft.p50);
+  EXPECT_NEAR(spread(prefill_only->summary.tpot), 0, 1e-12);
+  EXPECT_GT(spread(both->summary.ttft), 0.1 * both->summary.ttft.p50);
+  EXPECT_GT(spread(both->summary.tpot), 0.01 * both->summary.tpot.p50);
+  EXPECT_NEAR(spread(decode_only->summary.ttft), 0, 1e-12);
+  EXPECT_GT(spread(decode_only->summary.tpot), 0.01 * decode_only->summary.tpot.p50);
+}
+
 TEST(Simulator, SharedHostRequestPathQueues) {
   // On a shared host the request path's hops are CPU work, one at a time: four requests sent
   // together take about four times one request's hops before their first token.
