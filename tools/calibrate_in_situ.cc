@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -242,7 +241,6 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   // keeps `step_threads` of them busy (the CPU backend's pool spins between ops; a small model's
   // ops run on one thread), fitted below among 1 to `cores`.
   const double cores = std::max(1u, std::thread::hardware_concurrency());
-  using Error = std::function<double(const Figures& m, const Figures& s, const Workload& w)>;
   auto sq = [](double sim, double meas) {
     const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
     return d * d;
@@ -276,9 +274,10 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   only_shortest[shortest] = true;
   std::vector<bool> open_loops(workloads.size(), false);  // the workloads alone
   for (size_t i = 0; i < workloads.size(); ++i) open_loops[i] = workloads[i].concurrency == 1;
-  // A search on a grid of values of one parameter (the squared log error).
+  // A search on a grid of values of one parameter: the least squared log error of one figure
+  // over the workloads `used`.
   auto fit_on = [&](planner::HardwareProfile& q, const std::vector<double>& values, double* param,
-                    const std::vector<bool>& used, const Error& error) -> absl::Status {
+                    const std::vector<bool>& used, double Figures::*figure) -> absl::Status {
     double best_error = 1e300, best_value = *param;
     std::vector<Figures> f;
     for (double v : values) {
@@ -286,7 +285,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
       if (absl::Status s = simulate(q, &f, used); !s.ok()) return s;
       double e = 0;
       for (size_t i = 0; i < workloads.size(); ++i) {
-        if (used[i]) e += error(measured[i], f[i], workloads[i]);
+        if (used[i]) e += sq(f[i].*figure, measured[i].*figure);
       }
       if (e < best_error) {
         best_error = e;
@@ -358,35 +357,21 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
       // - the decode steps' jitter (lognormal sigma): TPOT p90 of every workload;
       // - the prefill steps' own: TTFT p90 of the open loops (a long prompt alone: its TTFT
       //   spread is its prefill's noise; a closed loop's TTFT is how its clients fall in step).
-      absl::Status s = fit_on(p, grid, &p.request_overhead, only_shortest,
-                              [&](const Figures& m, const Figures& f, const Workload&) {
-                                return sq(f.ttft50, m.ttft50);
-                              });
-      if (s.ok()) {
-        s = fit_on(p, grid, &p.decode_start_overhead, only_shortest,
-                   [&](const Figures& m, const Figures& f, const Workload&) {
-                     return sq(f.gap50, m.gap50);
-                   });
+      const struct {
+        const std::vector<double>& values;
+        double* param;
+        const std::vector<bool>& used;
+        double Figures::*figure;
+      } path[] = {
+          {grid, &p.request_overhead, only_shortest, &Figures::ttft50},
+          {grid, &p.decode_start_overhead, only_shortest, &Figures::gap50},
+          {grid, &p.relay_cpu, all, &Figures::tpot50},
+          {sigmas, &p.step_jitter, all, &Figures::tpot90},
+          {sigmas, &p.prefill_step_jitter, open_loops, &Figures::ttft90},
+      };
+      for (const auto& x : path) {
+        if (absl::Status s = fit_on(p, x.values, x.param, x.used, x.figure); !s.ok()) return s;
       }
-      if (s.ok()) {
-        s = fit_on(p, grid, &p.relay_cpu, all,
-                   [&](const Figures& m, const Figures& f, const Workload&) {
-                     return sq(f.tpot50, m.tpot50);
-                   });
-      }
-      if (s.ok()) {
-        s = fit_on(p, sigmas, &p.step_jitter, all,
-                   [&](const Figures& m, const Figures& f, const Workload&) {
-                     return sq(f.tpot90, m.tpot90);
-                   });
-      }
-      if (s.ok()) {
-        s = fit_on(p, sigmas, &p.prefill_step_jitter, open_loops,
-                   [&](const Figures& m, const Figures& f, const Workload&) {
-                     return sq(f.ttft90, m.ttft90);
-                   });
-      }
-      if (!s.ok()) return s;
       std::vector<Figures> f;
       if (absl::Status st = simulate(p, &f, all); !st.ok()) return st;
       c.error = 0;

@@ -396,19 +396,29 @@ TEST(Simulator, SharedHostRequestPathQueues) {
   EXPECT_NEAR(apart->summary.ttft.mean, a->summary.ttft.mean, 0.3e-3);
 }
 
+// Two decode workers on a shared host (l40s's step costs), each streaming one 16-token prompt's
+// 200 tokens, both sent at once.
+struct TwoStreams {
+  HardwareProfile profile;
+  ClusterSpec cluster;
+  std::vector<TimedRequest> requests;
+  ModelConfig model;
+};
+TwoStreams TwoDecodeStreams() {
+  TwoStreams t{*LoadProfile("l40s"), ClusterSpec(), {}, *RandomModelConfig("stories15M")};
+  t.profile.shared_host = true;
+  t.cluster.decode = 2;
+  t.cluster.prefill_kv_bytes = t.cluster.decode_kv_bytes = 1 << 30;
+  std::mt19937_64 rng(6);
+  for (int i = 0; i < 2; ++i) t.requests.push_back({0, Prompt(16, rng), 200});
+  return t;
+}
+
 TEST(Simulator, HostStepSlotsLetCalibratedWorkersRunTogether) {
   // Two decode workers each streaming one request: with one step slot they share the host and
   // each stream is half as fast; with two (what the in-situ calibration measured) each runs at
   // its calibrated speed.
-  HardwareProfile p = *LoadProfile("l40s");
-  p.shared_host = true;
-  ClusterSpec c;
-  c.decode = 2;
-  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
-  std::mt19937_64 rng(6);
-  std::vector<TimedRequest> reqs;
-  for (int i = 0; i < 2; ++i) reqs.push_back({0, Prompt(16, rng), 200});
-  const ModelConfig model = *RandomModelConfig("stories15M");
+  auto [p, c, reqs, model] = TwoDecodeStreams();
   auto alone = SimulateRequests(model, p, c, {reqs[0]}, {});
   auto one_slot = SimulateRequests(model, p, c, reqs, {});
   p.host_step_slots = 2;
@@ -423,16 +433,8 @@ TEST(Simulator, OneProcessorHostSharesItsCoresByThreads) {
   // host_cores > 0: one processor for every step, hop and relay. Two decode workers each
   // streaming one request on 2 cores: steps that keep one core busy run side by side at their
   // speed alone; steps that keep both busy share them, each stream half as fast.
-  HardwareProfile p = *LoadProfile("l40s");
-  p.shared_host = true;
+  auto [p, c, reqs, model] = TwoDecodeStreams();
   p.host_cores = 2;
-  ClusterSpec c;
-  c.decode = 2;
-  c.prefill_kv_bytes = c.decode_kv_bytes = 1 << 30;
-  std::mt19937_64 rng(6);
-  std::vector<TimedRequest> reqs;
-  for (int i = 0; i < 2; ++i) reqs.push_back({0, Prompt(16, rng), 200});
-  const ModelConfig model = *RandomModelConfig("stories15M");
   SimOptions o;
   o.record_token_times = false;
   auto alone = SimulateRequests(model, p, c, {reqs[0]}, {}, o);
