@@ -12,7 +12,10 @@
 # local profile path); then runs every configuration below. Knobs (environment):
 #   BUILD_DIR (build), CONFIGS (all: a space-separated subset of the names below),
 #   REQUESTS (multiplier for the request counts, default 1), SKIP_CALIBRATE=1 (reuse the
-#   profiles in OUT_DIR).
+#   profiles in OUT_DIR), SKIP_MEASURE=1 (reuse the measured runs in OUT_DIR: predictions only,
+#   seconds), ALSO_MEASURED="DIR..." (earlier validation folders whose measured runs of the
+#   same configurations join the mean the predictions are held against: less of one run's
+#   noise; the table's "runs" column counts them).
 # Writes OUT_DIR/measured-NAME-{a,b}.json, predicted-NAME.json, validation.json and validation.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -92,6 +95,7 @@ for line in "${CONFIG_LINES[@]}"; do
   # Measured twice, each on a fresh cluster with the same requests: how far two runs of the
   # same configuration differ is the machine's own noise, the floor for the prediction's error.
   for run in a b; do
+    [ "${SKIP_MEASURE:-0}" = 1 ] && [ -f "$OUT/measured-$name-$run.json" ] && continue
     start_cluster "$model" "$prefill" "$decode"
     "$bin/tandem" bench --router "$router" "${flags[@]}" --warmup 4 --seed 1 --no-progress \
       --json "$OUT/measured-$name-$run.json" >"$OUT/measured-$name-$run.txt"
@@ -104,21 +108,24 @@ for line in "${CONFIG_LINES[@]}"; do
   names+=("$name")
 done
 
-python3 - "$OUT" "${names[@]}" <<'PY'
-import json, sys
-out, names = sys.argv[1], sys.argv[2:]
+python3 - "$OUT" "${ALSO_MEASURED:-}" "${names[@]}" <<'PY'
+import json, os, sys
+out, also, names = sys.argv[1], sys.argv[2].split(), sys.argv[3:]
 rows, table = [], []
 table.append(f"{'configuration':<22}{'metric':<10}{'run a ms':>10}{'run b ms':>10}{'b vs a':>8}"
-             f"{'predicted':>11}{'error':>8}")
+             f"{'runs':>5}{'predicted':>11}{'error':>8}")
 within = repeat_within = total = 0
 for n in names:
     a = json.load(open(f"{out}/measured-{n}-a.json"))["summary"]
     b = json.load(open(f"{out}/measured-{n}-b.json"))["summary"]
     p = json.load(open(f"{out}/predicted-{n}.json"))["summary"]
+    others = [json.load(open(f"{d}/measured-{n}-{r}.json"))["summary"] for d in also
+              for r in "ab" if os.path.exists(f"{d}/measured-{n}-{r}.json")]
     for metric in ("ttft_s", "tpot_s"):
         for q in ("p50", "p90"):
             av, bv, pv = a[metric][q] * 1e3, b[metric][q] * 1e3, p[metric][q] * 1e3
-            mv = (av + bv) / 2  # the prediction is held against the mean of the two runs
+            runs = [av, bv] + [o[metric][q] * 1e3 for o in others]
+            mv = sum(runs) / len(runs)  # the prediction is held against the runs' mean
             err = (pv - mv) / mv if mv > 0 else float("nan")
             rep = (bv - av) / av if av > 0 else float("nan")
             total += 1
@@ -126,10 +133,10 @@ for n in names:
             repeat_within += abs(rep) <= 0.15
             label = metric[:4].upper() + " " + q
             table.append(f"{n:<22}{label:<10}{av:>10.2f}{bv:>10.2f}{100 * rep:>7.1f}%"
-                         f"{pv:>11.2f}{100 * err:>7.1f}%")
+                         f"{len(runs):>5}{pv:>11.2f}{100 * err:>7.1f}%")
             rows.append({"config": n, "metric": label, "run_a_ms": av, "run_b_ms": bv,
-                         "measured_ms": mv, "predicted_ms": pv, "error": err,
-                         "repeat_error": rep})
+                         "runs": len(runs), "measured_ms": mv, "predicted_ms": pv,
+                         "error": err, "repeat_error": rep})
 table.append(f"predicted within 15% of the measured mean: {within} of {total}; "
              f"run b within 15% of run a: {repeat_within} of {total}")
 text = "\n".join(table)
