@@ -123,28 +123,47 @@ struct Hop {
   int r = 0;
 };
 
+// A piece of work on a device: a worker's step (id >= 0) or a hop (-1 - index into Sim::hops_),
+// how many cores (threads) it keeps busy, and whether it is served first (prefill steps on a
+// one-processor host).
+struct Task {
+  int id = 0;
+  double cores = 1;
+  bool first = false;
+};
+
 struct Device {
-  // Work in progress: workers' steps (index >= 0) and hops (-1 - index into Sim::hops_), how
-  // many cores (threads) each keeps busy, and whether it is served first (prefill steps on a
-  // one-processor host).
-  std::vector<int> active;
-  std::vector<double> demand;
-  std::vector<char> first;
+  std::vector<Task> active;
   // The cores. The tasks served first share all of them; the others share what those leave.
   // Within each class, while the tasks ask for no more than they have, each runs at full
   // speed; beyond, every one slows by cores / asked (processor sharing, fair per thread).
   double capacity = 1;
-  double asked_first = 0, asked = 0;
-  double Rate(size_t i) const {
-    if (first[i]) return asked_first <= capacity ? 1.0 : capacity / asked_first;
+  double asked_first = 0, asked = 0;  // the cores `active` asks for, by class
+  double Rate(const Task& t) const {
+    if (t.first) return asked_first <= capacity ? 1.0 : capacity / asked_first;
     const double left = std::max(0.0, capacity - asked_first);
     return asked <= left ? 1.0 : left / asked;
   }
-  void Add(int task, double cores, bool served_first) {
-    active.push_back(task);
-    demand.push_back(cores);
-    first.push_back(served_first);
-    (served_first ? asked_first : asked) += cores;
+  void Add(const Task& t) {
+    active.push_back(t);
+    (t.first ? asked_first : asked) += t.cores;
+  }
+  // Takes out the tasks `done` says are finished, in order.
+  template <typename Done>
+  std::vector<int> Remove(Done done) {
+    std::vector<int> out;
+    std::vector<Task> kept;
+    asked_first = asked = 0;
+    for (const Task& t : active) {
+      if (done(t.id)) {
+        out.push_back(t.id);
+      } else {
+        kept.push_back(t);
+        (t.first ? asked_first : asked) += t.cores;
+      }
+    }
+    active = std::move(kept);
+    return out;
   }
   double last = 0;
   uint64_t version = 0;
@@ -565,7 +584,7 @@ void Sim::StartHop(double start, double cpu, double latency, Kind next, int r) {
 void Sim::HopStart(int h) {
   Device& d = devices_[path_device_];  // shared host: the request path
   Advance(d);
-  d.Add(-1 - h, 1, false);
+  d.Add({-1 - h, 1, false});
   Reschedule(path_device_);
 }
 
@@ -745,18 +764,17 @@ void Sim::Deliver(int r, double t) {
 }
 
 void Sim::Advance(Device& d) {
-  for (size_t i = 0; i < d.active.size(); ++i)
-    Remaining(d.active[i]) -= (now_ - d.last) * d.Rate(i);
+  for (const Task& t : d.active) Remaining(t.id) -= (now_ - d.last) * d.Rate(t);
   d.last = now_;
 }
 
 void Sim::AddToDevice(int w, double seconds) {
   Device& d = devices_[workers_[w].device];
   Advance(d);
-  workers_[w].remaining = seconds;
-  const Worker& wk = workers_[w];
+  Worker& wk = workers_[w];
+  wk.remaining = seconds;
   const bool first = wk.prefill && prefill_cores_ > 0;
-  d.Add(w, wk.relay ? 1.0 : first ? prefill_cores_ : step_cores_, first);
+  d.Add({w, wk.relay ? 1.0 : first ? prefill_cores_ : step_cores_, first});
   Reschedule(workers_[w].device);
 }
 
@@ -765,9 +783,9 @@ void Sim::Reschedule(int device) {
   ++d.version;
   if (d.active.empty()) return;
   double soonest = 1e300;  // a task with no cores left to it waits for those served first
-  for (size_t i = 0; i < d.active.size(); ++i) {
-    const double rate = d.Rate(i);
-    if (rate > 0) soonest = std::min(soonest, std::max(0.0, Remaining(d.active[i])) / rate);
+  for (const Task& t : d.active) {
+    const double rate = d.Rate(t);
+    if (rate > 0) soonest = std::min(soonest, std::max(0.0, Remaining(t.id)) / rate);
   }
   if (soonest < 1e300) Push(now_ + soonest, Kind::kDeviceDone, device, d.version);
 }
@@ -776,22 +794,9 @@ void Sim::DeviceDone(int device, uint64_t version) {
   Device& d = devices_[device];
   if (version != d.version) return;
   Advance(d);
-  // Every task that ran out of work (the one this event was timed for, and any other within
-  // rounding).
-  std::vector<int> done;
-  Device still;
-  still.capacity = d.capacity;
-  for (size_t i = 0; i < d.active.size(); ++i) {
-    const int t = d.active[i];
-    if (Remaining(t) <= 1e-9) {  // a nanosecond: what the clock's rounding leaves
-      done.push_back(t);
-    } else {
-      still.Add(t, d.demand[i], d.first[i]);
-    }
-  }
-  still.last = d.last;
-  still.version = d.version;
-  d = std::move(still);
+  // Every task that ran out of work (the one this event was timed for, and any other within a
+  // nanosecond: what the clock's rounding leaves).
+  const std::vector<int> done = d.Remove([&](int t) { return Remaining(t) <= 1e-9; });
   Reschedule(device);
   for (int t : done) {
     if (t >= 0) {

@@ -157,11 +157,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
 
   // Measure: each workload through the router, with the workers' step histograms around it.
   std::vector<Figures> measured;
+  // One per workload: its mean step of each role, as the workers' histograms measured it.
   std::vector<planner::StepSample> decode_samples, prefill_samples;
-  struct StepMeans {
-    double decode = 0, prefill = 0;  // seconds, as the workers' histograms measured them
-  };
-  std::vector<StepMeans> step_means;
   nlohmann::json rows = nlohmann::json::array();
   for (const Workload& w : workloads) {
     auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
@@ -220,7 +217,6 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
                                  0, std::max(1, static_cast<int>(std::lround(tokens / prompts)))});
     ps.seconds = prefill_step;
     prefill_samples.push_back(ps);
-    step_means.push_back({step, prefill_step});
     rows.push_back({{"concurrency", w.concurrency},
                     {"input", w.input},
                     {"output", w.output},
@@ -245,7 +241,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
     return d * d;
   };
-  // Simulates the workloads (those `error` looks at) and sums the error.
+  // Simulates the workloads marked in `used` (the others' figures stay zero).
   auto simulate = [&](const planner::HardwareProfile& q, std::vector<Figures>* figures,
                       const std::vector<bool>& used) -> absl::Status {
     figures->assign(workloads.size(), Figures{});
@@ -312,16 +308,18 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
 
-  // One fit for a given `step_threads`. The steps were measured in situ, sharing the host with
-  // the other worker's steps and the request path, so their mean is slower than the step alone
-  // (which the simulator needs: it adds the sharing itself). The fit alternates: the step
-  // factors on the measured steps divided by the slowdown the simulator saw in each workload,
-  // then the request path's parameters, then the slowdowns again (three rounds; the first
-  // takes the steps as measured).
+  // One fit for a given sharing (`threads` for a decode step; `first` > 0: a prefill step
+  // served first on that many cores, else like a decode step). The steps were measured in situ,
+  // sharing the host with the other worker's steps and the request path, so their mean is slower
+  // than the step alone (which the simulator needs: it adds the sharing itself). The fit
+  // alternates: the step factors on the measured steps divided by the slowdown the simulator saw in
+  // each workload, then the request path's parameters, then the slowdowns again (three rounds; the
+  // first takes the steps as measured).
   struct Candidate {
     planner::HardwareProfile profile;
     double error = 1e300;
     nlohmann::json decode_fit, prefill_fit;
+    std::vector<Figures> simulated;  // the workloads under `profile`
   };
   auto fit_threads = [&](double threads, double first) -> absl::StatusOr<Candidate> {
     Candidate best;
@@ -378,7 +376,7 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         if (absl::Status s = fit_on(p, x.values, x.param, x.used, x.figure, x.also); !s.ok())
           return s;
       }
-      std::vector<Figures> f;
+      std::vector<Figures>& f = c.simulated;
       if (absl::Status st = simulate(p, &f, all); !st.ok()) return st;
       c.error = 0;
       for (size_t i = 0; i < workloads.size(); ++i) {
@@ -392,8 +390,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         c.error += sq(f[i].tpot50, measured[i].tpot50) + sq(f[i].tpot90, measured[i].tpot90);
         c.error += sq(f[i].ttft50, measured[i].ttft50);
         // The steps' mean times, sharing included: how the sharing shows itself most directly.
-        c.error += sq(f[i].decode_step, step_means[i].decode) +
-                   sq(f[i].prefill_step, step_means[i].prefill);
+        c.error += sq(f[i].decode_step, decode_samples[i].seconds) +
+                   sq(f[i].prefill_step, prefill_samples[i].seconds);
         if (workloads[i].concurrency == 1) {
           c.error += sq(f[i].ttft90, measured[i].ttft90);
         }
@@ -425,11 +423,9 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
   nlohmann::json& decode_fit = chosen.decode_fit;
   nlohmann::json& prefill_fit = chosen.prefill_fit;
 
-  std::vector<Figures> final_sim;
-  if (absl::Status s = simulate(*profile, &final_sim, all); !s.ok()) return s;
   for (size_t i = 0; i < workloads.size(); ++i) {
     const Figures& m = measured[i];
-    const Figures& s = final_sim[i];
+    const Figures& s = chosen.simulated[i];
     rows[i]["measured"] = {{"ttft_p50_s", m.ttft50}, {"ttft_p90_s", m.ttft90},
                            {"tpot_p50_s", m.tpot50}, {"tpot_p90_s", m.tpot90},
                            {"gap_p50_s", m.gap50},   {"gap_p90_s", m.gap90}};
@@ -444,8 +440,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         "(measured/simulated)",
         workloads[i].concurrency, workloads[i].input, workloads[i].output, m.ttft50 * 1e3,
         s.ttft50 * 1e3, m.ttft90 * 1e3, s.ttft90 * 1e3, m.tpot50 * 1e3, s.tpot50 * 1e3,
-        m.tpot90 * 1e3, s.tpot90 * 1e3, rows[i]["decode_step_s"].get<double>() * 1e3,
-        s.decode_step * 1e3, rows[i]["prefill_step_s"].get<double>() * 1e3, s.prefill_step * 1e3));
+        m.tpot90 * 1e3, s.tpot90 * 1e3, decode_samples[i].seconds * 1e3, s.decode_step * 1e3,
+        prefill_samples[i].seconds * 1e3, s.prefill_step * 1e3));
   }
   if (report) {
     *report = {{"workloads", rows},
