@@ -392,7 +392,9 @@ WorkerLoadSnapshot Sim::Load(const Worker& w) const {
 
 void Sim::AddRequests(std::vector<TimedRequest> items, const bench::BenchConfig* workload) {
   workload_ = workload;
-  rng_.seed(workload != nullptr ? workload->seed ^ 0x1a77e2 : 1);
+  rng_.seed(options_.noise_seed != 0 ? options_.noise_seed * 0x9e3779b97f4a7c15ull
+            : workload != nullptr    ? workload->seed ^ 0x1a77e2
+                                     : 1);
   for (size_t i = 0; i < items.size(); ++i) {
     Request r;
     r.item = std::move(items[i]);
@@ -903,6 +905,78 @@ absl::StatusOr<SimResult> Simulate(const ModelConfig& model, const HardwareProfi
   sim.AddRequests(std::move(requests), &w);
   if (absl::Status s = sim.Run(); !s.ok()) return s;
   return sim.TakeResult(w.slo);
+}
+
+absl::StatusOr<std::vector<SimResult>> SimulateRuns(const ModelConfig& model,
+                                                    const HardwareProfile& profile,
+                                                    const ClusterSpec& cluster,
+                                                    const bench::BenchConfig& workload, int runs,
+                                                    const SimOptions& options) {
+  if (runs < 1 || runs > 1000) return absl::InvalidArgumentError("runs must be in [1, 1000]");
+  std::vector<SimResult> results;
+  SimOptions o = options;
+  for (int i = 0; i < runs; ++i) {
+    o.noise_seed = runs == 1 ? options.noise_seed : static_cast<uint64_t>(i + 1);
+    auto r = Simulate(model, profile, cluster, workload, o);
+    if (!r.ok()) return r.status();
+    results.push_back(*std::move(r));
+  }
+  return results;
+}
+
+bench::BenchSummary MeanSummary(const std::vector<SimResult>& runs) {
+  if (runs.empty()) return {};
+  if (runs.size() == 1) return runs[0].summary;
+  const double n = static_cast<double>(runs.size());
+  bench::BenchSummary m = runs[0].summary;  // the counts of every run, as the first's
+  m.rejected.clear();
+  m.rejected_total = 0;
+  m.duration = m.request_throughput = m.output_token_throughput = m.total_token_throughput = 0;
+  m.goodput = m.slo_attainment = 0;
+  m.prompt_tokens = m.output_tokens = 0;
+  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) *p = {};
+  int64_t sent = 0, completed = 0, failed = 0, prompt = 0, output = 0;
+  for (const SimResult& r : runs) {
+    const bench::BenchSummary& s = r.summary;
+    sent += s.sent;
+    completed += s.completed;
+    failed += s.failed;
+    prompt += s.prompt_tokens;
+    output += s.output_tokens;
+    for (const auto& [status, count] : s.rejected) m.rejected[status] += count;
+    m.rejected_total += s.rejected_total;
+    m.duration += s.duration / n;
+    m.request_throughput += s.request_throughput / n;
+    m.output_token_throughput += s.output_token_throughput / n;
+    m.total_token_throughput += s.total_token_throughput / n;
+    m.goodput += s.goodput / n;
+    m.slo_attainment += s.slo_attainment / n;
+    for (auto [to, from] : {std::pair{&m.ttft, &s.ttft}, std::pair{&m.tpot, &s.tpot},
+                            std::pair{&m.itl, &s.itl}, std::pair{&m.e2e, &s.e2e}}) {
+      to->mean += from->mean / n;
+      to->p50 += from->p50 / n;
+      to->p90 += from->p90 / n;
+      to->p99 += from->p99 / n;
+      to->max += from->max / n;
+      to->count += from->count;
+    }
+  }
+  // Counts: per run, rounded.
+  auto per_run = [&](int64_t total) { return static_cast<int>(std::llround(total / n)); };
+  m.sent = per_run(sent);
+  m.completed = per_run(completed);
+  m.failed = per_run(failed);
+  m.prompt_tokens = per_run(prompt);
+  m.output_tokens = per_run(output);
+  for (auto& [status, count] : m.rejected) count = per_run(count);
+  m.rejected_total = per_run(m.rejected_total);
+  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) p->count = per_run(p->count);
+  return m;
+}
+
+bool HasNoise(const HardwareProfile& p) {
+  return p.step_jitter > 0 || p.prefill_step_jitter > 0 || p.request_jitter > 0 ||
+         p.decode_start_jitter > 0;
 }
 
 absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const HardwareProfile& profile,

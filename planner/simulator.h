@@ -67,6 +67,9 @@ struct SimOptions {
   // time when only TTFT, TPOT and goodput matter (the plan search).
   bool record_token_times = true;
   int64_t max_events = int64_t{1} << 30;
+  // The noise (jitter of the steps and the request path): 0 draws it from the workload's seed;
+  // else from this, the requests (lengths, prompts, arrivals) staying the workload's.
+  uint64_t noise_seed = 0;
 };
 
 struct SimResult {
@@ -94,6 +97,23 @@ struct TimedRequest {
 absl::StatusOr<SimResult> Simulate(const ModelConfig& model, const HardwareProfile& profile,
                                    const ClusterSpec& cluster, const bench::BenchConfig& workload,
                                    const SimOptions& options = {});
+
+// The workload `runs` times, each with its own noise (noise_seed 1..runs; the same requests).
+// On a profile with jitter (a calibrated `local` one) the figures of one run are one draw, as a
+// measured run's are: a closed loop's clients may fall into step in one run and not the next,
+// moving TTFT p50 by 2x. What repeated `tandem bench` runs average to is the runs' mean
+// (MeanSummary).
+absl::StatusOr<std::vector<SimResult>> SimulateRuns(const ModelConfig& model,
+                                                    const HardwareProfile& profile,
+                                                    const ClusterSpec& cluster,
+                                                    const bench::BenchConfig& workload, int runs,
+                                                    const SimOptions& options = {});
+
+// The mean over runs of every figure of their summaries (counts and percentiles alike).
+bench::BenchSummary MeanSummary(const std::vector<SimResult>& runs);
+
+// Whether the profile draws noise (any jitter): if not, every run of a workload is the same.
+bool HasNoise(const HardwareProfile& profile);
 
 // Simulates requests sent at given times (open loop), measured from the first.
 absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const HardwareProfile& profile,

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,17 +40,32 @@ class LocalProcesses {
   std::vector<pid_t> pids_;
 };
 
-// One closed-loop workload of fixed lengths: every decode step's shape is known.
+// The workloads: closed loops of fixed lengths, so that every decode step's shape is known.
 // Concurrency 1 is an open loop at 4 requests/s instead: the workers idle between requests,
 // as a lightly loaded service's do (threads asleep, caches cold), which back-to-back requests
-// would hide.
-struct Workload {
-  int concurrency = 1;
-  int input = 16;
-  int output = 32;
-  int requests = 16;
-};
+// would hide. Short and long prompts alone, four at a time, eight of a mid length.
 constexpr double kAloneRate = 4;
+// Simulated runs (each its own noise) whose mean a candidate sharing is judged by.
+constexpr int kFitRuns = 8;
+std::vector<InSituRun> Workloads(int ctx) {
+  const int out = std::clamp(ctx / 8, 8, 64);
+  const int longer = std::min(ctx / 2, ctx - out - 1);
+  const int mid = std::min(ctx / 4, ctx - out - 1);
+  // The requests alone (concurrency 1) give the hops' jitter from their p90 - p50: 60 of them
+  // (15 s at 4/s), as the p90 of 24 (the third largest) moved with a moment's load of the host.
+  std::vector<InSituRun> w(5);
+  for (auto [i, concurrency, input, requests] : {std::tuple{0, 1, 16, 60},
+                                                 {1, 1, longer, 60},
+                                                 {2, 4, 16, 48},
+                                                 {3, 4, longer, 48},
+                                                 {4, 8, mid, 64}}) {
+    w[i].concurrency = concurrency;
+    w[i].input = input;
+    w[i].output = out;
+    w[i].requests = requests;
+  }
+  return w;
+}
 
 // What a run (measured or simulated) gives the fit.
 struct Figures {
@@ -58,6 +74,10 @@ struct Figures {
   double decode_slowdown = 1, prefill_slowdown = 1;
   double decode_step = 0, prefill_step = 0;  // mean seconds, sharing included
 };
+
+Figures MeasuredOf(const InSituRun& r) {
+  return {r.ttft50, r.ttft90, r.tpot50, r.tpot90, r.gap50, r.gap90};
+}
 
 // TTFT and TPOT as `tandem bench` summarizes them, and the gap between the first two tokens.
 Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
@@ -78,7 +98,7 @@ Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
 
 // Each workload has its own seed: the same prompts twice would hit the prefill worker's prefix
 // cache.
-bench::BenchConfig ConfigOf(const Workload& w, const std::string& router) {
+bench::BenchConfig ConfigOf(const InSituRun& w, const std::string& router) {
   bench::BenchConfig b;
   b.router = router;
   b.rate = w.concurrency == 1 ? kAloneRate : 0;
@@ -112,25 +132,38 @@ absl::StatusOr<Histogram> Read(const std::string& metrics, const std::string& na
   return h;
 }
 
+// The steps of one run as the cost model sees them: `batch` sequences (rounded; their total
+// context kept) at the mean context of a request's decode, its prompt and half its output; and
+// the prompts of a prefill step (every prompt is `input` tokens, one chunk, so the mean tokens
+// per step give how many).
+std::pair<planner::StepSample, planner::StepSample> SamplesOf(const InSituOptions& o,
+                                                              const InSituRun& r) {
+  planner::StepSample s;
+  s.model = o.model;
+  s.config = o.config;
+  s.weight_bytes = o.weight_bytes;
+  const int seqs = std::max(1, static_cast<int>(std::lround(r.decode_batch)));
+  const double context = (r.input + r.output / 2.0) * r.decode_batch / seqs;
+  s.batch.assign(seqs, planner::ChunkShape{static_cast<int>(std::lround(context)), 1});
+  s.seconds = r.decode_step_s;
+  planner::StepSample ps = s;
+  const double tokens = r.prefill_tokens_per_step;
+  const int prompts = std::max(1, static_cast<int>(std::lround(tokens / r.input)));
+  ps.batch.assign(prompts, planner::ChunkShape{
+                               0, std::max(1, static_cast<int>(std::lround(tokens / prompts)))});
+  ps.seconds = r.prefill_step_s;
+  return {s, ps};
+}
+
 }  // namespace
 
-absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* profile,
-                             nlohmann::json* report) {
+absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
   auto log = [&](const std::string& line) {
     if (o.log) o.log(line);
   };
-  const ModelConfig& c = o.config;
-  const int ctx = c.max_seq_len;
+  const int ctx = o.config.max_seq_len;
   if (ctx < 64) return absl::InvalidArgumentError("calibrate: the model's context is under 64");
-  const int out = std::clamp(ctx / 8, 8, 64);
-  const int longer = std::min(ctx / 2, ctx - out - 1);
-  const int mid = std::min(ctx / 4, ctx - out - 1);
-  // The requests alone (concurrency 1) give the hops' jitter from their p90 - p50: 60 of them
-  // (15 s at 4/s), as the p90 of 24 (the third largest) moved with a moment's load of the host.
-  const std::vector<Workload> workloads = {
-      {1, 16, out, 60},     {1, longer, out, 60}, {4, 16, out, 48},
-      {4, longer, out, 48}, {8, mid, out, 64},
-  };
+  std::vector<InSituRun> runs = Workloads(ctx);
 
   // The cluster: one router, one prefill and one decode worker, as `tandem up` starts them.
   LocalProcesses procs;
@@ -155,12 +188,8 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     return absl::UnavailableError("calibrate: the workers did not register within 60 s");
   }
 
-  // Measure: each workload through the router, with the workers' step histograms around it.
-  std::vector<Figures> measured;
-  // One per workload: its mean step of each role, as the workers' histograms measured it.
-  std::vector<planner::StepSample> decode_samples, prefill_samples;
-  nlohmann::json rows = nlohmann::json::array();
-  for (const Workload& w : workloads) {
+  // Each workload through the router, with the workers' step histograms around it.
+  for (InSituRun& w : runs) {
     auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
     auto p0 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
     if (!d0.ok()) return d0.status();
@@ -175,24 +204,15 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
     auto p1 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
     if (!d1.ok()) return d1.status();
     if (!p1.ok()) return p1.status();
-    const double steps = d1->count - d0->count;
-    if (steps < 1) return absl::InternalError("calibrate: the decode worker ran no step");
-    const double step = (d1->sum - d0->sum) / steps;
-    const double batch = (d1->extra - d0->extra) / steps;
-    // The steps' shapes: `batch` sequences (rounded; their total context kept) at the mean
-    // context of a request's decode, its prompt and half its output.
-    const int seqs = std::max(1, static_cast<int>(std::lround(batch)));
-    const double context = (w.input + w.output / 2.0) * batch / seqs;
-    planner::StepSample s;
-    s.model = o.model;
-    s.config = c;
-    s.weight_bytes = o.weight_bytes;
-    s.batch.assign(seqs, planner::ChunkShape{static_cast<int>(std::lround(context)), 1});
+    w.decode_steps = d1->count - d0->count;
+    if (w.decode_steps < 1) return absl::InternalError("calibrate: the decode worker ran no step");
+    w.decode_step_s = (d1->sum - d0->sum) / w.decode_steps;
+    w.decode_batch = (d1->extra - d0->extra) / w.decode_steps;
     // The decode factors are fitted to the forward pass (the metric). What the loop adds to it
     // (sampling, bookkeeping, handing tokens to the streams) is the relay's CPU per token in
-    // the simulator, fitted below to TPOT: fitting the factors to the loop's wall time too
-    // counted it twice (TPOT 15-30% high). The wall time (every running request gets one token
-    // a step, so a request's mean interval after its second token) is reported beside it.
+    // the simulator, fitted to TPOT: fitting the factors to the loop's wall time too counted it
+    // twice (TPOT 15-30% high). The wall time (every running request gets one token a step, so
+    // a request's mean interval after its second token) is reported beside it.
     double wall = 0;
     int spans = 0;
     for (const bench::RequestRecord& r : run->records) {
@@ -202,70 +222,151 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
       ++spans;
     }
     if (spans == 0) return absl::InternalError("calibrate: no request streamed 3 tokens");
-    wall /= spans;
-    s.seconds = step;
-    decode_samples.push_back(s);
-    measured.push_back(FiguresOf(run->records));
+    w.decode_loop_step_s = wall / spans;
     const double prefill_steps = p1->count - p0->count;
     if (prefill_steps < 1) return absl::InternalError("calibrate: the prefill worker ran no step");
-    const double prefill_step = (p1->sum - p0->sum) / prefill_steps;
-    // Every prompt is `input` tokens (one chunk): the mean tokens per step give the prompts.
-    const double tokens = (p1->extra - p0->extra) / prefill_steps;
-    const int prompts = std::max(1, static_cast<int>(std::lround(tokens / w.input)));
-    planner::StepSample ps = s;
-    ps.batch.assign(prompts, planner::ChunkShape{
-                                 0, std::max(1, static_cast<int>(std::lround(tokens / prompts)))});
-    ps.seconds = prefill_step;
-    prefill_samples.push_back(ps);
-    rows.push_back({{"concurrency", w.concurrency},
-                    {"input", w.input},
-                    {"output", w.output},
-                    {"decode_steps", steps},
-                    {"decode_step_s", step},
-                    {"decode_loop_step_s", wall},
-                    {"decode_batch", batch},
-                    {"prefill_step_s", prefill_step},
-                    {"prefill_tokens_per_step", tokens}});
+    w.prefill_step_s = (p1->sum - p0->sum) / prefill_steps;
+    w.prefill_tokens_per_step = (p1->extra - p0->extra) / prefill_steps;
+    const Figures m = FiguresOf(run->records);
+    std::tie(w.ttft50, w.ttft90, w.tpot50, w.tpot90, w.gap50, w.gap90) =
+        std::tie(m.ttft50, m.ttft90, m.tpot50, m.tpot90, m.gap50, m.gap90);
     log(absl::StrFormat(
         "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms (loop %.3f ms) at batch "
         "%.2f, prefill step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
-        w.concurrency, w.input, w.output, step * 1e3, wall * 1e3, batch, prefill_step * 1e3,
-        measured.back().ttft50 * 1e3, measured.back().tpot50 * 1e3));
+        w.concurrency, w.input, w.output, w.decode_step_s * 1e3, w.decode_loop_step_s * 1e3,
+        w.decode_batch, w.prefill_step_s * 1e3, w.ttft50 * 1e3, w.tpot50 * 1e3));
+  }
+  return runs;
+}
+
+absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json& in_situ) {
+  if (!in_situ.is_object() || !in_situ.contains("workloads") || !in_situ["workloads"].is_array() ||
+      in_situ["workloads"].empty()) {
+    return absl::InvalidArgumentError("refit: the report has no in_situ.workloads");
+  }
+  std::vector<InSituRun> runs;
+  for (const nlohmann::json& w : in_situ["workloads"]) {
+    InSituRun r;
+    try {
+      r.concurrency = w.at("concurrency").get<int>();
+      r.input = w.at("input").get<int>();
+      r.output = w.at("output").get<int>();
+      r.decode_steps = w.at("decode_steps").get<double>();
+      r.decode_step_s = w.at("decode_step_s").get<double>();
+      r.decode_batch = w.at("decode_batch").get<double>();
+      r.decode_loop_step_s = w.value("decode_loop_step_s", 0.0);
+      r.prefill_step_s = w.at("prefill_step_s").get<double>();
+      r.prefill_tokens_per_step = w.at("prefill_tokens_per_step").get<double>();
+      const nlohmann::json& m = w.at("measured");
+      r.ttft50 = m.at("ttft_p50_s").get<double>();
+      r.ttft90 = m.at("ttft_p90_s").get<double>();
+      r.tpot50 = m.at("tpot_p50_s").get<double>();
+      r.tpot90 = m.at("tpot_p90_s").get<double>();
+      r.gap50 = m.at("gap_p50_s").get<double>();
+      r.gap90 = m.at("gap_p90_s").get<double>();
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("refit: in_situ.workloads[%d]: %s", runs.size(), e.what()));
+    }
+    // Reports before the request count was written ran Workloads(): 60 alone, 48 at 4, 64 at 8.
+    r.requests = w.value("requests", r.concurrency == 1 ? 60 : r.concurrency == 4 ? 48 : 64);
+    if (r.concurrency < 1 || r.input < 1 || r.output < 1 || r.requests < 1 ||
+        r.decode_step_s <= 0 || r.decode_batch <= 0 || r.prefill_step_s <= 0 ||
+        r.prefill_tokens_per_step <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("refit: in_situ.workloads[%d] is not a measured run", runs.size()));
+    }
+    runs.push_back(r);
+  }
+  return runs;
+}
+
+absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* profile,
+                             nlohmann::json* report) {
+  auto runs = MeasureInSitu(o);
+  if (!runs.ok()) return runs.status();
+  return FitInSitu(o, *runs, profile, report);
+}
+
+absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& workloads,
+                       planner::HardwareProfile* profile, nlohmann::json* report) {
+  auto log = [&](const std::string& line) {
+    if (o.log) o.log(line);
+  };
+  const ModelConfig& c = o.config;
+  if (workloads.empty()) return absl::InvalidArgumentError("calibrate: no in-situ runs");
+  std::vector<Figures> measured;
+  // One per workload: its mean step of each role, as the workers' histograms measured it.
+  std::vector<planner::StepSample> decode_samples, prefill_samples;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const InSituRun& w : workloads) {
+    measured.push_back(MeasuredOf(w));
+    auto [d, p] = SamplesOf(o, w);
+    decode_samples.push_back(d);
+    prefill_samples.push_back(p);
+    rows.push_back({{"concurrency", w.concurrency},
+                    {"input", w.input},
+                    {"output", w.output},
+                    {"requests", w.requests},
+                    {"decode_steps", w.decode_steps},
+                    {"decode_step_s", w.decode_step_s},
+                    {"decode_loop_step_s", w.decode_loop_step_s},
+                    {"decode_batch", w.decode_batch},
+                    {"prefill_step_s", w.prefill_step_s},
+                    {"prefill_tokens_per_step", w.prefill_tokens_per_step}});
+  }
+  constexpr size_t shortest = 0;  // the first run: the shortest prompts alone
+  if (workloads[shortest].concurrency != 1) {
+    return absl::InvalidArgumentError("calibrate: the first in-situ run is not an open loop");
   }
 
   // The host: one processor of `cores` cores for the steps, the hops and the relay. A step
   // keeps `step_threads` of them busy (the CPU backend's pool spins between ops; a small model's
   // ops run on one thread), fitted below among 1 to `cores`.
-  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double cores =
+      o.host_cores > 0 ? o.host_cores : std::max(1u, std::thread::hardware_concurrency());
   auto sq = [](double sim, double meas) {
     const double d = std::log(std::max(sim, 1e-7) / std::max(meas, 1e-7));
     return d * d;
   };
-  // Simulates the workloads marked in `used` (the others' figures stay zero).
+  // Simulates the workloads marked in `used` (the others' figures stay zero), `runs` times each
+  // with its own noise: the figures are the runs' mean.
   auto simulate = [&](const planner::HardwareProfile& q, std::vector<Figures>* figures,
-                      const std::vector<bool>& used) -> absl::Status {
+                      const std::vector<bool>& used, int runs = 1) -> absl::Status {
     figures->assign(workloads.size(), Figures{});
+    planner::HardwareProfile as_stored = q;  // the first model's dtype, as its cluster ran
+    as_stored.weight_bytes = o.weight_bytes;
     for (size_t i = 0; i < workloads.size(); ++i) {
       if (!used[i]) continue;
-      planner::HardwareProfile as_stored = q;  // the first model's dtype, as its cluster ran
-      as_stored.weight_bytes = o.weight_bytes;
-      auto r = planner::Simulate(c, as_stored, planner::ClusterSpec{},
-                                 ConfigOf(workloads[i], "simulated"));
-      if (!r.ok()) return r.status();
-      (*figures)[i] = FiguresOf(r->records);
-      (*figures)[i].decode_slowdown = r->decode_step_alone_seconds > 0
-                                          ? r->decode_step_seconds / r->decode_step_alone_seconds
-                                          : 1;
-      (*figures)[i].prefill_slowdown = r->prefill_step_alone_seconds > 0
-                                           ? r->prefill_step_seconds / r->prefill_step_alone_seconds
-                                           : 1;
-      (*figures)[i].decode_step = r->decode_step_seconds / std::max<int64_t>(1, r->decode_steps);
-      (*figures)[i].prefill_step = r->prefill_step_seconds / std::max<int64_t>(1, r->prefill_steps);
+      auto all = planner::SimulateRuns(c, as_stored, planner::ClusterSpec{},
+                                       ConfigOf(workloads[i], "simulated"), runs);
+      if (!all.ok()) return all.status();
+      Figures& f = (*figures)[i];
+      f.decode_slowdown = f.prefill_slowdown = 0;
+      for (const planner::SimResult& r : *all) {
+        const Figures one = FiguresOf(r.records);
+        const double n = static_cast<double>(runs);
+        f.ttft50 += one.ttft50 / n;
+        f.ttft90 += one.ttft90 / n;
+        f.tpot50 += one.tpot50 / n;
+        f.tpot90 += one.tpot90 / n;
+        f.gap50 += one.gap50 / n;
+        f.gap90 += one.gap90 / n;
+        f.decode_slowdown +=
+            (r.decode_step_alone_seconds > 0 ? r.decode_step_seconds / r.decode_step_alone_seconds
+                                             : 1) /
+            n;
+        f.prefill_slowdown += (r.prefill_step_alone_seconds > 0
+                                   ? r.prefill_step_seconds / r.prefill_step_alone_seconds
+                                   : 1) /
+                              n;
+        f.decode_step += r.decode_step_seconds / std::max<int64_t>(1, r.decode_steps) / n;
+        f.prefill_step += r.prefill_step_seconds / std::max<int64_t>(1, r.prefill_steps) / n;
+      }
     }
     return absl::OkStatus();
   };
   const std::vector<bool> all(workloads.size(), true);
-  constexpr size_t shortest = 0;  // workloads[0]: 16-token prompts alone
   std::vector<bool> only_shortest(workloads.size(), false);
   only_shortest[shortest] = true;
   std::vector<bool> open_loops(workloads.size(), false);  // the workloads alone
@@ -376,8 +477,11 @@ absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* p
         if (absl::Status s = fit_on(p, x.values, x.param, x.used, x.figure, x.also); !s.ok())
           return s;
       }
+      // The candidate's figures are the mean of runs with their own noise: one run is one
+      // draw, and a closed loop's TTFT p50 moves by 2x between draws (its clients in step or
+      // not), which made the choice of sharing a lottery.
       std::vector<Figures>& f = c.simulated;
-      if (absl::Status st = simulate(p, &f, all); !st.ok()) return st;
+      if (absl::Status st = simulate(p, &f, all, kFitRuns); !st.ok()) return st;
       c.error = 0;
       for (size_t i = 0; i < workloads.size(); ++i) {
         decode_slow[i] = f[i].decode_slowdown;

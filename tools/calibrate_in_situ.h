@@ -17,8 +17,10 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/model_config.h"
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
@@ -31,11 +33,36 @@ struct InSituOptions {
   ModelConfig config;
   double weight_bytes = 4;    // per parameter, as the model is stored
   std::string server_binary;  // empty: tandem-server next to the running executable
+  double host_cores = 0;      // the fit's host; 0: this machine's cores
   std::function<void(const std::string&)> log;
 };
 
-// Updates `profile` (the step fit of the forward pass) with the in-situ decode factors and the
-// request-path overheads; `report` gets each workload's measured and predicted figures.
+// One in-situ workload as the cluster ran it: its shape, the workers' mean steps (from their
+// histograms) and the client's figures (seconds).
+struct InSituRun {
+  int concurrency = 1;  // 1: an open loop at 4 requests/s; else a closed loop of that many
+  int input = 16, output = 32, requests = 16;
+  double decode_steps = 0, decode_step_s = 0, decode_batch = 0;
+  double decode_loop_step_s = 0;  // a request's mean interval after its second token
+  double prefill_step_s = 0, prefill_tokens_per_step = 0;
+  double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+};
+
+// Starts a router, a prefill and a decode worker of the model and runs the calibration's
+// workloads through them (about a minute).
+absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& options);
+
+// Fits `profile` (the step fit of the forward pass) to the runs: the in-situ decode and prefill
+// factors, the host's sharing and the request path. `report` gets each workload's measured and
+// simulated figures, and what was fitted.
+absl::Status FitInSitu(const InSituOptions& options, const std::vector<InSituRun>& runs,
+                       planner::HardwareProfile* profile, nlohmann::json* report);
+
+// The runs of a report FitInSitu wrote (its "workloads"): a calibration fitted again without
+// measuring again (`tandem plan calibrate --refit REPORT`).
+absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json& in_situ);
+
+// MeasureInSitu, then FitInSitu.
 absl::Status CalibrateInSitu(const InSituOptions& options, planner::HardwareProfile* profile,
                              nlohmann::json* report);
 

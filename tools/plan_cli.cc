@@ -1,5 +1,6 @@
 #include "tools/plan_cli.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,8 +34,11 @@ constexpr char kPlanUsage[] = R"(usage:
       simulation sends max(N (200), rate x S (30)) requests.
   tandem plan simulate --model CONFIG --hardware PROFILE [--prefill N] [--decode M]
               [--colocated N] [--prefill-tp T] [--decode-tp T] [tandem bench workload flags]
-              [--json FILE] [--steps FILE] [worker options]
+              [--runs N] [--json FILE] [--steps FILE] [worker options]
       One configuration, simulated; prints what `tandem bench` prints for a run.
+      On a profile with jitter (a calibrated local one) every run draws its own
+      noise, as a measured run does: the figures are the mean of N runs (default
+      16; 1 on a profile without jitter), what repeated `tandem bench` runs average to.
   tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
               [--threads N] [--report FILE] [--in-situ [--tokenizer PATH]]
       Measures forward steps on this machine and fits the `local` profile
@@ -42,6 +46,10 @@ constexpr char kPlanUsage[] = R"(usage:
       With --in-situ, also starts a 1P1D cluster of the first model and fits the
       decode steps and the request path's overheads to what it measures there
       (about a minute).
+  tandem plan calibrate --refit REPORT --model PATH [--out FILE] [--report FILE]
+      Fits the in-situ part again to the workloads a --report of an in-situ
+      calibration measured, without starting a cluster: a change to the fit tried
+      on calibrations already made. PATH: the model that calibration ran.
 
 CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
   stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
@@ -146,10 +154,14 @@ nlohmann::json ClusterJson(const planner::ClusterSpec& c) {
           {"max_running", c.max_running}};
 }
 
+// Runs of a noisy profile `plan simulate` averages by default: the mean of a closed loop's TTFT
+// p50 (whose runs differ by 2x) settles to within about 10%.
+constexpr int kNoisyRuns = 16;
+
 int Simulate(const std::vector<std::string>& args) {
   std::set<std::string> values = BenchWorkloadFlags();
   values.insert(WorkerFlags().begin(), WorkerFlags().end());
-  values.insert({"prefill", "decode", "colocated", "prefill-tp", "decode-tp", "steps"});
+  values.insert({"prefill", "decode", "colocated", "prefill-tp", "decode-tp", "steps", "runs"});
   auto f = Flags::Parse(args, values, {"no-prefix-cache"});
   if (!f.ok()) return Fail(f.status());
   auto common = ParseCommon(*f);
@@ -162,9 +174,12 @@ int Simulate(const std::vector<std::string>& args) {
   auto colo = f->GetInt("colocated", 0);
   auto ptp = f->GetInt("prefill-tp", 1);
   auto dtp = f->GetInt("decode-tp", 1);
-  for (const auto* v : {&p, &d, &colo, &ptp, &dtp}) {
+  auto runs = f->GetInt("runs", planner::HasNoise(common->profile) ? kNoisyRuns : 1);
+  for (const auto* v : {&p, &d, &colo, &ptp, &dtp, &runs}) {
     if (!v->ok()) return Fail(v->status());
   }
+  if (*runs < 1 || *runs > 1000)
+    return Fail(absl::InvalidArgumentError("--runs must be in [1, 1000]"));
   if (*colo < 0 || *colo > 4096)
     return Fail(absl::InvalidArgumentError("--colocated must be in [0, 4096]"));
   cluster.colocated = *colo > 0;
@@ -175,26 +190,45 @@ int Simulate(const std::vector<std::string>& args) {
   cluster.decode_tp = static_cast<int>(std::clamp<int64_t>(*dtp, -1, 1 << 20));
   planner::SimOptions opts;
   opts.record_steps = f->Has("steps");
-  auto r = planner::Simulate(common->model, common->profile, cluster, *workload, opts);
-  if (!r.ok()) return Fail(r.status());
-  std::printf("%s", bench::FormatSummary(r->summary).c_str());
-  std::printf("simulated: %lld prefill steps, %lld decode steps (mean batch %.1f), %lld events\n",
+  auto all = planner::SimulateRuns(common->model, common->profile, cluster, *workload,
+                                   static_cast<int>(*runs), opts);
+  if (!all.ok()) return Fail(all.status());
+  const planner::SimResult* r = &all->front();  // its records, steps and counts are the JSON's
+  const bench::BenchSummary summary = planner::MeanSummary(*all);
+  std::printf("%s", bench::FormatSummary(summary).c_str());
+  if (all->size() > 1) {
+    std::vector<double> p50;
+    for (const auto& run : *all) p50.push_back(run.summary.ttft.p50);
+    std::sort(p50.begin(), p50.end());
+    std::printf(
+        "simulated: the mean of %zu runs (each its own noise); TTFT p50 from %.2f to %.2f ms\n",
+        all->size(), p50.front() * 1e3, p50.back() * 1e3);
+  }
+  std::printf("simulated: %lld prefill steps, %lld decode steps (mean batch %.1f), %lld events%s\n",
               static_cast<long long>(r->prefill_steps), static_cast<long long>(r->decode_steps),
-              r->mean_decode_batch, static_cast<long long>(r->events));
+              r->mean_decode_batch, static_cast<long long>(r->events),
+              all->size() > 1 ? " (the first run)" : "");
   if (f->Has("json")) {
     nlohmann::json requests = nlohmann::json::array();
     for (const auto& rec : r->records) requests.push_back(bench::ToJson(rec));
     bench::BenchConfig shown = *workload;
     shown.router = "simulated";
     nlohmann::json j = {{"config", shown.ToJson()},
-                        {"summary", bench::ToJson(r->summary)},
+                        {"summary", bench::ToJson(summary)},
                         {"requests", requests},
                         {"simulated",
                          {{"cluster", ClusterJson(cluster)},
                           {"profile", common->profile.ToJson()},
                           {"prefill_steps", r->prefill_steps},
                           {"decode_steps", r->decode_steps},
-                          {"mean_decode_batch", r->mean_decode_batch}}}};
+                          {"mean_decode_batch", r->mean_decode_batch},
+                          {"runs", all->size()}}}};
+    if (all->size() > 1) {
+      // The summary is the runs' mean; the requests are the first run's; each run's own:
+      nlohmann::json per_run = nlohmann::json::array();
+      for (const auto& run : *all) per_run.push_back(bench::ToJson(run.summary));
+      j["simulated"]["run_summaries"] = per_run;
+    }
     if (absl::Status s = WriteJson(f->Get("json"), j); !s.ok()) return Fail(s);
     std::fprintf(stderr, "wrote %s\n", f->Get("json").c_str());
   }
@@ -215,10 +249,70 @@ int Simulate(const std::vector<std::string>& args) {
   return 0;
 }
 
+void PrintInSitu(const planner::HardwareProfile& p) {
+  const auto& d = p.decode_factors;
+  std::printf(
+      "in situ: decode step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, "
+      "bandwidth %.3f; request overhead %.3f ms (+ jitter %.3f), decode start %.3f ms (+ "
+      "jitter %.3f), relay %.3f ms of CPU per token, step jitter %.2f (prefill %.2f); of %.0f "
+      "cores a decode step keeps %.2f busy, a prefill step %.2f (0: as a decode step; else "
+      "served first)\n",
+      d.step_overhead * 1e3, d.matmul_efficiency, d.attention_efficiency, d.bandwidth_efficiency,
+      p.request_overhead * 1e3, p.request_jitter * 1e3, p.decode_start_overhead * 1e3,
+      p.decode_start_jitter * 1e3, p.relay_cpu * 1e3, p.step_jitter, p.prefill_step_jitter,
+      p.host_cores, p.step_threads, p.prefill_threads);
+}
+
+void LogLine(const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }
+
+absl::Status WriteProfile(const std::string& out, const planner::HardwareProfile& p) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
+  return WriteJson(out, p.ToJson());
+}
+
+// --refit REPORT: the in-situ fit again on a report's measured workloads.
+int Refit(const Flags& f) {
+  if (!f.Has("model")) return Fail(absl::InvalidArgumentError("--refit needs --model PATH"));
+  std::ifstream in(f.Get("refit"));
+  if (!in) return Fail(absl::InvalidArgumentError("--refit: cannot read " + f.Get("refit")));
+  nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (report.is_discarded() || !report.is_object() || !report.contains("profile") ||
+      !report.contains("in_situ")) {
+    return Fail(absl::InvalidArgumentError("--refit: " + f.Get("refit") +
+                                           " is not the --report of an in-situ calibration"));
+  }
+  auto profile = planner::HardwareProfile::FromJson(report["profile"]);
+  if (!profile.ok()) return Fail(profile.status());
+  auto runs = InSituRunsFromReport(report["in_situ"]);
+  if (!runs.ok()) return Fail(runs.status());
+  InSituOptions o;
+  o.model = f.Get("model");
+  auto config = planner::ResolveModel(o.model);
+  if (!config.ok()) return Fail(config.status());
+  o.config = *config;
+  o.weight_bytes = profile->weight_bytes;  // a one-model calibration's: that model's
+  o.host_cores = profile->host_cores;      // the machine that measured
+  o.log = LogLine;
+  nlohmann::json in_situ;
+  if (absl::Status s = FitInSitu(o, *runs, &*profile, &in_situ); !s.ok()) return Fail(s);
+  PrintInSitu(*profile);
+  const std::string out = f.Get("out", planner::LocalProfilePath());
+  if (absl::Status s = WriteProfile(out, *profile); !s.ok()) return Fail(s);
+  std::printf("wrote %s\n", out.c_str());
+  if (f.Has("report")) {
+    report["in_situ"] = in_situ;
+    report["profile"] = profile->ToJson();
+    if (absl::Status s = WriteJson(f.Get("report"), report); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
 int Calibrate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "out", "repeats", "threads", "report", "tokenizer"},
-                        {"in-situ"});
+  auto f = Flags::Parse(
+      args, {"model", "out", "repeats", "threads", "report", "tokenizer", "refit"}, {"in-situ"});
   if (!f.ok()) return Fail(f.status());
+  if (f->Has("refit")) return Refit(*f);
   planner::CalibrateOptions o;
   o.models = f->GetAll("model");
   auto repeats = f->GetInt("repeats", 7);
@@ -252,28 +346,15 @@ int Calibrate(const std::vector<std::string>& args) {
     in.tokenizer = f->Get("tokenizer");
     in.config = (*samples)[0].config;
     in.weight_bytes = (*samples)[0].weight_bytes;
-    in.log = [](const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); };
+    in.log = LogLine;
     std::fprintf(stderr, "calibrate: in situ, a 1P1D cluster of %s\n", in.model.c_str());
     nlohmann::json in_situ;
     if (absl::Status s = CalibrateInSitu(in, &*fitted, &in_situ); !s.ok()) return Fail(s);
     report["in_situ"] = in_situ;
-    const auto& d = fitted->decode_factors;
-    std::printf(
-        "in situ: decode step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, "
-        "bandwidth %.3f; request overhead %.3f ms (+ jitter %.3f), decode start %.3f ms (+ "
-        "jitter %.3f), relay %.3f ms of CPU per token, step jitter %.2f (prefill %.2f); of %.0f "
-        "cores a decode step keeps %.2f busy, a prefill step %.2f (0: as a decode step; else "
-        "served first)\n",
-        d.step_overhead * 1e3, d.matmul_efficiency, d.attention_efficiency, d.bandwidth_efficiency,
-        fitted->request_overhead * 1e3, fitted->request_jitter * 1e3,
-        fitted->decode_start_overhead * 1e3, fitted->decode_start_jitter * 1e3,
-        fitted->relay_cpu * 1e3, fitted->step_jitter, fitted->prefill_step_jitter,
-        fitted->host_cores, fitted->step_threads, fitted->prefill_threads);
+    PrintInSitu(*fitted);
   }
   const std::string out = f->Get("out", planner::LocalProfilePath());
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(out).parent_path(), ec);
-  if (absl::Status s = WriteJson(out, fitted->ToJson()); !s.ok()) return Fail(s);
+  if (absl::Status s = WriteProfile(out, *fitted); !s.ok()) return Fail(s);
   std::printf(
       "local profile: peak %.1f GFLOP/s, bandwidth %.1f GB/s; fitted step overhead %.3f ms, "
       "efficiency matmul %.3f, attention %.3f, bandwidth %.3f; mean |error| %.1f%% over %zu "

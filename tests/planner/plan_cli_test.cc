@@ -53,6 +53,7 @@ TEST(PlanCli, SimulatePrintsTheBenchSummaryAndItsJson) {
   EXPECT_EQ(j["requests"].size(), 40u);
   EXPECT_EQ(j["config"]["input_len"], "uniform:100:900");
   EXPECT_EQ(j["simulated"]["cluster"]["decode"], 2);
+  EXPECT_EQ(j["simulated"]["runs"], 1) << "a profile without jitter needs one run";
   const CliRun report = Tandem("bench report " + json);
   EXPECT_EQ(report.exit_code, 0) << report.err;
   // The same flags give the same figures.
@@ -112,10 +113,46 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
     EXPECT_GT(w["measured"]["tpot_p50_s"].get<double>(), 0);
     EXPECT_GT(w["simulated"]["ttft_p50_s"].get<double>(), 0);
   }
-  // The profile simulates.
-  const CliRun sim = Tandem("plan simulate --model " + testing::Stories260K() + " --hardware " +
-                            profile + " --dtype f32 --concurrency 4 --num-requests 20");
+  // The profile simulates; it has jitter, so a simulation is the mean of runs that each draw
+  // their own noise.
+  const std::string sim_json = TempPath("in_situ_sim.json");
+  const CliRun sim =
+      Tandem("plan simulate --model " + testing::Stories260K() + " --hardware " + profile +
+             " --dtype f32 --concurrency 4 --num-requests 20 --runs 3 --json " + sim_json);
   EXPECT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("the mean of 3 runs"), std::string::npos) << sim.out;
+  const auto sj = nlohmann::json::parse(*ReadFileToString(sim_json));
+  EXPECT_EQ(sj["simulated"]["runs"], 3);
+  ASSERT_EQ(sj["simulated"]["run_summaries"].size(), 3u);
+  double p50 = 0;
+  for (const auto& run : sj["simulated"]["run_summaries"])
+    p50 += run["ttft_s"]["p50"].get<double>() / 3;
+  EXPECT_NEAR(sj["summary"]["ttft_s"]["p50"].get<double>(), p50, 1e-9);
+
+  // --refit fits the report's measured workloads again without a cluster: the fit is
+  // deterministic, so the same code gives the same profile, field for field.
+  const std::string refitted = TempPath("refit.json");
+  const std::string refit_report = TempPath("refit_report.json");
+  const CliRun refit =
+      Tandem("plan calibrate --refit " + report + " --model " + testing::Stories260K() + " --out " +
+             refitted + " --report " + refit_report);
+  ASSERT_EQ(refit.exit_code, 0) << refit.err;
+  EXPECT_EQ(refit.err.find("[tandem-server]"), std::string::npos) << "started a cluster";
+  std::ifstream again(refitted);
+  EXPECT_EQ(nlohmann::json::parse(again), p);
+  std::ifstream again_report(refit_report);
+  const nlohmann::json rr = nlohmann::json::parse(again_report);
+  EXPECT_EQ(rr["in_situ"]["workloads"], r["in_situ"]["workloads"]);
+
+  // A report whose runs are not measured runs is refused by field.
+  nlohmann::json broken = r;
+  broken["in_situ"]["workloads"][2]["decode_step_s"] = 0;
+  const std::string broken_path = TempPath("broken_report.json");
+  std::ofstream(broken_path) << broken.dump();
+  const CliRun bad = Tandem("plan calibrate --refit " + broken_path + " --model " +
+                            testing::Stories260K() + " --out " + refitted);
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("in_situ.workloads[2]"), std::string::npos) << bad.err;
 }
 
 TEST(PlanCli, PlanPrintsARankedTable) {
@@ -146,6 +183,9 @@ TEST(PlanCli, BadInputIsOneClearLine) {
       {"plan --model llama-3-8b --hardware h100 --workload in=5,out=5 --slo-ttft 1 --tp 16", "",
        "--tp", 2},
       {"plan calibrate", "", "--model", 2},
+      {"plan simulate --model llama-3-8b --runs 0" + ok, "", "--runs", 2},
+      {"plan calibrate --refit /nonexistent/report.json --model stories260k", "", "--refit", 2},
+      {"plan calibrate --refit /nonexistent/report.json", "", "--model", 2},
       {"plan simulate --model llama-3-8b --hardware local --rate 1",
        "TANDEM_LOCAL_PROFILE=/nonexistent/profile.json", "tandem plan calibrate", 1},
   };

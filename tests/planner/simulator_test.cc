@@ -371,6 +371,52 @@ TEST(Simulator, PrefillStepJitterSpreadsOnlyThePrefillSteps) {
   EXPECT_GT(spread(decode_only->summary.tpot), 0.01 * decode_only->summary.tpot.p50);
 }
 
+TEST(Simulator, RunsDrawTheirOwnNoiseOverTheSameRequests) {
+  // A noisy profile: every run of SimulateRuns sends the same requests (lengths, arrivals) and
+  // draws its own jitter; MeanSummary is the runs' mean figure by figure. Without noise every
+  // run is the same run.
+  HardwareProfile p = H100();
+  p.step_jitter = 0.4;
+  p.request_jitter = 1e-3;
+  ASSERT_TRUE(HasNoise(p));
+  bench::BenchConfig w;
+  w.rate = 20;
+  w.num_requests = 60;
+  w.input_len = "uniform:16:200";
+  w.output_len = "uniform:4:40";
+  w.seed = 5;
+  auto runs = SimulateRuns(Stories260K(), p, ClusterSpec(), w, 4);
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 4u);
+  double ttft = 0, tpot = 0;
+  for (const SimResult& r : *runs) {
+    ASSERT_EQ(r.records.size(), (*runs)[0].records.size());
+    for (size_t i = 0; i < r.records.size(); ++i) {
+      EXPECT_EQ(r.records[i].prompt_tokens, (*runs)[0].records[i].prompt_tokens);
+    }
+    ttft += r.summary.ttft.p50 / 4;
+    tpot += r.summary.tpot.p90 / 4;
+  }
+  EXPECT_NE((*runs)[0].summary.ttft.p50, (*runs)[1].summary.ttft.p50);
+  const bench::BenchSummary mean = MeanSummary(*runs);
+  EXPECT_NEAR(mean.ttft.p50, ttft, 1e-12);
+  EXPECT_NEAR(mean.tpot.p90, tpot, 1e-12);
+  EXPECT_EQ(mean.completed, (*runs)[0].summary.completed);
+  // One run keeps the workload's noise: the same as Simulate.
+  auto one = SimulateRuns(Stories260K(), p, ClusterSpec(), w, 1);
+  auto plain = Simulate(Stories260K(), p, ClusterSpec(), w);
+  ASSERT_TRUE(one.ok() && plain.ok());
+  EXPECT_EQ(MeanSummary(*one).ttft.p50, plain->summary.ttft.p50);
+  // No noise: every run the same.
+  p.step_jitter = p.request_jitter = 0;
+  p.prefill_step_jitter = -1;
+  EXPECT_FALSE(HasNoise(p));
+  auto quiet = SimulateRuns(Stories260K(), p, ClusterSpec(), w, 3);
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_EQ((*quiet)[0].summary.ttft.p90, (*quiet)[2].summary.ttft.p90);
+  EXPECT_FALSE(SimulateRuns(Stories260K(), p, ClusterSpec(), w, 0).ok());
+}
+
 TEST(Simulator, SharedHostRequestPathQueues) {
   // On a shared host the request path's hops are CPU work, one at a time: four requests sent
   // together take about four times one request's hops before their first token.
