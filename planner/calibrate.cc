@@ -206,7 +206,7 @@ absl::StatusOr<HardwareProfile> FitProfile(HardwareProfile base,
     x.push_back({1.0, c.matmul_flops / base.peak_flops, c.attention_flops / base.peak_flops,
                  c.bytes() / base.mem_bandwidth});
     y.push_back(s.seconds);
-    w.push_back(1.0 / s.seconds);  // relative error
+    w.push_back(s.weight / s.seconds);  // relative error
   }
   // Non-negative least squares over the 15 column subsets: the best fit with no negative
   // coefficient.

@@ -28,6 +28,8 @@ struct StepSample {
   // The fastest of the repeats: other tenants only ever add time, so the minimum is the step's
   // own cost on this machine.
   double seconds = 0;
+  // Its weight in the fit (which minimizes the weighted relative errors' squares).
+  double weight = 1;
 };
 
 struct CalibrateOptions {

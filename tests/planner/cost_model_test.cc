@@ -286,6 +286,26 @@ TEST(Calibrate, FitRecoversKnownFactors) {
   EXPECT_NEAR(fit->bandwidth_efficiency, 0.8, 1e-6);
   EXPECT_LT(report["mean_abs_error"].get<double>(), 1e-9);
   EXPECT_FALSE(FitProfile(base, {samples[0]}, nullptr).ok());  // too few samples
+
+  // Weights: half the samples made 30% slower disagree with the rest; the fit leans to the
+  // side that weighs more.
+  std::vector<StepSample> mixed = samples;
+  for (size_t i = 0; i < mixed.size(); i += 2) mixed[i].seconds *= 1.3;
+  auto error_on = [&](const HardwareProfile& p, size_t parity) {
+    double e = 0;
+    for (size_t i = parity; i < samples.size(); i += 2) {
+      HardwareProfile q = p;
+      q.weight_bytes = 2;
+      e += std::abs(CostModel(c, q).Step(mixed[i].batch).seconds / mixed[i].seconds - 1);
+    }
+    return e;
+  };
+  auto even = FitProfile(base, mixed, nullptr);
+  for (size_t i = 0; i < mixed.size(); i += 2) mixed[i].weight = 10;
+  auto heavy = FitProfile(base, mixed, nullptr);
+  ASSERT_TRUE(even.ok() && heavy.ok());
+  EXPECT_LT(error_on(*heavy, 0), 0.5 * error_on(*even, 0));
+  EXPECT_GT(error_on(*heavy, 1), error_on(*even, 1));
 }
 
 }  // namespace
