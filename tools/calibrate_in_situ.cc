@@ -47,8 +47,8 @@ class LocalProcesses {
 constexpr double kAloneRate = 4;
 // Simulated runs (each its own noise) whose mean a candidate sharing is judged by.
 constexpr int kFitRuns = 8;
-// The weight of the prefill steps of the requests alone in the prefill factors' fit.
-constexpr double kAlonePrefillWeight = 4;
+// The weight of the steps of the requests alone in the step factors' fits (a loaded step's: 1).
+constexpr double kAloneWeight = 4;
 std::vector<InSituRun> Workloads(int ctx) {
   const int out = std::clamp(ctx / 8, 8, 64);
   const int longer = std::min(ctx / 2, ctx - out - 1);
@@ -441,11 +441,11 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
       for (size_t i = 0; i < workloads.size(); ++i) {
         ds[i].seconds /= decode_slow[i];
         ps[i].seconds /= prefill_slow[i];
-        // A prefill step of a request alone ran alone (its slowdown is about one, whatever the
-        // sharing); a loaded one is corrected by the candidate's slowdown, a model's guess.
-        // Weighed equally, the loaded steps pulled the steps alone 5-20% slow, and low-load TTFT
-        // with them.
-        if (workloads[i].concurrency == 1) ps[i].weight = kAlonePrefillWeight;
+        // A step of a request alone ran alone (its slowdown is about one, whatever the sharing);
+        // a loaded one is corrected by the candidate's slowdown, a model's guess. Weighed
+        // equally, the loaded steps pulled the steps alone 5-20% slow, and low-load TTFT and
+        // TPOT with them.
+        if (workloads[i].concurrency == 1) ds[i].weight = ps[i].weight = kAloneWeight;
       }
       Candidate c;
       auto decode = planner::FitProfile(*profile, ds, &c.decode_fit);
