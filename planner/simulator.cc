@@ -928,21 +928,16 @@ bench::BenchSummary MeanSummary(const std::vector<SimResult>& runs) {
   if (runs.empty()) return {};
   if (runs.size() == 1) return runs[0].summary;
   const double n = static_cast<double>(runs.size());
-  bench::BenchSummary m = runs[0].summary;  // the counts of every run, as the first's
-  m.rejected.clear();
-  m.rejected_total = 0;
-  m.duration = m.request_throughput = m.output_token_throughput = m.total_token_throughput = 0;
-  m.goodput = m.slo_attainment = 0;
-  m.prompt_tokens = m.output_tokens = 0;
-  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) *p = {};
-  int64_t sent = 0, completed = 0, failed = 0, prompt = 0, output = 0;
+  // Counts are summed, then divided (rounded) at the end; rates and percentiles are averaged.
+  bench::BenchSummary m;
+  int64_t sent = 0, completed = 0, failed = 0;
   for (const SimResult& r : runs) {
     const bench::BenchSummary& s = r.summary;
     sent += s.sent;
     completed += s.completed;
     failed += s.failed;
-    prompt += s.prompt_tokens;
-    output += s.output_tokens;
+    m.prompt_tokens += s.prompt_tokens;
+    m.output_tokens += s.output_tokens;
     for (const auto& [status, count] : s.rejected) m.rejected[status] += count;
     m.rejected_total += s.rejected_total;
     m.duration += s.duration / n;
@@ -961,16 +956,17 @@ bench::BenchSummary MeanSummary(const std::vector<SimResult>& runs) {
       to->count += from->count;
     }
   }
-  // Counts: per run, rounded.
-  auto per_run = [&](int64_t total) { return static_cast<int>(std::llround(total / n)); };
-  m.sent = per_run(sent);
-  m.completed = per_run(completed);
-  m.failed = per_run(failed);
-  m.prompt_tokens = per_run(prompt);
-  m.output_tokens = per_run(output);
-  for (auto& [status, count] : m.rejected) count = per_run(count);
-  m.rejected_total = per_run(m.rejected_total);
-  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) p->count = per_run(p->count);
+  auto per_run = [&](int64_t total) { return std::llround(total / n); };
+  m.sent = static_cast<int>(per_run(sent));
+  m.completed = static_cast<int>(per_run(completed));
+  m.failed = static_cast<int>(per_run(failed));
+  m.prompt_tokens = per_run(m.prompt_tokens);
+  m.output_tokens = per_run(m.output_tokens);
+  for (auto& [status, count] : m.rejected) count = static_cast<int>(per_run(count));
+  m.rejected_total = static_cast<int>(per_run(m.rejected_total));
+  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) {
+    p->count = static_cast<int>(per_run(p->count));
+  }
   return m;
 }
 

@@ -40,15 +40,17 @@ class LocalProcesses {
   std::vector<pid_t> pids_;
 };
 
-// The workloads: closed loops of fixed lengths, so that every decode step's shape is known.
-// Concurrency 1 is an open loop at 4 requests/s instead: the workers idle between requests,
-// as a lightly loaded service's do (threads asleep, caches cold), which back-to-back requests
-// would hide. Short and long prompts alone, four at a time, eight of a mid length.
+// The rate of the workloads "alone" (concurrency 1), requests/s.
 constexpr double kAloneRate = 4;
 // Simulated runs (each its own noise) whose mean a candidate sharing is judged by.
 constexpr int kFitRuns = 8;
 // The weight of the steps of the requests alone in the step factors' fits (a loaded step's: 1).
 constexpr double kAloneWeight = 4;
+
+// The workloads: closed loops of fixed lengths, so that every decode step's shape is known.
+// Concurrency 1 is an open loop at kAloneRate instead: the workers idle between requests, as a
+// lightly loaded service's do (threads asleep, caches cold), which back-to-back requests would
+// hide. Short and long prompts alone, four at a time, eight of a mid length.
 std::vector<InSituRun> Workloads(int ctx) {
   const int out = std::clamp(ctx / 8, 8, 64);
   const int longer = std::min(ctx / 2, ctx - out - 1);
@@ -70,19 +72,32 @@ std::vector<InSituRun> Workloads(int ctx) {
 }
 
 // What a run (measured or simulated) gives the fit.
-struct Figures {
-  double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+struct Figures : ClientFigures {
   // Simulated only: the steps' time over their time alone.
   double decode_slowdown = 1, prefill_slowdown = 1;
   double decode_step = 0, prefill_step = 0;  // mean seconds, sharing included
 };
 
-Figures MeasuredOf(const InSituRun& r) {
-  return {r.ttft50, r.ttft90, r.tpot50, r.tpot90, r.gap50, r.gap90};
+// The client's figures as a report stores them (under "measured" and "simulated").
+constexpr std::pair<const char*, double ClientFigures::*> kFigureKeys[] = {
+    {"ttft_p50_s", &ClientFigures::ttft50}, {"ttft_p90_s", &ClientFigures::ttft90},
+    {"tpot_p50_s", &ClientFigures::tpot50}, {"tpot_p90_s", &ClientFigures::tpot90},
+    {"gap_p50_s", &ClientFigures::gap50},   {"gap_p90_s", &ClientFigures::gap90}};
+
+nlohmann::json ToJson(const ClientFigures& f) {
+  nlohmann::json j;
+  for (const auto& [key, member] : kFigureKeys) j[key] = f.*member;
+  return j;
 }
 
-// TTFT and TPOT as `tandem bench` summarizes them, and the gap between the first two tokens.
-Figures FiguresOf(const std::vector<bench::RequestRecord>& records) {
+// Throws nlohmann::json::exception on a missing or non-numeric figure.
+ClientFigures ClientFiguresFromJson(const nlohmann::json& j) {
+  ClientFigures f;
+  for (const auto& [key, member] : kFigureKeys) f.*member = j.at(key).get<double>();
+  return f;
+}
+
+ClientFigures FiguresOf(const std::vector<bench::RequestRecord>& records) {
   const bench::BenchSummary s = bench::Summarize(records, {});
   std::vector<double> gap;
   for (const bench::RequestRecord& r : records) {
@@ -229,14 +244,12 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
     if (prefill_steps < 1) return absl::InternalError("calibrate: the prefill worker ran no step");
     w.prefill_step_s = (p1->sum - p0->sum) / prefill_steps;
     w.prefill_tokens_per_step = (p1->extra - p0->extra) / prefill_steps;
-    const Figures m = FiguresOf(run->records);
-    std::tie(w.ttft50, w.ttft90, w.tpot50, w.tpot90, w.gap50, w.gap90) =
-        std::tie(m.ttft50, m.ttft90, m.tpot50, m.tpot90, m.gap50, m.gap90);
+    w.measured = FiguresOf(run->records);
     log(absl::StrFormat(
         "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms (loop %.3f ms) at batch "
         "%.2f, prefill step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
         w.concurrency, w.input, w.output, w.decode_step_s * 1e3, w.decode_loop_step_s * 1e3,
-        w.decode_batch, w.prefill_step_s * 1e3, w.ttft50 * 1e3, w.tpot50 * 1e3));
+        w.decode_batch, w.prefill_step_s * 1e3, w.measured.ttft50 * 1e3, w.measured.tpot50 * 1e3));
   }
   return runs;
 }
@@ -259,13 +272,7 @@ absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json
       r.decode_loop_step_s = w.value("decode_loop_step_s", 0.0);
       r.prefill_step_s = w.at("prefill_step_s").get<double>();
       r.prefill_tokens_per_step = w.at("prefill_tokens_per_step").get<double>();
-      const nlohmann::json& m = w.at("measured");
-      r.ttft50 = m.at("ttft_p50_s").get<double>();
-      r.ttft90 = m.at("ttft_p90_s").get<double>();
-      r.tpot50 = m.at("tpot_p50_s").get<double>();
-      r.tpot90 = m.at("tpot_p90_s").get<double>();
-      r.gap50 = m.at("gap_p50_s").get<double>();
-      r.gap90 = m.at("gap_p90_s").get<double>();
+      r.measured = ClientFiguresFromJson(w.at("measured"));
     } catch (const nlohmann::json::exception& e) {
       return absl::InvalidArgumentError(
           absl::StrFormat("refit: in_situ.workloads[%d]: %s", runs.size(), e.what()));
@@ -302,7 +309,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
   std::vector<planner::StepSample> decode_samples, prefill_samples;
   nlohmann::json rows = nlohmann::json::array();
   for (const InSituRun& w : workloads) {
-    measured.push_back(MeasuredOf(w));
+    measured.push_back(Figures{w.measured});
     auto [d, p] = SamplesOf(o, w);
     decode_samples.push_back(d);
     prefill_samples.push_back(p);
@@ -315,7 +322,8 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
                     {"decode_loop_step_s", w.decode_loop_step_s},
                     {"decode_batch", w.decode_batch},
                     {"prefill_step_s", w.prefill_step_s},
-                    {"prefill_tokens_per_step", w.prefill_tokens_per_step}});
+                    {"prefill_tokens_per_step", w.prefill_tokens_per_step},
+                    {"measured", ToJson(w.measured)}});
   }
   constexpr size_t shortest = 0;  // the first run: the shortest prompts alone
   if (workloads[shortest].concurrency != 1) {
@@ -349,7 +357,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
           std::tie(mean.ttft.p50, mean.ttft.p90, mean.tpot.p50, mean.tpot.p90);
       f.decode_slowdown = f.prefill_slowdown = 0;
       for (const planner::SimResult& r : *all) {
-        const Figures one = FiguresOf(r.records);  // the first gap, which the summary has not
+        const ClientFigures one = FiguresOf(r.records);  // the first gap: not in the summary
         const double n = static_cast<double>(runs);
         f.gap50 += one.gap50 / n;
         f.gap90 += one.gap90 / n;
@@ -536,12 +544,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
   for (size_t i = 0; i < workloads.size(); ++i) {
     const Figures& m = measured[i];
     const Figures& s = chosen.simulated[i];
-    rows[i]["measured"] = {{"ttft_p50_s", m.ttft50}, {"ttft_p90_s", m.ttft90},
-                           {"tpot_p50_s", m.tpot50}, {"tpot_p90_s", m.tpot90},
-                           {"gap_p50_s", m.gap50},   {"gap_p90_s", m.gap90}};
-    rows[i]["simulated"] = {{"ttft_p50_s", s.ttft50}, {"ttft_p90_s", s.ttft90},
-                            {"tpot_p50_s", s.tpot50}, {"tpot_p90_s", s.tpot90},
-                            {"gap_p50_s", s.gap50},   {"gap_p90_s", s.gap90}};
+    rows[i]["simulated"] = ToJson(s);
     rows[i]["simulated"]["decode_step_s"] = s.decode_step;
     rows[i]["simulated"]["prefill_step_s"] = s.prefill_step;
     log(absl::StrFormat(

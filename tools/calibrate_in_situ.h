@@ -37,15 +37,21 @@ struct InSituOptions {
   std::function<void(const std::string&)> log;
 };
 
+// What the client saw of a run (seconds): TTFT and TPOT as `tandem bench` summarizes them, and
+// the gap between the first two tokens.
+struct ClientFigures {
+  double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+};
+
 // One in-situ workload as the cluster ran it: its shape, the workers' mean steps (from their
-// histograms) and the client's figures (seconds).
+// histograms) and the client's figures.
 struct InSituRun {
   int concurrency = 1;  // 1: an open loop at 4 requests/s; else a closed loop of that many
   int input = 16, output = 32, requests = 16;
   double decode_steps = 0, decode_step_s = 0, decode_batch = 0;
   double decode_loop_step_s = 0;  // a request's mean interval after its second token
   double prefill_step_s = 0, prefill_tokens_per_step = 0;
-  double ttft50 = 0, ttft90 = 0, tpot50 = 0, tpot90 = 0, gap50 = 0, gap90 = 0;
+  ClientFigures measured;
 };
 
 // Starts a router, a prefill and a decode worker of the model and runs the calibration's
