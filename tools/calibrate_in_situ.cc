@@ -1,6 +1,7 @@
 #include "tools/calibrate_in_situ.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <thread>
 #include <tuple>
@@ -42,6 +43,10 @@ class LocalProcesses {
 
 // The rate of the workloads "alone" (concurrency 1), requests/s.
 constexpr double kAloneRate = 4;
+// Between two draws of a closed loop: the workers go idle, and the seed stride keeps each draw's
+// prompts out of the prefill worker's prefix cache (the workloads' own seeds differ by less).
+constexpr int kDrawPauseMs = 500;
+constexpr int kDrawSeedStride = 100000;
 // Simulated runs (each its own noise) whose mean a candidate sharing is judged by.
 constexpr int kFitRuns = 8;
 // The weight of the steps of the requests alone in the step factors' fits (a loaded step's: 1).
@@ -95,6 +100,18 @@ ClientFigures ClientFiguresFromJson(const nlohmann::json& j) {
   ClientFigures f;
   for (const auto& [key, member] : kFigureKeys) f.*member = j.at(key).get<double>();
   return f;
+}
+
+// The mean of several runs' figures, quantile by quantile (as the validation holds a prediction
+// against the mean of measured runs).
+ClientFigures MeanOf(const std::vector<ClientFigures>& runs) {
+  ClientFigures mean;
+  for (const ClientFigures& f : runs) {
+    for (const auto& [key, member] : kFigureKeys) {
+      mean.*member += f.*member / static_cast<double>(runs.size());
+    }
+  }
+  return mean;
 }
 
 ClientFigures FiguresOf(const std::vector<bench::RequestRecord>& records) {
@@ -205,17 +222,30 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
     return absl::UnavailableError("calibrate: the workers did not register within 60 s");
   }
 
-  // Each workload through the router, with the workers' step histograms around it.
+  // Each workload through the router, with the workers' step histograms around it. A closed
+  // loop runs `closed_loop_draws` times, each after a pause (the workers idle, the clients start
+  // out of step) with prompts of its own: how its clients fall into step is chance, and one
+  // draw's TTFT p50 ranged over 2-3x between calibrations, deciding the fitted sharing.
   for (InSituRun& w : runs) {
     auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
     auto p0 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
     if (!d0.ok()) return d0.status();
     if (!p0.ok()) return p0.status();
-    auto run = bench::RunBench(ConfigOf(w, router->address));
-    if (!run.ok()) return run.status();
-    if (run->summary.completed < w.requests) {
-      return absl::UnavailableError(absl::StrFormat("calibrate: %d of %d requests completed",
-                                                    run->summary.completed, w.requests));
+    const int draws = w.concurrency > 1 ? std::max(1, o.closed_loop_draws) : 1;
+    std::vector<bench::RequestRecord> records;  // every draw's
+    w.draws.clear();
+    for (int draw = 0; draw < draws; ++draw) {
+      if (draw > 0) std::this_thread::sleep_for(std::chrono::milliseconds(kDrawPauseMs));
+      bench::BenchConfig config = ConfigOf(w, router->address);
+      config.seed += kDrawSeedStride * draw;
+      auto run = bench::RunBench(config);
+      if (!run.ok()) return run.status();
+      if (run->summary.completed < w.requests) {
+        return absl::UnavailableError(absl::StrFormat("calibrate: %d of %d requests completed",
+                                                      run->summary.completed, w.requests));
+      }
+      w.draws.push_back(FiguresOf(run->records));
+      records.insert(records.end(), run->records.begin(), run->records.end());
     }
     auto d1 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
     auto p1 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
@@ -232,7 +262,7 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
     // a request's mean interval after its second token) is reported beside it.
     double wall = 0;
     int spans = 0;
-    for (const bench::RequestRecord& r : run->records) {
+    for (const bench::RequestRecord& r : records) {
       const size_t n = r.token_times.size();
       if (r.warmup || !r.ok() || n < 3) continue;
       wall += (r.token_times.back() - r.token_times[1]) / static_cast<double>(n - 2);
@@ -244,12 +274,13 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
     if (prefill_steps < 1) return absl::InternalError("calibrate: the prefill worker ran no step");
     w.prefill_step_s = (p1->sum - p0->sum) / prefill_steps;
     w.prefill_tokens_per_step = (p1->extra - p0->extra) / prefill_steps;
-    w.measured = FiguresOf(run->records);
+    w.measured = MeanOf(w.draws);
     log(absl::StrFormat(
-        "in situ: concurrency %d, %d + %d tokens: decode step %.3f ms (loop %.3f ms) at batch "
-        "%.2f, prefill step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
-        w.concurrency, w.input, w.output, w.decode_step_s * 1e3, w.decode_loop_step_s * 1e3,
-        w.decode_batch, w.prefill_step_s * 1e3, w.measured.ttft50 * 1e3, w.measured.tpot50 * 1e3));
+        "in situ: concurrency %d, %d + %d tokens (%d draw%s): decode step %.3f ms (loop %.3f ms) "
+        "at batch %.2f, prefill step %.3f ms; TTFT p50 %.3f ms, TPOT p50 %.3f ms",
+        w.concurrency, w.input, w.output, draws, draws > 1 ? "s" : "", w.decode_step_s * 1e3,
+        w.decode_loop_step_s * 1e3, w.decode_batch, w.prefill_step_s * 1e3, w.measured.ttft50 * 1e3,
+        w.measured.tpot50 * 1e3));
   }
   return runs;
 }
@@ -273,6 +304,11 @@ absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json
       r.prefill_step_s = w.at("prefill_step_s").get<double>();
       r.prefill_tokens_per_step = w.at("prefill_tokens_per_step").get<double>();
       r.measured = ClientFiguresFromJson(w.at("measured"));
+      if (w.contains("measured_draws")) {
+        for (const nlohmann::json& d : w.at("measured_draws")) {
+          r.draws.push_back(ClientFiguresFromJson(d));
+        }
+      }
     } catch (const nlohmann::json::exception& e) {
       return absl::InvalidArgumentError(
           absl::StrFormat("refit: in_situ.workloads[%d]: %s", runs.size(), e.what()));
@@ -324,6 +360,11 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
                     {"prefill_step_s", w.prefill_step_s},
                     {"prefill_tokens_per_step", w.prefill_tokens_per_step},
                     {"measured", ToJson(w.measured)}});
+    if (!w.draws.empty()) {
+      nlohmann::json& draws = rows.back()["measured_draws"];
+      draws = nlohmann::json::array();
+      for (const ClientFigures& f : w.draws) draws.push_back(ToJson(f));
+    }
   }
   constexpr size_t shortest = 0;  // the first run: the shortest prompts alone
   if (workloads[shortest].concurrency != 1) {

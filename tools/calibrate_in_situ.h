@@ -5,11 +5,11 @@
 // writes, the router, the client) and its steps take up to twice what the same forward pass
 // takes alone, more as the context grows: the cache and the second core are no longer its
 // own. So the calibration starts a router, a prefill and a decode worker of the model, runs
-// workloads of known shapes (4 requests/s alone, closed loops of 4 and 8; short and long
-// contexts), reads
-// the decode worker's step-time and batch-size histograms from its /metrics, and fits the
-// decode factors (HardwareProfile::decode_factors) to those steps. Then it fits the request
-// path by simulating the same workloads: the request overhead (CPU work on the shared host,
+// workloads of known shapes (4 requests/s alone, short and long prompts; closed loops of 4 and
+// 8, each run a few times: one run of a closed loop is one draw of how its clients fall into
+// step), reads the decode worker's step-time and batch-size histograms from its /metrics, and
+// fits the decode factors (HardwareProfile::decode_factors) to those steps. Then it fits the
+// request path by simulating the same workloads: the request overhead (CPU work on the shared host,
 // which queues under concurrency) and its jitter from TTFT, the decode start and its jitter
 // from the gap between the first two tokens, and the relay's CPU per token from TPOT.
 #ifndef TANDEM_TOOLS_CALIBRATE_IN_SITU_H_
@@ -34,6 +34,7 @@ struct InSituOptions {
   double weight_bytes = 4;    // per parameter, as the model is stored
   std::string server_binary;  // empty: tandem-server next to the running executable
   double host_cores = 0;      // the fit's host; 0: this machine's cores
+  int closed_loop_draws = 3;  // times each closed loop is measured; the fit takes their mean
   std::function<void(const std::string&)> log;
 };
 
@@ -51,7 +52,8 @@ struct InSituRun {
   double decode_steps = 0, decode_step_s = 0, decode_batch = 0;
   double decode_loop_step_s = 0;  // a request's mean interval after its second token
   double prefill_step_s = 0, prefill_tokens_per_step = 0;
-  ClientFigures measured;
+  ClientFigures measured;            // the mean of `draws` (one draw: that run)
+  std::vector<ClientFigures> draws;  // each run's own (empty in reports before draws)
 };
 
 // Starts a router, a prefill and a decode worker of the model and runs the calibration's

@@ -40,12 +40,13 @@ constexpr char kPlanUsage[] = R"(usage:
       noise, as a measured run does: the figures are the mean of N runs (default
       16; 1 on a profile without jitter), what repeated `tandem bench` runs average to.
   tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
-              [--threads N] [--report FILE] [--in-situ [--tokenizer PATH]]
+              [--threads N] [--report FILE] [--in-situ [--tokenizer PATH] [--draws N]]
       Measures forward steps on this machine and fits the `local` profile
       (written to $TANDEM_LOCAL_PROFILE or ~/.cache/tandem/local_profile.json).
       With --in-situ, also starts a 1P1D cluster of the first model and fits the
       decode steps and the request path's overheads to what it measures there
-      (about a minute).
+      (about a minute); each closed loop is run N times (default 3), the fit
+      taking their mean.
   tandem plan calibrate --refit REPORT --model PATH [--out FILE] [--report FILE]
       Fits the in-situ part again to the workloads a --report of an in-situ
       calibration measured, without starting a cluster: a change to the fit tried
@@ -310,7 +311,8 @@ int Refit(const Flags& f) {
 
 int Calibrate(const std::vector<std::string>& args) {
   auto f = Flags::Parse(
-      args, {"model", "out", "repeats", "threads", "report", "tokenizer", "refit"}, {"in-situ"});
+      args, {"model", "out", "repeats", "threads", "report", "tokenizer", "refit", "draws"},
+      {"in-situ"});
   if (!f.ok()) return Fail(f.status());
   if (f->Has("refit")) return Refit(*f);
   planner::CalibrateOptions o;
@@ -321,6 +323,11 @@ int Calibrate(const std::vector<std::string>& args) {
   if (!threads.ok()) return Fail(threads.status());
   if (*threads < 0 || *threads > 1024) {
     return Fail(absl::InvalidArgumentError("--threads must be in [0, 1024]"));
+  }
+  auto draws = f->GetInt("draws", InSituOptions{}.closed_loop_draws);
+  if (!draws.ok()) return Fail(draws.status());
+  if (*draws < 1 || *draws > 20) {
+    return Fail(absl::InvalidArgumentError("--draws must be in [1, 20]"));
   }
   o.repeats = static_cast<int>(std::clamp<int64_t>(*repeats, -1, 1 << 20));
   o.threads = static_cast<int>(*threads);
@@ -346,6 +353,7 @@ int Calibrate(const std::vector<std::string>& args) {
     in.tokenizer = f->Get("tokenizer");
     in.config = (*samples)[0].config;
     in.weight_bytes = (*samples)[0].weight_bytes;
+    in.closed_loop_draws = static_cast<int>(*draws);
     in.log = LogLine;
     std::fprintf(stderr, "calibrate: in situ, a 1P1D cluster of %s\n", in.model.c_str());
     nlohmann::json in_situ;

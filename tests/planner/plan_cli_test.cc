@@ -81,12 +81,13 @@ TEST(PlanCli, CalibrateWritesAProfileSimulateReads) {
 
 TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   // --in-situ starts a router, a prefill and a decode worker, runs five workloads through them
-  // and fits the decode and prefill steps and the request path to what they measured.
+  // (each closed loop --draws times) and fits the decode and prefill steps and the request path
+  // to what they measured.
   const std::string profile = TempPath("in_situ.json");
   const std::string report = TempPath("in_situ_report.json");
-  const CliRun cal =
-      Tandem("plan calibrate --model " + testing::Stories260K() + " --tokenizer " +
-             testing::Tok512() + " --repeats 1 --in-situ --out " + profile + " --report " + report);
+  const CliRun cal = Tandem("plan calibrate --model " + testing::Stories260K() + " --tokenizer " +
+                            testing::Tok512() + " --repeats 1 --in-situ --draws 2 --out " +
+                            profile + " --report " + report);
   ASSERT_EQ(cal.exit_code, 0) << cal.err;
   EXPECT_NE(cal.out.find("in situ: decode step overhead"), std::string::npos) << cal.out;
   std::ifstream pin(profile);
@@ -112,6 +113,14 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
     EXPECT_LE(w["decode_batch"].get<double>(), most + 0.01);
     EXPECT_GT(w["measured"]["tpot_p50_s"].get<double>(), 0);
     EXPECT_GT(w["simulated"]["ttft_p50_s"].get<double>(), 0);
+    // A closed loop ran twice; what the fit took is the mean of the two, figure by figure.
+    const auto& draws = w["measured_draws"];
+    ASSERT_EQ(draws.size(), w["concurrency"].get<int>() == 1 ? 1u : 2u) << w.dump();
+    for (const char* key : {"ttft_p50_s", "ttft_p90_s", "tpot_p50_s", "tpot_p90_s"}) {
+      double mean = 0;
+      for (const auto& d : draws) mean += d[key].get<double>() / draws.size();
+      EXPECT_NEAR(w["measured"][key].get<double>(), mean, 1e-12) << key << " " << w.dump();
+    }
   }
   // The profile simulates; it has jitter, so a simulation is the mean of runs that each draw
   // their own noise.
@@ -184,6 +193,7 @@ TEST(PlanCli, BadInputIsOneClearLine) {
        "--tp", 2},
       {"plan calibrate", "", "--model", 2},
       {"plan simulate --model llama-3-8b --runs 0" + ok, "", "--runs", 2},
+      {"plan calibrate --model stories260k --in-situ --draws 0", "", "--draws", 2},
       {"plan calibrate --refit /nonexistent/report.json --model stories260k", "", "--refit", 2},
       {"plan calibrate --refit /nonexistent/report.json", "", "--model", 2},
       {"plan simulate --model llama-3-8b --hardware local --rate 1",
