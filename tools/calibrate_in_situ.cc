@@ -326,6 +326,56 @@ absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json
   return runs;
 }
 
+absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
+    const std::vector<std::vector<InSituRun>>& calibrations) {
+  if (calibrations.empty()) return absl::InvalidArgumentError("merge: no calibrations");
+  const std::vector<InSituRun>& first = calibrations[0];
+  for (size_t c = 1; c < calibrations.size(); ++c) {
+    if (calibrations[c].size() != first.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("merge: calibration %d has %d workloads, the first %d", c,
+                          calibrations[c].size(), first.size()));
+    }
+    for (size_t i = 0; i < first.size(); ++i) {
+      const InSituRun& a = first[i];
+      const InSituRun& b = calibrations[c][i];
+      if (a.concurrency != b.concurrency || a.input != b.input || a.output != b.output) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "merge: calibration %d's workloads[%d] (concurrency %d, %d + %d tokens) is not the "
+            "first's (concurrency %d, %d + %d)",
+            c, i, b.concurrency, b.input, b.output, a.concurrency, a.input, a.output));
+      }
+    }
+  }
+  const double n = static_cast<double>(calibrations.size());
+  std::vector<InSituRun> merged = first;
+  for (size_t i = 0; i < first.size(); ++i) {
+    InSituRun& m = merged[i];
+    m.decode_steps = m.decode_step_s = m.decode_batch = m.decode_loop_step_s = 0;
+    m.prefill_step_s = m.prefill_tokens_per_step = 0;
+    m.draws.clear();
+    std::vector<ClientFigures> figures;
+    for (const std::vector<InSituRun>& runs : calibrations) {
+      const InSituRun& r = runs[i];
+      m.requests = std::max(m.requests, r.requests);
+      m.decode_steps += r.decode_steps;
+      m.decode_step_s += r.decode_step_s / n;
+      m.decode_batch += r.decode_batch / n;
+      m.decode_loop_step_s += r.decode_loop_step_s / n;
+      m.prefill_step_s += r.prefill_step_s / n;
+      m.prefill_tokens_per_step += r.prefill_tokens_per_step / n;
+      figures.push_back(r.measured);
+      if (r.draws.empty()) {
+        m.draws.push_back(r.measured);
+      } else {
+        m.draws.insert(m.draws.end(), r.draws.begin(), r.draws.end());
+      }
+    }
+    m.measured = MeanOf(figures);
+  }
+  return merged;
+}
+
 absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* profile,
                              nlohmann::json* report) {
   auto runs = MeasureInSitu(o);

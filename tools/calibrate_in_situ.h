@@ -70,6 +70,13 @@ absl::Status FitInSitu(const InSituOptions& options, const std::vector<InSituRun
 // measuring again (`tandem plan calibrate --refit REPORT`).
 absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json& in_situ);
 
+// Several calibrations' runs of the same workloads as one: each workload's mean steps and mean
+// figures (its draws all of theirs). On a host whose speed drifts between calibrations (other
+// tenants), a profile fitted to calibrations made at different times predicts the typical speed
+// rather than one moment's. Refuses runs whose workloads differ in shape, by index.
+absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
+    const std::vector<std::vector<InSituRun>>& calibrations);
+
 // MeasureInSitu, then FitInSitu.
 absl::Status CalibrateInSitu(const InSituOptions& options, planner::HardwareProfile* profile,
                              nlohmann::json* report);

@@ -47,10 +47,13 @@ constexpr char kPlanUsage[] = R"(usage:
       decode steps and the request path's overheads to what it measures there
       (about a minute); each closed loop is run N times (default 3), the fit
       taking their mean.
-  tandem plan calibrate --refit REPORT --model PATH [--out FILE] [--report FILE]
+  tandem plan calibrate --refit REPORT [--refit REPORT]... --model PATH [--out FILE]
+              [--report FILE]
       Fits the in-situ part again to the workloads a --report of an in-situ
       calibration measured, without starting a cluster: a change to the fit tried
-      on calibrations already made. PATH: the model that calibration ran.
+      on calibrations already made. PATH: the model that calibration ran. Several
+      reports of one model: one fit to their mean, which averages the drift of a
+      shared host's speed between calibrations made at different times.
 
 CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
   stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
@@ -272,20 +275,31 @@ absl::Status WriteProfile(const std::string& out, const planner::HardwareProfile
   return WriteJson(out, p.ToJson());
 }
 
-// --refit REPORT: the in-situ fit again on a report's measured workloads.
+// --refit REPORT [--refit REPORT]...: the in-situ fit again on reports' measured workloads (more
+// than one: on their mean, workload by workload). The forward-pass fit is the first report's.
 int Refit(const Flags& f) {
   if (!f.Has("model")) return Fail(absl::InvalidArgumentError("--refit needs --model PATH"));
-  std::ifstream in(f.Get("refit"));
-  if (!in) return Fail(absl::InvalidArgumentError("--refit: cannot read " + f.Get("refit")));
-  nlohmann::json report = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (report.is_discarded() || !report.is_object() || !report.contains("profile") ||
-      !report.contains("in_situ")) {
-    return Fail(absl::InvalidArgumentError("--refit: " + f.Get("refit") +
-                                           " is not the --report of an in-situ calibration"));
+  nlohmann::json report;
+  std::vector<std::vector<InSituRun>> calibrations;
+  const std::vector<std::string> paths = f.GetAll("refit");
+  for (const std::string& path : paths) {
+    std::ifstream in(path);
+    if (!in) return Fail(absl::InvalidArgumentError("--refit: cannot read " + path));
+    nlohmann::json r = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (r.is_discarded() || !r.is_object() || !r.contains("profile") || !r.contains("in_situ")) {
+      return Fail(absl::InvalidArgumentError("--refit: " + path +
+                                             " is not the --report of an in-situ calibration"));
+    }
+    auto runs = InSituRunsFromReport(r["in_situ"]);
+    if (!runs.ok()) {
+      return Fail(absl::InvalidArgumentError(path + ": " + std::string(runs.status().message())));
+    }
+    calibrations.push_back(*std::move(runs));
+    if (report.is_null()) report = std::move(r);
   }
   auto profile = planner::HardwareProfile::FromJson(report["profile"]);
   if (!profile.ok()) return Fail(profile.status());
-  auto runs = InSituRunsFromReport(report["in_situ"]);
+  auto runs = MergeInSituRuns(calibrations);
   if (!runs.ok()) return Fail(runs.status());
   InSituOptions o;
   o.model = f.Get("model");
@@ -304,6 +318,7 @@ int Refit(const Flags& f) {
   if (f.Has("report")) {
     report["in_situ"] = in_situ;
     report["profile"] = profile->ToJson();
+    if (paths.size() > 1) report["merged_from"] = paths;
     if (absl::Status s = WriteJson(f.Get("report"), report); !s.ok()) return Fail(s);
   }
   return 0;

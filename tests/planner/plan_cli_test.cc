@@ -153,6 +153,25 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   const nlohmann::json rr = nlohmann::json::parse(again_report);
   EXPECT_EQ(rr["in_situ"]["workloads"], r["in_situ"]["workloads"]);
 
+  // Several reports: one fit to their mean. The same report twice is the report itself.
+  const CliRun merged =
+      Tandem("plan calibrate --refit " + report + " --refit " + report + " --model " +
+             testing::Stories260K() + " --out " + refitted + " --report " + refit_report);
+  ASSERT_EQ(merged.exit_code, 0) << merged.err;
+  std::ifstream merged_profile(refitted);
+  EXPECT_EQ(nlohmann::json::parse(merged_profile), p);
+  std::ifstream merged_report(refit_report);
+  EXPECT_EQ(nlohmann::json::parse(merged_report)["merged_from"].size(), 2u);
+  // Reports of other workloads do not merge: refused by index.
+  nlohmann::json other = r;
+  other["in_situ"]["workloads"][1]["input"] = 17;
+  const std::string other_path = TempPath("other_report.json");
+  std::ofstream(other_path) << other.dump();
+  const CliRun mismatched = Tandem("plan calibrate --refit " + report + " --refit " + other_path +
+                                   " --model " + testing::Stories260K() + " --out " + refitted);
+  EXPECT_EQ(mismatched.exit_code, 2) << mismatched.err;
+  EXPECT_NE(mismatched.err.find("workloads[1]"), std::string::npos) << mismatched.err;
+
   // A report whose runs are not measured runs is refused by field.
   nlohmann::json broken = r;
   broken["in_situ"]["workloads"][2]["decode_step_s"] = 0;
