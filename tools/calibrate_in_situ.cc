@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <thread>
 #include <tuple>
 #include <utility>
@@ -245,7 +246,8 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
                                                       run->summary.completed, w.requests));
       }
       w.draws.push_back(FiguresOf(run->records));
-      records.insert(records.end(), run->records.begin(), run->records.end());
+      records.insert(records.end(), std::make_move_iterator(run->records.begin()),
+                     std::make_move_iterator(run->records.end()));
     }
     auto d1 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
     auto p1 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");
@@ -329,6 +331,7 @@ absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json
 absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
     const std::vector<std::vector<InSituRun>>& calibrations) {
   if (calibrations.empty()) return absl::InvalidArgumentError("merge: no calibrations");
+  if (calibrations.size() == 1) return calibrations[0];  // a report refitted as it is
   const std::vector<InSituRun>& first = calibrations[0];
   for (size_t c = 1; c < calibrations.size(); ++c) {
     if (calibrations[c].size() != first.size()) {

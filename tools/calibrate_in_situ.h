@@ -52,7 +52,7 @@ struct InSituRun {
   double decode_steps = 0, decode_step_s = 0, decode_batch = 0;
   double decode_loop_step_s = 0;  // a request's mean interval after its second token
   double prefill_step_s = 0, prefill_tokens_per_step = 0;
-  ClientFigures measured;            // the mean of `draws` (one draw: that run)
+  ClientFigures measured;            // the mean of the draws' (merged: of the calibrations')
   std::vector<ClientFigures> draws;  // each run's own (empty in reports before draws)
 };
 
