@@ -8,14 +8,19 @@
 #   bench/planner/validate.sh [OUT_DIR]        (default bench/results/planner)
 #
 # Steps: writes a random-weight stories15M (bf16) once; calibrates the `local` profile per
-# model (`tandem plan calibrate --in-situ`, into OUT_DIR/local-MODEL.json, and the default
-# local profile path); then runs every configuration below. Knobs (environment):
+# model in rounds around the measured runs (`tandem plan calibrate --in-situ`: before the
+# first runs, between the two passes, after the second; the host's speed drifts 10-20% within
+# minutes, so the profile is one fit to the rounds' mean, `--refit A --refit B --refit C`, into
+# OUT_DIR/local-MODEL.json, each round's report kept as calibration-MODEL-rN.json); measures
+# every configuration below twice, one pass of all of them after another; predicts; and last
+# calibrates the default local profile. Knobs (environment):
 #   BUILD_DIR (build), CONFIGS (all: a space-separated subset of the names below),
-#   REQUESTS (multiplier for the request counts, default 1), SKIP_CALIBRATE=1 (reuse the
-#   profiles in OUT_DIR), SKIP_MEASURE=1 (reuse the measured runs in OUT_DIR: predictions only,
-#   seconds), ALSO_MEASURED="DIR..." (earlier validation folders whose measured runs of the
-#   same configurations join the mean the predictions are held against: less of one run's
-#   noise; the table's "runs" column counts them).
+#   REQUESTS (multiplier for the request counts, default 1), CALIBRATIONS (rounds: 3, as above;
+#   2: before and after; 1: before only), SKIP_CALIBRATE=1 (reuse the profiles in OUT_DIR),
+#   SKIP_MEASURE=1 (reuse the measured runs in OUT_DIR: predictions only, seconds),
+#   ALSO_MEASURED="DIR..." (earlier validation folders whose measured runs of the same
+#   configurations join the mean the predictions are held against: less of one run's noise; the
+#   table's "runs" column counts them).
 # Writes OUT_DIR/measured-NAME-{a,b}.json, predicted-NAME.json, validation.json and validation.txt.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -64,49 +69,108 @@ stop_cluster() {
   cluster_pid=""
 }
 
-if [ "${SKIP_CALIBRATE:-0}" != 1 ]; then
-  # Step times from the forward pass, then in situ: a 1P1D cluster of the model for the decode
-  # and prefill steps and the request path's overheads.
+ROUNDS=${CALIBRATIONS:-3}
+case "$ROUNDS" in 1 | 2 | 3) ;; *) echo "CALIBRATIONS must be 1, 2 or 3" >&2; exit 2 ;; esac
+calibrate=1
+[ "${SKIP_CALIBRATE:-0}" = 1 ] && calibrate=0
+rounds_done=0
+# calibration_round: one in-situ calibration of each model (step times from the forward pass,
+# then a 1P1D cluster of the model for the decode and prefill steps and the request path's
+# overheads), its report kept as OUT_DIR/calibration-MODEL-rN.json.
+calibration_round() {
+  [ "$calibrate" = 1 ] || return 0
+  rounds_done=$((rounds_done + 1))
+  echo "== calibration round $rounds_done of $ROUNDS" >&2
   for m in stories260K stories15M; do
-    model="$s260k"
+    local model="$s260k"
     [ "$m" = stories15M ] && model="$s15m"
     "$bin/tandem" plan calibrate --model "$model" --tokenizer "$tok" --in-situ \
-      --out "$OUT/local-$m.json" --report "$OUT/calibration-$m.json" 2> >(grep -v '^\[tandem-server\]' >&2)
+      --out "$OUT/local-$m-r$rounds_done.json" --report "$OUT/calibration-$m-r$rounds_done.json" \
+      2> >(grep -v '^\[tandem-server\]' >&2)
   done
-  # The default `local` profile.
-  "$bin/tandem" plan calibrate --model "$s260k" --model "$s15m" --tokenizer "$tok" --in-situ \
-    2> >(grep -v '^\[tandem-server\]' >&2)
-fi
+}
+# fit_rounds: each model's profile, one fit to the mean of its rounds' measured workloads.
+fit_rounds() {
+  [ "$calibrate" = 1 ] || return 0
+  for m in stories260K stories15M; do
+    local model="$s260k" refits=()
+    [ "$m" = stories15M ] && model="$s15m"
+    for r in $(seq 1 "$rounds_done"); do refits+=(--refit "$OUT/calibration-$m-r$r.json"); done
+    "$bin/tandem" plan calibrate "${refits[@]}" --model "$model" --out "$OUT/local-$m.json" \
+      --report "$OUT/calibration-$m.json" >/dev/null
+  done
+}
 
+# The configurations: name model dtype prefill decode, and the workload flags (--num-requests
+# scaled by REQUESTS).
 names=()
+declare -A cfg_model cfg_dtype cfg_prefill cfg_decode cfg_flags
 for line in "${CONFIG_LINES[@]}"; do
   read -r name model dtype prefill decode rest <<<"$line"
   if [ -n "${CONFIGS:-}" ] && [[ " $CONFIGS " != *" $name "* ]]; then continue; fi
   # shellcheck disable=SC2206
   flags=($rest)
-  for i in "${!flags[@]}"; do  # scale --num-requests by REQUESTS
+  for i in "${!flags[@]}"; do
     if [ "${flags[$i]}" = --num-requests ]; then
       flags[$((i + 1))]=$(python3 -c "print(max(1, round(${flags[$((i + 1))]} * $MULT)))")
     fi
   done
-  profile="$OUT/local-stories260K.json"
-  [ "$model" = "$s15m" ] && profile="$OUT/local-stories15M.json"
-  echo "== $name: ${prefill}P${decode}D ${flags[*]}" >&2
-  # Measured twice, each on a fresh cluster with the same requests: how far two runs of the
-  # same configuration differ is the machine's own noise, the floor for the prediction's error.
-  for run in a b; do
-    [ "${SKIP_MEASURE:-0}" = 1 ] && [ -f "$OUT/measured-$name-$run.json" ] && continue
-    start_cluster "$model" "$prefill" "$decode"
+  names+=("$name")
+  cfg_model[$name]=$model cfg_dtype[$name]=$dtype cfg_prefill[$name]=$prefill
+  cfg_decode[$name]=$decode cfg_flags[$name]="${flags[*]}"
+done
+
+# measure_pass RUN: every configuration once, each on a fresh cluster with the same requests
+# (how far pass a and pass b differ is the machine's own noise, the floor for the prediction's
+# error).
+measure_pass() {
+  for name in "${names[@]}"; do
+    [ "${SKIP_MEASURE:-0}" = 1 ] && [ -f "$OUT/measured-$name-$1.json" ] && continue
+    # shellcheck disable=SC2206
+    local flags=(${cfg_flags[$name]})
+    echo "== $name run $1: ${cfg_prefill[$name]}P${cfg_decode[$name]}D ${flags[*]}" >&2
+    start_cluster "${cfg_model[$name]}" "${cfg_prefill[$name]}" "${cfg_decode[$name]}"
     "$bin/tandem" bench --router "$router" "${flags[@]}" --warmup 4 --seed 1 --no-progress \
-      --json "$OUT/measured-$name-$run.json" >"$OUT/measured-$name-$run.txt"
+      --json "$OUT/measured-$name-$1.json" >"$OUT/measured-$name-$1.txt"
     stop_cluster
   done
-  # Predicted: the same workload flags.
-  "$bin/tandem" plan simulate --model "$model" --hardware "$profile" --dtype "$dtype" \
-    --prefill "$prefill" --decode "$decode" "${flags[@]}" --warmup 4 --seed 1 \
+}
+
+calibration_round
+measure_pass a
+[ "$ROUNDS" = 3 ] && calibration_round
+measure_pass b
+[ "$ROUNDS" -ge 2 ] && calibration_round
+if [ "$ROUNDS" = 1 ]; then
+  # One round: its profiles are the ones used.
+  if [ "$calibrate" = 1 ]; then
+    for m in stories260K stories15M; do
+      cp "$OUT/local-$m-r1.json" "$OUT/local-$m.json"
+      cp "$OUT/calibration-$m-r1.json" "$OUT/calibration-$m.json"
+    done
+  fi
+else
+  fit_rounds
+fi
+
+# Predicted: the same workload flags, on the model's profile.
+for name in "${names[@]}"; do
+  # shellcheck disable=SC2206
+  flags=(${cfg_flags[$name]})
+  profile="$OUT/local-stories260K.json"
+  [ "${cfg_model[$name]}" = "$s15m" ] && profile="$OUT/local-stories15M.json"
+  "$bin/tandem" plan simulate --model "${cfg_model[$name]}" --hardware "$profile" \
+    --dtype "${cfg_dtype[$name]}" --prefill "${cfg_prefill[$name]}" \
+    --decode "${cfg_decode[$name]}" "${flags[@]}" --warmup 4 --seed 1 \
     --json "$OUT/predicted-$name.json" >"$OUT/predicted-$name.txt"
-  names+=("$name")
 done
+
+if [ "$calibrate" = 1 ]; then
+  # The default `local` profile (`--hardware local`): the forward pass of both models, in situ
+  # on the first.
+  "$bin/tandem" plan calibrate --model "$s260k" --model "$s15m" --tokenizer "$tok" --in-situ \
+    2> >(grep -v '^\[tandem-server\]' >&2)
+fi
 
 python3 - "$OUT" "${ALSO_MEASURED:-}" "${names[@]}" <<'PY'
 import json, os, sys
