@@ -141,6 +141,9 @@ absl::Status HardwareProfile::Validate() const {
   if (!(prefill_threads >= 0 && prefill_threads <= std::max(1.0, host_cores))) {
     return absl::InvalidArgumentError("profile.prefill_threads must be in [0, host_cores]");
   }
+  if (!(prefill_yield >= 0 && prefill_yield <= 1)) {
+    return absl::InvalidArgumentError("profile.prefill_yield must be in [0, 1]");
+  }
   if (!(mem_utilization > 0 && mem_utilization <= 1)) {
     return absl::InvalidArgumentError("profile.mem_utilization must be in (0, 1]");
   }
@@ -193,6 +196,7 @@ nlohmann::json HardwareProfile::ToJson() const {
   if (host_cores != 0) j["host_cores"] = host_cores;
   if (step_threads != 1) j["step_threads"] = step_threads;
   if (prefill_threads != 0) j["prefill_threads"] = prefill_threads;
+  if (prefill_yield != 0) j["prefill_yield"] = prefill_yield;
   return j;
 }
 
@@ -268,6 +272,7 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
       {"host_cores", &p.host_cores},
       {"step_threads", &p.step_threads},
       {"prefill_threads", &p.prefill_threads},
+      {"prefill_yield", &p.prefill_yield},
       {"prefill_step_jitter", &p.prefill_step_jitter}};
   for (auto& [key, out] : optional_fields) {
     if (!j.contains(key)) continue;

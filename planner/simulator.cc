@@ -134,14 +134,20 @@ struct Task {
 
 struct Device {
   std::vector<Task> active;
-  // The cores. The tasks served first share all of them; the others share what those leave.
+  // The cores. The tasks served first share all of them, giving way to the others by `yield`
+  // (0: not at all; 1: an equal share per core asked); the others share what those leave.
   // Within each class, while the tasks ask for no more than they have, each runs at full
   // speed; beyond, every one slows by cores / asked (processor sharing, fair per thread).
   double capacity = 1;
+  double yield = 0;
   double asked_first = 0, asked = 0;  // the cores `active` asks for, by class
+  double FirstRate() const {
+    const double demand = asked_first + yield * asked;
+    return demand <= capacity ? 1.0 : capacity / demand;
+  }
   double Rate(const Task& t) const {
-    if (t.first) return asked_first <= capacity ? 1.0 : capacity / asked_first;
-    const double left = std::max(0.0, capacity - asked_first);
+    if (t.first) return FirstRate();
+    const double left = std::max(0.0, capacity - FirstRate() * asked_first);
     return asked <= left ? 1.0 : left / asked;
   }
   void Add(const Task& t) {
@@ -358,6 +364,7 @@ absl::Status Sim::Build() {
     devices_[0].capacity = profile_.host_cores;
     step_cores_ = profile_.step_threads;
     prefill_cores_ = profile_.prefill_threads;
+    devices_[0].yield = profile_.prefill_yield;
   } else if (profile_.shared_host) {
     // Device 0: the workers' steps, `host_step_slots` at a time at their calibrated speed.
     // Device 1: the request path's CPU work (RPC hops, the token relay), one at a time.

@@ -513,7 +513,8 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
 
   // One fit for a given sharing (`threads` for a decode step; `first` > 0: a prefill step
-  // served first on that many cores, else like a decode step). The steps were measured in situ,
+  // served first on that many cores, giving way to the rest by `yield`, else like a decode
+  // step). The steps were measured in situ,
   // sharing the host with the other worker's steps and the request path, so their mean is slower
   // than the step alone (which the simulator needs: it adds the sharing itself). The fit
   // alternates: the step factors on the measured steps divided by the slowdown the simulator saw in
@@ -525,12 +526,13 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     nlohmann::json decode_fit, prefill_fit;
     std::vector<Figures> simulated;  // the workloads under `profile`
   };
-  auto fit_threads = [&](double threads, double first) -> absl::StatusOr<Candidate> {
+  auto fit_threads = [&](double threads, double first, double yield) -> absl::StatusOr<Candidate> {
     Candidate best;
     planner::HardwareProfile p = *profile;
     p.host_cores = cores;
     p.step_threads = threads;
     p.prefill_threads = first;
+    p.prefill_yield = yield;
     p.host_step_slots = 1;
     p.request_overhead = p.decode_start_overhead = p.relay_cpu = p.step_jitter = 0;
     p.prefill_step_jitter = 0;
@@ -614,21 +616,35 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     return best;
   };
   // The sharing: a decode step keeps 1, (1 + cores) / 2 or `cores` cores busy; a prefill step
-  // is either one like it or served first with a quarter to all of the cores.
+  // is either one like it or served first with a quarter to all of the cores. Then, for the
+  // chosen decode sharing, prefill steps served first that give way to the rest by a third or
+  // two thirds (`prefill_yield`): in situ a prefill step beside decode steps is neither as fast
+  // as alone nor slowed like them.
   Candidate chosen;
   std::vector<double> decode_threads = {1}, prefill_threads = {0};
   if (cores > 1) {
     decode_threads = {1, (1 + cores) / 2, cores};
     for (int k = 1; k <= 4; ++k) prefill_threads.push_back(cores * k / 4);
   }
+  auto consider = [&](double threads, double first, double yield) -> absl::Status {
+    auto c = fit_threads(threads, first, yield);
+    if (!c.ok()) return c.status();
+    log(absl::StrFormat("  a decode step on %.2f cores, a prefill step %s%.2f%s: error %.3f",
+                        threads, first > 0 ? "first on " : "on ", first > 0 ? first : threads,
+                        yield > 0 ? absl::StrFormat(" yielding %.2f", yield) : "", c->error));
+    if (c->error < chosen.error) chosen = std::move(*c);
+    return absl::OkStatus();
+  };
   for (double threads : decode_threads) {
     for (double first : prefill_threads) {
-      auto c = fit_threads(threads, first);
-      if (!c.ok()) return c.status();
-      log(absl::StrFormat("  a decode step on %.2f cores, a prefill step %s%.2f: error %.3f",
-                          threads, first > 0 ? "first on " : "on ", first > 0 ? first : threads,
-                          c->error));
-      if (c->error < chosen.error) chosen = std::move(*c);
+      if (absl::Status s = consider(threads, first, 0); !s.ok()) return s;
+    }
+  }
+  const double chosen_threads = chosen.profile.step_threads;
+  for (double first : prefill_threads) {
+    if (first <= 0) continue;
+    for (double yield : {1.0 / 3, 2.0 / 3}) {
+      if (absl::Status s = consider(chosen_threads, first, yield); !s.ok()) return s;
     }
   }
   *profile = chosen.profile;
@@ -663,7 +679,8 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
                {"prefill_step_jitter", profile->prefill_step_jitter},
                {"host_cores", profile->host_cores},
                {"step_threads", profile->step_threads},
-               {"prefill_threads", profile->prefill_threads}};
+               {"prefill_threads", profile->prefill_threads},
+               {"prefill_yield", profile->prefill_yield}};
   }
   return profile->Validate();
 }

@@ -163,6 +163,7 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   p.host_cores = 2;
   p.step_threads = 1.5;
   p.prefill_threads = 1;
+  p.prefill_yield = 0.5;
   p.prefill_step_jitter = 0.4;
   p.has_decode_factors = true;
   p.decode_factors = {0.1, 0.05, 0.2, 1e-5};
@@ -200,6 +201,10 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
     j[key] = key == std::string("host_cores") ? 0.5 : 3.0;  // under 1; more than the cores
     EXPECT_NE(HardwareProfile::FromJson(j).status().message().find(key), std::string::npos) << key;
   }
+  j = p.ToJson();
+  j["prefill_yield"] = 1.5;
+  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("prefill_yield"),
+            std::string::npos);
   j = p.ToJson();
   j["request_jitter"] = -1;
   EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("request_jitter"),

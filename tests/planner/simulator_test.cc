@@ -567,6 +567,22 @@ TEST(Simulator, PrefillStepsServedFirstKeepTheirSpeed) {
   };
   check(*first, 2);
   check(*all_first, 0);
+  // Served first on 1 core but giving way fully (prefill_yield 1): the 3 cores asked share the
+  // 2 alike, so a prefill step beside a decode step runs at two thirds of its speed, and so do
+  // the decode steps inside it; half way (0.5) the 2 cores still cover what it asks.
+  p.prefill_threads = 1;
+  p.prefill_yield = 1;
+  auto yielding = SimulateRequests(model, p, c, reqs, {}, o);
+  p.prefill_yield = 0.5;
+  auto half = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(yielding.ok()) << yielding.status();
+  ASSERT_TRUE(half.ok()) << half.status();
+  EXPECT_GT(yielding->prefill_step_seconds, 1.1 * yielding->prefill_step_alone_seconds);
+  EXPECT_LT(yielding->prefill_step_seconds / yielding->prefill_step_alone_seconds,
+            shared->prefill_step_seconds / shared->prefill_step_alone_seconds);
+  check(*yielding, 1.5);
+  EXPECT_NEAR(half->prefill_step_seconds, half->prefill_step_alone_seconds,
+              1e-9 * half->prefill_step_seconds);
 }
 
 TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {
