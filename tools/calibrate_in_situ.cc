@@ -1,6 +1,7 @@
 #include "tools/calibrate_in_situ.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <iterator>
@@ -626,27 +627,50 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     decode_threads = {1, (1 + cores) / 2, cores};
     for (int k = 1; k <= 4; ++k) prefill_threads.push_back(cores * k / 4);
   }
-  auto consider = [&](double threads, double first, double yield) -> absl::Status {
-    auto c = fit_threads(threads, first, yield);
-    if (!c.ok()) return c.status();
-    log(absl::StrFormat("  a decode step on %.2f cores, a prefill step %s%.2f%s: error %.3f",
-                        threads, first > 0 ? "first on " : "on ", first > 0 ? first : threads,
-                        yield > 0 ? absl::StrFormat(" yielding %.2f", yield) : "", c->error));
-    if (c->error < chosen.error) chosen = std::move(*c);
+  // Fits the sharings given, on up to the host's cores at once (the fits are independent: each
+  // simulates on its own), then takes them in order, so the choice is a sequential search's.
+  struct Sharing {
+    double threads, first, yield;
+  };
+  auto consider = [&](const std::vector<Sharing>& sharings) -> absl::Status {
+    std::vector<absl::StatusOr<Candidate>> fitted(sharings.size(),
+                                                  absl::InternalError("calibrate: not fitted"));
+    std::atomic<size_t> next{0};
+    const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1,
+                                              std::max<size_t>(1, sharings.size()));
+    std::vector<std::thread> pool;
+    for (size_t w = 0; w < workers; ++w) {
+      pool.emplace_back([&] {
+        for (size_t i = next++; i < sharings.size(); i = next++) {
+          fitted[i] = fit_threads(sharings[i].threads, sharings[i].first, sharings[i].yield);
+        }
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    for (size_t i = 0; i < sharings.size(); ++i) {
+      if (!fitted[i].ok()) return fitted[i].status();
+      const auto [threads, first, yield] = sharings[i];
+      log(absl::StrFormat("  a decode step on %.2f cores, a prefill step %s%.2f%s: error %.3f",
+                          threads, first > 0 ? "first on " : "on ", first > 0 ? first : threads,
+                          yield > 0 ? absl::StrFormat(" yielding %.2f", yield) : "",
+                          fitted[i]->error));
+      if (fitted[i]->error < chosen.error) chosen = *std::move(fitted[i]);
+    }
     return absl::OkStatus();
   };
+  std::vector<Sharing> sharings;
   for (double threads : decode_threads) {
-    for (double first : prefill_threads) {
-      if (absl::Status s = consider(threads, first, 0); !s.ok()) return s;
-    }
+    for (double first : prefill_threads) sharings.push_back({threads, first, 0});
   }
-  const double chosen_threads = chosen.profile.step_threads;
+  if (absl::Status s = consider(sharings); !s.ok()) return s;
+  sharings.clear();
   for (double first : prefill_threads) {
     if (first <= 0) continue;
     for (double yield : {1.0 / 3, 2.0 / 3}) {
-      if (absl::Status s = consider(chosen_threads, first, yield); !s.ok()) return s;
+      sharings.push_back({chosen.profile.step_threads, first, yield});
     }
   }
+  if (absl::Status s = consider(sharings); !s.ok()) return s;
   *profile = chosen.profile;
   nlohmann::json& decode_fit = chosen.decode_fit;
   nlohmann::json& prefill_fit = chosen.prefill_fit;
