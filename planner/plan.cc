@@ -1,7 +1,6 @@
 #include "planner/plan.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <fstream>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "engine/model.h"
 #include "engine/model_writer.h"
+#include "planner/parallel.h"
 
 namespace tandem::planner {
 
@@ -230,20 +230,11 @@ absl::StatusOr<PlanResult> SearchPlans(const ModelConfig& model, const HardwareP
     }
   }
   // Layouts are independent simulations: evaluated on every core, collected in order.
-  std::vector<absl::StatusOr<PlanCandidate>> evaluated(layouts.size(),
-                                                       absl::UnknownError("not evaluated"));
-  std::atomic<size_t> next{0};
   const int threads = std::clamp<int>(
       options.threads > 0 ? options.threads : std::thread::hardware_concurrency(), 1, 64);
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t i; (i = next++) < layouts.size();) {
-        evaluated[i] = Evaluate(model, profile, workload, layouts[i], options);
-      }
-    });
-  }
-  for (auto& t : pool) t.join();
+  std::vector<absl::StatusOr<PlanCandidate>> evaluated = EvaluateInParallel<PlanCandidate>(
+      layouts.size(), threads,
+      [&](size_t i) { return Evaluate(model, profile, workload, layouts[i], options); });
   for (size_t i = 0; i < layouts.size(); ++i) {
     auto& cand = evaluated[i];
     if (!cand.ok()) {

@@ -1,7 +1,6 @@
 #include "tools/calibrate_in_situ.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <iterator>
@@ -14,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "metrics/scrape.h"
 #include "planner/calibrate.h"
+#include "planner/parallel.h"
 #include "planner/simulator.h"
 #include "tools/bench_runner.h"
 #include "tools/loadgen.h"
@@ -515,12 +515,11 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
 
   // One fit for a given sharing (`threads` for a decode step; `first` > 0: a prefill step
   // served first on that many cores, giving way to the rest by `yield`, else like a decode
-  // step). The steps were measured in situ,
-  // sharing the host with the other worker's steps and the request path, so their mean is slower
-  // than the step alone (which the simulator needs: it adds the sharing itself). The fit
-  // alternates: the step factors on the measured steps divided by the slowdown the simulator saw in
-  // each workload, then the request path's parameters, then the slowdowns again (three rounds; the
-  // first takes the steps as measured).
+  // step). The steps were measured in situ, sharing the host with the other worker's steps and
+  // the request path, so their mean is slower than the step alone (which the simulator needs:
+  // it adds the sharing itself). The fit alternates: the step factors on the measured steps
+  // divided by the slowdown the simulator saw in each workload, then the request path's
+  // parameters, then the slowdowns again (three rounds; the first takes the steps as measured).
   struct Candidate {
     planner::HardwareProfile profile;
     double error = 1e300;
@@ -627,26 +626,16 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     decode_threads = {1, (1 + cores) / 2, cores};
     for (int k = 1; k <= 4; ++k) prefill_threads.push_back(cores * k / 4);
   }
-  // Fits the sharings given, on up to the host's cores at once (the fits are independent: each
+  // Fits the sharings given, on the host's cores at once (the fits are independent: each
   // simulates on its own), then takes them in order, so the choice is a sequential search's.
   struct Sharing {
     double threads, first, yield;
   };
   auto consider = [&](const std::vector<Sharing>& sharings) -> absl::Status {
-    std::vector<absl::StatusOr<Candidate>> fitted(sharings.size(),
-                                                  absl::InternalError("calibrate: not fitted"));
-    std::atomic<size_t> next{0};
-    const size_t workers = std::clamp<size_t>(std::thread::hardware_concurrency(), 1,
-                                              std::max<size_t>(1, sharings.size()));
-    std::vector<std::thread> pool;
-    for (size_t w = 0; w < workers; ++w) {
-      pool.emplace_back([&] {
-        for (size_t i = next++; i < sharings.size(); i = next++) {
-          fitted[i] = fit_threads(sharings[i].threads, sharings[i].first, sharings[i].yield);
-        }
-      });
-    }
-    for (std::thread& t : pool) t.join();
+    std::vector<absl::StatusOr<Candidate>> fitted =
+        planner::EvaluateInParallel<Candidate>(sharings.size(), /*threads=*/0, [&](size_t i) {
+          return fit_threads(sharings[i].threads, sharings[i].first, sharings[i].yield);
+        });
     for (size_t i = 0; i < sharings.size(); ++i) {
       if (!fitted[i].ok()) return fitted[i].status();
       const auto [threads, first, yield] = sharings[i];
