@@ -89,10 +89,16 @@ calibration_round() {
       2> >(grep -v '^\[tandem-server\]' >&2)
   done
 }
-# fit_rounds: each model's profile, one fit to the mean of its rounds' measured workloads.
+# fit_rounds: each model's profile, one fit to the mean of its rounds' measured workloads (one
+# round: that round's profile as it is).
 fit_rounds() {
   [ "$calibrate" = 1 ] || return 0
   for m in stories260K stories15M; do
+    if [ "$rounds_done" = 1 ]; then
+      cp "$OUT/local-$m-r1.json" "$OUT/local-$m.json"
+      cp "$OUT/calibration-$m-r1.json" "$OUT/calibration-$m.json"
+      continue
+    fi
     local model="$s260k" refits=()
     [ "$m" = stories15M ] && model="$s15m"
     for r in $(seq 1 "$rounds_done"); do refits+=(--refit "$OUT/calibration-$m-r$r.json"); done
@@ -141,17 +147,7 @@ measure_pass a
 [ "$ROUNDS" = 3 ] && calibration_round
 measure_pass b
 [ "$ROUNDS" -ge 2 ] && calibration_round
-if [ "$ROUNDS" = 1 ]; then
-  # One round: its profiles are the ones used.
-  if [ "$calibrate" = 1 ]; then
-    for m in stories260K stories15M; do
-      cp "$OUT/local-$m-r1.json" "$OUT/local-$m.json"
-      cp "$OUT/calibration-$m-r1.json" "$OUT/calibration-$m.json"
-    done
-  fi
-else
-  fit_rounds
-fi
+fit_rounds
 
 # Predicted: the same workload flags, on the model's profile.
 for name in "${names[@]}"; do
