@@ -57,7 +57,12 @@ constexpr double kAloneWeight = 4;
 // The workloads: closed loops of fixed lengths, so that every decode step's shape is known.
 // Concurrency 1 is an open loop at kAloneRate instead: the workers idle between requests, as a
 // lightly loaded service's do (threads asleep, caches cold), which back-to-back requests would
-// hide. Short and long prompts alone, four at a time, eight of a mid length.
+// hide. Short and long prompts alone, four at a time, eight of a mid length. A closed loop's
+// clients start together, so its first requests queue behind one another's prefills until the
+// clients fall out of step (5-6 requests each on this machine): 36-48 requests were half that
+// start, and their TTFT p50 fell in one mode or the other by chance (23 to 59 ms between runs
+// of the validation's four clients); 144 and 192 requests, the first two per client left out,
+// measure the loop as it runs.
 std::vector<InSituRun> Workloads(int ctx) {
   const int out = std::clamp(ctx / 8, 8, 64);
   const int longer = std::min(ctx / 2, ctx - out - 1);
@@ -67,13 +72,14 @@ std::vector<InSituRun> Workloads(int ctx) {
   std::vector<InSituRun> w(5);
   for (auto [i, concurrency, input, requests] : {std::tuple{0, 1, 16, 60},
                                                  {1, 1, longer, 60},
-                                                 {2, 4, 16, 48},
-                                                 {3, 4, longer, 48},
-                                                 {4, 8, mid, 64}}) {
+                                                 {2, 4, 16, 144},
+                                                 {3, 4, longer, 144},
+                                                 {4, 8, mid, 192}}) {
     w[i].concurrency = concurrency;
     w[i].input = input;
     w[i].output = out;
     w[i].requests = requests;
+    w[i].warmup = concurrency > 1 ? 2 * concurrency : 2;
   }
   return w;
 }
@@ -142,7 +148,7 @@ bench::BenchConfig ConfigOf(const InSituRun& w, const std::string& router) {
   b.input_len = std::to_string(w.input);
   b.output_len = std::to_string(w.output);
   b.num_requests = w.requests;
-  b.warmup = 2;
+  b.warmup = w.warmup;
   b.seed = 1 + 1000 * w.concurrency + w.input;
   b.progress = false;
   b.timeout = 120;
@@ -318,9 +324,10 @@ absl::StatusOr<std::vector<InSituRun>> InSituRunsFromReport(const nlohmann::json
     }
     // Reports before the request count was written ran Workloads(): 60 alone, 48 at 4, 64 at 8.
     r.requests = w.value("requests", r.concurrency == 1 ? 60 : r.concurrency == 4 ? 48 : 64);
-    if (r.concurrency < 1 || r.input < 1 || r.output < 1 || r.requests < 1 ||
-        r.decode_step_s <= 0 || r.decode_batch <= 0 || r.prefill_step_s <= 0 ||
-        r.prefill_tokens_per_step <= 0) {
+    r.warmup = w.value("warmup", 2);  // reports before it was written: 2
+    if (r.concurrency < 1 || r.input < 1 || r.output < 1 || r.requests < 1 || r.warmup < 0 ||
+        r.warmup >= r.requests || r.decode_step_s <= 0 || r.decode_batch <= 0 ||
+        r.prefill_step_s <= 0 || r.prefill_tokens_per_step <= 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("refit: in_situ.workloads[%d] is not a measured run", runs.size()));
     }
@@ -343,11 +350,13 @@ absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
     for (size_t i = 0; i < first.size(); ++i) {
       const InSituRun& a = first[i];
       const InSituRun& b = calibrations[c][i];
-      if (a.concurrency != b.concurrency || a.input != b.input || a.output != b.output) {
+      if (a.concurrency != b.concurrency || a.input != b.input || a.output != b.output ||
+          a.requests != b.requests || a.warmup != b.warmup) {
         return absl::InvalidArgumentError(absl::StrFormat(
-            "merge: calibration %d's workloads[%d] (concurrency %d, %d + %d tokens) is not the "
-            "first's (concurrency %d, %d + %d)",
-            c, i, b.concurrency, b.input, b.output, a.concurrency, a.input, a.output));
+            "merge: calibration %d's workloads[%d] (concurrency %d, %d + %d tokens, %d requests "
+            "after %d warm-up) is not the first's (concurrency %d, %d + %d, %d after %d)",
+            c, i, b.concurrency, b.input, b.output, b.requests, b.warmup, a.concurrency, a.input,
+            a.output, a.requests, a.warmup));
       }
     }
   }
@@ -361,7 +370,6 @@ absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
     std::vector<ClientFigures> figures;
     for (const std::vector<InSituRun>& runs : calibrations) {
       const InSituRun& r = runs[i];
-      m.requests = std::max(m.requests, r.requests);
       m.decode_steps += r.decode_steps;
       m.decode_step_s += r.decode_step_s / n;
       m.decode_batch += r.decode_batch / n;
@@ -407,6 +415,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
                     {"input", w.input},
                     {"output", w.output},
                     {"requests", w.requests},
+                    {"warmup", w.warmup},
                     {"decode_steps", w.decode_steps},
                     {"decode_step_s", w.decode_step_s},
                     {"decode_loop_step_s", w.decode_loop_step_s},

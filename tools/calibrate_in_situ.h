@@ -34,7 +34,7 @@ struct InSituOptions {
   double weight_bytes = 4;    // per parameter, as the model is stored
   std::string server_binary;  // empty: tandem-server next to the running executable
   double host_cores = 0;      // the fit's host; 0: this machine's cores
-  int closed_loop_draws = 3;  // times each closed loop is measured; the fit takes their mean
+  int closed_loop_draws = 1;  // times each closed loop is measured; the fit takes their mean
   std::function<void(const std::string&)> log;
 };
 
@@ -49,6 +49,7 @@ struct ClientFigures {
 struct InSituRun {
   int concurrency = 1;  // 1: an open loop at 4 requests/s; else a closed loop of that many
   int input = 16, output = 32, requests = 16;
+  int warmup = 2;  // the first requests, left out of the client's figures
   double decode_steps = 0, decode_step_s = 0, decode_batch = 0;
   double decode_loop_step_s = 0;  // a request's mean interval after its second token
   double prefill_step_s = 0, prefill_tokens_per_step = 0;

@@ -42,7 +42,7 @@ CONFIG_LINES=(
   "s260k-1p2d-r12-mix $s260k f32  1 2 --rate 12 --num-requests 120 --input-len uniform:32:384 --output-len uniform:16:96"
   "s15m-1p1d-r2       $s15m  bf16 1 1 --rate 2  --num-requests 40  --input-len 64 --output-len 48"
   "s15m-1p2d-r3-logn  $s15m  bf16 1 2 --rate 3  --num-requests 60  --input-len lognormal:64:0.6:max=180 --output-len uniform:16:64"
-  "s15m-1p1d-c4       $s15m  bf16 1 1 --concurrency 4 --num-requests 40 --input-len 96 --output-len 32"
+  "s15m-1p1d-c4       $s15m  bf16 1 1 --concurrency 4 --num-requests 160 --input-len 96 --output-len 32"
 )
 
 cluster_pid=""
@@ -175,12 +175,34 @@ rows, table = [], []
 table.append(f"{'configuration':<22}{'metric':<10}{'run a ms':>10}{'run b ms':>10}{'b vs a':>8}"
              f"{'runs':>5}{'predicted':>11}{'error':>8}")
 within = repeat_within = total = 0
+
+
+def workload(run):  # the flags a run was made with (the router's address aside)
+    return {k: v for k, v in run["config"].items() if k != "router"}
+
+
 for n in names:
-    a = json.load(open(f"{out}/measured-{n}-a.json"))["summary"]
-    b = json.load(open(f"{out}/measured-{n}-b.json"))["summary"]
-    p = json.load(open(f"{out}/predicted-{n}.json"))["summary"]
-    others = [json.load(open(f"{d}/measured-{n}-{r}.json"))["summary"] for d in also
-              for r in "ab" if os.path.exists(f"{d}/measured-{n}-{r}.json")]
+    runs = {r: json.load(open(f"{out}/measured-{n}-{r}.json")) for r in "ab"}
+    predicted = json.load(open(f"{out}/predicted-{n}.json"))
+    for r, run in runs.items():
+        mw, pw = workload(run), workload(predicted)
+        if mw != pw:
+            diff = ", ".join(f"{k} {mw.get(k)} against {pw.get(k)}" for k in sorted(set(mw) | set(pw))
+                             if mw.get(k) != pw.get(k))
+            sys.exit(f"{out}/measured-{n}-{r}.json was measured with other flags than the "
+                     f"prediction's ({diff}): measure again, or leave {n} out of CONFIGS")
+    a, b, p = runs["a"]["summary"], runs["b"]["summary"], predicted["summary"]
+    others = []
+    for d in also:
+        for r in "ab":
+            path = f"{d}/measured-{n}-{r}.json"
+            if not os.path.exists(path):
+                continue
+            run = json.load(open(path))
+            if workload(run) == workload(predicted):
+                others.append(run["summary"])
+            else:
+                print(f"left out {path}: measured with other flags", file=sys.stderr)
     for metric in ("ttft_s", "tpot_s"):
         for q in ("p50", "p90"):
             av, bv, pv = a[metric][q] * 1e3, b[metric][q] * 1e3, p[metric][q] * 1e3

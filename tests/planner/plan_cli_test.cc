@@ -113,6 +113,9 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
     EXPECT_LE(w["decode_batch"].get<double>(), most + 0.01);
     EXPECT_GT(w["measured"]["tpot_p50_s"].get<double>(), 0);
     EXPECT_GT(w["simulated"]["ttft_p50_s"].get<double>(), 0);
+    // A closed loop leaves its clients' first two requests each out (they start in step).
+    const int concurrency = w["concurrency"].get<int>();
+    EXPECT_EQ(w["warmup"].get<int>(), concurrency == 1 ? 2 : 2 * concurrency) << w.dump();
     // A closed loop ran twice; what the fit took is the mean of the two, figure by figure.
     const auto& draws = w["measured_draws"];
     ASSERT_EQ(draws.size(), w["concurrency"].get<int>() == 1 ? 1u : 2u) << w.dump();
@@ -171,6 +174,14 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
                                    " --model " + testing::Stories260K() + " --out " + refitted);
   EXPECT_EQ(mismatched.exit_code, 2) << mismatched.err;
   EXPECT_NE(mismatched.err.find("workloads[1]"), std::string::npos) << mismatched.err;
+  // Nor those of the same shapes with other request counts: other statistics.
+  nlohmann::json longer = r;
+  longer["in_situ"]["workloads"][3]["requests"] = 1000;
+  std::ofstream(other_path) << longer.dump();
+  const CliRun more = Tandem("plan calibrate --refit " + report + " --refit " + other_path +
+                             " --model " + testing::Stories260K() + " --out " + refitted);
+  EXPECT_EQ(more.exit_code, 2) << more.err;
+  EXPECT_NE(more.err.find("workloads[3]"), std::string::npos) << more.err;
 
   // A report whose runs are not measured runs is refused by field.
   nlohmann::json broken = r;
@@ -181,6 +192,14 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
                             testing::Stories260K() + " --out " + refitted);
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
   EXPECT_NE(bad.err.find("in_situ.workloads[2]"), std::string::npos) << bad.err;
+  // As is one that leaves every request out as warm-up.
+  broken = r;
+  broken["in_situ"]["workloads"][4]["warmup"] = broken["in_situ"]["workloads"][4]["requests"];
+  std::ofstream(broken_path) << broken.dump();
+  const CliRun all_warmup = Tandem("plan calibrate --refit " + broken_path + " --model " +
+                                   testing::Stories260K() + " --out " + refitted);
+  EXPECT_EQ(all_warmup.exit_code, 2) << all_warmup.err;
+  EXPECT_NE(all_warmup.err.find("in_situ.workloads[4]"), std::string::npos) << all_warmup.err;
 }
 
 TEST(PlanCli, PlanPrintsARankedTable) {
