@@ -231,9 +231,9 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
   }
 
   // Each workload through the router, with the workers' step histograms around it. A closed
-  // loop runs `closed_loop_draws` times, each after a pause (the workers idle, the clients start
-  // out of step) with prompts of its own: how its clients fall into step is chance, and one
-  // draw's TTFT p50 ranged over 2-3x between calibrations, deciding the fitted sharing.
+  // loop runs `closed_loop_draws` times (default once: long enough that its start, left out as
+  // warm-up, no longer decides its TTFT p50; see Workloads), each after a pause with prompts of
+  // its own, the fit taking the draws' mean.
   for (InSituRun& w : runs) {
     auto d0 = Read(decode_metrics, "tandem_decode_step_seconds", "tandem_decode_batch_size");
     auto p0 = Read(prefill_metrics, "tandem_prefill_step_seconds", "tandem_prefill_batch_tokens");

@@ -184,8 +184,9 @@ def workload(run):  # the flags a run was made with (the router's address aside)
 for n in names:
     runs = {r: json.load(open(f"{out}/measured-{n}-{r}.json")) for r in "ab"}
     predicted = json.load(open(f"{out}/predicted-{n}.json"))
+    pw = workload(predicted)
     for r, run in runs.items():
-        mw, pw = workload(run), workload(predicted)
+        mw = workload(run)
         if mw != pw:
             diff = ", ".join(f"{k} {mw.get(k)} against {pw.get(k)}" for k in sorted(set(mw) | set(pw))
                              if mw.get(k) != pw.get(k))
@@ -199,7 +200,7 @@ for n in names:
             if not os.path.exists(path):
                 continue
             run = json.load(open(path))
-            if workload(run) == workload(predicted):
+            if workload(run) == pw:
                 others.append(run["summary"])
             else:
                 print(f"left out {path}: measured with other flags", file=sys.stderr)
