@@ -387,7 +387,10 @@ TEST(TcpTransportTest, NobodyListeningIsUnavailable) {
   std::unique_ptr<KvSender> sender = *MakeKvSender("tcp");
   const KvTarget target{"tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), 1, 1};
   PrefillSide prefill(1);
-  ASSERT_TRUE(prefill.Ship(sender.get(), target, 0, 1).ok());
+  // The writer thread connects on the first chunk; once it has found nobody listening, the
+  // target's later chunks are refused at once with that error, so Ship may already see it.
+  const absl::Status shipped = prefill.Ship(sender.get(), target, 0, 1);
+  EXPECT_TRUE(shipped.ok() || shipped.code() == Code::kUnavailable) << shipped;
   EXPECT_EQ(sender->Wait(target, Soon()).code(), Code::kUnavailable);
   sender->Forget(target);
   EXPECT_EQ(sender->num_targets(), 0u);
