@@ -109,6 +109,7 @@ absl::Status HardwareProfile::Validate() const {
                  nonneg(request_overhead, "request_overhead"),
                  nonneg(token_overhead, "token_overhead"),
                  nonneg(relay_cpu, "relay_cpu"),
+                 nonneg(sample_cpu, "sample_cpu"),
                  nonneg(decode_start_overhead, "decode_start_overhead"),
                  nonneg(request_jitter, "request_jitter"),
                  nonneg(decode_start_jitter, "decode_start_jitter"),
@@ -179,6 +180,7 @@ nlohmann::json HardwareProfile::ToJson() const {
       {"request_overhead", request_overhead},
       {"token_overhead", token_overhead},
       {"relay_cpu", relay_cpu},
+      {"sample_cpu", sample_cpu},
       {"decode_start_overhead", decode_start_overhead},
       {"request_jitter", request_jitter},
       {"decode_start_jitter", decode_start_jitter},
@@ -264,6 +266,7 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
   // Optional: profiles from before they existed.
   std::pair<const char*, double*> optional_fields[] = {
       {"relay_cpu", &p.relay_cpu},
+      {"sample_cpu", &p.sample_cpu},
       {"decode_start_overhead", &p.decode_start_overhead},
       {"request_jitter", &p.request_jitter},
       {"decode_start_jitter", &p.decode_start_jitter},

@@ -53,6 +53,11 @@ struct HardwareProfile {
   // shared_host only: CPU seconds the router and the decode service spend relaying one token
   // (gRPC writes, detokenization), work that competes with the workers for the host.
   double relay_cpu = 0;
+  // Seconds per token a decode step spends after its forward pass on the decode worker's own
+  // thread: sampling on the host (a pass or a sort over the vocabulary), the stop checks, handing
+  // the token to its stream. Serial with the steps, on one core. 0 where the device samples (the
+  // GPU profiles: it is in the step).
+  double sample_cpu = 0;
   // Seconds from the first token leaving the prefill worker to the decode worker starting the
   // request (the router's start message and the decode loop's wake-up).
   double decode_start_overhead = 0;

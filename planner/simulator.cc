@@ -103,6 +103,7 @@ struct Worker {
   int prefill_jobs = 0;
   std::unique_ptr<DecodeScheduler> decode_scheduler;
   bool busy = false;
+  bool sampling = false;  // a decode step past its forward pass (HardwareProfile::sample_cpu)
   bool start_pending = false;
   double remaining = 0;  // seconds of work left at the full device's speed
   double step_start = 0;
@@ -704,10 +705,23 @@ void Sim::StepEnd(int w) {
     if (!wk.relay_queue.empty()) StartRelay(w);
     return;
   }
+  if (wk.sampling) {
+    wk.sampling = false;
+  } else {
+    // The step's figures are its forward pass's, as the workers' metrics are.
+    (wk.prefill ? result_.prefill_step_seconds : result_.decode_step_seconds) +=
+        now_ - wk.step_start;
+    (wk.prefill ? result_.prefill_step_alone_seconds : result_.decode_step_alone_seconds) +=
+        wk.step_alone;
+    if (!wk.prefill && profile_.sample_cpu > 0 && !options_.zero_cost) {
+      // Then the loop samples each running request's token on its thread, one core.
+      wk.sampling = true;
+      wk.busy = true;
+      AddToDevice(w, profile_.sample_cpu * static_cast<double>(wk.step_requests.size()));
+      return;
+    }
+  }
   wk.step.end = now_;
-  (wk.prefill ? result_.prefill_step_seconds : result_.decode_step_seconds) += now_ - wk.step_start;
-  (wk.prefill ? result_.prefill_step_alone_seconds : result_.decode_step_alone_seconds) +=
-      wk.step_alone;
   if (wk.prefill) {
     // Colocated: the in-process transport copies within the step.
     const double transferred =
@@ -783,7 +797,7 @@ void Sim::AddToDevice(int w, double seconds) {
   Worker& wk = workers_[w];
   wk.remaining = seconds;
   const bool first = wk.prefill && prefill_cores_ > 0;
-  d.Add({w, wk.relay ? 1.0 : first ? prefill_cores_ : step_cores_, first});
+  d.Add({w, wk.relay || wk.sampling ? 1.0 : first ? prefill_cores_ : step_cores_, first});
   Reschedule(workers_[w].device);
 }
 

@@ -543,7 +543,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     p.prefill_threads = first;
     p.prefill_yield = yield;
     p.host_step_slots = 1;
-    p.request_overhead = p.decode_start_overhead = p.relay_cpu = p.step_jitter = 0;
+    p.request_overhead = p.decode_start_overhead = p.relay_cpu = p.sample_cpu = p.step_jitter = 0;
     p.prefill_step_jitter = 0;
     p.request_jitter = ttft_spread / std::log(5.0);
     p.decode_start_jitter = gap_spread / std::log(5.0);
@@ -587,6 +587,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
       } path[] = {
           {grid, &p.request_overhead, only_shortest, &Figures::ttft50},
           {grid, &p.decode_start_overhead, only_shortest, &Figures::gap50},
+          {grid, &p.sample_cpu, open_loops, &Figures::tpot50},
           {grid, &p.relay_cpu, all, &Figures::tpot50},
           {sigmas, &p.step_jitter, all, &Figures::tpot90},
           // Both quantiles: a mean-one noise that only widened p90 would lower p50.
@@ -697,6 +698,7 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
                {"decode_start_overhead_s", profile->decode_start_overhead},
                {"decode_start_jitter_s", profile->decode_start_jitter},
                {"relay_cpu_s", profile->relay_cpu},
+               {"sample_cpu_s", profile->sample_cpu},
                {"step_jitter", profile->step_jitter},
                {"prefill_step_jitter", profile->prefill_step_jitter},
                {"host_cores", profile->host_cores},

@@ -258,13 +258,14 @@ void PrintInSitu(const planner::HardwareProfile& p) {
   std::printf(
       "in situ: decode step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, "
       "bandwidth %.3f; request overhead %.3f ms (+ jitter %.3f), decode start %.3f ms (+ "
-      "jitter %.3f), relay %.3f ms of CPU per token, step jitter %.2f (prefill %.2f); of %.0f "
+      "jitter %.3f), sampling %.3f ms and relay %.3f ms of CPU per token, step jitter %.2f "
+      "(prefill %.2f); of %.0f "
       "cores a decode step keeps %.2f busy, a prefill step %.2f (0: as a decode step; else "
       "served first, giving way to the rest by %.2f)\n",
       d.step_overhead * 1e3, d.matmul_efficiency, d.attention_efficiency, d.bandwidth_efficiency,
       p.request_overhead * 1e3, p.request_jitter * 1e3, p.decode_start_overhead * 1e3,
-      p.decode_start_jitter * 1e3, p.relay_cpu * 1e3, p.step_jitter, p.prefill_step_jitter,
-      p.host_cores, p.step_threads, p.prefill_threads, p.prefill_yield);
+      p.decode_start_jitter * 1e3, p.sample_cpu * 1e3, p.relay_cpu * 1e3, p.step_jitter,
+      p.prefill_step_jitter, p.host_cores, p.step_threads, p.prefill_threads, p.prefill_yield);
 }
 
 void LogLine(const std::string& line) { std::fprintf(stderr, "  %s\n", line.c_str()); }

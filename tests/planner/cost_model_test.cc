@@ -165,6 +165,7 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   p.prefill_threads = 1;
   p.prefill_yield = 0.5;
   p.prefill_step_jitter = 0.4;
+  p.sample_cpu = 1.5e-4;
   p.has_decode_factors = true;
   p.decode_factors = {0.1, 0.05, 0.2, 1e-5};
   p.has_prefill_factors = true;
@@ -205,10 +206,15 @@ TEST(CostModel, InSituFieldsRoundTripAndSplitTheRoles) {
   j["prefill_yield"] = 1.5;
   EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("prefill_yield"),
             std::string::npos);
+  for (const char* key : {"request_jitter", "sample_cpu"}) {
+    j = p.ToJson();
+    j[key] = -1;
+    EXPECT_NE(HardwareProfile::FromJson(j).status().message().find(key), std::string::npos) << key;
+  }
+  // Profiles from before sample_cpu: none.
   j = p.ToJson();
-  j["request_jitter"] = -1;
-  EXPECT_NE(HardwareProfile::FromJson(j).status().message().find("request_jitter"),
-            std::string::npos);
+  j.erase("sample_cpu");
+  EXPECT_EQ(HardwareProfile::FromJson(j)->sample_cpu, 0);
 }
 
 TEST(CostModel, Links) {

@@ -508,6 +508,44 @@ TEST(Simulator, OneProcessorHostSharesItsCoresByThreads) {
               1e-9 * gpu->decode_step_seconds);
 }
 
+TEST(Simulator, SamplingFollowsEachDecodeStepOnOneCore) {
+  // sample_cpu: after each forward pass the decode loop samples every running request's token
+  // on its own thread. A stream alone gets its tokens that much later each; the steps' figures
+  // stay the forward pass's (the workers' metric).
+  auto [p, c, reqs, model] = TwoDecodeStreams();
+  c.decode = 1;
+  p.host_cores = 2;
+  p.step_threads = 2;
+  SimOptions o;
+  o.record_token_times = false;
+  auto base = SimulateRequests(model, p, c, {reqs[0]}, {}, o);
+  p.sample_cpu = 1e-3;
+  auto sampled = SimulateRequests(model, p, c, {reqs[0]}, {}, o);
+  ASSERT_TRUE(base.ok() && sampled.ok());
+  EXPECT_NEAR(sampled->summary.tpot.mean, base->summary.tpot.mean + 1e-3, 1e-9);
+  EXPECT_NEAR(sampled->decode_step_seconds, base->decode_step_seconds,
+              1e-9 * base->decode_step_seconds);
+  // Two streams in one batch: two tokens sampled a step, one after the other.
+  auto both = SimulateRequests(model, p, c, reqs, {}, o);
+  p.sample_cpu = 0;
+  auto both_base = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(both.ok() && both_base.ok());
+  ASSERT_NEAR(both->mean_decode_batch, 2, 0.05);
+  EXPECT_NEAR(both->summary.tpot.mean, both_base->summary.tpot.mean + 2e-3, 0.05e-3);
+  // The sampling keeps one core of two: a step of a second decode worker beside it runs on
+  // the other, slowed by half while they overlap.
+  c.decode = 2;
+  p.sample_cpu = 1e-3;
+  auto two = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(two.ok());
+  EXPECT_GT(two->decode_step_seconds, 1.05 * two->decode_step_alone_seconds);
+  // Zero-cost runs (the schedulers' decisions alone) have no sampling either.
+  o.zero_cost = true;
+  auto free = SimulateRequests(model, p, c, reqs, {}, o);
+  ASSERT_TRUE(free.ok());
+  EXPECT_EQ(free->summary.tpot.mean, 0);
+}
+
 TEST(Simulator, PrefillStepsServedFirstKeepTheirSpeed) {
   // prefill_threads > 0: a prefill step takes its cores first and runs as fast as alone; the
   // decode steps share what it leaves. One stream decoding while long prompts are prefilled,
