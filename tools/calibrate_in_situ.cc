@@ -388,6 +388,25 @@ absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
   return merged;
 }
 
+std::vector<double> InSituStepTimeRatios(const std::vector<std::vector<InSituRun>>& calibrations) {
+  std::vector<double> log_sum(calibrations.size(), 0);
+  int terms = 0;
+  for (size_t i = 0; !calibrations.empty() && i < calibrations[0].size(); ++i) {
+    for (double InSituRun::*step : {&InSituRun::decode_step_s, &InSituRun::prefill_step_s}) {
+      double mean = 0;
+      for (const auto& runs : calibrations) mean += runs[i].*step / calibrations.size();
+      if (!(mean > 0)) continue;
+      for (size_t c = 0; c < calibrations.size(); ++c) {
+        log_sum[c] += std::log(std::max(calibrations[c][i].*step, 1e-12) / mean);
+      }
+      ++terms;
+    }
+  }
+  std::vector<double> ratios;
+  for (double s : log_sum) ratios.push_back(terms > 0 ? std::exp(s / terms) : 1.0);
+  return ratios;
+}
+
 absl::Status CalibrateInSitu(const InSituOptions& o, planner::HardwareProfile* profile,
                              nlohmann::json* report) {
   auto runs = MeasureInSitu(o);

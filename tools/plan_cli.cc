@@ -1,6 +1,7 @@
 #include "tools/plan_cli.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -161,6 +162,8 @@ nlohmann::json ClusterJson(const planner::ClusterSpec& c) {
 // Runs of a noisy profile `plan simulate` averages by default: the mean of a closed loop's TTFT
 // p50 (whose runs differ by 2x) settles to within about 10%.
 constexpr int kNoisyRuns = 16;
+// Merged in-situ reports whose steps ran this far from their mean (either way) are named.
+constexpr double kDriftWarning = 0.1;
 
 int Simulate(const std::vector<std::string>& args) {
   std::set<std::string> values = BenchWorkloadFlags();
@@ -302,6 +305,18 @@ int Refit(const Flags& f) {
   if (!profile.ok()) return Fail(profile.status());
   auto runs = MergeInSituRuns(calibrations);
   if (!runs.ok()) return Fail(runs.status());
+  if (calibrations.size() > 1) {
+    // A host shared with other tenants drifts by 10-40% within minutes: say which report was
+    // measured in a slow or fast stretch (the fit still takes their mean).
+    const std::vector<double> ratios = InSituStepTimeRatios(calibrations);
+    for (size_t c = 0; c < ratios.size(); ++c) {
+      if (std::abs(ratios[c] - 1) <= kDriftWarning) continue;
+      std::fprintf(stderr,
+                   "note: %s: its steps took %.2f times the mean of the %zu reports' (the host's "
+                   "speed drifted between them); the fit takes the mean\n",
+                   paths[c].c_str(), ratios[c], ratios.size());
+    }
+  }
   InSituOptions o;
   o.model = f.Get("model");
   auto config = planner::ResolveModel(o.model);

@@ -165,6 +165,22 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   EXPECT_EQ(nlohmann::json::parse(merged_profile), p);
   std::ifstream merged_report(refit_report);
   EXPECT_EQ(nlohmann::json::parse(merged_report)["merged_from"].size(), 2u);
+  EXPECT_EQ(merged.err.find("drifted"), std::string::npos) << merged.err;
+  // A report measured while the host was slow (every step 1.5 times as long) is named.
+  nlohmann::json slow = r;
+  for (auto& w : slow["in_situ"]["workloads"]) {
+    w["decode_step_s"] = 1.5 * w["decode_step_s"].get<double>();
+    w["prefill_step_s"] = 1.5 * w["prefill_step_s"].get<double>();
+  }
+  const std::string slow_path = TempPath("slow_report.json");
+  std::ofstream(slow_path) << slow.dump();
+  const CliRun drifted = Tandem("plan calibrate --refit " + report + " --refit " + slow_path +
+                                " --model " + testing::Stories260K() + " --out " + refitted);
+  ASSERT_EQ(drifted.exit_code, 0) << drifted.err;
+  EXPECT_NE(drifted.err.find(slow_path + ": its steps took 1.20 times"), std::string::npos)
+      << drifted.err;
+  EXPECT_NE(drifted.err.find(report + ": its steps took 0.80 times"), std::string::npos)
+      << drifted.err;
   // Reports of other workloads do not merge: refused by index.
   nlohmann::json other = r;
   other["in_situ"]["workloads"][1]["input"] = 17;
