@@ -705,9 +705,7 @@ void Sim::StepEnd(int w) {
     if (!wk.relay_queue.empty()) StartRelay(w);
     return;
   }
-  if (wk.sampling) {
-    wk.sampling = false;
-  } else {
+  if (!wk.sampling) {
     // The step's figures are its forward pass's, as the workers' metrics are.
     (wk.prefill ? result_.prefill_step_seconds : result_.decode_step_seconds) +=
         now_ - wk.step_start;
@@ -715,12 +713,12 @@ void Sim::StepEnd(int w) {
         wk.step_alone;
     if (!wk.prefill && profile_.sample_cpu > 0 && !options_.zero_cost) {
       // Then the loop samples each running request's token on its thread, one core.
-      wk.sampling = true;
-      wk.busy = true;
+      wk.sampling = wk.busy = true;
       AddToDevice(w, profile_.sample_cpu * static_cast<double>(wk.step_requests.size()));
       return;
     }
   }
+  wk.sampling = false;
   wk.step.end = now_;
   if (wk.prefill) {
     // Colocated: the in-process transport copies within the step.

@@ -388,13 +388,13 @@ absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
   return merged;
 }
 
-std::vector<double> InSituStepTimeRatios(const std::vector<std::vector<InSituRun>>& calibrations) {
+std::vector<double> InSituStepTimeRatios(const std::vector<std::vector<InSituRun>>& calibrations,
+                                         const std::vector<InSituRun>& merged) {
   std::vector<double> log_sum(calibrations.size(), 0);
   int terms = 0;
-  for (size_t i = 0; !calibrations.empty() && i < calibrations[0].size(); ++i) {
+  for (size_t i = 0; i < merged.size(); ++i) {
     for (double InSituRun::*step : {&InSituRun::decode_step_s, &InSituRun::prefill_step_s}) {
-      double mean = 0;
-      for (const auto& runs : calibrations) mean += runs[i].*step / calibrations.size();
+      const double mean = merged[i].*step;
       if (!(mean > 0)) continue;
       for (size_t c = 0; c < calibrations.size(); ++c) {
         log_sum[c] += std::log(std::max(calibrations[c][i].*step, 1e-12) / mean);

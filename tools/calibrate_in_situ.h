@@ -79,10 +79,11 @@ absl::StatusOr<std::vector<InSituRun>> MergeInSituRuns(
     const std::vector<std::vector<InSituRun>>& calibrations);
 
 // How fast each calibration's steps ran against the others': per calibration, the geometric
-// mean over its workloads and both roles of its mean step time over that workload's mean step
-// time across the calibrations (1: typical; 1.2: its steps took a fifth longer, the host slow
-// while it measured). Assumes MergeInSituRuns accepted them.
-std::vector<double> InSituStepTimeRatios(const std::vector<std::vector<InSituRun>>& calibrations);
+// mean over its workloads and both roles of its mean step time over that workload's in
+// `merged` (MergeInSituRuns of them: the calibrations' mean). 1: typical; 1.2: its steps took
+// a fifth longer, the host slow while it measured.
+std::vector<double> InSituStepTimeRatios(const std::vector<std::vector<InSituRun>>& calibrations,
+                                         const std::vector<InSituRun>& merged);
 
 // MeasureInSitu, then FitInSitu.
 absl::Status CalibrateInSitu(const InSituOptions& options, planner::HardwareProfile* profile,

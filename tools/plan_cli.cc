@@ -308,7 +308,7 @@ int Refit(const Flags& f) {
   if (calibrations.size() > 1) {
     // A host shared with other tenants drifts by 10-40% within minutes: say which report was
     // measured in a slow or fast stretch (the fit still takes their mean).
-    const std::vector<double> ratios = InSituStepTimeRatios(calibrations);
+    const std::vector<double> ratios = InSituStepTimeRatios(calibrations, *runs);
     for (size_t c = 0; c < ratios.size(); ++c) {
       if (std::abs(ratios[c] - 1) <= kDriftWarning) continue;
       std::fprintf(stderr,
