@@ -533,11 +533,11 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
   std::vector<double> sigmas;
   for (int i = 0; i <= 30; ++i) sigmas.push_back(0.05 * i);
 
-  // The hops' jitter from the shortest prompts alone: the simulator's TTFT and first gap have
-  // almost no spread of their own there (fixed lengths, a short prefill), so the measured
-  // p90 - p50 is the noise; an exponential's p90 - p50 is its mean times ln 5. A long prompt's
-  // TTFT spread is its prefill's noise, which the prefill steps' jitter models in proportion to
-  // each step.
+  // The hops' jitter from the shortest prompts alone: the simulator's TTFT has almost no spread
+  // of its own there (fixed lengths, a short prefill), so the measured p90 - p50 is the noise;
+  // an exponential's p90 - p50 is its mean times ln 5. A long prompt's TTFT spread is its
+  // prefill's noise, which the prefill steps' jitter models in proportion to each step. The
+  // first gap's spread starts the decode start's jitter, fitted below.
   const double ttft_spread = std::max(0.0, measured[shortest].ttft90 - measured[shortest].ttft50);
   const double gap_spread = std::max(0.0, measured[shortest].gap90 - measured[shortest].gap50);
 
@@ -592,7 +592,11 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
       }
       // The request path, parameter by parameter:
       // - the request overhead (CPU work on the host): the shortest prompts' TTFT p50;
-      // - the decode start: their first gap's p50;
+      // - the decode start and its jitter (an idle decode loop's wake-up): the first gap's p50
+      //   (and p90 for the jitter) of both open loops. From the shortest prompts alone only, the
+      //   simulated first gap came out 0.3-0.9 ms long wherever else the machine measured it
+      //   (the long prompts alone: 0.8 ms at p50 against 1.5 for the short ones), and with it
+      //   TPOT at low load (the first gap is 1/15 of a 16-token answer's TPOT);
       // - the relay's CPU per token: TPOT p50 of every workload;
       // - the decode steps' jitter (lognormal sigma): TPOT p90 of every workload;
       // - the prefill steps' own: TTFT p50 and p90 of the open loops (a long prompt alone: its TTFT
@@ -605,7 +609,8 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
         double Figures::*also = nullptr;
       } path[] = {
           {grid, &p.request_overhead, only_shortest, &Figures::ttft50},
-          {grid, &p.decode_start_overhead, only_shortest, &Figures::gap50},
+          {grid, &p.decode_start_overhead, open_loops, &Figures::gap50},
+          {grid, &p.decode_start_jitter, open_loops, &Figures::gap90, &Figures::gap50},
           {grid, &p.sample_cpu, open_loops, &Figures::tpot50},
           {grid, &p.relay_cpu, all, &Figures::tpot50},
           {sigmas, &p.step_jitter, all, &Figures::tpot90},

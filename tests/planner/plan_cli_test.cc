@@ -181,6 +181,29 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
       << drifted.err;
   EXPECT_NE(drifted.err.find(report + ": its steps took 0.80 times"), std::string::npos)
       << drifted.err;
+  // The decode start (the router's start message, an idle decode loop waking up) is fitted to
+  // the first gaps of both workloads alone, the long prompts' too: with their gaps three times
+  // as long, an idle decode loop starts its requests later.
+  nlohmann::json late = r;
+  nlohmann::json& long_alone = late["in_situ"]["workloads"][1];
+  ASSERT_EQ(long_alone["concurrency"].get<int>(), 1) << long_alone.dump();
+  for (const char* key : {"gap_p50_s", "gap_p90_s"}) {
+    long_alone["measured"][key] = 3 * long_alone["measured"][key].get<double>();
+    for (auto& d : long_alone["measured_draws"]) d[key] = 3 * d[key].get<double>();
+  }
+  const std::string late_path = TempPath("late_start_report.json");
+  std::ofstream(late_path) << late.dump();
+  const std::string late_profile = TempPath("late_start.json");
+  const CliRun late_fit = Tandem("plan calibrate --refit " + late_path + " --model " +
+                                 testing::Stories260K() + " --out " + late_profile);
+  ASSERT_EQ(late_fit.exit_code, 0) << late_fit.err;
+  std::ifstream late_in(late_profile);
+  const nlohmann::json lp = nlohmann::json::parse(late_in);
+  auto start_delay = [](const nlohmann::json& q) {  // an idle loop's mean decode start
+    return q["decode_start_overhead"].get<double>() + q["decode_start_jitter"].get<double>();
+  };
+  EXPECT_GT(start_delay(lp), 1.2 * start_delay(p)) << lp.dump() << "\n" << p.dump();
+
   // Reports of other workloads do not merge: refused by index.
   nlohmann::json other = r;
   other["in_situ"]["workloads"][1]["input"] = 17;
