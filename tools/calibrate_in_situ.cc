@@ -682,12 +682,16 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     return absl::OkStatus();
   };
   std::vector<Sharing> sharings;
-  for (double threads : decode_threads) {
-    for (double first : prefill_threads) sharings.push_back({threads, first, 0});
+  if (o.keep_sharing) {
+    sharings.push_back({profile->step_threads, profile->prefill_threads, profile->prefill_yield});
+  } else {
+    for (double threads : decode_threads) {
+      for (double first : prefill_threads) sharings.push_back({threads, first, 0});
+    }
   }
   if (absl::Status s = consider(sharings); !s.ok()) return s;
   sharings.clear();
-  for (double first : prefill_threads) {
+  for (double first : o.keep_sharing ? std::vector<double>{} : prefill_threads) {
     if (first <= 0) continue;
     for (double yield : {1.0 / 3, 2.0 / 3}) {
       sharings.push_back({chosen.profile.step_threads, first, yield});

@@ -211,13 +211,17 @@ std::optional<double> RequestRecord::tpot() const {
   return (done - first_token) / (output_tokens - 1);
 }
 
-double Percentile(std::vector<double> v, double q) {
+double PercentileOfSorted(const std::vector<double>& v, double q) {
   if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
   const double pos = q * (v.size() - 1);
   const size_t lo = static_cast<size_t>(std::floor(pos));
   const size_t hi = std::min(lo + 1, v.size() - 1);
   return v[lo] + (v[hi] - v[lo]) * (pos - lo);
+}
+
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return PercentileOfSorted(v, q);
 }
 
 Percentiles Summarize(std::vector<double> v) {
@@ -226,9 +230,9 @@ Percentiles Summarize(std::vector<double> v) {
   if (v.empty()) return p;
   std::sort(v.begin(), v.end());
   p.mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
-  p.p50 = Percentile(v, 0.5);
-  p.p90 = Percentile(v, 0.9);
-  p.p99 = Percentile(v, 0.99);
+  p.p50 = PercentileOfSorted(v, 0.5);
+  p.p90 = PercentileOfSorted(v, 0.9);
+  p.p99 = PercentileOfSorted(v, 0.99);
   p.max = v.back();
   return p;
 }

@@ -90,7 +90,9 @@ struct Percentiles {
 };
 // Linear interpolation between closest ranks (numpy's default).
 Percentiles Summarize(std::vector<double> values);
-double Percentile(std::vector<double> sorted_values, double q);
+double Percentile(std::vector<double> values, double q);
+// The same of values already in ascending order (no copy, no sort).
+double PercentileOfSorted(const std::vector<double>& sorted, double q);
 
 struct Slo {
   double ttft = 0;  // seconds; 0 = no limit

@@ -12,9 +12,12 @@
 # OUT_DIR/summary.txt: per calibration the figures within 15% of 24 and the mean |error|; per
 # figure the mean and spread of the error over the calibrations; and how often a single measured
 # run is within 15% of the mean of all of them (the machine's own reproducibility).
-# About 40 s per folder on 2 cores. CONFIGS (validate.sh's) limits the configurations: folders
-# measured before session 9 ran the c4 loop with 40 requests, not 160, and validate.sh refuses to
-# hold a prediction against runs of other flags.
+# About 2.5 minutes per folder on 2 cores (its two refits, 50-100 s each, two at a time).
+# KEEP_SHARING=1 refits each report on the sharing of the host its profile holds
+# (`--keep-sharing`, about a tenth of the time): to screen a change to the request path's fit
+# before the full search. CONFIGS (validate.sh's) limits the configurations: folders measured
+# before session 9 ran the c4 loop with 40 requests, not 160, and validate.sh refuses to hold a
+# prediction against runs of other flags.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR DIR..." >&2; exit 2; }
@@ -28,6 +31,8 @@ OUT="$(cd "$OUT" && pwd)"
 shared="$(bash scripts/fetch_model.sh)"
 s260k="$shared/models/stories260K/stories260K.bin"
 
+keep=""
+[ "${KEEP_SHARING:-0}" = 1 ] && keep=--keep-sharing
 # The refits, two at a time (each is one thread).
 for d in "${dirs[@]}"; do
   o="$OUT/$(basename "$d")"
@@ -37,7 +42,7 @@ for d in "${dirs[@]}"; do
   for m in stories260K stories15M; do
     model="$s260k"
     [ "$m" = stories15M ] && model="$d/stories15M-random"
-    printf '%s\0' "$BUILD/bin/tandem plan calibrate --refit $d/calibration-$m.json --model $model --out $o/local-$m.json --report $o/calibration-$m.json >$o/refit-$m.log 2>&1"
+    printf '%s\0' "$BUILD/bin/tandem plan calibrate --refit $d/calibration-$m.json --model $model --out $o/local-$m.json --report $o/calibration-$m.json $keep >$o/refit-$m.log 2>&1"
   done
 done | xargs -0 -P2 -I{} bash -c '{} || { echo "failed: {}" >&2; exit 255; }'
 

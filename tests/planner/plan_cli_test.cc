@@ -156,10 +156,12 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   const nlohmann::json rr = nlohmann::json::parse(again_report);
   EXPECT_EQ(rr["in_situ"]["workloads"], r["in_situ"]["workloads"]);
 
-  // Several reports: one fit to their mean. The same report twice is the report itself.
-  const CliRun merged =
-      Tandem("plan calibrate --refit " + report + " --refit " + report + " --model " +
-             testing::Stories260K() + " --out " + refitted + " --report " + refit_report);
+  // Several reports: one fit to their mean. The same report twice is the report itself. (This
+  // and the refits below keep the report's sharing of the host: one candidate fitted, not the
+  // search's 23, which is the same fit as the search's choice, so the same profile.)
+  const CliRun merged = Tandem("plan calibrate --refit " + report + " --refit " + report +
+                               " --model " + testing::Stories260K() + " --out " + refitted +
+                               " --report " + refit_report + " --keep-sharing");
   ASSERT_EQ(merged.exit_code, 0) << merged.err;
   std::ifstream merged_profile(refitted);
   EXPECT_EQ(nlohmann::json::parse(merged_profile), p);
@@ -174,8 +176,9 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   }
   const std::string slow_path = TempPath("slow_report.json");
   std::ofstream(slow_path) << slow.dump();
-  const CliRun drifted = Tandem("plan calibrate --refit " + report + " --refit " + slow_path +
-                                " --model " + testing::Stories260K() + " --out " + refitted);
+  const CliRun drifted =
+      Tandem("plan calibrate --refit " + report + " --refit " + slow_path + " --model " +
+             testing::Stories260K() + " --out " + refitted + " --keep-sharing");
   ASSERT_EQ(drifted.exit_code, 0) << drifted.err;
   EXPECT_NE(drifted.err.find(slow_path + ": its steps took 1.20 times"), std::string::npos)
       << drifted.err;
@@ -194,8 +197,9 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   const std::string late_path = TempPath("late_start_report.json");
   std::ofstream(late_path) << late.dump();
   const std::string late_profile = TempPath("late_start.json");
-  const CliRun late_fit = Tandem("plan calibrate --refit " + late_path + " --model " +
-                                 testing::Stories260K() + " --out " + late_profile);
+  const CliRun late_fit =
+      Tandem("plan calibrate --refit " + late_path + " --model " + testing::Stories260K() +
+             " --out " + late_profile + " --keep-sharing");
   ASSERT_EQ(late_fit.exit_code, 0) << late_fit.err;
   std::ifstream late_in(late_profile);
   const nlohmann::json lp = nlohmann::json::parse(late_in);
@@ -203,6 +207,9 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
     return q["decode_start_overhead"].get<double>() + q["decode_start_jitter"].get<double>();
   };
   EXPECT_GT(start_delay(lp), 1.2 * start_delay(p)) << lp.dump() << "\n" << p.dump();
+  for (const char* key : {"step_threads", "prefill_threads", "prefill_yield"}) {
+    EXPECT_EQ(lp.value(key, 0.0), p.value(key, 0.0)) << key;  // --keep-sharing kept it
+  }
 
   // Reports of other workloads do not merge: refused by index.
   nlohmann::json other = r;
@@ -273,6 +280,7 @@ TEST(PlanCli, BadInputIsOneClearLine) {
       {"plan calibrate --model stories260k --in-situ --draws 0", "", "--draws", 2},
       {"plan calibrate --refit /nonexistent/report.json --model stories260k", "", "--refit", 2},
       {"plan calibrate --refit /nonexistent/report.json", "", "--model", 2},
+      {"plan calibrate --model stories260k --in-situ --keep-sharing", "", "--keep-sharing", 2},
       {"plan simulate --model llama-3-8b --hardware local --rate 1",
        "TANDEM_LOCAL_PROFILE=/nonexistent/profile.json", "tandem plan calibrate", 1},
   };
