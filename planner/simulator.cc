@@ -82,6 +82,10 @@ struct Request {
   int pool = -1;  // closed-loop pool whose next send this request's end triggers (-1: none)
   int prefill_worker = -1, decode_worker = -1;
   std::vector<int> blocks;  // on the prefill worker
+  // The chained hashes of the prompt's full blocks (HashBlockTokens over the cluster's block
+  // size), computed once: the router, the prefix cache's lookup and its registration each walk
+  // them, and hashing 1024-token prompts three times was a third of a plan's search.
+  std::vector<uint64_t> block_hashes;
   int cached = 0;
   bool cached_sent = false;
   int generated = 0;
@@ -208,6 +212,18 @@ class Sim {
     return o;
   }
   absl::Time At(double t) const { return absl::UnixEpoch() + absl::Seconds(t); }
+  const std::vector<uint64_t>& BlockHashes(Request& q) const {
+    const int bs = cluster_.block_size;
+    const std::vector<int>& prompt = q.item.prompt;
+    if (q.block_hashes.empty()) {
+      uint64_t parent = 0;
+      for (size_t b = 0; (b + 1) * bs <= prompt.size(); ++b) {
+        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
+        q.block_hashes.push_back(parent);
+      }
+    }
+    return q.block_hashes;
+  }
   void Push(double t, Kind kind, int a, uint64_t b = 0, int priority = 0) {
     events_.push({t, priority, seq_++, kind, a, b});
   }
@@ -501,8 +517,12 @@ void Sim::EnqueuePrefill(int r) {
   const std::vector<int>& prompt = q.item.prompt;
   const int len = static_cast<int>(prompt.size());
   const int bs = cluster_.block_size;
+  const std::vector<uint64_t>& full = BlockHashes(q);
+  // The router hashes the blocks before the prompt's last token, as the engine looks them up.
   std::vector<uint64_t> hashes;
-  if (const int rbs = registry_.PrefillBlockSize(); rbs > 0) {
+  if (const int rbs = registry_.PrefillBlockSize(); rbs == bs) {
+    hashes.assign(full.begin(), full.begin() + (len - 1) / bs);
+  } else if (rbs > 0) {
     uint64_t parent = 0;
     for (int b = 0; (b + 1) * rbs <= len - 1; ++b) {
       parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * rbs, rbs));
@@ -521,10 +541,8 @@ void Sim::EnqueuePrefill(int r) {
   q.prefill_worker = w;
   // The prefill engine's admission: prefix-cache hits, then fresh blocks.
   if (cluster_.prefix_cache) {
-    uint64_t parent = 0;
     for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-      parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
-      auto hit = pw.pool->Lookup(parent);
+      auto hit = pw.pool->Lookup(full[b]);
       if (!hit) break;
       q.blocks.push_back(*hit);
     }
@@ -727,18 +745,13 @@ void Sim::StepEnd(int w) {
             ? now_
             : wk.cost->TransferDone(wk.step_start, now_ - wk.step_start, wk.transfer_tokens, link_,
                                     &wk.link_free);
-    const int bs = cluster_.block_size;
     for (size_t i = 0; i < wk.step.work.size(); ++i) {
       if (!wk.step.work[i].last) continue;
       Request& q = requests_[wk.step_requests[i]];
       // The engine's FinishLocked: full blocks become reusable prefixes, the rest are freed.
       if (cluster_.prefix_cache) {
-        uint64_t parent = 0;
-        const auto& prompt = q.item.prompt;
-        for (int b = 0; (b + 1) * bs <= static_cast<int>(prompt.size()); ++b) {
-          parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
-          wk.pool->Register(q.blocks[b], parent);
-        }
+        const std::vector<uint64_t>& full = BlockHashes(q);
+        for (size_t b = 0; b < full.size(); ++b) wk.pool->Register(q.blocks[b], full[b]);
       }
       wk.pool->Free(q.blocks).IgnoreError();
       q.blocks.clear();
