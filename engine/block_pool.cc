@@ -1,5 +1,7 @@
 #include "engine/block_pool.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -23,11 +25,7 @@ uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens) {
   return h;
 }
 
-BlockPool::BlockPool(int num_blocks) : blocks_(num_blocks) {
-  free_.reserve(num_blocks);
-  // Hand out low ids first.
-  for (int i = num_blocks - 1; i >= 0; --i) free_.push_back(i);
-}
+BlockPool::BlockPool(int num_blocks) : num_blocks_(std::max(0, num_blocks)) {}
 
 absl::StatusOr<std::vector<int>> BlockPool::Allocate(int n) {
   if (n < 0) return absl::InvalidArgumentError("BlockPool::Allocate: negative count");
@@ -39,9 +37,12 @@ absl::StatusOr<std::vector<int>> BlockPool::Allocate(int n) {
   out.reserve(n);
   for (int i = 0; i < n; ++i) {
     int id;
-    if (!free_.empty()) {
+    if (!free_.empty()) {  // the last freed first, then untouched ones, low ids first
       id = free_.back();
       free_.pop_back();
+    } else if (touched() < num_blocks_) {
+      id = touched();
+      blocks_.emplace_back();
     } else {
       id = lru_.front();
       lru_.pop_front();
@@ -57,7 +58,7 @@ absl::StatusOr<std::vector<int>> BlockPool::Allocate(int n) {
 
 absl::Status BlockPool::Free(std::span<const int> ids) {
   for (int id : ids) {
-    if (id < 0 || id >= num_blocks() || blocks_[id].ref_count <= 0) {
+    if (!Touched(id) || blocks_[id].ref_count <= 0) {
       return absl::InternalError(absl::StrFormat("BlockPool::Free: block %d is not in use", id));
     }
   }
@@ -74,7 +75,7 @@ absl::Status BlockPool::Free(std::span<const int> ids) {
 }
 
 absl::Status BlockPool::AddRef(int id) {
-  if (id < 0 || id >= num_blocks() || blocks_[id].ref_count <= 0) {
+  if (!Touched(id) || blocks_[id].ref_count <= 0) {
     return absl::InternalError(absl::StrFormat("BlockPool::AddRef: block %d is not in use", id));
   }
   ++blocks_[id].ref_count;
@@ -92,6 +93,7 @@ std::optional<int> BlockPool::Lookup(uint64_t hash) {
 }
 
 void BlockPool::Register(int id, uint64_t hash) {
+  if (!Touched(id)) return;  // never handed out: not in use
   Block& b = blocks_[id];
   if (b.hash || by_hash_.contains(hash)) return;
   b.hash = hash;

@@ -27,9 +27,11 @@ class BlockPool {
  public:
   explicit BlockPool(int num_blocks);
 
-  int num_blocks() const { return static_cast<int>(blocks_.size()); }
+  int num_blocks() const { return num_blocks_; }
   // Blocks an Allocate can take now: free ones plus cached ones that may be evicted.
-  int num_available() const { return static_cast<int>(free_.size() + lru_.size()); }
+  int num_available() const {
+    return static_cast<int>(free_.size() + lru_.size()) + num_blocks_ - touched();
+  }
   int num_in_use() const { return num_blocks() - num_available(); }
   int num_cached() const { return static_cast<int>(lru_.size()); }
   bool CanAllocate(int n) const { return n <= num_available(); }
@@ -52,8 +54,8 @@ class BlockPool {
   std::optional<int> Lookup(uint64_t hash);
   void Register(int block, uint64_t hash);
 
-  int ref_count(int block) const { return blocks_[block].ref_count; }
-  uint32_t generation(int block) const { return blocks_[block].generation; }
+  int ref_count(int block) const { return Touched(block) ? blocks_[block].ref_count : 0; }
+  uint32_t generation(int block) const { return Touched(block) ? blocks_[block].generation : 0; }
 
   // True when no block is referenced: the leak check at the end of every test.
   bool NoneInUse() const { return num_in_use() == 0; }
@@ -66,9 +68,15 @@ class BlockPool {
     std::list<int>::iterator lru_pos;  // valid while cached
   };
   void DropHash(int block);
+  // Blocks [0, touched()) have been handed out at least once; the rest are free and untouched,
+  // handed out in order once free_ is empty (a pool of millions of blocks costs nothing until
+  // it is used: the planner builds one per simulation).
+  int touched() const { return static_cast<int>(blocks_.size()); }
+  bool Touched(int block) const { return block >= 0 && block < touched(); }
 
+  int num_blocks_;
   std::vector<Block> blocks_;
-  std::vector<int> free_;  // stack of never-hashed or evicted blocks
+  std::vector<int> free_;  // stack of freed blocks that hold no hash, and evicted ones
   std::list<int> lru_;     // cached blocks, least recently used first
   absl::flat_hash_map<uint64_t, int> by_hash_;
 };

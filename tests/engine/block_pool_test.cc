@@ -27,6 +27,33 @@ TEST(BlockPoolTest, AllocateAndFree) {
   EXPECT_TRUE(pool.NoneInUse());
 }
 
+TEST(BlockPoolTest, LowIdsFirstAndTheLastFreedBeforeUntouchedOnes) {
+  // A pool of a billion blocks costs nothing until used (the planner builds one per simulation).
+  BlockPool pool(1 << 30);
+  EXPECT_EQ(pool.num_available(), 1 << 30);
+  EXPECT_EQ(pool.ref_count(12345), 0);  // untouched: free
+  EXPECT_EQ(pool.generation(12345), 0u);
+  auto a = pool.Allocate(3);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, (std::vector<int>{0, 1, 2}));
+  const std::vector<int> first = {0}, third = {2};
+  ASSERT_TRUE(pool.Free(third).ok());
+  ASSERT_TRUE(pool.Free(first).ok());
+  auto b = pool.Allocate(3);  // the last freed first, then the next untouched block
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, (std::vector<int>{0, 2, 3}));
+  EXPECT_EQ(pool.generation(0), 2u);
+  EXPECT_EQ(pool.generation(3), 1u);
+  EXPECT_EQ(pool.num_in_use(), 4);
+  // An untouched block is not in use: freeing or referencing it is an error.
+  EXPECT_FALSE(pool.Free(std::vector<int>{4}).ok());
+  EXPECT_FALSE(pool.AddRef(4).ok());
+  ASSERT_TRUE(pool.Free(*b).ok());
+  ASSERT_TRUE(pool.Free(std::vector<int>{1}).ok());
+  EXPECT_TRUE(pool.NoneInUse());
+  EXPECT_EQ(pool.num_available(), 1 << 30);
+}
+
 TEST(BlockPoolTest, DoubleFreeIsAnError) {
   BlockPool pool(2);
   auto a = pool.Allocate(1);
