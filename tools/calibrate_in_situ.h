@@ -36,7 +36,7 @@ struct InSituOptions {
   double host_cores = 0;      // the fit's host; 0: this machine's cores
   int closed_loop_draws = 1;  // times each closed loop is measured; the fit takes their mean
   // Fit on the given profile's sharing of the host (step_threads, prefill_threads,
-  // prefill_yield) instead of searching the 23 sharings: a refit about 20 times cheaper, for
+  // prefill_yield) instead of searching the 23 sharings: a refit about 8 times cheaper, for
   // trying a change of the request path's fit on a machine whose sharing is already known.
   bool keep_sharing = false;
   std::function<void(const std::string&)> log;

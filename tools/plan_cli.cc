@@ -56,7 +56,7 @@ constexpr char kPlanUsage[] = R"(usage:
       reports of one model: one fit to their mean, which averages the drift of a
       shared host's speed between calibrations made at different times.
       --keep-sharing: fit on the first report's sharing of the host (how many
-      cores a step keeps busy) instead of searching it again: about 20 times
+      cores a step keeps busy) instead of searching it again: about 8 times
       cheaper, for a change to the request path's fit.
 
 CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
