@@ -68,15 +68,11 @@ struct Event {
   int priority;  // at equal times, a worker starts its next step after everything else
   uint64_t seq;
   Kind kind;
-  int a;       // request index, worker or device
-  uint64_t b;  // device version
+  int a;  // request index, worker or device
   bool operator>(const Event& o) const {
     return std::tie(t, priority, seq) > std::tie(o.t, o.priority, o.seq);
   }
 };
-
-// A device's next task end is timed as an event of this priority (kept outside the queue).
-constexpr int kDevicePriority = 0;
 
 struct Request {
   TimedRequest item;
@@ -180,13 +176,11 @@ struct Device {
     return out;
   }
   double last = 0;
-  uint64_t version = 0;
   // The next of its tasks to finish, if any: an event kept here rather than in the queue, as
-  // every change of the active set retimes it (a third of a shared host's events were such
-  // retimed, dead ones). Ordered against the queue's events as one of them (priority 0).
+  // every change of the active set retimes it (queued, a third of a shared host's events were
+  // such retimed, dead ones). Ordered against the queue's events as one of them.
   bool done_pending = false;
-  double done_t = 0;
-  uint64_t done_seq = 0;
+  Event done{};  // kind kDeviceDone, priority 0
 };
 
 // A closed loop: `threads` clients, each sending the next index of [next, end) when its previous
@@ -221,7 +215,7 @@ class Sim {
     return o;
   }
   absl::Time At(double t) const { return absl::UnixEpoch() + absl::Seconds(t); }
-  const std::vector<uint64_t>& BlockHashes(Request& q) const {
+  const std::vector<uint64_t>& BlockHashes(Request& q) {
     const int bs = cluster_.block_size;
     const std::vector<int>& prompt = q.item.prompt;
     if (q.block_hashes.empty()) {
@@ -233,9 +227,11 @@ class Sim {
     }
     return q.block_hashes;
   }
-  void Push(double t, Kind kind, int a, uint64_t b = 0, int priority = 0) {
-    events_.push({t, priority, seq_++, kind, a, b});
+  void Push(double t, Kind kind, int a, int priority = 0) {
+    events_.push({t, priority, seq_++, kind, a});
   }
+  // The next event, the queue's or a device's next task end, taken out; false when none is left.
+  bool PopEvent(Event* e);
   WorkerLoadSnapshot Load(const Worker& w) const;
   void Send(int r);
   void EnqueuePrefill(int r);
@@ -257,7 +253,7 @@ class Sim {
   }
   void Advance(Device& d);
   void Reschedule(int device);
-  void DeviceDone(int device, uint64_t version);
+  void DeviceDone(int device);
   void Heartbeat();
   void StartPool(int pool, double t);
 
@@ -671,7 +667,7 @@ void Sim::Wake(int w) {
   Worker& wk = workers_[w];
   if (wk.busy || wk.start_pending) return;
   wk.start_pending = true;
-  Push(now_, Kind::kStepStart, w, 0, /*priority=*/1);
+  Push(now_, Kind::kStepStart, w, /*priority=*/1);
 }
 
 void Sim::StepStart(int w) {
@@ -823,7 +819,6 @@ void Sim::AddToDevice(int w, double seconds) {
 
 void Sim::Reschedule(int device) {
   Device& d = devices_[device];
-  ++d.version;
   d.done_pending = false;
   if (d.active.empty()) return;
   double soonest = 1e300;  // a task with no cores left to it waits for those served first
@@ -832,15 +827,11 @@ void Sim::Reschedule(int device) {
     if (rate > 0) soonest = std::min(soonest, std::max(0.0, Remaining(t.id)) / rate);
   }
   d.done_pending = soonest < 1e300;
-  if (d.done_pending) {
-    d.done_t = now_ + soonest;
-    d.done_seq = seq_++;
-  }
+  if (d.done_pending) d.done = {now_ + soonest, 0, seq_++, Kind::kDeviceDone, device};
 }
 
-void Sim::DeviceDone(int device, uint64_t version) {
+void Sim::DeviceDone(int device) {
   Device& d = devices_[device];
-  if (version != d.version) return;
   Advance(d);
   // Every task that ran out of work (the one this event was timed for, and any other within a
   // nanosecond: what the clock's rounding leaves).
@@ -867,35 +858,30 @@ void Sim::Heartbeat() {
   }
 }
 
+bool Sim::PopEvent(Event* e) {
+  Device* first = nullptr;  // the device whose task ends first
+  for (Device& d : devices_) {
+    if (d.done_pending && (first == nullptr || first->done > d.done)) first = &d;
+  }
+  if (first != nullptr && (events_.empty() || events_.top() > first->done)) {
+    first->done_pending = false;
+    *e = first->done;
+    return true;
+  }
+  if (events_.empty()) return false;
+  *e = events_.top();
+  events_.pop();
+  return true;
+}
+
 absl::Status Sim::Run() {
   Push(cluster_.heartbeat_interval, Kind::kHeartbeat, 0);
   heartbeat_pending_ = true;
-  while (true) {
-    // The first event by (time, priority, sequence): the queue's or a device's next task end.
-    int device = -1;
-    for (size_t i = 0; i < devices_.size(); ++i) {
-      const Device& d = devices_[i];
-      if (!d.done_pending) continue;
-      if (device < 0 || std::tie(d.done_t, d.done_seq) <
-                            std::tie(devices_[device].done_t, devices_[device].done_seq)) {
-        device = static_cast<int>(i);
-      }
-    }
-    if (device < 0 && events_.empty()) break;
+  Event e;
+  while (PopEvent(&e)) {
     if (++result_.events > options_.max_events) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("simulation stopped after %d events", options_.max_events));
-    }
-    Event e;
-    if (const Device* d = device >= 0 ? &devices_[device] : nullptr;
-        d != nullptr && (events_.empty() || std::tie(d->done_t, kDevicePriority, d->done_seq) <
-                                                std::tie(events_.top().t, events_.top().priority,
-                                                         events_.top().seq))) {
-      e = {d->done_t, kDevicePriority, d->done_seq, Kind::kDeviceDone, device, d->version};
-      devices_[device].done_pending = false;
-    } else {
-      e = events_.top();
-      events_.pop();
     }
     now_ = e.t;
     switch (e.kind) {
@@ -915,7 +901,7 @@ absl::Status Sim::Run() {
         HopStart(e.a);
         break;
       case Kind::kDeviceDone:
-        DeviceDone(e.a, e.b);
+        DeviceDone(e.a);
         break;
       case Kind::kHeartbeat:
         Heartbeat();

@@ -130,12 +130,13 @@ ClientFigures FiguresOf(const std::vector<bench::RequestRecord>& records) {
       gap.push_back(r.token_times[1] - r.token_times[0]);
     }
   }
+  std::sort(gap.begin(), gap.end());
   return {s.ttft.p50,
           s.ttft.p90,
           s.tpot.p50,
           s.tpot.p90,
-          bench::Percentile(gap, 0.5),
-          bench::Percentile(gap, 0.9)};
+          bench::PercentileOfSorted(gap, 0.5),
+          bench::PercentileOfSorted(gap, 0.9)};
 }
 
 // Each workload has its own seed: the same prompts twice would hit the prefill worker's prefix
@@ -681,23 +682,27 @@ absl::Status FitInSitu(const InSituOptions& o, const std::vector<InSituRun>& wor
     }
     return absl::OkStatus();
   };
-  std::vector<Sharing> sharings;
   if (o.keep_sharing) {
-    sharings.push_back({profile->step_threads, profile->prefill_threads, profile->prefill_yield});
+    if (absl::Status s =
+            consider({{profile->step_threads, profile->prefill_threads, profile->prefill_yield}});
+        !s.ok()) {
+      return s;
+    }
   } else {
+    std::vector<Sharing> sharings;
     for (double threads : decode_threads) {
       for (double first : prefill_threads) sharings.push_back({threads, first, 0});
     }
-  }
-  if (absl::Status s = consider(sharings); !s.ok()) return s;
-  sharings.clear();
-  for (double first : o.keep_sharing ? std::vector<double>{} : prefill_threads) {
-    if (first <= 0) continue;
-    for (double yield : {1.0 / 3, 2.0 / 3}) {
-      sharings.push_back({chosen.profile.step_threads, first, yield});
+    if (absl::Status s = consider(sharings); !s.ok()) return s;
+    sharings.clear();
+    for (double first : prefill_threads) {
+      if (first <= 0) continue;
+      for (double yield : {1.0 / 3, 2.0 / 3}) {
+        sharings.push_back({chosen.profile.step_threads, first, yield});
+      }
     }
+    if (absl::Status s = consider(sharings); !s.ok()) return s;
   }
-  if (absl::Status s = consider(sharings); !s.ok()) return s;
   *profile = chosen.profile;
   nlohmann::json& decode_fit = chosen.decode_fit;
   nlohmann::json& prefill_fit = chosen.prefill_fit;
