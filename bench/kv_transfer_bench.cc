@@ -83,18 +83,21 @@ class Sink : public KvSink {
  public:
   Sink(int prompts) : cache_(MakeCache(prompts * kTokens / kDstBlock, kDstBlock)) {}
 
-  KvTarget Admit(const std::string& endpoint, uint64_t id, std::vector<int> blocks) {
+  KvTarget Admit(const std::string& endpoint, std::vector<int> blocks) {
     absl::MutexLock lock(&mu_);
-    Lease l = *leases_.Create(id, std::move(blocks), kTokens, kLayers, absl::InfiniteFuture());
-    return {endpoint, l.id, l.generation};
+    Lease l = *leases_.Create(std::move(blocks), kTokens, kLayers, absl::InfiniteFuture());
+    return {endpoint, l.id, l.generation, l.capability};
+  }
+  absl::Status CheckHeader(const KvChunkHeader& h) override {
+    absl::MutexLock lock(&mu_);
+    return leases_.CheckChunk(h).status();
   }
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
     absl::MutexLock lock(&mu_);
-    absl::StatusOr<std::span<const int>> blocks =
-        leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+    absl::StatusOr<std::span<const int>> blocks = leases_.CheckChunk(h);
     if (!blocks.ok()) return blocks.status();
     if (absl::Status s = ScatterKv(payload, h, *blocks, &cache_); !s.ok()) return s;
-    return leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+    return leases_.OnChunk(h);
   }
   void Release(uint64_t id) {
     absl::MutexLock lock(&mu_);
@@ -113,11 +116,17 @@ struct Transport {
 };
 using MakeTransport = std::function<Transport(KvSink*)>;
 
+// tcp proves a cluster secret at connection start (once per connection, outside the timing).
 MakeTransport Plain(std::string kind, std::string address) {
   return [kind, address](KvSink* sink) {
+    const ClusterSecret secret = ClusterSecret::Generate();
+    KvReceiverOptions ro;
+    ro.auth.secret = secret;
+    KvSenderOptions so;
+    so.auth.secret = secret;
     Transport t;
-    t.receiver = *MakeKvReceiver(kind, address, sink);
-    t.sender = *MakeKvSender(kind);
+    t.receiver = *MakeKvReceiver(kind, address, sink, ro);
+    t.sender = *MakeKvSender(kind, so);
     return t;
   };
 }
@@ -161,7 +170,7 @@ double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens)
     const int per = kTokens / kDstBlock;
     std::vector<int> blocks(dst_ids.begin() + slot * per, dst_ids.begin() + (slot + 1) * per);
     const uint64_t id = static_cast<uint64_t>(p + 2);
-    const KvTarget target = sink.Admit(receiver->endpoint(), id, blocks);
+    const KvTarget target = sink.Admit(receiver->endpoint(), blocks);
     const Clock::time_point t0 = Clock::now();
     for (int l = 0; l < kLayers; ++l) {
       for (int s = 0; s < kTokens; s += chunk_tokens) {
@@ -178,7 +187,7 @@ double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens)
     if (!st.ok()) std::fprintf(stderr, "wait: %s\n", std::string(st.message()).c_str());
     if (p >= 0) seconds += Seconds(t0, t1);
     sender->Forget(target);
-    sink.Release(id);
+    sink.Release(target.lease_id);
   }
   sender->Shutdown();
   receiver->Shutdown();

@@ -41,9 +41,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
-  auto receiver = options.make_receiver
-                      ? options.make_receiver(e.get())
-                      : MakeKvReceiver(options.transport, options.listen, e.get());
+  auto receiver = options.make_receiver ? options.make_receiver(e.get())
+                                        : MakeKvReceiver(options.transport, options.listen, e.get(),
+                                                         options.receiver);
   if (!receiver.ok()) return receiver.status();
   e->receiver_ = std::move(*receiver);
   e->kv_endpoint_ = e->receiver_->endpoint();
@@ -94,7 +94,7 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   auto blocks = scheduler_.Admit(handle, total);
   if (!blocks.ok()) return blocks.status();
   auto lease =
-      leases_.Create(handle, *blocks, prompt_len, c.n_layers, absl::Now() + options_.lease_timeout);
+      leases_.Create(*blocks, prompt_len, c.n_layers, absl::Now() + options_.lease_timeout);
   if (!lease.ok()) {
     scheduler_.Release(handle);
     return lease.status();
@@ -105,20 +105,31 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
   r.lease_id = lease->id;
   lease_to_handle_[lease->id] = handle;
   UpdateGaugesLocked();
-  return Admission{handle, KvTarget{kv_endpoint_, lease->id, lease->generation}};
+  return Admission{handle, KvTarget{kv_endpoint_, lease->id, lease->generation, lease->capability}};
+}
+
+absl::Status DecodeEngine::CheckHeader(const KvChunkHeader& h) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckHeaderLocked(h).status();
+}
+
+absl::StatusOr<std::span<const int>> DecodeEngine::CheckHeaderLocked(const KvChunkHeader& h) {
+  absl::StatusOr<std::span<const int>> blocks = leases_.CheckChunk(h);
+  if (blocks.ok()) {
+    if (absl::Status s = CheckKvChunk(h, model_->config().kv_dim()); !s.ok()) blocks = s;
+  }
+  if (!blocks.ok() && metrics_) metrics_->kv_chunks_rejected.Increment();
+  return blocks;
 }
 
 absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> payload) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto blocks = leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
-  if (!blocks.ok()) {
-    if (metrics_) metrics_->kv_chunks_rejected.Increment();
-    return blocks.status();
-  }
+  auto blocks = CheckHeaderLocked(h);
+  if (!blocks.ok()) return blocks.status();
   // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
   const std::vector<int> table(blocks->begin(), blocks->end());
   if (absl::Status s = runner_->UnpackKv(payload, h, table); !s.ok()) return s;
-  absl::Status s = leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  absl::Status s = leases_.OnChunk(h);
   if (s.ok() && metrics_)
     metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));
   if (s.ok() && leases_.IsComplete(h.lease_id)) kv_cv_.notify_all();
@@ -129,8 +140,8 @@ void DecodeEngine::Undeliverable(const KvChunkHeader& h, const absl::Status& why
   std::lock_guard<std::mutex> lock(mu_);
   auto handle = lease_to_handle_.find(h.lease_id);
   if (handle == lease_to_handle_.end() || leases_.IsComplete(h.lease_id)) return;
-  // A chunk of an older generation of this lease says nothing about the current one.
-  auto check = leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+  // A chunk of an earlier lease, or without the lease's capability, says nothing about it.
+  auto check = leases_.CheckChunk(h);
   if (!check.ok() && absl::IsAborted(check.status())) return;
   auto it = requests_.find(handle->second);
   if (it == requests_.end() || it->second.state != State::kAdmitted || !it->second.error.ok()) {

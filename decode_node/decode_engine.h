@@ -45,6 +45,7 @@ struct DecodeEngineOptions {
   std::string device = "cpu";
   std::string transport = "tcp";       // the KV receiver's kind
   std::string listen = "127.0.0.1:0";  // tcp: host:port; local: a name
+  KvReceiverOptions receiver;          // tcp: its credentials (required) and limits
   // tcp: the host put in KV targets, reachable by prefill workers on other hosts (empty: the
   // listening host; needed when `listen` is a wildcard such as 0.0.0.0).
   std::string advertise_host;
@@ -91,6 +92,9 @@ class DecodeEngine final : public KvSink {
   // Ends the request (client cancel or deadline) and frees its blocks. Idempotent.
   void Cancel(uint64_t handle);
 
+  // KvSink: the lease (id, generation, capability), the token range and the cache's width and
+  // dtype, before the payload is read.
+  absl::Status CheckHeader(const KvChunkHeader& h) override;
   // KvSink: validates the lease and scatters the chunk into the request's blocks.
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override;
   // KvSink: fails the request of a lease still waiting for its KV.
@@ -132,6 +136,8 @@ class DecodeEngine final : public KvSink {
   void EndLocked(uint64_t handle, Request& r);
   // Sets the gauges from the scheduler and the lease table (under mu_).
   void UpdateGaugesLocked();
+  // CheckHeader under mu_: the lease's blocks.
+  absl::StatusOr<std::span<const int>> CheckHeaderLocked(const KvChunkHeader& h);
 
   const Model* model_;
   DecodeEngineOptions options_;

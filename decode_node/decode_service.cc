@@ -7,6 +7,9 @@ namespace tandem {
 grpc::Status DecodeService::Decode(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::DecodeServerMessage, v1::DecodeClientMessage>* stream) {
+  if (grpc::Status s = auth_->Check(*ctx, internal_method::kDecode, PeerRole::kRouter); !s.ok()) {
+    return s;
+  }
   v1::DecodeClientMessage msg;
   if (!stream->Read(&msg) || !msg.has_admit()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -54,8 +57,13 @@ grpc::Status DecodeService::Decode(
   }
 }
 
-grpc::Status DecodeService::NcclBootstrap(grpc::ServerContext*, const v1::NcclBootstrapRequest* req,
+grpc::Status DecodeService::NcclBootstrap(grpc::ServerContext* ctx,
+                                          const v1::NcclBootstrapRequest* req,
                                           v1::NcclBootstrapResponse* resp) {
+  if (grpc::Status s = auth_->Check(*ctx, internal_method::kNcclBootstrap, PeerRole::kPrefill);
+      !s.ok()) {
+    return s;
+  }
   if (nccl_ == nullptr) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                         "NcclBootstrap: this decode worker does not use --kv-transport=nccl "

@@ -2,17 +2,22 @@
 #ifndef TANDEM_DECODE_NODE_DECODE_SERVICE_H_
 #define TANDEM_DECODE_NODE_DECODE_SERVICE_H_
 
+#include <memory>
+
 #include "decode_node/decode_engine.h"
 #include "kv_transfer/nccl/nccl_transport.h"
+#include "server/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
 
 class DecodeService final : public v1::DecodeWorker::Service {
  public:
-  // `nccl`: the engine's receiver when its transport is nccl (serves NcclBootstrap), else null.
-  explicit DecodeService(DecodeEngine* engine, NcclKvTransportReceiver* nccl = nullptr)
-      : engine_(engine), nccl_(nccl) {}
+  // `auth` checks every call (Decode: routers; NcclBootstrap: prefill workers). `nccl`: the
+  // engine's receiver when its transport is nccl (serves NcclBootstrap), else null.
+  DecodeService(DecodeEngine* engine, std::shared_ptr<InternalAuth> auth,
+                NcclKvTransportReceiver* nccl = nullptr)
+      : engine_(engine), auth_(std::move(auth)), nccl_(nccl) {}
 
   // One stream per request: Admit -> Admitted; Start -> Tokens... -> Finished. A cancelled or
   // broken stream cancels the request, which frees its blocks.
@@ -27,6 +32,7 @@ class DecodeService final : public v1::DecodeWorker::Service {
 
  private:
   DecodeEngine* engine_;
+  std::shared_ptr<InternalAuth> auth_;
   NcclKvTransportReceiver* nccl_;
 };
 

@@ -214,6 +214,20 @@ void Frames() {
   Write("kv_wire_fuzzer", "endpoint_local", "local://decode-0");
 }
 
+void HttpRequests() {
+  const char* const kRequests[] = {
+      "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+      "POST /v1/completions HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 46\r\n"
+      "\r\n{\"prompt\": \"Once upon\", \"max_tokens\": 8, \"n\": 1}",
+      "POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "1a\r\n{\"messages\": [{\"role\": 1}]}\r\n0\r\n\r\n",
+      "POST /x HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n[1e400]",
+      "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /b HTTP/1.1\r\n\r\n",
+  };
+  int i = 0;
+  for (const char* r : kRequests) Write("http_request_fuzzer", "request" + std::to_string(++i), r);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -228,6 +242,7 @@ int main(int argc, char** argv) {
   HfConfig();
   Tokenizers();
   ChatTemplates();
+  HttpRequests();
   Requests();
   Frames();
   std::printf("fuzz_seeds: %d seeds in %s\n", g_count, g_out.c_str());

@@ -2,7 +2,7 @@
 // that decodes (kv_transfer/kv_pack.h ScatterKv into a small paged cache). Checksums would stop
 // almost every mutation at the first check, so each input is decoded twice: as given, and with
 // the magic, header CRC and payload CRC made right. A header that decodes must encode back to the
-// same 72 bytes. The input as text also goes through the endpoint parsers.
+// same header bytes. The input as text also goes through the endpoint parsers.
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -80,8 +80,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Put32(fixed, 0, tandem::kKvWireMagic);
   const std::span<const char> payload(fixed.data() + tandem::kKvFrameHeaderBytes,
                                       fixed.size() - tandem::kKvFrameHeaderBytes);
-  Put32(fixed, 64, tandem::Crc32c(payload));
-  Put32(fixed, 68, tandem::Crc32cExtend(0, fixed.data(), 68));
+  Put32(fixed, 80, tandem::Crc32c(payload));
+  Put32(fixed, 84, tandem::Crc32cExtend(0, fixed.data(), 84));
   Decode(fixed, max_frame);
   return 0;
 }

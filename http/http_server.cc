@@ -1,26 +1,14 @@
-// The only translation unit that includes cpp-httplib.
 #include "http/http_server.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
-#include <httplib.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-
 #include <atomic>
-#include <condition_variable>
-#include <cstdlib>
-#include <deque>
-#include <filesystem>
-#include <mutex>
 #include <random>
-#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "engine/mapped_file.h"
+#include "http/http_listener.h"
 #include "router/router.h"
+#include "security/secure_socket.h"
 
 namespace tandem {
 namespace {
@@ -28,76 +16,16 @@ namespace {
 using openai::ApiError;
 using openai::Endpoint;
 
-// Whether the HTTP client of a request has gone away. cpp-httplib 0.11 gives handlers no handle
-// on their connection, so the socket is found by its address pair (local port, peer address and
-// port: unique among open connections), then polled for the peer's FIN or a reset. A request
-// whose socket is not found is only noticed through a failed write.
-class ClientWatch {
- public:
-  explicit ClientWatch(const httplib::Request& req) : fd_(FindSocket(req)) {}
-
-  bool Gone() const {
-    if (fd_ < 0) return false;
-    pollfd p{fd_, POLLRDHUP, 0};
-    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-  }
-
- private:
-  static std::string AddressOf(const sockaddr_storage& a, int* port) {
-    char buf[INET6_ADDRSTRLEN] = {0};
-    if (a.ss_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
-      *port = ntohs(in->sin_port);
-      ::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
-    } else if (a.ss_family == AF_INET6) {
-      const auto* in = reinterpret_cast<const sockaddr_in6*>(&a);
-      *port = ntohs(in->sin6_port);
-      ::inet_ntop(AF_INET6, &in->sin6_addr, buf, sizeof(buf));
-    }
-    return buf;
-  }
-
-  static int FindSocket(const httplib::Request& req) {
-    DIR* dir = ::opendir("/proc/self/fd");
-    if (dir == nullptr) return -1;
-    int found = -1;
-    while (dirent* e = ::readdir(dir)) {
-      char* end = nullptr;
-      const long fd = std::strtol(e->d_name, &end, 10);
-      if (end == e->d_name || *end != '\0') continue;
-      sockaddr_storage local{}, peer{};
-      socklen_t ll = sizeof(local), pl = sizeof(peer);
-      if (::getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
-          ::getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0) {
-        continue;
-      }
-      int local_port = -1, peer_port = -1;
-      AddressOf(local, &local_port);
-      const std::string peer_addr = AddressOf(peer, &peer_port);
-      if (local_port == req.local_port && peer_port == req.remote_port &&
-          peer_addr == req.remote_addr) {
-        found = static_cast<int>(fd);
-        break;
-      }
-    }
-    ::closedir(dir);
-    return found;
-  }
-
-  int fd_;
-};
-
-void Reply(httplib::Response& res, const ApiError& e) {
-  res.status = e.http_status;
-  res.set_content(openai::ErrorBody(e), "application/json");
+void Reply(HttpResponseWriter& w, const ApiError& e) {
+  w.Send(e.http_status, "application/json", openai::ErrorBody(e));
 }
 
-ApiError NotFound(const std::string& what) {
+ApiError Error(int status, std::string message) {
   ApiError e;
-  e.http_status = 404;
-  e.type = "invalid_request_error";
-  e.code = "not_found";
-  e.message = what;
+  e.http_status = status;
+  e.type = status >= 500 ? "server_error" : "invalid_request_error";
+  if (status == 404) e.code = "not_found";
+  e.message = std::move(message);
   return e;
 }
 
@@ -105,19 +33,6 @@ uint64_t RandomSeed() {
   thread_local std::mt19937_64 gen(std::random_device{}());
   return gen();
 }
-
-// One streaming request: the generation runs on its own thread (the handler must return before
-// httplib sends anything), its server-sent events queue here for the content provider.
-struct StreamState {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> events;
-  bool started = false;  // the first message arrived: the answer is 200
-  bool done = false;
-  grpc::Status status;
-  std::atomic<bool> gone{false};  // the client left (a write failed, or the server stops)
-  std::thread thread;
-};
 
 }  // namespace
 
@@ -128,6 +43,12 @@ absl::Status HttpServerOptions::Validate() const {
   if (request_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("http request timeout must be positive");
   }
+  if (max_connections < 1 || max_connections_per_client < 1) {
+    return absl::InvalidArgumentError("http connection limits must be >= 1");
+  }
+  if (header_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("http header timeout must be positive");
+  }
   return absl::OkStatus();
 }
 
@@ -136,8 +57,7 @@ struct HttpServer::Impl {
   openai::ServedModel model;
   RouterMetrics* metrics;
   HttpServerOptions options;
-  std::unique_ptr<httplib::Server> server;  // an httplib::SSLServer under TLS
-  std::thread thread;
+  std::unique_ptr<HttpListener> listener;
   std::atomic<bool> stopping{false};  // the server is shutting down: cancel every request
 
   // Counts a generation request that ended before reaching the router (which counts its own).
@@ -145,37 +65,75 @@ struct HttpServer::Impl {
     if (metrics) metrics->requests(code).Increment();
   }
 
-  void Models(const httplib::Request& req, httplib::Response& res) {
+  void Handle(const HttpRequest& req, HttpResponseWriter& w) {
+    try {
+      Route(req, w);
+    } catch (const std::exception& e) {
+      // A bug, not the client's fault; the server keeps serving.
+      if (!w.started()) Reply(w, Error(500, absl::StrFormat("internal error: %s", e.what())));
+    }
+  }
+
+  void Route(const HttpRequest& req, HttpResponseWriter& w) {
+    const std::string& path = req.path;
+    // Authentication before routing: every /v1 endpoint needs a key when the router has keys
+    // (Router::Authorize, which gRPC uses too, counts refused completions as UNAUTHENTICATED
+    // requests; /v1/models is not a request there).
+    if (path.starts_with("/v1/")) {
+      const bool generation = !path.starts_with("/v1/models");
+      const grpc::Status s =
+          router->Authorize(std::string(req.Header("authorization")), generation);
+      if (!s.ok()) return Reply(w, openai::ToApiError(s, nullptr));
+    }
+    auto method = [&](const char* want) {
+      if (req.method == want) return true;
+      Reply(w, Error(405, absl::StrFormat("%s %s: the method must be %s", req.method, path, want)));
+      return false;
+    };
+    if (path == "/health") {
+      if (method("GET")) Health(w);
+    } else if (path == "/v1/models") {
+      if (method("GET")) Models("", w);
+    } else if (path.starts_with("/v1/models/") && path.size() > 11) {
+      if (method("GET")) Models(path.substr(11), w);
+    } else if (path == "/v1/completions") {
+      if (method("POST")) Generate(Endpoint::kCompletions, req, w);
+    } else if (path == "/v1/chat/completions") {
+      if (method("POST")) Generate(Endpoint::kChatCompletions, req, w);
+    } else {
+      Reply(w, Error(404, absl::StrFormat("no such endpoint: %s %s", req.method, path)));
+    }
+  }
+
+  void Models(const std::string& id, HttpResponseWriter& w) {
     nlohmann::ordered_json m = {{"id", model.id},
                                 {"object", "model"},
                                 {"created", 0},
                                 {"owned_by", "tandem"},
                                 {"max_model_len", model.max_context}};
-    if (req.matches.size() > 1) {
-      if (req.matches[1] != model.id) {
-        Reply(res, openai::ToApiError(
-                       grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                    absl::StrFormat("model: the model '%s' does not exist",
-                                                    req.matches[1].str())),
-                       nullptr));
+    if (!id.empty()) {
+      if (id != model.id) {
+        Reply(w, openai::ToApiError(
+                     grpc::Status(grpc::StatusCode::NOT_FOUND,
+                                  absl::StrFormat("model: the model '%s' does not exist", id)),
+                     nullptr));
         return;
       }
-      res.set_content(m.dump(), "application/json");
+      w.Send(200, "application/json", m.dump());
       return;
     }
     nlohmann::ordered_json list = {{"object", "list"}, {"data", {m}}};
-    res.set_content(list.dump(), "application/json");
+    w.Send(200, "application/json", list.dump());
   }
 
-  void Health(httplib::Response& res) {
+  void Health(HttpResponseWriter& w) {
     v1::ModelInfo info;
     router->GetModelInfo(&info);
     const bool ok = info.prefill_workers() > 0 && info.decode_workers() > 0;
     nlohmann::ordered_json body = {{"status", ok ? "ok" : "unavailable"},
                                    {"prefill_workers", info.prefill_workers()},
                                    {"decode_workers", info.decode_workers()}};
-    res.status = ok ? 200 : 503;
-    res.set_content(body.dump(), "application/json");
+    w.Send(ok ? 200 : 503, "application/json", body.dump());
   }
 
   StreamCall MakeCall() const {
@@ -186,101 +144,48 @@ struct HttpServer::Impl {
     return call;
   }
 
-  void Generate(Endpoint endpoint, const httplib::Request& req, httplib::Response& res) {
+  // The generation runs on this handler's thread: the client's bytes are already all here,
+  // and a streaming answer is written as the router produces it.
+  void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     auto parsed = openai::ParseRequest(endpoint, req.body, model, RandomSeed());
     if (!parsed.ok()) {
       Count(static_cast<grpc::StatusCode>(parsed.status().code()));
-      Reply(res, openai::ToApiError(parsed.status(), nullptr));
+      Reply(w, openai::ToApiError(parsed.status(), nullptr));
       return;
     }
-    // Shared with the content provider and the generation thread, which may outlive this call.
-    auto request = std::make_shared<openai::Request>(std::move(*parsed));
-    auto builder = std::make_shared<openai::ResponseBuilder>(*request, model,
-                                                             absl::ToUnixSeconds(absl::Now()));
-    auto watch = std::make_shared<ClientWatch>(req);
+    const openai::Request& request = *parsed;
+    openai::ResponseBuilder builder(request, model, absl::ToUnixSeconds(absl::Now()));
     StreamCall call = MakeCall();
+    call.cancelled = [this, &w] { return stopping.load() || w.ClientGone(); };
 
-    if (!request->stream) {
-      call.cancelled = [this, watch] { return stopping.load() || watch->Gone(); };
-      call.write = [builder](const v1::GenerateResponse& m) {
-        builder->Add(m);
+    if (!request.stream) {
+      call.write = [&builder](const v1::GenerateResponse& m) {
+        builder.Add(m);
         return true;
       };
-      const grpc::Status s = router->GenerateStream(request->generate, call);
-      if (!s.ok()) {
-        Reply(res, openai::ToApiError(s, request.get()));
-        return;
-      }
-      res.set_content(builder->Body(), "application/json");
+      const grpc::Status s = router->GenerateStream(request.generate, call);
+      if (!s.ok()) return Reply(w, openai::ToApiError(s, &request));
+      w.Send(200, "application/json", builder.Body());
       return;
     }
-
-    auto state = std::make_shared<StreamState>();
-    call.cancelled = [this, state, watch] {
-      return stopping.load() || state->gone.load() || watch->Gone();
-    };
-    call.write = [state, builder](const v1::GenerateResponse& m) {
-      std::string events = builder->Add(m);
-      std::lock_guard<std::mutex> lock(state->mu);
-      if (!events.empty()) state->events.push_back(std::move(events));
-      state->started = true;
-      state->cv.notify_all();
-      return !state->gone.load();
-    };
-    state->thread = std::thread([this, state, request, call] {
-      grpc::Status s = router->GenerateStream(request->generate, call);
-      std::lock_guard<std::mutex> lock(state->mu);
-      state->status = std::move(s);
-      state->done = true;
-      state->cv.notify_all();
-    });
-    {
-      // Errors before the first token (validation, no capacity, ...) get their HTTP status.
-      std::unique_lock<std::mutex> lock(state->mu);
-      state->cv.wait(lock, [&] { return state->started || state->done; });
-      if (!state->started) {
-        lock.unlock();
-        state->thread.join();
-        Reply(res, openai::ToApiError(state->status, request.get()));
-        return;
+    // Errors before the first token (validation, no capacity, ...) get their HTTP status; once
+    // the stream has started they end it as an error event.
+    call.write = [&](const v1::GenerateResponse& m) {
+      const std::string events = builder.Add(m);
+      if (!w.started() &&
+          !w.StartStream(200, "text/event-stream",
+                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+        return false;
       }
-    }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [state, builder, request](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> lock(state->mu);
-          for (;;) {
-            state->cv.wait(lock, [&] { return !state->events.empty() || state->done; });
-            while (!state->events.empty()) {
-              std::string events = std::move(state->events.front());
-              state->events.pop_front();
-              lock.unlock();
-              const bool ok = sink.write(events.data(), events.size());
-              lock.lock();
-              if (!ok) {
-                state->gone = true;  // the generation sees it through `cancelled`
-                return false;
-              }
-            }
-            if (state->done) break;
-          }
-          const std::string tail = state->status.ok()
-                                       ? builder->StreamEnd()
-                                       : openai::ResponseBuilder::StreamError(
-                                             openai::ToApiError(state->status, request.get())) +
-                                             "data: [DONE]\n\n";
-          lock.unlock();
-          if (!sink.write(tail.data(), tail.size())) return false;
-          sink.done();
-          return true;
-        },
-        [state](bool) {
-          // The response is gone (sent, failed, or never started): end the generation.
-          state->gone = true;
-          if (state->thread.joinable()) state->thread.join();
-        });
+      return events.empty() || w.Write(events);
+    };
+    const grpc::Status s = router->GenerateStream(request.generate, call);
+    if (!w.started()) return Reply(w, openai::ToApiError(s, &request));
+    const std::string tail =
+        s.ok() ? builder.StreamEnd()
+               : openai::ResponseBuilder::StreamError(openai::ToApiError(s, &request)) +
+                     "data: [DONE]\n\n";
+    if (w.Write(tail)) w.End();
   }
 };
 
@@ -288,8 +193,7 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 HttpServer::~HttpServer() {
   impl_->stopping = true;
-  impl_->server->stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->listener.reset();
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
@@ -303,83 +207,42 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   p->model = std::move(model);
   p->metrics = metrics;
   p->options = options;
-  if (options.tls.cert.empty()) {
-    p->server = std::make_unique<httplib::Server>();
-  } else {
+  HttpListenerOptions lo;
+  lo.host = options.host;
+  lo.port = options.port;
+  lo.threads = options.threads;
+  lo.limits.max_body_bytes = options.max_body_bytes;
+  lo.header_timeout = options.header_timeout;
+  lo.body_timeout = options.body_timeout;
+  lo.idle_timeout = options.idle_timeout;
+  lo.max_connections = options.max_connections;
+  lo.max_connections_per_client = options.max_connections_per_client;
+  if (!options.tls.cert.empty()) {
     // HTTPS with the gRPC ports' certificate; with a CA, client certificates are required.
-    auto ssl = std::make_unique<httplib::SSLServer>(
-        options.tls.cert.c_str(), options.tls.key.c_str(),
-        options.tls.ca.empty() ? nullptr : options.tls.ca.c_str());
-    if (!ssl->is_valid()) {
+    auto tls = LoadServerTls(options.tls);
+    absl::StatusOr<std::shared_ptr<SslContext>> ctx =
+        tls.ok() ? SslContext::ForServer(*tls) : tls.status();
+    if (!ctx.ok()) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "--tls-cert/--tls-key/--tls-ca: the HTTP port cannot use %s and %s%s", options.tls.cert,
-          options.tls.key, options.tls.ca.empty() ? "" : " with " + options.tls.ca));
+          "--tls-cert/--tls-key/--tls-ca: the HTTP port cannot use %s and %s%s: %s",
+          options.tls.cert, options.tls.key,
+          options.tls.ca.empty() ? "" : " with " + options.tls.ca, ctx.status().message()));
     }
-    p->server = std::move(ssl);
+    lo.tls = *std::move(ctx);
   }
-  httplib::Server& svr = *p->server;
-  const int threads = options.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr.set_payload_max_length(options.max_body_bytes);
-
-  // Authentication before routing: every /v1 endpoint needs a key when the router has keys
-  // (Router::Authorize, which gRPC uses too, counts refused completions as UNAUTHENTICATED
-  // requests; /v1/models is not a request there).
-  svr.set_pre_routing_handler([p](const httplib::Request& req, httplib::Response& res) {
-    if (!req.path.starts_with("/v1/")) return httplib::Server::HandlerResponse::Unhandled;
-    const bool generation = !req.path.starts_with("/v1/models");
-    const grpc::Status s = p->router->Authorize(req.get_header_value("Authorization"), generation);
-    if (s.ok()) return httplib::Server::HandlerResponse::Unhandled;
-    Reply(res, openai::ToApiError(s, nullptr));
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  svr.Get("/health", [p](const httplib::Request&, httplib::Response& res) { p->Health(res); });
-  svr.Get("/v1/models",
-          [p](const httplib::Request& req, httplib::Response& res) { p->Models(req, res); });
-  svr.Get(R"(/v1/models/(.+))",
-          [p](const httplib::Request& req, httplib::Response& res) { p->Models(req, res); });
-  svr.Post("/v1/completions", [p](const httplib::Request& req, httplib::Response& res) {
-    p->Generate(Endpoint::kCompletions, req, res);
-  });
-  svr.Post("/v1/chat/completions", [p](const httplib::Request& req, httplib::Response& res) {
-    p->Generate(Endpoint::kChatCompletions, req, res);
-  });
-  // Errors httplib produces itself (no route, body too large, ...) in OpenAI's shape; ours
-  // already have a body.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse(
-      [max = options.max_body_bytes](const httplib::Request& req, httplib::Response& res) {
-        if (!res.body.empty() || res.is_chunked_content_provider_) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        ApiError e;
-        e.http_status = res.status;
-        e.type = res.status >= 500 ? "server_error" : "invalid_request_error";
-        if (res.status == 404) {
-          e = NotFound(absl::StrFormat("no such endpoint: %s %s", req.method, req.path));
-        } else if (res.status == 413) {
-          e.message = absl::StrFormat("the request body is larger than %d bytes", max);
-        } else {
-          e.message = absl::StrFormat(
-              "%s %s: HTTP status %d (malformed request, or a method this "
-              "endpoint does not take)",
-              req.method, req.path, res.status);
-        }
-        Reply(res, e);
-        return httplib::Server::HandlerResponse::Handled;
-      }));
-
-  const int port = options.port == 0
-                       ? svr.bind_to_any_port(options.host)
-                       : (svr.bind_to_port(options.host, options.port) ? options.port : -1);
-  if (port <= 0) {
-    return absl::UnavailableError(
-        absl::StrFormat("http: cannot listen on %s:%d", options.host, options.port));
-  }
-  p->thread = std::thread([p] { p->server->listen_after_bind(); });
+  auto listener = HttpListener::Start(
+      lo, [p](const HttpRequest& req, HttpResponseWriter& w) { p->Handle(req, w); },
+      [](int status, const std::string& message) {
+        return openai::ErrorBody(Error(status, message));
+      });
+  if (!listener.ok()) return listener.status();
+  p->listener = *std::move(listener);
   std::unique_ptr<HttpServer> server(new HttpServer(std::move(impl)));
-  server->address_ = absl::StrFormat("%s:%d", options.host, port);
+  server->address_ = p->listener->address();
   return server;
 }
+
+int HttpServer::connections() const { return impl_->listener->connections(); }
 
 absl::StatusOr<TokenizerChatTemplate> LoadChatTemplate(const std::string& model_path,
                                                        const std::string& tokenizer_path,

@@ -1,8 +1,10 @@
-// The router's OpenAI-compatible HTTP front (cpp-httplib): POST /v1/completions,
+// The router's OpenAI-compatible HTTP front (http/http_listener.h): POST /v1/completions,
 // POST /v1/chat/completions (JSON or server-sent events), GET /v1/models, GET /health. Every
 // generation goes through Router::GenerateStream, the path gRPC's Generate takes, so both get the
 // same validation, limits, cancellation and metrics. A client that disconnects cancels its
-// request, which frees it on every worker. httplib itself is included by http_server.cc only.
+// request, which frees it on every worker. Slow or idle clients hold no serving thread (the
+// listener reads requests on its event loop), and bodies are checked for JSON nesting and
+// number range before they are parsed.
 #ifndef TANDEM_HTTP_HTTP_SERVER_H_
 #define TANDEM_HTTP_HTTP_SERVER_H_
 
@@ -22,10 +24,19 @@ class Router;
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
-  int threads = 64;  // connections served at once (a streaming request holds one)
+  int threads = 64;  // requests served at once (a streaming request holds one)
   // Each request's deadline (DEADLINE_EXCEEDED: HTTP 504); infinite: none.
   absl::Duration request_timeout = absl::InfiniteDuration();
   size_t max_body_bytes = size_t{16} << 20;
+  // A client must send its request line and headers within `header_timeout`, its body within
+  // `body_timeout`; an idle keep-alive connection is closed after `idle_timeout`.
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(30);
+  absl::Duration idle_timeout = absl::Seconds(60);
+  // Open connections, in total and per client address (beyond: the longest-waiting connection
+  // without a whole request is closed to make room).
+  int max_connections = 4096;
+  int max_connections_per_client = 256;
   // The process's --tls-cert/--tls-key (HTTPS) and --tls-ca (every client must then present a
   // certificate the CA signed, as on the gRPC ports); none: plain HTTP.
   TlsFlags tls;
@@ -46,6 +57,8 @@ class HttpServer {
 
   // HOST:PORT actually bound.
   const std::string& address() const { return address_; }
+  // Connections open now.
+  int connections() const;
 
  private:
   struct Impl;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "http/json_limits.h"
 
 namespace tandem::openai {
 namespace {
@@ -275,10 +276,11 @@ std::string FinishReasonName(v1::FinishReason reason) {
 
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
                                      const ServedModel& model, uint64_t random_seed) {
+  if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
   Json body;
   try {
     body = Json::parse(body_text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body is not valid JSON (", e.what(), ")"));
   }

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kv_transfer/kv_auth.h"
 #include "kv_transfer/wire.h"
 
 namespace tandem {
@@ -28,6 +29,7 @@ struct KvTarget {
   std::string endpoint;  // "tcp://127.0.0.1:PORT", "local://NAME" or "nccl://HOST:PORT"
   uint64_t lease_id = 0;
   uint32_t generation = 0;
+  std::string capability;  // kKvCapabilityBytes random bytes: what lets a writer in
 };
 bool operator==(const KvTarget& a, const KvTarget& b);
 
@@ -37,6 +39,11 @@ bool operator==(const KvTarget& a, const KvTarget& b);
 class KvSink {
  public:
   virtual ~KvSink() = default;
+  // The verdict on a DATA frame's header alone, before its payload is read or any memory is
+  // allocated for it: a live lease with this capability, a token range inside it, the width and
+  // dtype of the cache. Transports skip the payload of a refused chunk (answering the refusal),
+  // so a header that announces more than its lease can hold costs no memory.
+  virtual absl::Status CheckHeader(const KvChunkHeader& h) = 0;
   virtual absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) = 0;
   // Transports without an ACK (nccl) report here a chunk that arrived but could not be
   // delivered (Accept refused it, a checksum or copy failed, its communicator broke mid-payload):
@@ -48,6 +55,13 @@ struct KvReceiverOptions {
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
   // A peer that stops mid-frame for this long is disconnected (tcp).
   absl::Duration io_timeout = absl::Seconds(30);
+  // tcp: who may connect (required) and how long a new connection may take to prove it.
+  KvAuth auth;
+  absl::Duration handshake_timeout = absl::Seconds(5);
+  // tcp: connections at once, in total and per peer host (each has a thread). Prefill workers
+  // hold one connection per decode worker, so these bound what strangers can hold.
+  int max_connections = 256;
+  int max_connections_per_peer = 32;
 };
 
 class KvReceiver {
@@ -62,6 +76,8 @@ class KvReceiver {
 
 struct KvSenderOptions {
   uint64_t max_frame_bytes = kDefaultMaxFrameBytes;
+  // tcp: the credentials proven to every decode worker's receiver (required).
+  KvAuth auth;
   absl::Duration connect_timeout = absl::Seconds(5);
   // A connection that makes no progress writing for this long is declared lost (tcp).
   absl::Duration io_timeout = absl::Seconds(30);

@@ -1,8 +1,10 @@
 #include "kv_transfer/lease_table.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "security/cluster_secret.h"
 
 namespace tandem {
 
@@ -12,37 +14,40 @@ uint32_t LeaseTable::NextGeneration() {
   return next_generation_++;
 }
 
-absl::StatusOr<Lease> LeaseTable::Create(uint64_t request_id, std::vector<int> blocks,
-                                         int num_tokens, int n_layers, absl::Time deadline) {
+absl::StatusOr<Lease> LeaseTable::Create(std::vector<int> blocks, int num_tokens, int n_layers,
+                                         absl::Time deadline) {
   if (num_tokens <= 0) return absl::InvalidArgumentError("lease: num_tokens must be positive");
   if (n_layers <= 0) return absl::InvalidArgumentError("lease: n_layers must be positive");
-  if (leases_.contains(request_id)) {
-    return absl::AlreadyExistsError(
-        absl::StrFormat("lease: request %d already has a live lease", request_id));
-  }
+  Lease lease;
+  do {
+    const std::string r = RandomBytes(sizeof(lease.id));
+    std::memcpy(&lease.id, r.data(), sizeof(lease.id));
+  } while (lease.id == 0 || leases_.contains(lease.id));
+  lease.generation = NextGeneration();
+  lease.capability = RandomBytes(kKvCapabilityBytes);
   Entry e;
-  e.generation = NextGeneration();
+  e.generation = lease.generation;
+  e.capability = lease.capability;
   e.blocks = std::move(blocks);
   e.num_tokens = static_cast<uint32_t>(num_tokens);
   e.deadline = deadline;
   e.received.resize(n_layers);
-  const Lease lease{request_id, e.generation};
-  leases_.emplace(request_id, std::move(e));
+  leases_.emplace(lease.id, std::move(e));
   return lease;
 }
 
-absl::StatusOr<std::span<const int>> LeaseTable::CheckChunk(uint64_t lease_id, uint32_t generation,
-                                                            uint32_t layer, uint32_t token_start,
-                                                            uint32_t token_count) const {
+absl::StatusOr<std::span<const int>> LeaseTable::CheckChunk(const KvChunkHeader& h) const {
+  const uint64_t lease_id = h.lease_id;
+  const uint32_t layer = h.layer, token_start = h.token_start, token_count = h.token_count;
   auto it = leases_.find(lease_id);
-  if (it == leases_.end()) {
-    return absl::NotFoundError(absl::StrFormat("lease %d is not live", lease_id));
+  // One answer for an unknown lease, a stale generation and a wrong capability: a writer
+  // without the lease's capability learns nothing about which leases exist.
+  if (it == leases_.end() || h.generation != it->second.generation ||
+      !ConstantTimeEquals(h.capability, it->second.capability)) {
+    return absl::AbortedError(
+        "kv: refused: no live lease matches the chunk's lease, generation and capability");
   }
   const Entry& e = it->second;
-  if (generation != e.generation) {
-    return absl::AbortedError(absl::StrFormat("lease %d: stale generation %d (live: %d)", lease_id,
-                                              generation, e.generation));
-  }
   if (layer >= e.received.size()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("lease %d: layer %d outside [0, %d)", lease_id, layer, e.received.size()));
@@ -58,18 +63,16 @@ absl::StatusOr<std::span<const int>> LeaseTable::CheckChunk(uint64_t lease_id, u
   return std::span<const int>(e.blocks);
 }
 
-absl::Status LeaseTable::OnChunk(uint64_t lease_id, uint32_t generation, uint32_t layer,
-                                 uint32_t token_start, uint32_t token_count) {
-  absl::StatusOr<std::span<const int>> ok =
-      CheckChunk(lease_id, generation, layer, token_start, token_count);
+absl::Status LeaseTable::OnChunk(const KvChunkHeader& h) {
+  absl::StatusOr<std::span<const int>> ok = CheckChunk(h);
   if (!ok.ok()) return ok.status();
-  Entry& e = leases_.find(lease_id)->second;
-  auto& ranges = e.received[layer];
+  Entry& e = leases_.find(h.lease_id)->second;
+  auto& ranges = e.received[h.layer];
   const bool was_done =
       ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == e.num_tokens;
   // Merge [start, end) with every range it overlaps or touches.
-  uint32_t start = token_start;
-  uint32_t end = token_start + token_count;
+  uint32_t start = h.token_start;
+  uint32_t end = h.token_start + h.token_count;
   auto first = std::lower_bound(ranges.begin(), ranges.end(), start,
                                 [](const auto& r, uint32_t s) { return r.second < s; });
   auto last = first;
@@ -106,7 +109,7 @@ std::vector<ExpiredLease> LeaseTable::Expire(absl::Time now) {
   for (auto it = leases_.begin(); it != leases_.end();) {
     const Entry& e = it->second;
     if (e.deadline <= now && e.layers_done < static_cast<int64_t>(e.received.size())) {
-      out.push_back({Lease{it->first, e.generation}, std::move(it->second.blocks)});
+      out.push_back({Lease{it->first, e.generation, e.capability}, std::move(it->second.blocks)});
       leases_.erase(it++);
     } else {
       ++it;

@@ -3,10 +3,12 @@
 // lock held while scattering a chunk, so a concurrent Release cannot hand the blocks to another
 // request mid-copy).
 //
-// A lease is named by its request id (one live lease per request on a worker) and a generation
-// drawn from a table-wide increasing counter. When a request is resumed on the same worker it
-// gets a new lease with the same id and a larger generation, so a late writer of the earlier
-// attempt is refused (ABORTED) instead of writing into blocks that now belong to the new one.
+// A lease is named by a random 64-bit id and guarded by a random 128-bit capability, both drawn
+// from the system's cryptographic source at Create and handed to the prefill worker in the KV
+// target (kv_transfer/kv_transfer.h). A chunk must name a live lease with its capability and
+// generation (a table-wide increasing counter); otherwise it is refused with one answer whether
+// or not the lease exists, so neither a stranger nor a late writer of an earlier attempt (a
+// request resumed here gets a new lease) can write into blocks that belong to someone else.
 //
 // A chunk covers tokens [token_start, token_start + token_count) of one layer. Duplicate or
 // overlapping chunks are accepted (idempotent: the same prompt produces the same KV) until the
@@ -17,6 +19,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -24,12 +27,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "kv_transfer/wire.h"
 
 namespace tandem {
 
 struct Lease {
   uint64_t id = 0;
   uint32_t generation = 0;
+  std::string capability;  // kKvCapabilityBytes
 };
 
 struct ExpiredLease {
@@ -40,22 +45,18 @@ struct ExpiredLease {
 class LeaseTable {
  public:
   // Opens a lease expecting `num_tokens` tokens of each of `n_layers` layers into `blocks`
-  // before `deadline`. ALREADY_EXISTS if `request_id` has a live lease, INVALID_ARGUMENT if
-  // num_tokens or n_layers is not positive.
-  absl::StatusOr<Lease> Create(uint64_t request_id, std::vector<int> blocks, int num_tokens,
-                               int n_layers, absl::Time deadline);
+  // before `deadline`. INVALID_ARGUMENT if num_tokens or n_layers is not positive.
+  absl::StatusOr<Lease> Create(std::vector<int> blocks, int num_tokens, int n_layers,
+                               absl::Time deadline);
 
   // Validates a chunk without recording it and returns the lease's blocks (valid until the
-  // next call that mutates the table). NOT_FOUND for an unknown or released lease, ABORTED for
-  // a stale generation, INVALID_ARGUMENT for a layer or token range outside the prompt,
-  // FAILED_PRECONDITION once the lease is complete.
-  absl::StatusOr<std::span<const int>> CheckChunk(uint64_t lease_id, uint32_t generation,
-                                                  uint32_t layer, uint32_t token_start,
-                                                  uint32_t token_count) const;
+  // next call that mutates the table). ABORTED when no live lease has the chunk's id,
+  // generation and capability (the same answer for each), INVALID_ARGUMENT for a layer or token
+  // range outside the prompt, FAILED_PRECONDITION once the lease is complete.
+  absl::StatusOr<std::span<const int>> CheckChunk(const KvChunkHeader& h) const;
 
   // CheckChunk, then records the range as received.
-  absl::Status OnChunk(uint64_t lease_id, uint32_t generation, uint32_t layer, uint32_t token_start,
-                       uint32_t token_count);
+  absl::Status OnChunk(const KvChunkHeader& h);
 
   // True when every token of every layer has been received; false for unknown leases.
   bool IsComplete(uint64_t lease_id) const;
@@ -73,6 +74,7 @@ class LeaseTable {
  private:
   struct Entry {
     uint32_t generation = 0;
+    std::string capability;
     std::vector<int> blocks;
     uint32_t num_tokens = 0;
     absl::Time deadline;

@@ -1,12 +1,11 @@
 #include "kv_transfer/tcp_transport.h"
 
-#include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,15 +24,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "kv_transfer/crc32c.h"
+#include "kv_transfer/kv_auth.h"
 #include "kv_transfer/transport_common.h"
 #include "kv_transfer/wire.h"
+#include "security/secure_socket.h"
 
 namespace tandem {
 namespace {
-
-// Every blocking wait is cut into slices this long so a stop flag is seen promptly even when
-// nobody shuts the socket down.
-constexpr int kPollSliceMs = 100;
 
 absl::Status Errno(std::string_view what) {
   return absl::UnavailableError(absl::StrFormat("kv tcp: %s: %s", what, std::strerror(errno)));
@@ -44,85 +41,37 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// Waits until `fd` is ready for `events`, `stop` is set (CANCELLED) or `deadline` passes
-// (DEADLINE_EXCEEDED). Hang-ups and errors count as ready: the next read or write reports them.
-absl::Status PollFor(int fd, short events, const std::atomic<bool>& stop, absl::Time deadline) {
-  for (;;) {
-    if (stop.load(std::memory_order_relaxed)) {
-      return absl::CancelledError("kv tcp: shutting down");
-    }
-    const absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("kv tcp: i/o timeout");
-    const int ms =
-        left > absl::Milliseconds(kPollSliceMs)
-            ? kPollSliceMs
-            : static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))));
-    pollfd p{fd, events, 0};
-    const int r = poll(&p, 1, ms);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return Errno("poll");
-    }
-    if (r > 0) return absl::OkStatus();
+// The peer's IP address ("" when unknown): connection caps count per peer host.
+std::string PeerHost(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
   }
+  return buf;
 }
 
-// Reads exactly `n` bytes. Before the first byte the wait is bounded by `first_deadline` (an
-// idle connection between frames may wait forever); after it, each stall by `io_timeout`.
-absl::Status ReadFull(int fd, char* buf, size_t n, const std::atomic<bool>& stop,
-                      absl::Time first_deadline, absl::Duration io_timeout) {
-  size_t got = 0;
-  absl::Time deadline = first_deadline;
-  while (got < n) {
-    if (absl::Status s = PollFor(fd, POLLIN, stop, deadline); !s.ok()) return s;
-    const ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
-    if (r > 0) {
-      got += static_cast<size_t>(r);
-      deadline = absl::Now() + io_timeout;
-    } else if (r == 0) {
-      return absl::UnavailableError(got == 0 ? "kv tcp: peer closed the connection"
-                                             : "kv tcp: peer closed the connection mid-frame");
-    } else if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
-      return Errno("recv");
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Writes the header then the payload, resuming partial writes; a stall longer than
-// `io_timeout` fails. MSG_NOSIGNAL: a closed peer is an error, not SIGPIPE.
-absl::Status WriteAll(int fd, std::span<const char> a, std::span<const char> b,
-                      const std::atomic<bool>& stop, absl::Duration io_timeout) {
-  iovec iov[2] = {{const_cast<char*>(a.data()), a.size()}, {const_cast<char*>(b.data()), b.size()}};
-  int first = 0;
-  const int count = b.empty() ? 1 : 2;
-  absl::Time deadline = absl::Now() + io_timeout;
-  while (first < count) {
-    msghdr msg{};
-    msg.msg_iov = iov + first;
-    msg.msg_iovlen = count - first;
-    const ssize_t r = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("send");
-      if (absl::Status s = PollFor(fd, POLLOUT, stop, deadline); !s.ok()) return s;
-      continue;
-    }
-    size_t left = static_cast<size_t>(r);
-    while (first < count && left >= iov[first].iov_len) left -= iov[first++].iov_len;
-    if (first < count) {
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + left;
-      iov[first].iov_len -= left;
-    }
-    deadline = absl::Now() + io_timeout;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status WriteAck(int fd, const KvFrameHeader& data, const absl::Status& status,
+absl::Status WriteAck(SecureSocket& sock, const KvFrameHeader& data, const absl::Status& status,
                       const std::atomic<bool>& stop, absl::Duration io_timeout) {
   const std::string ack = EncodeKvAckFrame(data.seq, data.chunk, status);
-  return WriteAll(fd, ack, {}, stop, io_timeout);
+  return sock.WriteAll(ack, {}, stop, io_timeout);
+}
+
+// Reads and drops `n` bytes through a small buffer: the payload of a refused chunk, so the
+// stream stays delimited without allocating what its header announced.
+absl::Status SkipBytes(SecureSocket& sock, uint64_t n, const std::atomic<bool>& stop,
+                       absl::Duration io_timeout) {
+  char scratch[64 << 10];
+  while (n > 0) {
+    const size_t part = static_cast<size_t>(std::min<uint64_t>(n, sizeof(scratch)));
+    if (absl::Status s = sock.ReadFull(scratch, part, stop, absl::Now() + io_timeout, io_timeout);
+        !s.ok()) {
+      return s;
+    }
+    n -= part;
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -149,28 +98,31 @@ class TcpKvReceiver final : public KvReceiver {
     {
       absl::MutexLock lock(&mu_);
       conns.swap(conns_);
-      for (auto& c : conns) ::shutdown(c->fd, SHUT_RDWR);
+      for (auto& c : conns) c->sock->ShutdownBoth();
     }
-    for (auto& c : conns) {
-      c->thread.join();
-      ::close(c->fd);
-    }
+    for (auto& c : conns) c->thread.join();
   }
 
  private:
   struct Conn {
-    int fd = -1;
+    std::unique_ptr<SecureSocket> sock;
+    std::string peer;  // the peer's IP address
     std::thread thread;
+    std::atomic<bool> authenticated{false};
     std::atomic<bool> done{false};
+    bool evicted = false;  // under mu_: shut down to make room, no longer counted
   };
 
   void AcceptLoop() {
     while (!stop_.load()) {
       ReapFinished();
       pollfd p{listen_fd_, POLLIN, 0};
-      const int r = poll(&p, 1, kPollSliceMs);
+      const int r = poll(&p, 1, 100);
       if (r <= 0 || stop_.load()) continue;
-      const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      sockaddr_storage addr{};
+      socklen_t len = sizeof(addr);
+      const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         // EMFILE and friends leave the connection pending; back off instead of spinning.
         if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) {
@@ -179,37 +131,82 @@ class TcpKvReceiver final : public KvReceiver {
         continue;
       }
       SetNoDelay(fd);
-      absl::MutexLock lock(&mu_);
       auto conn = std::make_unique<Conn>();
-      conn->fd = fd;
+      conn->sock = std::make_unique<SecureSocket>(fd, options_.auth.tls, /*server=*/true);
+      conn->peer = PeerHost(addr);
+      absl::MutexLock lock(&mu_);
+      if (!MakeRoomLocked(conn->peer)) continue;  // conn's destructor closes the socket
       Conn* c = conn.get();
       conns_.push_back(std::move(conn));
       c->thread = std::thread([this, c] { Serve(c); });
     }
   }
 
-  // Joins and closes connections whose peer went away, so a long-lived receiver does not
-  // accumulate threads and descriptors.
+  // Caps the connections, in total and per peer host. At a cap, the oldest connection still
+  // proving itself (of that peer, for the per-peer cap) is shut down to make room; when every
+  // counted connection is authenticated, the newcomer is refused. A flood of strangers thus
+  // costs bounded threads and memory and cannot lock out the cluster's own prefill workers.
+  bool MakeRoomLocked(const std::string& peer) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int total = 0, same_peer = 0;
+    for (const auto& c : conns_) {
+      if (c->evicted || c->done.load()) continue;
+      ++total;
+      same_peer += c->peer == peer;
+    }
+    auto evict_oldest = [&](bool same_peer_only) {
+      for (auto& c : conns_) {
+        if (c->evicted || c->done.load() || c->authenticated.load()) continue;
+        if (same_peer_only && c->peer != peer) continue;
+        c->evicted = true;
+        c->sock->ShutdownBoth();
+        return true;
+      }
+      return false;
+    };
+    if (same_peer >= options_.max_connections_per_peer && !evict_oldest(true)) return false;
+    if (total >= options_.max_connections && same_peer < options_.max_connections_per_peer &&
+        !evict_oldest(false)) {
+      return false;
+    }
+    return true;
+  }
+
+  // Joins connections whose peer went away, so a long-lived receiver does not accumulate
+  // threads and descriptors.
   void ReapFinished() {
-    absl::MutexLock lock(&mu_);
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if ((*it)->done.load()) {
-        (*it)->thread.join();
-        ::close((*it)->fd);
-        it = conns_.erase(it);
-      } else {
-        ++it;
+    std::list<std::unique_ptr<Conn>> finished;
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto it = conns_.begin(); it != conns_.end();) {
+        if ((*it)->done.load()) {
+          finished.push_back(std::move(*it));
+          it = conns_.erase(it);
+        } else {
+          ++it;
+        }
       }
     }
+    for (auto& c : finished) c->thread.join();
   }
 
   void Serve(Conn* c) {
+    SecureSocket& sock = *c->sock;
+    if (AuthenticateKvConnection(sock, options_.auth, /*receiver=*/true, stop_,
+                                 absl::Now() + options_.handshake_timeout)
+            .ok()) {
+      c->authenticated.store(true);
+      ServeFrames(sock);
+    }
+    c->done.store(true);
+  }
+
+  void ServeFrames(SecureSocket& sock) {
     std::vector<char> buf;
     char hdr[kKvFrameHeaderBytes];
     for (;;) {
-      if (!ReadFull(c->fd, hdr, sizeof(hdr), stop_, absl::InfiniteFuture(), options_.io_timeout)
+      if (!sock.ReadFull(hdr, sizeof(hdr), stop_, absl::InfiniteFuture(), options_.io_timeout)
                .ok()) {
-        break;
+        return;
       }
       KvFrameHeader raw;
       absl::StatusOr<KvFrameHeader> h = DecodeKvFrameHeader(hdr, options_.max_frame_bytes, &raw);
@@ -217,23 +214,31 @@ class TcpKvReceiver final : public KvReceiver {
         // An intact but invalid header can still be answered; either way the payload that
         // follows cannot be delimited, so the connection ends.
         if (h.status().code() != absl::StatusCode::kDataLoss) {
-          WriteAck(c->fd, raw, h.status(), stop_, options_.io_timeout).IgnoreError();
+          WriteAck(sock, raw, h.status(), stop_, options_.io_timeout).IgnoreError();
         }
-        break;
+        return;
       }
-      if (h->kind != KvFrameKind::kData) break;
+      if (h->kind != KvFrameKind::kData) return;
+      // The lease, its capability and the size it can hold are checked before a byte of the
+      // payload is buffered: a refused chunk's payload is read through and dropped.
+      if (absl::Status verdict = sink_->CheckHeader(h->chunk); !verdict.ok()) {
+        if (!SkipBytes(sock, h->payload_length, stop_, options_.io_timeout).ok() ||
+            !WriteAck(sock, *h, verdict, stop_, options_.io_timeout).ok()) {
+          return;
+        }
+        continue;
+      }
       const size_t len = static_cast<size_t>(h->payload_length);
       if (buf.size() < len) buf.resize(len);
-      if (!ReadFull(c->fd, buf.data(), len, stop_, absl::Now() + options_.io_timeout,
-                    options_.io_timeout)
+      if (!sock.ReadFull(buf.data(), len, stop_, absl::Now() + options_.io_timeout,
+                         options_.io_timeout)
                .ok()) {
-        break;
+        return;
       }
       const absl::Status verdict =
           DeliverKvChunk(sink_, *h, std::span<const char>(buf.data(), len));
-      if (!WriteAck(c->fd, *h, verdict, stop_, options_.io_timeout).ok()) break;
+      if (!WriteAck(sock, *h, verdict, stop_, options_.io_timeout).ok()) return;
     }
-    c->done.store(true);
   }
 
   KvSink* const sink_;
@@ -299,8 +304,8 @@ class TcpKvSender final : public KvSender {
     KvEndpoint address;
     std::thread writer;
     std::deque<KvOutgoingChunk> queue;  // guarded by mu_
-    // The open connection. fd and reader belong to the writer thread.
-    int fd = -1;
+    // The open connection. sock and reader belong to the writer thread.
+    std::unique_ptr<SecureSocket> sock;
     std::thread reader;
     std::atomic<bool> reader_stop{false};
     bool broken = false;  // guarded by mu_: the reader saw the connection end
@@ -346,7 +351,7 @@ class TcpKvSender final : public KvSender {
     bool connected;
     {
       absl::MutexLock lock(&mu_);
-      connected = ch->fd >= 0 && !ch->broken;
+      connected = ch->sock != nullptr && !ch->broken;
     }
     if (!connected) {
       CloseConnection(ch, absl::UnavailableError("kv tcp: connection lost"));
@@ -377,7 +382,7 @@ class TcpKvSender final : public KvSender {
     }
     char hdr[kKvFrameHeaderBytes];
     EncodeKvFrameHeader(h, hdr);
-    absl::Status s = WriteAll(ch->fd, hdr, item.payload, stop_, options_.io_timeout);
+    absl::Status s = ch->sock->WriteAll(hdr, item.payload, stop_, options_.io_timeout);
     if (!s.ok()) {
       CloseConnection(ch, absl::UnavailableError(
                               absl::StrFormat("kv send to %s: %s", ch->endpoint, s.message())));
@@ -407,7 +412,7 @@ class TcpKvSender final : public KvSender {
     if (rc < 0 && errno != EINPROGRESS) {
       s = Errno(absl::StrFormat("connect %s", ch->endpoint));
     } else if (rc < 0) {
-      s = PollFor(fd, POLLOUT, stop_, absl::Now() + options_.connect_timeout);
+      s = WaitReady(fd, POLLOUT, stop_, absl::Now() + options_.connect_timeout);
       int err = 0;
       socklen_t len = sizeof(err);
       if (s.ok() && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) {
@@ -420,32 +425,38 @@ class TcpKvSender final : public KvSender {
       return absl::UnavailableError(s.message());
     }
     SetNoDelay(fd);
-    ch->fd = fd;
+    auto sock = std::make_unique<SecureSocket>(fd, options_.auth.tls, /*server=*/false);
+    if (absl::Status a = AuthenticateKvConnection(*sock, options_.auth, /*receiver=*/false, stop_,
+                                                  absl::Now() + options_.connect_timeout);
+        !a.ok()) {
+      return absl::UnavailableError(
+          absl::StrFormat("kv tcp: handshake with %s: %s", ch->endpoint, a.message()));
+    }
+    ch->sock = std::move(sock);
     ch->reader_stop.store(false);
-    ch->reader = std::thread([this, ch, fd] { ReaderLoop(ch, fd); });
+    ch->reader = std::thread([this, ch, s = ch->sock.get()] { ReaderLoop(ch, *s); });
     return absl::OkStatus();
   }
 
   // Writer thread only: stops the reader, closes the socket and fails what was in flight.
   void CloseConnection(Channel* ch, const absl::Status& why) {
-    if (ch->fd < 0) return;
+    if (ch->sock == nullptr) return;
     ch->reader_stop.store(true);
-    ::shutdown(ch->fd, SHUT_RDWR);
+    ch->sock->ShutdownBoth();
     ch->reader.join();
-    ::close(ch->fd);
-    ch->fd = -1;
+    ch->sock.reset();
     absl::MutexLock lock(&mu_);
     FailInFlight(ch, why);
     ch->broken = false;
   }
 
-  void ReaderLoop(Channel* ch, int fd) {
+  void ReaderLoop(Channel* ch, SecureSocket& sock) {
     char hdr[kKvFrameHeaderBytes];
     std::string message;
     absl::Status why;
     for (;;) {
-      why = ReadFull(fd, hdr, sizeof(hdr), ch->reader_stop, absl::InfiniteFuture(),
-                     options_.io_timeout);
+      why = sock.ReadFull(hdr, sizeof(hdr), ch->reader_stop, absl::InfiniteFuture(),
+                          options_.io_timeout);
       if (!why.ok()) break;
       absl::StatusOr<KvFrameHeader> h = DecodeKvFrameHeader(hdr, options_.max_frame_bytes);
       if (!h.ok()) {
@@ -457,8 +468,8 @@ class TcpKvSender final : public KvSender {
         break;
       }
       message.resize(h->payload_length);
-      why = ReadFull(fd, message.data(), message.size(), ch->reader_stop,
-                     absl::Now() + options_.io_timeout, options_.io_timeout);
+      why = sock.ReadFull(message.data(), message.size(), ch->reader_stop,
+                          absl::Now() + options_.io_timeout, options_.io_timeout);
       if (!why.ok()) break;
       const absl::Status verdict = Crc32c(message) == h->payload_crc
                                        ? KvAckStatus(*h, message)
@@ -510,6 +521,11 @@ absl::StatusOr<std::unique_ptr<KvReceiver>> CreateTcpKvReceiver(std::string_view
                                                                 KvSink* sink,
                                                                 const KvReceiverOptions& options) {
   if (sink == nullptr) return absl::InvalidArgumentError("kv tcp receiver: sink is null");
+  if (!options.auth.secured()) {
+    return absl::InvalidArgumentError(
+        "kv tcp receiver: no cluster credentials (a secret or mutual TLS): the KV port is never "
+        "open");
+  }
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -553,7 +569,12 @@ absl::StatusOr<std::unique_ptr<KvReceiver>> CreateTcpKvReceiver(std::string_view
   return std::make_unique<TcpKvReceiver>(sink, options, fd, std::move(endpoint));
 }
 
-std::unique_ptr<KvSender> CreateTcpKvSender(const KvSenderOptions& options) {
+absl::StatusOr<std::unique_ptr<KvSender>> CreateTcpKvSender(const KvSenderOptions& options) {
+  if (!options.auth.secured()) {
+    return absl::InvalidArgumentError(
+        "kv tcp sender: no cluster credentials (a secret or mutual TLS) to prove to decode "
+        "workers");
+  }
   return std::make_unique<TcpKvSender>(options);
 }
 

@@ -13,7 +13,8 @@ absl::string_view ToAbsl(std::string_view s) { return absl::string_view(s.data()
 }  // namespace
 
 bool operator==(const KvTarget& a, const KvTarget& b) {
-  return a.endpoint == b.endpoint && a.lease_id == b.lease_id && a.generation == b.generation;
+  return a.endpoint == b.endpoint && a.lease_id == b.lease_id && a.generation == b.generation &&
+         a.capability == b.capability;
 }
 
 absl::StatusOr<KvEndpoint> ParseTcpAddress(std::string_view address) {
@@ -64,6 +65,7 @@ absl::StatusOr<KvOutgoingChunk> KvSendTracker::Begin(const KvTarget& target,
   out.chunk = header;
   out.chunk.lease_id = target.lease_id;
   out.chunk.generation = target.generation;
+  out.chunk.capability = target.capability;
   absl::StatusOr<uint64_t> want = KvChunkPayloadBytes(out.chunk, options_.max_frame_bytes);
   if (!want.ok()) return want.status();
   if (*want != payload.size()) {

@@ -1,5 +1,6 @@
 #include "kv_transfer/wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -9,7 +10,9 @@
 namespace tandem {
 namespace {
 
-constexpr size_t kHeaderCrcOffset = 68;
+constexpr size_t kCapabilityOffset = 64;
+constexpr size_t kPayloadCrcOffset = 80;
+constexpr size_t kHeaderCrcOffset = 84;
 
 // Little-endian field access; the header is never read through a struct cast, so a garbage
 // buffer cannot trip alignment or padding assumptions.
@@ -77,7 +80,12 @@ void EncodeKvFrameHeader(const KvFrameHeader& h, std::span<char, kKvFrameHeaderB
   Put<uint32_t>(b, 48, data ? h.chunk.width : 0);
   Put<uint32_t>(b, 52, data ? 0 : static_cast<uint32_t>(h.status));
   Put<uint64_t>(b, 56, h.payload_length);
-  Put<uint32_t>(b, 64, h.payload_crc);
+  std::memset(b + kCapabilityOffset, 0, kKvCapabilityBytes);
+  if (data) {
+    std::memcpy(b + kCapabilityOffset, h.chunk.capability.data(),
+                std::min(h.chunk.capability.size(), kKvCapabilityBytes));
+  }
+  Put<uint32_t>(b, kPayloadCrcOffset, h.payload_crc);
   Put<uint32_t>(b, kHeaderCrcOffset, Crc32cExtend(0, b, kHeaderCrcOffset));
 }
 
@@ -113,7 +121,9 @@ absl::StatusOr<KvFrameHeader> DecodeKvFrameHeader(std::span<const char> bytes,
   h.chunk.width = Get<uint32_t>(b, 48);
   const uint32_t status = Get<uint32_t>(b, 52);
   h.payload_length = Get<uint64_t>(b, 56);
-  h.payload_crc = Get<uint32_t>(b, 64);
+  if (h.kind == KvFrameKind::kData)
+    h.chunk.capability.assign(b + kCapabilityOffset, kKvCapabilityBytes);
+  h.payload_crc = Get<uint32_t>(b, kPayloadCrcOffset);
   if (raw != nullptr) *raw = h;
 
   if (h.kind == KvFrameKind::kData) {

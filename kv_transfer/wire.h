@@ -1,9 +1,9 @@
-// The KV transfer wire format. Every frame is a fixed 72-byte little-endian header followed by
+// The KV transfer wire format. Every frame is a fixed 88-byte little-endian header followed by
 // `payload_length` bytes:
 //
 //   offset size field
 //        0    4 magic "TKV1"
-//        4    2 version (1)
+//        4    2 version (2)
 //        6    1 kind (1 = DATA, 2 = ACK)
 //        7    1 dtype (DATA: kernels/dtype.h DType; ACK: 0)
 //        8    8 seq: chosen by the sender, echoed by the ACK that answers the DATA frame
@@ -16,8 +16,9 @@
 //       48    4 width (n_kv_heads * head_dim; ACK: 0)
 //       52    4 status code (absl::StatusCode; DATA: 0)
 //       56    8 payload length in bytes
-//       64    4 CRC32C of the payload
-//       68    4 CRC32C of bytes [0, 68)
+//       64   16 lease capability (DATA: the KvTarget's; ACK: zeros, never echoed)
+//       80    4 CRC32C of the payload
+//       84    4 CRC32C of bytes [0, 84)
 //
 // DATA payload: K rows [token_count, width] then V rows [token_count, width] of `dtype`, so the
 // unit on the wire is (lease, layer, token range) independent of either side's block size.
@@ -38,8 +39,9 @@
 namespace tandem {
 
 inline constexpr uint32_t kKvWireMagic = 0x31564B54u;  // "TKV1" read as little-endian
-inline constexpr uint16_t kKvWireVersion = 1;
-inline constexpr size_t kKvFrameHeaderBytes = 72;
+inline constexpr uint16_t kKvWireVersion = 2;
+inline constexpr size_t kKvFrameHeaderBytes = 88;
+inline constexpr size_t kKvCapabilityBytes = 16;
 inline constexpr size_t kMaxAckMessageBytes = 1024;
 inline constexpr uint64_t kDefaultMaxFrameBytes = uint64_t{256} << 20;
 
@@ -55,6 +57,8 @@ struct KvChunkHeader {
   uint32_t token_count = 0;
   DType dtype = DType::kF32;
   uint32_t width = 0;  // elements per token row of K (and of V)
+  // The lease's capability (kKvCapabilityBytes; shorter is zero-padded on the wire).
+  std::string capability;
 };
 
 // Payload bytes of a chunk: 2 (K and V) * token_count * width * DTypeSize(dtype), or
@@ -71,7 +75,7 @@ struct KvFrameHeader {
   uint32_t payload_crc = 0;
 };
 
-// Writes the 72-byte header (computing the header CRC) to `out`.
+// Writes the 88-byte header (computing the header CRC) to `out`.
 void EncodeKvFrameHeader(const KvFrameHeader& h, std::span<char, kKvFrameHeaderBytes> out);
 
 // Parses and validates a header. `max_frame_bytes` bounds the payload of a DATA frame.

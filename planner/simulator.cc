@@ -395,8 +395,11 @@ absl::Status Sim::Build() {
   }
   for (const Worker& w : workers_) {
     if (w.relay) continue;
-    registry_.Register(w.name, w.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode, w.name,
-                       Load(w), At(0));
+    if (absl::Status s = registry_.Register(
+            w.name, w.prefill ? WorkerRole::kPrefill : WorkerRole::kDecode, w.name, Load(w), At(0));
+        !s.ok()) {
+      return s;
+    }
   }
   return absl::OkStatus();
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "server/grpc_util.h"
+#include "server/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
@@ -17,16 +18,19 @@ namespace {
 class GrpcNcclBootstrap {
  public:
   GrpcNcclBootstrap(std::string prefill_worker,
-                    std::shared_ptr<grpc::ChannelCredentials> credentials, absl::Duration timeout)
+                    std::shared_ptr<grpc::ChannelCredentials> credentials,
+                    std::shared_ptr<const InternalAuth> auth, absl::Duration timeout)
       : prefill_worker_(std::move(prefill_worker)),
         credentials_(credentials != nullptr ? std::move(credentials)
                                             : grpc::InsecureChannelCredentials()),
+        auth_(std::move(auth)),
         timeout_(timeout) {}
 
   absl::StatusOr<NcclUniqueId> Call(const std::string& peer) {
     std::shared_ptr<v1::DecodeWorker::Stub> stub = StubFor(peer);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    if (auth_) auth_->Attach(&ctx, internal_method::kNcclBootstrap, PeerRole::kPrefill);
     v1::NcclBootstrapRequest req;
     req.set_prefill_worker(prefill_worker_);
     v1::NcclBootstrapResponse resp;
@@ -56,6 +60,7 @@ class GrpcNcclBootstrap {
 
   const std::string prefill_worker_;
   const std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  const std::shared_ptr<const InternalAuth> auth_;
   const absl::Duration timeout_;
   absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<v1::DecodeWorker::Stub>> stubs_
@@ -66,9 +71,10 @@ class GrpcNcclBootstrap {
 
 NcclBootstrapFn MakeGrpcNcclBootstrap(std::string prefill_worker,
                                       std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                      std::shared_ptr<const InternalAuth> auth,
                                       absl::Duration timeout) {
-  auto client = std::make_shared<GrpcNcclBootstrap>(std::move(prefill_worker),
-                                                    std::move(credentials), timeout);
+  auto client = std::make_shared<GrpcNcclBootstrap>(
+      std::move(prefill_worker), std::move(credentials), std::move(auth), timeout);
   return [client](const std::string& peer) { return client->Call(peer); };
 }
 

@@ -16,12 +16,16 @@ class ChannelCredentials;
 
 namespace tandem {
 
+class InternalAuth;
+
 // One channel per decode worker, kept for the next bootstrap. `prefill_worker` names this worker
 // in the decode's logs; each call has `timeout` as its deadline. The RPC's error comes back as
 // it is (UNIMPLEMENTED: the decode worker does not use the nccl transport); a response whose
-// unique_id is not 128 bytes is DATA_LOSS.
+// unique_id is not 128 bytes is DATA_LOSS. Each call carries `auth`'s proof (the decode worker
+// serves NcclBootstrap to prefill workers only).
 NcclBootstrapFn MakeGrpcNcclBootstrap(std::string prefill_worker,
                                       std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                      std::shared_ptr<const InternalAuth> auth,
                                       absl::Duration timeout = absl::Seconds(10));
 
 }  // namespace tandem

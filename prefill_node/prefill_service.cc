@@ -6,6 +6,9 @@ namespace tandem {
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                      v1::PrefillResponse* resp) {
+  if (grpc::Status s = auth_->Check(*ctx, internal_method::kPrefill, PeerRole::kRouter); !s.ok()) {
+    return s;
+  }
   if (!req->has_kv_target() || req->kv_target().endpoint().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "kv_target: required");
   }
@@ -29,6 +32,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
 
 grpc::Status PrefillService::Score(grpc::ServerContext* ctx, const v1::PrefillScoreRequest* req,
                                    v1::PrefillScoreResponse* resp) {
+  if (grpc::Status s = auth_->Check(*ctx, internal_method::kPrefillScore, PeerRole::kRouter);
+      !s.ok()) {
+    return s;
+  }
   std::vector<int> ids(req->token_ids().begin(), req->token_ids().end());
   auto lp = engine_->Score(ids);
   if (!lp.ok()) return ToGrpc(lp.status());

@@ -3,10 +3,39 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/strings/str_format.h"
+
 namespace tandem {
 
-void WorkerRegistry::Register(const std::string& id, WorkerRole role, const std::string& address,
-                              const WorkerLoadSnapshot& load, absl::Time now) {
+namespace {
+
+// A load claim within the registered capacity.
+WorkerLoadSnapshot Clamp(const WorkerLoadSnapshot& claim, const WorkerLoadSnapshot& registered) {
+  WorkerLoadSnapshot l = claim;
+  l.total_blocks = registered.total_blocks;
+  l.block_size = registered.block_size;
+  l.free_blocks = std::clamp(claim.free_blocks, 0, registered.total_blocks);
+  l.running = std::max(0, claim.running);
+  l.queue_depth = std::max(0, claim.queue_depth);
+  return l;
+}
+
+}  // namespace
+
+absl::Status WorkerRegistry::Register(const std::string& id, WorkerRole role,
+                                      const std::string& address, const WorkerLoadSnapshot& load,
+                                      absl::Time now, const Credentials& credentials) {
+  auto existing = workers_.find(id);
+  if (existing != workers_.end()) {
+    const WorkerEntry& old = existing->second;
+    const bool alive = now - old.last_seen <= options_.heartbeat_timeout;
+    if (alive && (old.address != address || old.identity != credentials.identity)) {
+      return absl::AlreadyExistsError(absl::StrFormat(
+          "worker_id: \"%s\" is registered by a live worker at %s; a worker id cannot be taken "
+          "over until its worker is gone (silent for %s)",
+          id, old.address, absl::FormatDuration(options_.heartbeat_timeout)));
+    }
+  }
   WorkerEntry& w = workers_[id];
   if (w.address != address || w.role != role) {
     w.prefixes.clear();
@@ -15,11 +44,17 @@ void WorkerRegistry::Register(const std::string& id, WorkerRole role, const std:
   w.id = id;
   w.role = role;
   w.address = address;
-  w.load = load;
+  w.identity = credentials.identity;
+  w.kv_endpoint = credentials.kv_endpoint;
+  w.registered = load;
+  w.registered.total_blocks = std::max(0, load.total_blocks);
+  w.registered.block_size = std::max(0, load.block_size);
+  w.load = Clamp(load, w.registered);
   w.last_seen = now;
   w.serving = true;
   w.consecutive_failures = 0;
   w.ejected_until = absl::InfinitePast();
+  return absl::OkStatus();
 }
 
 const WorkerEntry* WorkerRegistry::KvTransportConflict(const std::string& id,
@@ -37,10 +72,10 @@ void WorkerRegistry::SetKvTransport(const std::string& id, const std::string& kv
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
-                               absl::Time now, bool draining) {
+                               absl::Time now, bool draining, const std::string& identity) {
   auto it = workers_.find(id);
-  if (it == workers_.end()) return false;
-  it->second.load = load;
+  if (it == workers_.end() || it->second.identity != identity) return false;
+  it->second.load = Clamp(load, it->second.registered);
   it->second.last_seen = now;
   it->second.serving = serving;
   it->second.draining_ = draining;

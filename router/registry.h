@@ -14,6 +14,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "engine/scheduler.h"
 
@@ -26,6 +27,14 @@ struct WorkerEntry {
   WorkerRole role = WorkerRole::kPrefill;
   std::string address;
   std::string kv_transport;  // as registered ("" when the worker did not say)
+  // Who registered it (the certificate's subject and roles under mutual TLS; "" otherwise): only
+  // the same identity may heartbeat for it or replace it while it lives.
+  std::string identity;
+  // Decode workers: the KV endpoint their admissions must name ("" when not told).
+  std::string kv_endpoint;
+  // The capacity registered; heartbeats can claim no more (total_blocks and block_size are
+  // fixed at registration, free blocks and counts are clamped to them).
+  WorkerLoadSnapshot registered;
   WorkerLoadSnapshot load;
   absl::Time last_seen;
   bool serving = true;
@@ -56,17 +65,25 @@ class WorkerRegistry {
  public:
   explicit WorkerRegistry(RegistryOptions options = {}) : options_(options) {}
 
-  // (Re)registers a worker; a known id is updated in place.
-  void Register(const std::string& id, WorkerRole role, const std::string& address,
-                const WorkerLoadSnapshot& load, absl::Time now);
+  struct Credentials {
+    std::string identity;
+    std::string kv_endpoint;
+  };
+  // (Re)registers a worker; a known id is updated in place. ALREADY_EXISTS when the id is held
+  // by a live worker (heard from within the heartbeat timeout) at another address or of
+  // another identity: a worker id cannot be taken over while its worker lives.
+  absl::Status Register(const std::string& id, WorkerRole role, const std::string& address,
+                        const WorkerLoadSnapshot& load, absl::Time now,
+                        const Credentials& credentials = {});
   // The registered worker other than `id` whose KV transport is not `kv_transport` (workers
   // and requests that did not name one never conflict), or null.
   const WorkerEntry* KvTransportConflict(const std::string& id,
                                          const std::string& kv_transport) const;
   void SetKvTransport(const std::string& id, const std::string& kv_transport);
-  // False when the id is unknown (the worker must register again).
+  // False when the id is unknown, or registered by another identity (the worker must register
+  // again). The load is clamped to the registered capacity.
   bool Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
-                 absl::Time now, bool draining = false);
+                 absl::Time now, bool draining = false, const std::string& identity = "");
 
   bool Healthy(const WorkerEntry& w, absl::Time now) const;
   std::vector<const WorkerEntry*> List() const;

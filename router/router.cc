@@ -55,24 +55,53 @@ class GenerationAdaptor final : public v1::Generation::Service {
   Router* r_;
 };
 
+// The registry on the internal port: every call proves the cluster's credentials first.
 class RegistryAdaptor final : public v1::Registry::Service {
  public:
-  explicit RegistryAdaptor(Router* r) : r_(r) {}
-  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* req,
+  RegistryAdaptor(Router* r, InternalAuth* auth) : r_(r), auth_(auth) {}
+  grpc::Status Register(grpc::ServerContext* ctx, const v1::RegisterRequest* req,
                         v1::RegisterResponse* resp) override {
-    return r_->Register(req, resp);
+    std::string identity;
+    const RoleSet allowed = req->role() == v1::WORKER_ROLE_PREFILL ? RoleSet(PeerRole::kPrefill)
+                            : req->role() == v1::WORKER_ROLE_DECODE
+                                ? RoleSet(PeerRole::kDecode)
+                                : PeerRole::kPrefill | PeerRole::kDecode;
+    if (grpc::Status s = Check(ctx, internal_method::kRegister, allowed, &identity); !s.ok()) {
+      return s;
+    }
+    return r_->Register(req, identity, resp);
   }
-  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* req,
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
-    return r_->Heartbeat(req, resp);
+    std::string identity;
+    if (grpc::Status s = Check(ctx, internal_method::kHeartbeat,
+                               PeerRole::kPrefill | PeerRole::kDecode, &identity);
+        !s.ok()) {
+      return s;
+    }
+    return r_->Heartbeat(req, identity, resp);
   }
-  grpc::Status ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
                            v1::ListWorkersResponse* resp) override {
+    if (grpc::Status s = Check(ctx, internal_method::kListWorkers,
+                               PeerRole::kRouter | PeerRole::kPrefill | PeerRole::kDecode, nullptr);
+        !s.ok()) {
+      return s;
+    }
     return r_->ListWorkers(resp);
   }
 
  private:
+  grpc::Status Check(grpc::ServerContext* ctx, const char* method, RoleSet allowed,
+                     std::string* identity) {
+    if (auth_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "the router has no cluster credentials");
+    }
+    return auth_->Check(*ctx, method, allowed, identity);
+  }
   Router* r_;
+  InternalAuth* auth_;
 };
 
 WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
@@ -245,7 +274,7 @@ Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterO
       options_(options),
       metrics_(metrics),
       generation_(std::make_unique<GenerationAdaptor>(this)),
-      registry_service_(std::make_unique<RegistryAdaptor>(this)),
+      registry_service_(std::make_unique<RegistryAdaptor>(this, options.internal_auth.get())),
       cancel_hub_(std::make_unique<router_internal::CancelHub>()),
       registry_(options.registry) {
   if (metrics_) {
@@ -297,6 +326,26 @@ std::optional<std::string> Router::AddressOf(const std::string& worker_id) {
   const WorkerEntry* w = registry_.Find(worker_id);
   if (w == nullptr) return std::nullopt;
   return w->address;
+}
+
+void Router::Prove(grpc::ClientContext* ctx, const char* method) const {
+  if (options_.internal_auth) options_.internal_auth->Attach(ctx, method, PeerRole::kRouter);
+}
+
+grpc::Status Router::CheckKvTarget(const std::string& decode_id, const KvTarget& target) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const WorkerEntry* w = registry_.Find(decode_id);
+  if (w == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("decode worker %s vanished", decode_id));
+  }
+  if (!w->kv_endpoint.empty() && target.endpoint != w->kv_endpoint) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("decode worker %s admitted with KV endpoint %s, not the "
+                                        "%s it registered",
+                                        decode_id, target.endpoint, w->kv_endpoint));
+  }
+  return grpc::Status::OK;
 }
 
 grpc::Status Router::Authorize(std::string_view authorization, bool generation) const {
@@ -358,6 +407,25 @@ bool Resumable(const grpc::Status& s) {
     case grpc::StatusCode::ABORTED:            // the KV transfer failed (refused, lost)
     case grpc::StatusCode::DATA_LOSS:          // a KV chunk failed its checksum
     case grpc::StatusCode::DEADLINE_EXCEEDED:  // an internal deadline (the client's is checked)
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a worker's answer means the worker failed (it died, misbehaved or is misconfigured),
+// as opposed to a verdict on the request (INVALID_ARGUMENT), no room (RESOURCE_EXHAUSTED) or
+// the client going away. Such a worker is reported to the registry, which ejects one that keeps
+// failing.
+bool WorkerFault(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
       return true;
     default:
       return false;
@@ -497,7 +565,9 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
   };
 
   // One attempt. OK: the request finished and its last message is written. Otherwise the
-  // status says why (Resumable() ones may be retried).
+  // status says why (Resumable() ones may be retried, unless `final` is set: the request already
+  // waited its bounded time for workers).
+  bool final = false;
   auto attempt = [&]() -> grpc::Status {
     std::vector<int> prompt = greq.prompt;
     prompt.insert(prompt.end(), generated.begin(), generated.end());
@@ -505,6 +575,53 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     const int remaining = greq.max_tokens - static_cast<int>(generated.size());
     const int total_tokens =
         static_cast<int>(std::min<int64_t>(int64_t{len} + remaining, config_.max_seq_len));
+
+    // 0. A role with no healthy worker (one stalled or restarting) is waited for, in the same
+    //    bounded queue as requests waiting for room: a stall delays requests, it does not fail
+    //    them.
+    const absl::Time queue_until = std::min(call.deadline, absl::Now() + options_.queue_timeout);
+    // Holds a place in the wait queue while the request waits for workers or room.
+    struct QueueSlot {
+      Router* r;
+      bool held = false;
+      ~QueueSlot() {
+        if (!held) return;
+        std::lock_guard<std::mutex> lock(r->mu_);
+        --r->waiting_for_room_;
+      }
+    } queued{this};
+    // Under mu_: takes a place in the queue (once); RESOURCE_EXHAUSTED when it is full.
+    auto enqueue = [&]() -> grpc::Status {
+      if (queued.held) return grpc::Status::OK;
+      if (waiting_for_room_ >= options_.max_queued) {
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            absl::StrFormat("no decode worker has room and %d requests are queued "
+                                            "(the limit); retry after %d ms",
+                                            options_.max_queued, options_.retry_after_ms));
+      }
+      ++waiting_for_room_;
+      queued.held = true;
+      return grpc::Status::OK;
+    };
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      for (;;) {
+        const absl::Time now = absl::Now();
+        const bool prefill = registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
+        const bool decode = registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
+        if (prefill && decode) break;
+        if (grpc::Status s = enqueue(); !s.ok()) return s;
+        if (is_gone()) return client_gone();
+        if (now >= queue_until) {
+          final = true;
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
+                                              prefill ? "decode" : "prefill",
+                                              absl::FormatDuration(options_.queue_timeout)));
+        }
+        room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      }
+    }
 
     // 1. Admission on a decode worker: the stream that lives as long as the request there.
     //    With no room anywhere the request waits (bounded) for room to free up.
@@ -515,17 +632,6 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     std::string decode_id;
     KvTarget target;
     grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
-    const absl::Time queue_until = std::min(call.deadline, absl::Now() + options_.queue_timeout);
-    // Holds a place in the wait queue while the request waits for room.
-    struct QueueSlot {
-      Router* r;
-      bool held = false;
-      ~QueueSlot() {
-        if (!held) return;
-        std::lock_guard<std::mutex> lock(r->mu_);
-        --r->waiting_for_room_;
-      }
-    } queued{this};
     // Workers refused for room in this round; cleared when the request waits for room.
     int unavailable = 0;
     bool widened = false;
@@ -543,22 +649,18 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
           pick = registry_.PickDecode(total_tokens, now, tried);
         }
         if (!pick) {
-          if (registry_.CountHealthy(WorkerRole::kDecode, now) == 0) return last_error;
-          // No room anywhere (by the heartbeats' view or the workers' refusals): wait for a
-          // request to end or a heartbeat, in a bounded queue.
-          if (!queued.held) {
-            if (waiting_for_room_ >= options_.max_queued) {
-              return grpc::Status(
-                  grpc::StatusCode::RESOURCE_EXHAUSTED,
-                  absl::StrFormat("no decode worker has room and %d requests are queued (the "
-                                  "limit); retry after %d ms",
-                                  options_.max_queued, options_.retry_after_ms));
-            }
-            ++waiting_for_room_;
-            queued.held = true;
-          }
+          // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
+          // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
+          // queue.
+          const bool none_healthy = registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
+          if (grpc::Status s = enqueue(); !s.ok()) return s;
           if (is_gone()) return client_gone();
           if (now >= queue_until) {
+            if (none_healthy) {
+              final = true;
+              return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                  "no healthy decode worker within the queue timeout");
+            }
             return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                 absl::StrFormat("no decode worker had room within the queue "
                                                 "timeout; retry after %d ms",
@@ -575,6 +677,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       if (!address) continue;
       auto c = std::make_unique<grpc::ClientContext>();
       c->set_deadline(absl::ToChronoTime(call.deadline));
+      Prove(c.get(), internal_method::kDecode);
       watcher.Watch(c.get());
       auto stream = v1::DecodeWorker::NewStub(ChannelFor(*address))->Decode(c.get());
       v1::DecodeClientMessage admit;
@@ -585,22 +688,30 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       a->set_max_tokens(remaining);
       a->set_ignore_eos(greq.ignore_eos);
       v1::DecodeServerMessage reply;
+      grpc::Status refused;
       if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
         target = tandem::FromProto(reply.admitted().kv_target());
-        d_ctx = std::move(c);
-        d_stream = std::move(stream);
-        decode_id = *pick;
-        std::lock_guard<std::mutex> lock(mu_);
-        registry_.ReportSuccess(*pick);
-        break;
+        // A prefill worker sends the prompt's KV where the target says: only to the KV
+        // endpoint this decode worker registered, never to an address of its choosing.
+        refused = CheckKvTarget(*pick, target);
+        if (refused.ok()) {
+          d_ctx = std::move(c);
+          d_stream = std::move(stream);
+          decode_id = *pick;
+          std::lock_guard<std::mutex> lock(mu_);
+          registry_.ReportSuccess(*pick);
+          break;
+        }
+        c->TryCancel();
       }
       stream->WritesDone();
       grpc::Status s = stream->Finish();
+      if (!refused.ok()) s = refused;
       watcher.Unwatch(c.get());
       if (is_gone()) return client_gone();
       last_error =
           s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      if (s.ok() || WorkerFault(s)) {
         report(*pick, &failed_decode);
         if (++unavailable >= options_.decode_attempts) return last_error;
       } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
@@ -670,6 +781,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     // worker is given up on and the request resumed elsewhere.
     p_ctx.set_deadline(
         absl::ToChronoTime(std::min(call.deadline, absl::Now() + options_.prefill_timeout)));
+    Prove(&p_ctx, internal_method::kPrefill);
     watcher.Watch(&p_ctx);
     grpc::Status ps =
         v1::PrefillWorker::NewStub(ChannelFor(*p_address))->Prefill(&p_ctx, preq, &presp);
@@ -679,12 +791,17 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what
       // it sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame
       // here; a dead decode worker is found at the next admission).
-      if (ps.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-          ps.error_code() == grpc::StatusCode::DATA_LOSS) {
+      if (WorkerFault(ps) || ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
         report(*prefill_id, &failed_prefill);
       }
       return ps;
+    }
+    if (presp.first_token() < 0 || presp.first_token() >= config_.vocab_size) {
+      report(*prefill_id, &failed_prefill);
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrFormat("prefill worker %s answered token id %d, outside the "
+                                          "vocabulary",
+                                          *prefill_id, presp.first_token()));
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -718,7 +835,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       if (s.ok()) {
         return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
       }
-      if (s.error_code() == grpc::StatusCode::UNAVAILABLE) report(decode_id, &failed_decode);
+      if (WorkerFault(s)) report(decode_id, &failed_decode);
       return s;
     };
     v1::DecodeClientMessage start;
@@ -732,6 +849,18 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       bool ended = false;
       if (msg.has_tokens()) {
         const v1::DecodeTokens& t = msg.tokens();
+        for (int id : t.ids()) {
+          if (id < 0 || id >= config_.vocab_size) {
+            // Nothing of this message was sent: the request resumes after what the client has.
+            resp.Clear();
+            resp.set_request_id(request_id);
+            report(decode_id, &failed_decode);
+            return grpc::Status(
+                grpc::StatusCode::UNAVAILABLE,
+                absl::StrFormat("decode worker %s sent token id %d, outside the vocabulary",
+                                decode_id, id));
+          }
+        }
         for (int i = 0; i < t.ids_size() && !ended; ++i) {
           ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
         }
@@ -765,7 +894,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       return s;
     }
     if (is_gone()) return client_gone();
-    if (!Resumable(s)) return s;
+    if (!Resumable(s) || final) return s;
     if (resumes >= options_.max_resumes) {
       return grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
                                                           s.error_message(), resumes));
@@ -793,8 +922,17 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
   if (req->has_text()) {
     if (req->text().empty())
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text: must not be empty");
+    if (req->text().size() > static_cast<size_t>(options_.limits.max_text_bytes)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrFormat("text: %d bytes, more than the %d-byte limit",
+                                          req->text().size(), options_.limits.max_text_bytes));
+    }
     ids = tokenizer_->Encode(req->text(), true);
   } else if (req->has_tokens()) {
+    if (req->tokens().ids_size() > config_.max_seq_len) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "tokens.ids: longer than the context length");
+    }
     ids.assign(req->tokens().ids().begin(), req->tokens().ids().end());
   } else {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -825,6 +963,7 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
   v1::PrefillScoreResponse presp;
   grpc::ClientContext c;
   c.set_deadline(ctx->deadline());
+  Prove(&c, internal_method::kPrefillScore);
   grpc::Status s = v1::PrefillWorker::NewStub(ChannelFor(*address))->Score(&c, preq, &presp);
   if (!s.ok()) return s;
   resp->mutable_token_ids()->Add(ids.begin(), ids.end());
@@ -840,12 +979,24 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
 }
 
 grpc::Status Router::Tokenize(const v1::TokenizeRequest* req, v1::TokenizeResponse* resp) {
+  if (req->text().size() > static_cast<size_t>(options_.limits.max_text_bytes)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("text: %d bytes, more than the %d-byte limit",
+                                        req->text().size(), options_.limits.max_text_bytes));
+  }
   const auto ids = tokenizer_->Encode(req->text(), req->add_special_tokens());
   resp->mutable_token_ids()->Add(ids.begin(), ids.end());
   return grpc::Status::OK;
 }
 
 grpc::Status Router::Detokenize(const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp) {
+  // As many ids as a context holds, with room for a client's concatenations.
+  const int64_t max_ids = std::max<int64_t>(int64_t{4} * config_.max_seq_len, 1 << 16);
+  if (req->token_ids_size() > max_ids) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("token_ids: %d ids, more than the limit of %d",
+                                        req->token_ids_size(), max_ids));
+  }
   std::vector<int> ids(req->token_ids().begin(), req->token_ids().end());
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= tokenizer_->vocab_size()) {
@@ -870,7 +1021,8 @@ grpc::Status Router::GetModelInfo(v1::ModelInfo* resp) {
   return grpc::Status::OK;
 }
 
-grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterResponse* resp) {
+grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string& identity,
+                              v1::RegisterResponse* resp) {
   if (req->worker_id().empty())
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "worker_id: required");
   if (req->address().empty())
@@ -897,19 +1049,25 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, v1::RegisterRespon
                           "same transport",
                           req->kv_transport(), other->id, other->address, other->kv_transport));
     }
-    registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()), absl::Now());
+    if (absl::Status s =
+            registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()),
+                               absl::Now(), {identity, req->kv_endpoint()});
+        !s.ok()) {
+      return ToGrpc(s);
+    }
     registry_.SetKvTransport(req->worker_id(), req->kv_transport());
   }
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return grpc::Status::OK;
 }
 
-grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) {
+grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, const std::string& identity,
+                               v1::HeartbeatResponse* resp) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ForgetSilentWorkersLocked(absl::Now());
     resp->set_known(registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(),
-                                        absl::Now(), req->draining()));
+                                        absl::Now(), req->draining(), identity));
   }
   room_cv_.notify_all();  // fresh load: queued requests look for room again
   return grpc::Status::OK;

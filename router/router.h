@@ -20,10 +20,12 @@
 #include "absl/time/time.h"
 #include "engine/model_config.h"
 #include "engine/tokenizer.h"
+#include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 #include "router/ingress.h"
 #include "router/registry.h"
 #include "server/api_keys.h"
+#include "server/internal_auth.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -58,6 +60,9 @@ struct RouterOptions {
   // The credentials of the calls to workers (server/tls.h MakePeerChannelCredentials); nullptr:
   // plaintext.
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
+  // The cluster's credentials: checked on every registry call, proven on every call to a
+  // worker. Required for the registry to answer.
+  std::shared_ptr<InternalAuth> internal_auth;
 };
 
 // A Generate call independent of the front end (the gRPC stream or the HTTP API).
@@ -76,7 +81,9 @@ class Router {
          RouterMetrics* metrics = nullptr);
   ~Router();
 
+  // The public API (Generation), for the public port.
   grpc::Service* generation_service() { return generation_.get(); }
+  // The registry the workers report to, for the internal port only.
   grpc::Service* registry_service() { return registry_service_.get(); }
 
   // OK when the `authorization` header value passes the API keys (UNAUTHENTICATED naming the
@@ -108,8 +115,11 @@ class Router {
   grpc::Status Tokenize(const v1::TokenizeRequest* req, v1::TokenizeResponse* resp);
   grpc::Status Detokenize(const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp);
   grpc::Status GetModelInfo(v1::ModelInfo* resp);
-  grpc::Status Register(const v1::RegisterRequest* req, v1::RegisterResponse* resp);
-  grpc::Status Heartbeat(const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp);
+  // `identity`: the peer's, as InternalAuth::Check found it.
+  grpc::Status Register(const v1::RegisterRequest* req, const std::string& identity,
+                        v1::RegisterResponse* resp);
+  grpc::Status Heartbeat(const v1::HeartbeatRequest* req, const std::string& identity,
+                         v1::HeartbeatResponse* resp);
   grpc::Status ListWorkers(v1::ListWorkersResponse* resp);
 
  private:
@@ -120,6 +130,10 @@ class Router {
   // Drops workers silent for longer than options_.registry.forget_after (and their channels).
   void ForgetSilentWorkersLocked(absl::Time now);
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
+  // Adds the cluster's proof to a call to a worker.
+  void Prove(grpc::ClientContext* ctx, const char* method) const;
+  // OK when `target` names the KV endpoint decode worker `decode_id` registered.
+  grpc::Status CheckKvTarget(const std::string& decode_id, const KvTarget& target);
   std::optional<std::string> AddressOf(const std::string& worker_id);
 
   ModelConfig config_;

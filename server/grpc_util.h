@@ -59,7 +59,7 @@ inline v1::TokenLogprobs ToProto(const TokenLogprobs& l) {
 }
 
 inline KvTarget FromProto(const v1::KvTarget& t) {
-  return KvTarget{t.endpoint(), t.lease_id(), t.generation()};
+  return KvTarget{t.endpoint(), t.lease_id(), t.generation(), t.capability()};
 }
 
 inline v1::KvTarget ToProto(const KvTarget& t) {
@@ -67,6 +67,7 @@ inline v1::KvTarget ToProto(const KvTarget& t) {
   p.set_endpoint(t.endpoint);
   p.set_lease_id(t.lease_id);
   p.set_generation(t.generation);
+  p.set_capability(t.capability);
   return p;
 }
 

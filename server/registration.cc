@@ -109,6 +109,7 @@ class RegistrationClient::Link {
     if (!goodbye || !registered_) return;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    Prove(&ctx, internal_method::kHeartbeat);
     v1::HeartbeatRequest req;
     req.set_worker_id(owner_->base_.worker_id());
     *req.mutable_load() = ToProto(owner_->load_());
@@ -128,6 +129,7 @@ class RegistrationClient::Link {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
       if (!registered_) {
+        Prove(&ctx, internal_method::kRegister);
         v1::RegisterRequest req = owner_->base_;
         *req.mutable_load() = ToProto(owner_->load_());
         v1::RegisterResponse resp;
@@ -138,7 +140,10 @@ class RegistrationClient::Link {
           std::fprintf(stderr, "[tandem-server] registered %s with the router at %s\n",
                        owner_->base_.worker_id().c_str(), address_.c_str());
         } else if (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION ||
-                   s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+                   s.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+                   s.error_code() == grpc::StatusCode::ALREADY_EXISTS ||
+                   s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+                   s.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
           // A refusal (e.g. a KV transport other than the cluster's), not a router that is
           // not up yet: say why, and keep retrying in case the cluster changes.
           std::fprintf(stderr, "[tandem-server] the router at %s refused %s: %s\n",
@@ -146,6 +151,7 @@ class RegistrationClient::Link {
                        s.error_message().c_str());
         }
       } else {
+        Prove(&ctx, internal_method::kHeartbeat);
         v1::HeartbeatRequest req;
         req.set_worker_id(owner_->base_.worker_id());
         *req.mutable_load() = ToProto(owner_->load_());
@@ -163,6 +169,13 @@ class RegistrationClient::Link {
       cv_.wait_for(lock, registered_ ? std::chrono::milliseconds(interval_ms)
                                      : absl::ToChronoMilliseconds(owner_->options_.retry_interval));
     }
+  }
+
+  void Prove(grpc::ClientContext* ctx, const char* method) const {
+    if (owner_->options_.auth == nullptr) return;
+    owner_->options_.auth->Attach(
+        ctx, method,
+        owner_->base_.role() == v1::WORKER_ROLE_PREFILL ? PeerRole::kPrefill : PeerRole::kDecode);
   }
 
   const RegistrationClient* owner_;

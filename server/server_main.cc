@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"
+#include "kv_transfer/kv_auth.h"
 #include "kv_transfer/nccl/nccl_transport.h"
 #include "metrics/metrics.h"
 #include "metrics/metrics_server.h"
@@ -34,6 +35,8 @@
 #include "prefill_node/prefill_engine.h"
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
+#include "security/cluster_secret.h"
+#include "server/internal_auth.h"
 #include "server/registration.h"
 #include "server/tls.h"
 #include "tools/flags.h"
@@ -45,20 +48,26 @@ constexpr char kUsage[] =
     R"(usage: tandem-server --role=router|prefill|decode|all --model PATH [flags]
 
 common:   --model PATH  --tokenizer PATH  --host 127.0.0.1  --port 0  --device auto|cpu|cuda
-          (workers: cuda runs the forward pass on the GPU, auto picks it when one is usable)
+          (router: --port is the public API; workers: their internal port; cuda runs the
+          forward pass on the GPU, auto picks it when one is usable)
+          --cluster-secret-file PATH (the cluster's shared secret: every internal call and KV
+          connection proves it; required unless mutual TLS with role certificates is on;
+          --role=all makes its own)
           --metrics-port 0 (Prometheus /metrics on --host; 0 = pick a free port)
           --tls-cert PEM --tls-key PEM (serve TLS)  --tls-ca PEM (and mutual TLS, every port
           and channel)  --max-message-bytes 16777216 (largest request received)
           --advertise-host HOST (the address others reach this process at; default
           $TANDEM_ADVERTISE_HOST, else --host; required for workers when --host is 0.0.0.0)
-router:   --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the registry)
+router:   --internal-port 0 (the registry workers register with: give workers --router
+          HOST:INTERNAL_PORT; never expose it to clients)
+          --heartbeat-ms 500  --forget-after-ms 30000 (silent workers leave the registry)
           --api-keys-file PATH  --max-inflight 1024  --max-queued 256
           --queue-timeout-ms 10000  --max-resumes 3  --prefill-timeout-ms 30000
           --ejection-ms 5000 (outlier ejection back-off, doubling)  --keepalive-ms 10000
           --http-port 0 (OpenAI-compatible HTTP API on --host; 0 = pick a free port)
           --http-threads 64  --http-timeout-ms 0 (0 = no deadline)  --chat-template PATH
           --served-model-name NAME (default: the model's file or folder name)
-workers:  --router HOST:PORT (prefill, decode; HOST may resolve to several routers: all are
+workers:  --router HOST:PORT (the router's internal port; HOST may resolve to several routers: all are
           registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
 prefill:  --kv-transport tcp|local|nccl  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
@@ -71,7 +80,8 @@ workers:  --wedge-timeout-ms 10000 (a step loop stuck this long turns health NOT
 all:      --drain-timeout-ms 30000 (SIGTERM: NOT_SERVING at once, in-flight work finishes)
 all:      router, prefill and decode in one process with the in-process KV transport
 
-Prints "listening HOST:PORT" (gRPC) and then "metrics HOST:PORT" (http://HOST:PORT/metrics) on
+Prints "listening HOST:PORT" (gRPC: the router's public API, a worker's internal port),
+"internal HOST:PORT" (the internal port) and "metrics HOST:PORT" (http://HOST:PORT/metrics) on
 stdout when serving, and a router then "http HOST:PORT" (the OpenAI-compatible API);
 SIGINT/SIGTERM drain and stop it (exit 0).
 )";
@@ -109,7 +119,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
        "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
        "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
-       "served-model-name", "nccl-device"},
+       "served-model-name", "nccl-device", "internal-port", "cluster-secret-file"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -121,6 +131,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   const std::string model_path = f->Get("model");
   const std::string host = f->Get("host", "127.0.0.1");
   auto port = f->GetInt("port", 0);
+  auto internal_port = f->GetInt("internal-port", 0);
   auto block_size = f->GetInt("block-size", 16);
   auto num_blocks = f->GetInt("num-blocks", 0);
   auto kv_bytes = f->GetInt("kv-bytes", int64_t{1} << 30);
@@ -145,11 +156,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   auto max_threads = f->GetInt("max-threads", 0);
   auto forget_ms = f->GetInt("forget-after-ms", 30000);
   for (const auto* v :
-       {&port,         &block_size, &num_blocks,       &kv_bytes,       &heartbeat,
-        &budget,       &chunk,      &max_running,      &lease_ms,       &metrics_port,
-        &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,    &prefill_timeout_ms,
-        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms,   &max_threads,
-        &forget_ms,    &http_port,  &http_threads,     &http_timeout_ms}) {
+       {&port,         &block_size, &num_blocks,       &kv_bytes,        &heartbeat,
+        &budget,       &chunk,      &max_running,      &lease_ms,        &metrics_port,
+        &max_inflight, &max_queued, &queue_timeout_ms, &max_resumes,     &prefill_timeout_ms,
+        &drain_ms,     &wedge_ms,   &ejection_ms,      &keepalive_ms,    &max_threads,
+        &forget_ms,    &http_port,  &http_threads,     &http_timeout_ms, &internal_port}) {
     if (!v->ok()) return Fail(std::string(v->status().message()));
   }
   auto max_message_bytes = f->GetInt("max-message-bytes", 16 << 20);
@@ -182,6 +193,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     return Fail("--http-port/--http-threads: " + std::string(s.message()));
   }
   if (*port < 0 || *port > 65535) return Fail("--port must be in [0, 65535]");
+  if (*internal_port < 0 || *internal_port > 65535) {
+    return Fail("--internal-port must be in [0, 65535]");
+  }
   if (*metrics_port < 0 || *metrics_port > 65535) {
     return Fail("--metrics-port must be in [0, 65535]");
   }
@@ -191,6 +205,41 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (role != "all" && role != "router" && !f->Has("router")) {
     return Fail("--router HOST:PORT is required for a worker");
   }
+  if (role != "all" && role != "router" && f->Has("internal-port")) {
+    return Fail("--internal-port is for a router: a worker's --port is its internal port");
+  }
+  // The cluster's credentials. Internal surfaces never run open: a secret, or mutual TLS whose
+  // certificate names this process's roles. The colocated process talks to itself only, so
+  // it makes a secret of its own when given none.
+  std::optional<ClusterSecret> secret;
+  if (f->Has("cluster-secret-file")) {
+    auto loaded = ClusterSecret::Load(f->Get("cluster-secret-file"));
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    secret = std::move(*loaded);
+  } else if (role == "all") {
+    secret = ClusterSecret::Generate();
+  }
+  RoleSet my_roles;
+  if (is_router) my_roles = my_roles | PeerRole::kRouter;
+  if (is_prefill) my_roles = my_roles | PeerRole::kPrefill;
+  if (is_decode) my_roles = my_roles | PeerRole::kDecode;
+  if (tls->mutual()) {
+    const RoleSet cert_roles = RolesOfCertificate(tls->cert_pem);
+    for (PeerRole r : {PeerRole::kRouter, PeerRole::kPrefill, PeerRole::kDecode}) {
+      if (my_roles.Has(r) && !cert_roles.Has(r)) {
+        return Fail(absl::StrFormat(
+            "--tls-cert: under mutual TLS the certificate must name this process's role %s (a "
+            "URI subject alternative name %s); it names %s",
+            RoleName(r), RoleUri(r), cert_roles.ToString()));
+      }
+    }
+  } else if (!secret) {
+    return Fail(
+        "--cluster-secret-file is required: internal calls and KV connections must prove the "
+        "cluster's secret (make one with `openssl rand -hex 32 > FILE` and give every process "
+        "of the cluster the same file), unless mutual TLS with role certificates is on");
+  }
+  auto internal_auth = std::make_shared<InternalAuth>(secret, tls->mutual());
   if (role != "all" && role != "router") {
     // A name that does not resolve yet is retried; a malformed one is an error now.
     auto resolved = ResolveHostPort(f->Get("router"));
@@ -293,6 +342,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     ro.registry.ejection = absl::Milliseconds(*ejection_ms);
     ro.keepalive_ms = static_cast<int>(*keepalive_ms);
     ro.worker_credentials = MakePeerChannelCredentials(*tls);
+    ro.internal_auth = internal_auth;
     if (f->Has("api-keys-file")) {
       auto keys = ApiKeys::Load(f->Get("api-keys-file"));
       if (!keys.ok()) return Fail(std::string(keys.status().message()));
@@ -321,16 +371,21 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   std::unique_ptr<PrefillService> prefill_service;
   if (is_prefill) {
     KvSenderOptions so;
+    if (kv_transport == "tcp") {
+      auto auth = MakeKvAuth(secret, *tls, /*receiver=*/false);
+      if (!auth.ok()) return Fail(std::string(auth.status().message()));
+      so.auth = std::move(*auth);
+    }
     so.corrupt_chunk_index = faults->kv_corrupt_chunk;
     so.drop_chunk_index = faults->kv_drop_chunk;
     so.corrupt_every = faults->kv_corrupt_every;
     so.drop_every = faults->kv_drop_every;
     if (nccl_parts) {
-      auto s = MakeNcclKvSender(
-          *nccl_parts,
-          MakeGrpcNcclBootstrap(absl::StrFormat("prefill@%s", advertise_host),
-                                MakePeerChannelCredentials(*tls), so.connect_timeout),
-          so);
+      auto s = MakeNcclKvSender(*nccl_parts,
+                                MakeGrpcNcclBootstrap(absl::StrFormat("prefill@%s", advertise_host),
+                                                      MakePeerChannelCredentials(*tls),
+                                                      internal_auth, so.connect_timeout),
+                                so);
       if (!s.ok()) return Fail("--kv-transport=nccl: " + std::string(s.status().message()));
       sender = std::move(*s);
     } else {
@@ -350,7 +405,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
-    prefill_service = std::make_unique<PrefillService>(prefill.get());
+    prefill_service = std::make_unique<PrefillService>(prefill.get(), internal_auth);
   }
   std::unique_ptr<DecodeEngine> decode;
   std::unique_ptr<DecodeService> decode_service;
@@ -366,6 +421,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.advertise_host = advertise_host;
     dopt.faults = *faults;
     dopt.device = device;
+    if (kv_transport == "tcp") {
+      auto auth = MakeKvAuth(secret, *tls, /*receiver=*/true);
+      if (!auth.ok()) return Fail(std::string(auth.status().message()));
+      dopt.receiver.auth = std::move(*auth);
+    }
     dopt.listen =
         f->Get("kv-listen",
                kv_transport == "local" ? absl::StrFormat("decode-%d", ::getpid()) : host + ":0");
@@ -380,42 +440,63 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     auto d = DecodeEngine::Create(model.get(), dopt, decode_metrics.get());
     if (!d.ok()) return Fail(std::string(d.status().message()));
     decode = std::move(*d);
-    decode_service = std::make_unique<DecodeService>(decode.get(), nccl_receiver);
+    decode_service = std::make_unique<DecodeService>(decode.get(), internal_auth, nccl_receiver);
   }
 
+  // Two gRPC servers. The internal one (the registry, the worker services) is built first:
+  // server reflection is a process-wide plugin that joins every builder made after it is
+  // enabled, and the internal port must not describe itself to strangers. Health is on both.
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  builder.AddListeningPort(absl::StrFormat("%s:%d", host, *port), MakeServerCredentials(*tls),
-                           &bound_port);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(*max_message_bytes));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(*keepalive_ms));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-                             std::max(1000, static_cast<int>(*keepalive_ms) / 2));
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  // Peers (the router's channels) ping as often as every 1 s: allow it without GOAWAY.
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  grpc::ResourceQuota quota("tandem-server");
   // The synchronous server runs each call on a thread: bound them, so a burst of thousands of
   // calls is refused (RESOURCE_EXHAUSTED) instead of growing memory without limit.
-  grpc::ResourceQuota quota("tandem-server");
   quota.SetMaxThreads(static_cast<int>(
       *max_threads > 0 ? *max_threads : std::max<int64_t>(512, 2 * *max_inflight + 128)));
-  builder.SetResourceQuota(quota);
-  if (router) {
-    builder.RegisterService(router->generation_service());
-    builder.RegisterService(router->registry_service());
+  auto configure = [&](grpc::ServerBuilder& builder, const std::string& listen, int* bound) {
+    builder.AddListeningPort(listen, MakeServerCredentials(*tls), bound);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(*max_message_bytes));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(*keepalive_ms));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                               std::max(1000, static_cast<int>(*keepalive_ms) / 2));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Peers (the router's channels) ping as often as every 1 s: allow it without GOAWAY.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    builder.SetResourceQuota(quota);
+  };
+  // Workers serve only the internal port, on --port; a router's internal port is
+  // --internal-port.
+  const int internal_listen_port = static_cast<int>(router ? *internal_port : *port);
+  int internal_bound = 0;
+  std::unique_ptr<grpc::Server> internal_server;
+  {
+    grpc::ServerBuilder builder;
+    configure(builder, absl::StrFormat("%s:%d", host, internal_listen_port), &internal_bound);
+    if (router) builder.RegisterService(router->registry_service());
+    if (prefill_service) builder.RegisterService(prefill_service.get());
+    if (decode_service) builder.RegisterService(decode_service.get());
+    internal_server = builder.BuildAndStart();
+    if (!internal_server || internal_bound == 0) {
+      return Fail(absl::StrFormat("cannot listen on %s:%d", host, internal_listen_port));
+    }
   }
-  if (prefill_service) builder.RegisterService(prefill_service.get());
-  if (decode_service) builder.RegisterService(decode_service.get());
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || bound_port == 0)
-    return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
+  int bound_port = internal_bound;
+  std::unique_ptr<grpc::Server> public_server;
+  if (router) {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    configure(builder, absl::StrFormat("%s:%d", host, *port), &bound_port);
+    builder.RegisterService(router->generation_service());
+    public_server = builder.BuildAndStart();
+    if (!public_server || bound_port == 0) {
+      return Fail(absl::StrFormat("cannot listen on %s:%d", host, *port));
+    }
+  }
+  const std::string internal_address = JoinHostPort(advertise_host, internal_bound);
   const std::string address = JoinHostPort(advertise_host, bound_port);
   if (nccl_receiver != nullptr) {
-    // The KV endpoint is where prefill workers call NcclBootstrap: this server.
-    nccl_receiver->SetBootstrapAddress(address);
+    // The KV endpoint is where prefill workers call NcclBootstrap: the internal server.
+    nccl_receiver->SetBootstrapAddress(internal_address);
     decode->SetKvEndpoint(nccl_receiver->endpoint());
   }
   // Declared after the components: stops serving scrapes before they go away.
@@ -435,7 +516,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (decode) loops.push_back(&decode->health());
   std::atomic<bool> serving{true};
   std::atomic<bool> draining{false};
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  std::vector<grpc::HealthCheckServiceInterface*> health_services = {
+      internal_server->GetHealthCheckService()};
+  if (public_server) health_services.push_back(public_server->GetHealthCheckService());
+  auto set_health = [&](bool ok) {
+    for (auto* h : health_services) h->SetServingStatus(ok);
+  };
   std::mutex monitor_mu;
   std::condition_variable monitor_cv;
   bool monitor_stop = false;
@@ -458,7 +544,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       const bool ok = why.empty();
       if (ok != serving.load()) {
         serving = ok;
-        health->SetServingStatus(ok);
+        set_health(ok);
         std::fprintf(stderr, "[tandem-server] health: %s%s\n",
                      ok ? "SERVING" : "NOT_SERVING: ", why.c_str());
       }
@@ -481,18 +567,20 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   } monitor_stopper{monitor_mu, monitor_cv, monitor_stop, monitor};
 
   std::vector<std::unique_ptr<RegistrationClient>> registrations;
-  const std::string router_address = role == "all" ? address : f->Get("router");
+  const std::string router_address = role == "all" ? internal_address : f->Get("router");
   auto register_worker = [&](v1::WorkerRole r, const char* suffix,
                              std::function<WorkerLoadSnapshot()> load) {
     v1::RegisterRequest req;
-    req.set_worker_id(f->Get("worker-id", absl::StrFormat("%s-%s", address, suffix)) +
+    req.set_worker_id(f->Get("worker-id", absl::StrFormat("%s-%s", internal_address, suffix)) +
                       (role == "all" ? std::string("-") + suffix : ""));
     req.set_role(r);
-    req.set_address(address);
+    req.set_address(internal_address);
     req.set_model(model_path);
     req.set_kv_transport(kv_transport);
+    if (r == v1::WORKER_ROLE_DECODE) req.set_kv_endpoint(decode->kv_endpoint());
     RegistrationOptions ro;
     ro.credentials = MakePeerChannelCredentials(*tls);
+    ro.auth = internal_auth;
     registrations.push_back(std::make_unique<RegistrationClient>(
         router_address, req, std::move(load), [&serving] { return serving.load(); },
         [&draining] { return draining.load(); }, ro));
@@ -504,11 +592,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     register_worker(v1::WORKER_ROLE_DECODE, "decode", [d = decode.get()] { return d->Load(); });
   }
   // One write: a reader that stops after the first line still finds the others in the pipe.
-  std::printf("listening %s\nmetrics %s\n%s", address.c_str(), (*metrics_server)->address().c_str(),
+  std::printf("listening %s\ninternal %s\nmetrics %s\n%s", address.c_str(),
+              internal_address.c_str(), (*metrics_server)->address().c_str(),
               http_server ? ("http " + http_server->address() + "\n").c_str() : "");
   std::fflush(stdout);
-  std::fprintf(stderr, "[tandem-server] role=%s listening on %s metrics=%s%s\n", role.c_str(),
-               address.c_str(), (*metrics_server)->address().c_str(),
+  std::fprintf(stderr, "[tandem-server] role=%s listening on %s internal=%s metrics=%s%s\n",
+               role.c_str(), address.c_str(), internal_address.c_str(),
+               (*metrics_server)->address().c_str(),
                decode ? (" kv=" + decode->kv_endpoint()).c_str() : "");
 
   int sig = 0;
@@ -520,7 +610,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
                static_cast<int>(*drain_ms));
   draining = true;
   serving = false;
-  health->SetServingStatus(false);
+  set_health(false);
   if (router) router->BeginDrain();
   for (StepLoopHealth* l : loops) l->BeginDrain();
   auto busy = [&] {
@@ -533,8 +623,11 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
                drained ? "drained" : "drain deadline passed with work in flight");
   http_server.reset();  // cancels what the drain left in flight
   registrations.clear();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  server->Wait();
+  const auto stop_by = std::chrono::system_clock::now() + std::chrono::seconds(1);
+  if (public_server) public_server->Shutdown(stop_by);
+  internal_server->Shutdown(stop_by);
+  if (public_server) public_server->Wait();
+  internal_server->Wait();
   return 0;
 }
 

@@ -211,7 +211,10 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
   // The cluster: one router, one prefill and one decode worker, as `tandem up` starts them.
   LocalProcesses procs;
   const std::string bin = o.server_binary.empty() ? DefaultServerBinary() : o.server_binary;
-  std::vector<std::string> common = {"--model", o.model};
+  auto secret = LocalClusterSecret::Make();
+  if (!secret.ok()) return secret.status();
+  std::vector<std::string> common = {"--model", o.model, "--cluster-secret-file",
+                                     (*secret)->file()};
   if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
   std::vector<std::string> router_args = {"--role=router", "--port", "0"};
   router_args.insert(router_args.end(), common.begin(), common.end());
@@ -219,7 +222,7 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
   if (!router.ok()) return router.status();
   std::vector<ServerProcess> workers;
   for (const char* role : {"--role=prefill", "--role=decode"}) {
-    std::vector<std::string> args = {role, "--router", router->address};
+    std::vector<std::string> args = {role, "--router", router->internal};
     args.insert(args.end(), common.begin(), common.end());
     auto w = procs.Start(bin, args);
     if (!w.ok()) return w.status();
@@ -227,7 +230,7 @@ absl::StatusOr<std::vector<InSituRun>> MeasureInSitu(const InSituOptions& o) {
   }
   const std::string& prefill_metrics = workers[0].metrics;
   const std::string& decode_metrics = workers[1].metrics;
-  if (!WaitForWorkers(router->address, 2)) {
+  if (!WaitForWorkers(router->internal, 2, (*secret)->auth())) {
     return absl::UnavailableError("calibrate: the workers did not register within 60 s");
   }
 

@@ -5,13 +5,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "security/cluster_secret.h"
 #include "server/grpc_util.h"
+#include "server/internal_auth.h"
 #include "server/tls.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
@@ -65,13 +69,40 @@ absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
   return result;
 }
 
-bool WaitForWorkers(const std::string& router, int n,
+absl::StatusOr<std::unique_ptr<LocalClusterSecret>> LocalClusterSecret::Make(
+    const std::string& file) {
+  std::unique_ptr<LocalClusterSecret> out(new LocalClusterSecret());
+  out->file_ = file;
+  if (file.empty()) {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-secret-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {  // mode 0700
+      return absl::InternalError(
+          absl::StrFormat("cannot make a folder for the cluster secret: %s", std::strerror(errno)));
+    }
+    out->dir_ = tmpl;
+    out->file_ = tmpl + "/cluster.secret";
+    if (absl::Status s = ClusterSecret::GenerateFile(out->file_).status(); !s.ok()) return s;
+  }
+  auto secret = ClusterSecret::Load(out->file_);
+  if (!secret.ok()) return secret.status();
+  out->auth_ = std::make_unique<InternalAuth>(*secret, /*require_role_certificates=*/false);
+  return out;
+}
+
+LocalClusterSecret::~LocalClusterSecret() {
+  if (dir_.empty()) return;
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+bool WaitForWorkers(const std::string& router_internal, int n, const InternalAuth& auth,
                     std::shared_ptr<grpc::ChannelCredentials> credentials) {
   if (!credentials) credentials = grpc::InsecureChannelCredentials();
-  auto stub = v1::Registry::NewStub(grpc::CreateChannel(router, credentials));
+  auto stub = v1::Registry::NewStub(grpc::CreateChannel(router_internal, credentials));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < give_up) {
     grpc::ClientContext ctx;
+    auth.Attach(&ctx, internal_method::kListWorkers, PeerRole::kRouter);
     v1::ListWorkersResponse resp;
     int healthy = 0;
     if (stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
@@ -100,6 +131,13 @@ int RunLocalCluster(const ClusterOptions& o) {
   };
   std::vector<std::string> common = {"--model", o.model};
   if (!o.tokenizer.empty()) common.insert(common.end(), {"--tokenizer", o.tokenizer});
+  auto secret = LocalClusterSecret::Make(o.cluster_secret_file);
+  if (!secret.ok()) {
+    std::fprintf(stderr, "tandem up: %s\n", std::string(secret.status().message()).c_str());
+    return stop_all(2);
+  }
+  const std::string& secret_file = (*secret)->file();
+  common.insert(common.end(), {"--cluster-secret-file", secret_file});
   // The probe of the workers is a peer like the workers: the same certificate, if any.
   auto tls = LoadServerTls(o.tls);
   if (!tls.ok()) {
@@ -124,11 +162,12 @@ int RunLocalCluster(const ClusterOptions& o) {
     return stop_all(1);
   }
   const std::string router = r.address;
+  const std::string router_internal = r.internal;
   // "ROLE=HOST:PORT" of each process's /metrics, printed once the cluster is ready.
   std::vector<std::string> metrics = {"router=" + r.metrics};
   for (int i = 0; i < o.prefill + o.decode; ++i) {
     std::vector<std::string> args = {i < o.prefill ? "--role=prefill" : "--role=decode", "--router",
-                                     router};
+                                     router_internal};
     args.insert(args.end(), common.begin(), common.end());
     args.insert(args.end(), o.extra_worker_flags.begin(), o.extra_worker_flags.end());
     ServerProcess w = StartServerProcess(bin, args);
@@ -141,11 +180,13 @@ int RunLocalCluster(const ClusterOptions& o) {
   }
   // Ready when every worker is registered and healthy. The probe's channel is closed before
   // waiting: an open client channel holds up the router's graceful shutdown.
-  if (!WaitForWorkers(router, o.prefill + o.decode, MakePeerChannelCredentials(*tls))) {
+  if (!WaitForWorkers(router_internal, o.prefill + o.decode, (*secret)->auth(),
+                      MakePeerChannelCredentials(*tls))) {
     std::fprintf(stderr, "tandem up: workers did not register within 60 s\n");
     return stop_all(1);
   }
   std::printf("ready router=%s\n", router.c_str());
+  std::printf("internal router=%s secret=%s\n", router_internal.c_str(), secret_file.c_str());
   for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
   std::printf("http router=%s\n", r.http.c_str());
   std::fflush(stdout);

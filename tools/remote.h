@@ -48,15 +48,40 @@ struct ClusterOptions {
   std::vector<std::string> extra_worker_flags;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
+  // The cluster's secret for every process; empty: a new one in a private temporary folder,
+  // removed when the cluster stops.
+  std::string cluster_secret_file;
 };
 
-// Waits (up to 60 s) until the router at `router` lists `n` healthy workers; `credentials`
-// null: plaintext.
-bool WaitForWorkers(const std::string& router, int n,
+class InternalAuth;
+
+// The cluster secret of processes started here: the file given, or a new secret in a private
+// temporary folder that is removed with this object.
+class LocalClusterSecret {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalClusterSecret>> Make(const std::string& file = "");
+  ~LocalClusterSecret();
+  // For --cluster-secret-file.
+  const std::string& file() const { return file_; }
+  // This process's proofs to the cluster's internal ports.
+  const InternalAuth& auth() const { return *auth_; }
+
+ private:
+  LocalClusterSecret() = default;
+  std::string dir_;
+  std::string file_;
+  std::unique_ptr<InternalAuth> auth_;
+};
+
+// Waits (up to 60 s) until the router whose internal port is `router_internal` lists `n`
+// healthy workers, asking with `auth`'s proof; `credentials` null: plaintext.
+bool WaitForWorkers(const std::string& router_internal, int n, const InternalAuth& auth,
                     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 // `tandem up`: starts a router and the workers on 127.0.0.1, prints "ready router=HOST:PORT"
-// once every worker is registered and healthy, then "metrics ROLE=HOST:PORT" for each process
+// once every worker is registered and healthy, "internal router=HOST:PORT secret=FILE" (where
+// more workers can register, and the secret they need), then "metrics ROLE=HOST:PORT" for each
+// process
 // and "http router=HOST:PORT" (the OpenAI-compatible API), and stops them all on SIGINT/SIGTERM (or
 // when a child dies). Returns the exit code.
 int RunLocalCluster(const ClusterOptions& options);

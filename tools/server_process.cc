@@ -71,7 +71,8 @@ ServerProcess StartServerProcess(const std::string& binary, const std::vector<st
     return line.rfind(prefix, 0) == 0 ? line.substr(prefix.size()) : std::string();
   };
   p.address = read_line("listening ");
-  if (!p.address.empty()) p.metrics = read_line("metrics ");
+  if (!p.address.empty()) p.internal = read_line("internal ");
+  if (!p.internal.empty()) p.metrics = read_line("metrics ");
   // A router's "http" line came in the same write: it is in the pipe already, or not at all.
   pollfd more{fds[0], POLLIN, 0};
   if (!p.metrics.empty() && ::poll(&more, 1, 0) > 0 && (more.revents & POLLIN)) {

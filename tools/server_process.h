@@ -12,13 +12,15 @@ namespace tandem {
 
 struct ServerProcess {
   pid_t pid = -1;
-  std::string address;  // gRPC host:port ("listening ..."); empty if it did not start
-  std::string metrics;  // Prometheus host:port ("metrics ...")
-  std::string http;     // the router's OpenAI-compatible HTTP API ("http ..."); empty for workers
+  std::string address;   // gRPC host:port ("listening ..."); empty if it did not start
+  std::string internal;  // the internal gRPC port ("internal ..."): registry, worker services
+  std::string metrics;   // Prometheus host:port ("metrics ...")
+  std::string http;      // the router's OpenAI-compatible HTTP API ("http ..."); empty for workers
 };
 
 // Runs `binary args...` with an empty signal mask and its stdout on a pipe, and reads the lines
-// a server prints once serving (in one write): "listening", "metrics", and for a router "http". The
+// a server prints once serving (in one write): "listening", "internal", "metrics", and for a
+// router "http". The
 // pipe is closed afterwards (a server writes nothing else to stdout). On failure `address` is
 // empty; a started child must still be reaped.
 ServerProcess StartServerProcess(const std::string& binary, const std::vector<std::string>& args);

@@ -53,11 +53,13 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
-     [--device auto|cpu|cuda]
+     [--device auto|cpu|cuda] [--cluster-secret-file PATH]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
-      "ready router=HOST:PORT" when all are registered, then "metrics ROLE=HOST:PORT" lines
-      and "http router=HOST:PORT" (the OpenAI-compatible API); Ctrl-C stops them.
-      TLS flags go to every process, the API keys to the router.
+      "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
+      secret=FILE" (where more workers register, and the secret they need), then
+      "metrics ROLE=HOST:PORT" lines and "http router=HOST:PORT" (the OpenAI-compatible
+      API); Ctrl-C stops them. TLS flags go to every process, the API keys to the router;
+      without --cluster-secret-file a new secret is made for the cluster's lifetime.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
         [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
@@ -383,10 +385,11 @@ int Bench(const std::vector<std::string>& args) {
 }
 
 int Up(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert",
-                         "tls-key", "tls-ca", "api-keys-file", "http-port", "device"},
-                        {});
+  auto f =
+      Flags::Parse(args,
+                   {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key",
+                    "tls-ca", "api-keys-file", "http-port", "device", "cluster-secret-file"},
+                   {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
@@ -412,6 +415,7 @@ int Up(const std::vector<std::string>& args) {
   o.router_port = static_cast<int>(*port);
   o.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
   o.api_keys_file = f->Get("api-keys-file");
+  o.cluster_secret_file = f->Get("cluster-secret-file");
   if (f->Has("device")) o.extra_worker_flags = {"--device", f->Get("device")};
   return RunLocalCluster(o);
 }

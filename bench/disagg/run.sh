@@ -23,19 +23,24 @@ else
   [ -f "$model/config.json" ] || "$bin/tandem" model random --shape "$name" --dtype f32 --out "$model"
 fi
 
+# The cluster's secret: internal calls and KV connections prove it.
+secret="$(mktemp)"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-trap cleanup EXIT
-start() {  # start ROLE [flags...]: sets ADDR
+trap 'cleanup; rm -f "$secret"' EXIT
+start() {  # start ROLE [flags...]: sets ADDR (its gRPC address) and INTERNAL (its internal one)
   local role=$1
   shift
   local log
   log="$(mktemp)"
-  "$bin/tandem-server" --role="$role" --model "$model" --tokenizer "$tok" "$@" >"$log" 2>/dev/null &
+  "$bin/tandem-server" --role="$role" --model "$model" --tokenizer "$tok" \
+    --cluster-secret-file "$secret" "$@" >"$log" 2>/dev/null &
   pids+=($!)
   for _ in $(seq 1 400); do
     ADDR="$(sed -n 's/^listening //p' "$log" | head -1)"
-    if [ -n "$ADDR" ]; then rm -f "$log"; return; fi
+    INTERNAL="$(sed -n 's/^internal //p' "$log" | head -1)"
+    if [ -n "$INTERNAL" ]; then rm -f "$log"; return; fi
     sleep 0.05
   done
   echo "tandem-server --role=$role did not start" >&2
@@ -53,8 +58,9 @@ measure colocated "$ADDR"
 cleanup
 start router --heartbeat-ms 200
 router=$ADDR
-start prefill --router "$router"
-start decode --router "$router"
+registry=$INTERNAL
+start prefill --router "$registry"
+start decode --router "$registry"
 measure 1p1d "$router"
 cleanup
 python3 - "$OUT" "$name" "$prompt" <<'PY'

@@ -29,11 +29,15 @@ BURST_RATE=${BURST_RATE:-1.5}
 model="$OUT/$SHAPE-random"
 [ -f "$model/config.json" ] || "$bin/tandem" model random --shape "$SHAPE" --dtype f32 --out "$model"
 
+# The cluster's secret: internal calls and KV connections prove it.
+secret="$(mktemp)"
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$secret"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+trap 'cleanup; rm -f "$secret"' EXIT
 
-# start ROLE THREADS [flags...]: starts tandem-server; sets ADDR to its address. (Not run in a
+# start ROLE THREADS [flags...]: starts tandem-server; sets ADDR to its address and INTERNAL to its
+# internal one. (Not run in a
 # command substitution, so the pid lands in this shell's list.)
 start() {
   local role=$1 threads=$2
@@ -41,12 +45,13 @@ start() {
   local log
   log="$(mktemp)"
   TANDEM_NUM_THREADS=$threads "$bin/tandem-server" --role="$role" --model "$model" --tokenizer "$tok" \
-    "$@" >"$log" 2>/dev/null &
+    --cluster-secret-file "$secret" "$@" >"$log" 2>/dev/null &
   pids+=($!)
   for _ in $(seq 1 200); do
     local addr
     addr="$(sed -n 's/^listening //p' "$log" | head -1 | cut -d' ' -f1)"
-    if [ -n "$addr" ]; then ADDR=$addr; rm -f "$log"; return; fi
+    INTERNAL="$(sed -n 's/^internal //p' "$log" | head -1)"
+    if [ -n "$INTERNAL" ]; then ADDR=$addr; rm -f "$log"; return; fi
     sleep 0.05
   done
   echo "tandem-server --role=$role did not start" >&2
@@ -74,8 +79,9 @@ pids=()
 
 start router 1 --heartbeat-ms 200
 router=$ADDR
-start prefill 1 --router "$router"
-start decode 1 --router "$router"
+registry=$INTERNAL
+start prefill 1 --router "$registry"
+start decode 1 --router "$registry"
 workload disaggregated "$router"
 
 "$bin/tandem" bench report "$OUT/colocated-steady.json" "$OUT/disaggregated-steady.json" \

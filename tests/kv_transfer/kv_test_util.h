@@ -100,19 +100,25 @@ class CacheSink : public KvSink {
     std::vector<int> blocks = *pool_.Allocate(BlocksFor(num_tokens, cache_.block_size()));
     std::shuffle(blocks.begin(), blocks.end(), rng_);
     tables_[request_id] = blocks;
-    Lease lease =
-        *leases_.Create(request_id, std::move(blocks), num_tokens, cache_.n_layers(), deadline);
-    return KvTarget{endpoint, lease.id, lease.generation};
+    Lease lease = *leases_.Create(std::move(blocks), num_tokens, cache_.n_layers(), deadline);
+    return KvTarget{endpoint, lease.id, lease.generation, lease.capability};
+  }
+
+  absl::Status CheckHeader(const KvChunkHeader& h) override {
+    absl::MutexLock lock(&mu_);
+    ++checked_headers_;
+    absl::StatusOr<std::span<const int>> blocks = leases_.CheckChunk(h);
+    if (!blocks.ok()) return blocks.status();
+    return CheckKvChunk(h, cache_.width());
   }
 
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
     absl::MutexLock lock(&mu_);
     ++accepted_calls_;
-    absl::StatusOr<std::span<const int>> blocks =
-        leases_.CheckChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+    absl::StatusOr<std::span<const int>> blocks = leases_.CheckChunk(h);
     if (!blocks.ok()) return blocks.status();
     if (absl::Status s = ScatterKv(payload, h, *blocks, &cache_); !s.ok()) return s;
-    return leases_.OnChunk(h.lease_id, h.generation, h.layer, h.token_start, h.token_count);
+    return leases_.OnChunk(h);
   }
 
   bool IsComplete(uint64_t lease_id) {
@@ -147,6 +153,10 @@ class CacheSink : public KvSink {
     absl::MutexLock lock(&mu_);
     return accepted_calls_;
   }
+  int checked_headers() {
+    absl::MutexLock lock(&mu_);
+    return checked_headers_;
+  }
 
  private:
   absl::Mutex mu_;
@@ -156,6 +166,7 @@ class CacheSink : public KvSink {
   std::map<uint64_t, std::vector<int>> tables_;
   std::mt19937 rng_{1234};
   int accepted_calls_ = 0;
+  int checked_headers_ = 0;
 };
 
 }  // namespace tandem::testing

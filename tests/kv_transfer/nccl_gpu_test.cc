@@ -171,6 +171,7 @@ TEST_F(NcclGpuTest, TwoGpuTransferMatchesByteForByte) {
 // receive; the pool reuses its buffers.
 class HostSink : public KvSink {
  public:
+  absl::Status CheckHeader(const KvChunkHeader&) override { return absl::OkStatus(); }
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
     absl::MutexLock lock(&mu_);
     got_[{h.lease_id, h.layer}] = std::string(payload.data(), payload.size());

@@ -113,6 +113,7 @@ KvChunkHeader Chunk(uint64_t request, uint32_t layer, uint32_t tokens = 6, uint3
 
 class RecordingSink : public KvSink {
  public:
+  absl::Status CheckHeader(const KvChunkHeader&) override { return absl::OkStatus(); }
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
     absl::MutexLock lock(&mu_);
     if (static_cast<int>(h.layer) == refuse_layer_) {

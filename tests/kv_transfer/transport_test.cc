@@ -3,6 +3,7 @@
 // ends with the leak check: no lease, no block in use, no sender bookkeeping.
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "kv_transfer/kv_auth.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/wire.h"
@@ -48,6 +50,22 @@ int CountOpenFds() {
 }
 
 absl::Time Soon(absl::Duration d = absl::Seconds(20)) { return absl::Now() + d; }
+
+// The cluster secret both ends of a tcp transport prove.
+const ClusterSecret& TestSecret() {
+  static const ClusterSecret* secret = new ClusterSecret(ClusterSecret::Generate());
+  return *secret;
+}
+KvReceiverOptions ReceiverOptions() {
+  KvReceiverOptions o;
+  o.auth.secret = TestSecret();
+  return o;
+}
+KvSenderOptions SenderOptions() {
+  KvSenderOptions o;
+  o.auth.secret = TestSecret();
+  return o;
+}
 
 // One prefill worker: a cache holding prompts for several requests, each in its own blocks.
 class PrefillSide {
@@ -111,12 +129,13 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
       address = GetParam() == "tcp" ? "127.0.0.1:0"
                                     : "recv-" + std::to_string(reinterpret_cast<uintptr_t>(sink));
     }
-    absl::StatusOr<std::unique_ptr<KvReceiver>> r = MakeKvReceiver(GetParam(), address, sink);
+    absl::StatusOr<std::unique_ptr<KvReceiver>> r =
+        MakeKvReceiver(GetParam(), address, sink, ReceiverOptions());
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *std::move(r) : nullptr;
   }
 
-  KvSender* MakeSender(const KvSenderOptions& options = {}) {
+  KvSender* MakeSender(const KvSenderOptions& options = SenderOptions()) {
     absl::StatusOr<std::unique_ptr<KvSender>> s = MakeKvSender(GetParam(), options);
     EXPECT_TRUE(s.ok()) << s.status();
     sender_ = *std::move(s);
@@ -168,7 +187,7 @@ TEST_P(TransportTest, ShipsSeveralPromptsConcurrently) {
 }
 
 TEST_P(TransportTest, CorruptedChunkIsDataLossAndTheNextLeaseStillWorks) {
-  KvSenderOptions options;
+  KvSenderOptions options = SenderOptions();
   options.corrupt_chunk_index = 5;
   KvSender* sender = MakeSender(options);
   PrefillSide prefill(2);
@@ -198,8 +217,10 @@ TEST_P(TransportTest, SinkRefusalComesBackThroughWait) {
   // The decode admitted request 9, gave up on it, and admitted it again (a resume): the
   // prefill still holding the first target is a late writer.
   const KvTarget stale = sink_->Admit(receiver_->endpoint(), 9, kTokens, Soon());
-  ASSERT_TRUE(sink_->Release(9).ok());
+  ASSERT_TRUE(sink_->Release(stale.lease_id).ok());
   const KvTarget fresh = sink_->Admit(receiver_->endpoint(), 9, kTokens, Soon());
+  EXPECT_NE(fresh.lease_id, stale.lease_id);
+  EXPECT_NE(fresh.capability, stale.capability);
 
   ASSERT_TRUE(sender
                   ->Send(stale,
@@ -208,7 +229,7 @@ TEST_P(TransportTest, SinkRefusalComesBackThroughWait) {
                   .ok());
   absl::Status s = sender->Wait(stale, Soon());
   EXPECT_EQ(s.code(), Code::kAborted) << s;
-  EXPECT_NE(s.message().find("stale generation"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("no live lease"), std::string::npos) << s;
   // The prefill stops sending to a lease the decode refused.
   EXPECT_EQ(prefill.Ship(sender, stale, 0, 9).code(), Code::kAborted);
 
@@ -216,19 +237,25 @@ TEST_P(TransportTest, SinkRefusalComesBackThroughWait) {
   EXPECT_TRUE(sender->Wait(fresh, Soon()).ok());
   EXPECT_TRUE(sink_->Holds(9, kTokens, 3));
 
-  // Unknown lease: NOT_FOUND from the sink.
+  // An unknown lease, and the live lease with a wrong capability, get the stale writer's
+  // answer: nothing tells them apart.
   KvTarget unknown = fresh;
-  unknown.lease_id = 12345;
-  absl::Status refused = prefill.Ship(sender, unknown, 0, 12345);
-  if (refused.ok()) refused = sender->Wait(unknown, Soon());
-  EXPECT_EQ(refused.code(), Code::kNotFound) << refused;
+  unknown.lease_id = fresh.lease_id + 1;
+  KvTarget forged = fresh;
+  forged.capability[0] ^= 1;
+  for (const KvTarget& t : {unknown, forged}) {
+    absl::Status refused = prefill.Ship(sender, t, 0, 12345);
+    if (refused.ok()) refused = sender->Wait(t, Soon());
+    EXPECT_EQ(refused.code(), Code::kAborted) << refused;
+    EXPECT_EQ(refused.message(), s.message());
+  }
 
-  for (const KvTarget& t : {stale, fresh, unknown}) sender->Forget(t);
-  EXPECT_TRUE(sink_->Release(9).ok());
+  for (const KvTarget& t : {stale, fresh, unknown, forged}) sender->Forget(t);
+  EXPECT_TRUE(sink_->Release(fresh.lease_id).ok());
 }
 
 TEST_P(TransportTest, DroppedChunkMeansDeadlineOnBothSides) {
-  KvSenderOptions options;
+  KvSenderOptions options = SenderOptions();
   options.drop_chunk_index = 2;
   KvSender* sender = MakeSender(options);
   PrefillSide prefill(1);
@@ -301,6 +328,7 @@ TEST_P(TransportTest, ReceiverGoneIsUnavailableAndAReplacementIsReached) {
 // A sink that blocks until told to go on.
 class BlockingSink : public KvSink {
  public:
+  absl::Status CheckHeader(const KvChunkHeader&) override { return absl::OkStatus(); }
   absl::Status Accept(const KvChunkHeader&, std::span<const char>) override {
     if (!entered_.HasBeenNotified()) entered_.Notify();
     release_.WaitForNotification();
@@ -360,10 +388,10 @@ TEST(TcpTransportTest, PeerThatNeverAnswersIsDeadlineExceeded) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   const KvTarget target{"tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), 1, 1};
   {
-    std::unique_ptr<KvSender> sender = *MakeKvSender("tcp");
+    std::unique_ptr<KvSender> sender = *MakeKvSender("tcp", SenderOptions());
     PrefillSide prefill(1);
     prefill.Prefill(0, 1);
-    // Enough chunks to fill the socket buffers, so the writer is also stuck mid-write.
+    // The writer is stuck in the handshake (nobody ever says hello).
     for (int i = 0; i < 40; ++i) ASSERT_TRUE(prefill.Ship(sender.get(), target, 0, 1).ok());
     EXPECT_EQ(sender->Wait(target, absl::Now() + absl::Milliseconds(300)).code(),
               Code::kDeadlineExceeded);
@@ -384,7 +412,7 @@ TEST(TcpTransportTest, NobodyListeningIsUnavailable) {
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
-  std::unique_ptr<KvSender> sender = *MakeKvSender("tcp");
+  std::unique_ptr<KvSender> sender = *MakeKvSender("tcp", SenderOptions());
   const KvTarget target{"tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), 1, 1};
   PrefillSide prefill(1);
   // The writer thread connects on the first chunk; once it has found nobody listening, the
@@ -396,15 +424,33 @@ TEST(TcpTransportTest, NobodyListeningIsUnavailable) {
   EXPECT_EQ(sender->num_targets(), 0u);
 }
 
-// Writes raw bytes to a receiver and returns what comes back until it closes.
-std::string RawExchange(const std::string& endpoint, const std::string& bytes) {
+// Writes raw bytes to a receiver and returns what comes back until it closes. With
+// `authenticate`, the connection first proves the test secret (a hostile member of the
+// cluster, or a prefill worker with a bug).
+std::string RawExchange(const std::string& endpoint, const std::string& bytes,
+                        bool authenticate = true) {
   const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return "connect failed";
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "connect failed";
+  }
+  if (authenticate) {
+    SecureSocket sock(dup(fd), nullptr, /*server=*/false);
+    std::atomic<bool> stop{false};
+    KvAuth auth;
+    auth.secret = TestSecret();
+    if (!AuthenticateKvConnection(sock, auth, /*receiver=*/false, stop, Soon()).ok()) {
+      close(fd);
+      return "handshake failed";
+    }
+    // SecureSocket made the descriptor non-blocking; the reads below block.
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  }
   send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   std::string got;
@@ -417,11 +463,13 @@ std::string RawExchange(const std::string& endpoint, const std::string& bytes) {
 TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   const int fds_before = CountOpenFds();
   CacheSink sink(KvShape(kLayers, 2, 16), 64, kDstBlock);
-  KvReceiverOptions options;
+  KvReceiverOptions options = ReceiverOptions();
   options.max_frame_bytes = 4096;
   std::unique_ptr<KvReceiver> receiver = *MakeKvReceiver("tcp", "127.0.0.1:0", &sink, options);
 
-  // Garbage: the connection is dropped without an answer.
+  // Garbage instead of a handshake: the receiver's hello (40 bytes) is all that comes back.
+  EXPECT_EQ(RawExchange(receiver->endpoint(), std::string(500, 'z'), false).size(), 40u);
+  // Garbage after the handshake: the connection is dropped without an answer.
   EXPECT_EQ(RawExchange(receiver->endpoint(), std::string(500, 'z')), "");
 
   // A valid frame over the receiver's limit: RESOURCE_EXHAUSTED, then the connection ends.
@@ -436,22 +484,38 @@ TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   EXPECT_EQ(ack->header.seq, 41u);
   EXPECT_EQ(KvAckStatus(ack->header, ack->payload).code(), Code::kResourceExhausted);
 
-  // A corrupted payload: DATA_LOSS, and the same connection answers the next frame.
+  // A chunk for no lease: refused before its payload is buffered (ABORTED), and the same
+  // connection goes on. A corrupted payload for a live lease: DATA_LOSS, and the connection
+  // answers the next frame, which lands.
+  const KvTarget lease = sink.Admit(receiver->endpoint(), 7, 2, Soon());
+  KvChunkHeader good = h;
+  good.lease_id = lease.lease_id;
+  good.generation = lease.generation;
+  good.capability = lease.capability;
+  good.token_count = 2;
   h.token_count = 2;
   std::string frames = EncodeKvDataFrame(1, h, std::string(2 * 2 * 32 * 4, '\1'));
-  frames[kKvFrameHeaderBytes + 3] ^= 1;
-  frames += EncodeKvDataFrame(2, h, std::string(2 * 2 * 32 * 4, '\1'));
+  frames += EncodeKvDataFrame(2, good, std::string(2 * 2 * 32 * 4, '\1'));
+  frames[frames.size() - 5] ^= 1;
+  frames += EncodeKvDataFrame(3, good, std::string(2 * 2 * 32 * 4, '\1'));
   const std::string answers = RawExchange(receiver->endpoint(), frames);
-  ASSERT_GT(answers.size(), kKvFrameHeaderBytes);
-  absl::StatusOr<KvFrameHeader> a1 = DecodeKvFrameHeader(answers);
-  ASSERT_TRUE(a1.ok());
-  const size_t first = kKvFrameHeaderBytes + a1->payload_length;
-  EXPECT_EQ(a1->seq, 1u);
-  EXPECT_EQ(a1->status, Code::kDataLoss);
-  absl::StatusOr<KvFrame> a2 = DecodeKvFrame(std::string_view(answers).substr(first));
-  ASSERT_TRUE(a2.ok()) << a2.status();
-  EXPECT_EQ(a2->header.seq, 2u);
-  EXPECT_EQ(a2->header.status, Code::kNotFound);  // the sink knows no lease 3
+  std::vector<KvFrame> acks;
+  for (size_t at = 0; at < answers.size();) {
+    absl::StatusOr<KvFrameHeader> a = DecodeKvFrameHeader(std::string_view(answers).substr(at));
+    ASSERT_TRUE(a.ok()) << a.status();
+    const size_t len = kKvFrameHeaderBytes + a->payload_length;
+    acks.push_back(*DecodeKvFrame(std::string_view(answers).substr(at, len)));
+    at += len;
+  }
+  ASSERT_EQ(acks.size(), 3u);
+  EXPECT_EQ(acks[0].header.seq, 1u);
+  EXPECT_EQ(acks[0].header.status, Code::kAborted);  // the sink knows no lease 3
+  EXPECT_EQ(acks[1].header.seq, 2u);
+  EXPECT_EQ(acks[1].header.status, Code::kDataLoss);
+  EXPECT_EQ(acks[2].header.seq, 3u);
+  EXPECT_EQ(acks[2].header.status, Code::kOk);
+  EXPECT_EQ(sink.accepted_calls(), 1);  // only the good chunk reached Accept
+  EXPECT_TRUE(sink.Release(lease.lease_id).ok());
 
   receiver->Shutdown();
   receiver.reset();

@@ -18,6 +18,7 @@ KvChunkHeader SampleChunk() {
   c.request_id = 0x1122334455667788ull;
   c.lease_id = 0x0102030405060708ull;
   c.generation = 77;
+  c.capability = "0123456789abcdef";
   c.layer = 5;
   c.token_start = 32;
   c.token_count = 3;
@@ -41,7 +42,7 @@ void PutLe(std::string& frame, size_t offset, T v) {
 
 // Rewrites the header CRC so a mutated field reaches field validation.
 void FixHeaderCrc(std::string& frame) {
-  PutLe<uint32_t>(frame, 68, Crc32cExtend(0, frame.data(), 68));
+  PutLe<uint32_t>(frame, 84, Crc32cExtend(0, frame.data(), 84));
 }
 
 TEST(WireTest, DataFrameRoundTrip) {
@@ -64,6 +65,7 @@ TEST(WireTest, DataFrameRoundTrip) {
   EXPECT_EQ(h.chunk.token_count, c.token_count);
   EXPECT_EQ(h.chunk.dtype, c.dtype);
   EXPECT_EQ(h.chunk.width, c.width);
+  EXPECT_EQ(h.chunk.capability, c.capability);
   EXPECT_EQ(h.payload_length, payload.size());
   EXPECT_EQ(h.payload_crc, Crc32c(payload));
   EXPECT_EQ(std::string(f->payload.data(), f->payload.size()), payload);
@@ -90,6 +92,8 @@ TEST(WireTest, AckFrameRoundTrip) {
   EXPECT_EQ(f->header.chunk.generation, c.generation);
   EXPECT_EQ(f->header.chunk.layer, c.layer);
   EXPECT_EQ(f->header.chunk.token_start, c.token_start);
+  EXPECT_TRUE(f->header.chunk.capability.empty()) << "an ACK never echoes the capability";
+  EXPECT_EQ(frame.substr(64, kKvCapabilityBytes), std::string(kKvCapabilityBytes, '\0'));
   EXPECT_EQ(KvAckStatus(f->header, f->payload), refused);
 
   absl::StatusOr<KvFrame> ok = DecodeKvFrame(EncodeKvAckFrame(13, c, absl::OkStatus()));
@@ -116,9 +120,10 @@ TEST(WireTest, RejectsEveryMalformedField) {
   using Code = absl::StatusCode;
   const std::vector<Mutation> mutations = {
       {"magic", [](std::string& f) { f[0] = 'X'; }, Code::kDataLoss},
-      {"header crc", [](std::string& f) { f[68] ^= 1; }, Code::kDataLoss},
+      {"header crc", [](std::string& f) { f[84] ^= 1; }, Code::kDataLoss},
+      {"capability", [](std::string& f) { f[70] ^= 1; }, Code::kDataLoss},
       {"unfixed field", [](std::string& f) { f[40] ^= 1; }, Code::kDataLoss},
-      {"version", [](std::string& f) { PutLe<uint16_t>(f, 4, 2); }, Code::kInvalidArgument},
+      {"version", [](std::string& f) { PutLe<uint16_t>(f, 4, 1); }, Code::kInvalidArgument},
       {"kind 0", [](std::string& f) { PutLe<uint8_t>(f, 6, 0); }, Code::kInvalidArgument},
       {"kind 3", [](std::string& f) { PutLe<uint8_t>(f, 6, 3); }, Code::kInvalidArgument},
       {"dtype", [](std::string& f) { PutLe<uint8_t>(f, 7, 9); }, Code::kInvalidArgument},
@@ -228,7 +233,7 @@ TEST(WireTest, GarbageNeverCrashes) {
         break;
       case 2:
         buf = valid;
-        for (size_t k = 4; k < 68; ++k) {
+        for (size_t k = 4; k < 84; ++k) {
           if (rng() % 4 == 0) buf[k] = static_cast<char>(rng());
         }
         FixHeaderCrc(buf);

@@ -22,6 +22,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/cluster_auth.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/test_util.h"
 #include "tools/server_process.h"
@@ -31,7 +32,8 @@ namespace tandem::testing {
 struct Proc {
   std::string role;  // "router", "prefill", "decode", "all"
   pid_t pid = -1;
-  std::string address;
+  std::string address;   // the router's public API; a worker's (internal) port
+  std::string internal;  // the internal port
   std::string metrics;
   bool alive = false;
 };
@@ -46,6 +48,7 @@ class FaultCluster {
     stub_.reset();
     registry_.reset();
     channel_.reset();
+    internal_channel_.reset();
     for (size_t i = 0; i < procs_.size(); ++i) {
       if (!procs_[i].alive) continue;
       ::kill(procs_[i].pid, SIGCONT);
@@ -56,7 +59,8 @@ class FaultCluster {
   }
 
   static std::vector<std::string> ModelFlags() {
-    return {"--model", Stories260K(), "--tokenizer", Tok512()};
+    return {"--model", Stories260K(),           "--tokenizer",
+            Tok512(),  "--cluster-secret-file", TestClusterSecretFile()};
   }
 
   // Starts the router (index 0). Heartbeats every 100 ms: a silent worker is unhealthy after
@@ -67,15 +71,16 @@ class FaultCluster {
     Append(argv, flags);
     const int i = Start("router", argv);
     channel_ = grpc::CreateChannel(procs_[i].address, grpc::InsecureChannelCredentials());
+    internal_channel_ = grpc::CreateChannel(procs_[i].internal, grpc::InsecureChannelCredentials());
     stub_ = v1::Generation::NewStub(channel_);
-    registry_ = v1::Registry::NewStub(channel_);
+    registry_ = v1::Registry::NewStub(internal_channel_);
     return i;
   }
 
   // Starts a worker registered with the router; returns its index once the router lists it
   // healthy (-1 if it never does).
   int StartWorker(const std::string& role, std::vector<std::string> flags = {}) {
-    std::vector<std::string> argv = {"--role=" + role, "--router", procs_.at(0).address};
+    std::vector<std::string> argv = {"--role=" + role, "--router", procs_.at(0).internal};
     Append(argv, ModelFlags());
     Append(argv, flags);
     const int i = Start(role, argv);
@@ -94,6 +99,7 @@ class FaultCluster {
   v1::ListWorkersResponse Workers() {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ProveCluster(&ctx, internal_method::kListWorkers);
     v1::ListWorkersResponse resp;
     registry_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
     return resp;
@@ -230,6 +236,7 @@ class FaultCluster {
     p.role = role;
     p.pid = sp.pid;
     p.address = sp.address;
+    p.internal = sp.internal;
     p.metrics = sp.metrics;
     p.alive = sp.pid > 0;
     procs_.push_back(p);
@@ -238,6 +245,7 @@ class FaultCluster {
 
   std::vector<Proc> procs_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> internal_channel_;
   std::unique_ptr<v1::Generation::Stub> stub_;
   std::unique_ptr<v1::Registry::Stub> registry_;
 };

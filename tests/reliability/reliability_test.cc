@@ -487,7 +487,8 @@ TEST_F(ReliabilityTest, Row18_ClientThatNeverReadsDoesNotHarmOthers) {
 TEST_F(ReliabilityTest, Row19_SilentlyGonePeerIsDetected) {
   ASSERT_TRUE(reference_->ready());
   FaultCluster c;
-  c.StartRouter({"--keepalive-ms", "1000"});
+  // With no healthy decode worker a request waits in the queue, then fails: 2 s here.
+  c.StartRouter({"--keepalive-ms", "1000", "--queue-timeout-ms", "2000"});
   const int p = c.StartWorker("prefill");
   const std::vector<std::string> slow = {"--fault", "step_delay_ms=15"};
   const int d1 = c.StartWorker("decode", slow);

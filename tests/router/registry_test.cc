@@ -31,8 +31,8 @@ std::vector<std::string> Ids(const WorkerRegistry& r) {
 TEST(RegistryForget, SilentWorkerIsUnhealthyThenForgotten) {
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0);
-  r.Register("d2", WorkerRole::kDecode, "10.0.0.2:7000", Load(100), t0);
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0).ok());
+  ASSERT_TRUE(r.Register("d2", WorkerRole::kDecode, "10.0.0.2:7000", Load(100), t0).ok());
   // d2 keeps heartbeating, d1 goes silent.
   for (int s = 1; s <= 40; ++s) {
     ASSERT_TRUE(r.Heartbeat("d2", Load(100), true, t0 + absl::Seconds(s)));
@@ -52,7 +52,9 @@ TEST(RegistryForget, SilentWorkerIsUnhealthyThenForgotten) {
   EXPECT_EQ(r.Find("d1"), nullptr);
   // A forgotten worker's heartbeat is refused: it must register again.
   EXPECT_FALSE(r.Heartbeat("d1", Load(100), true, t0 + absl::Seconds(32)));
-  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0 + absl::Seconds(33));
+  ASSERT_TRUE(
+      r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(100), t0 + absl::Seconds(33))
+          .ok());
   EXPECT_TRUE(r.Healthy(*r.Find("d1"), t0 + absl::Seconds(33)));
   EXPECT_EQ(r.CountHealthy(WorkerRole::kDecode, t0 + absl::Seconds(33)), 2);
 }
@@ -60,8 +62,8 @@ TEST(RegistryForget, SilentWorkerIsUnhealthyThenForgotten) {
 TEST(RegistryForget, ForgottenWorkersAreNeverPicked) {
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  r.Register("p1", WorkerRole::kPrefill, "10.0.0.1:1", Load(10), t0);
-  r.Register("d1", WorkerRole::kDecode, "10.0.0.2:1", Load(10), t0);
+  ASSERT_TRUE(r.Register("p1", WorkerRole::kPrefill, "10.0.0.1:1", Load(10), t0).ok());
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.2:1", Load(10), t0).ok());
   const absl::Time later = t0 + absl::Minutes(5);
   const std::vector<WorkerEntry> gone = r.ForgetSilent(later);
   ASSERT_EQ(gone.size(), 2u);
@@ -81,7 +83,7 @@ TEST(RegistryForget, NotServingWorkerThatStillHeartbeatsIsKept) {
   // A draining worker (serving=false) is unhealthy but alive: it stays registered.
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0);
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0).ok());
   for (int s = 1; s <= 60; ++s) r.Heartbeat("d1", Load(10), false, t0 + absl::Seconds(s));
   const absl::Time now = t0 + absl::Seconds(60);
   EXPECT_FALSE(r.Healthy(*r.Find("d1"), now));
@@ -94,7 +96,7 @@ TEST(RegistryForget, InfiniteForgetAfterKeepsEveryone) {
   o.forget_after = absl::InfiniteDuration();
   WorkerRegistry r(o);
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0);
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(10), t0).ok());
   EXPECT_TRUE(r.ForgetSilent(t0 + absl::Hours(24 * 365)).empty());
   EXPECT_EQ(r.List().size(), 1u);
 }
@@ -105,9 +107,9 @@ TEST(RegistryKvTransport, AWorkerOfAnotherTransportConflicts) {
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
   EXPECT_EQ(r.KvTransportConflict("p1", "nccl"), nullptr);  // empty registry
-  r.Register("p1", WorkerRole::kPrefill, "p1:1", Load(100), t0);
+  ASSERT_TRUE(r.Register("p1", WorkerRole::kPrefill, "p1:1", Load(100), t0).ok());
   r.SetKvTransport("p1", "nccl");
-  r.Register("old", WorkerRole::kDecode, "old:1", Load(100), t0);  // did not say
+  ASSERT_TRUE(r.Register("old", WorkerRole::kDecode, "old:1", Load(100), t0).ok());  // did not say
   EXPECT_EQ(r.KvTransportConflict("d1", "nccl"), nullptr);
   const WorkerEntry* other = r.KvTransportConflict("d1", "tcp");
   ASSERT_NE(other, nullptr);

@@ -34,16 +34,21 @@ std::pair<int, std::string> RunShell(const std::string& command) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// A CA, a certificate it signed for 127.0.0.1 (used by every process, as server and client),
-// and a second CA with a certificate of its own (a stranger's, for the refusals).
+// A CA, a certificate it signed for 127.0.0.1 naming every cluster role (used by every process,
+// as server and client), a certificate without a role (a client of the public API), and a
+// second CA with a role certificate of its own (a stranger's, for the refusals).
 class Pki {
  public:
   Pki() {
     const std::string d = dir_.path();
-    std::ofstream(d + "/ext.cnf") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    std::ofstream(d + "/ext.cnf") << "subjectAltName=IP:127.0.0.1,DNS:localhost,"
+                                     "URI:urn:tandem:role:router,URI:urn:tandem:role:prefill,"
+                                     "URI:urn:tandem:role:decode\n"
                                      "extendedKeyUsage=serverAuth,clientAuth\n";
-    ok_ = MakeCa("ca") && MakeLeaf("node", "ca") && MakeCa("rogue_ca") &&
-          MakeLeaf("rogue", "rogue_ca");
+    std::ofstream(d + "/client.cnf") << "subjectAltName=DNS:client.example\n"
+                                        "extendedKeyUsage=clientAuth\n";
+    ok_ = MakeCa("ca") && MakeLeaf("node", "ca") && MakeLeaf("client", "ca", "client.cnf") &&
+          MakeCa("rogue_ca") && MakeLeaf("rogue", "rogue_ca");
   }
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }
@@ -68,11 +73,12 @@ class Pki {
     return Sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
               name + ".key -out " + name + ".pem -days 2 -subj '/CN=Tandem test " + name + "'");
   }
-  bool MakeLeaf(const std::string& name, const std::string& ca) {
+  bool MakeLeaf(const std::string& name, const std::string& ca,
+                const std::string& ext = "ext.cnf") {
     return Sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-              name + ".key -out " + name + ".csr -subj /CN=localhost") &&
+              name + ".key -out " + name + ".csr -subj /CN=" + name) &&
            Sh("openssl x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca +
-              ".key -CAcreateserial -out " + name + ".pem -days 2 -extfile ext.cnf");
+              ".key -CAcreateserial -out " + name + ".pem -days 2 -extfile " + ext);
   }
 
   testing::TempDir dir_;
@@ -240,9 +246,15 @@ TEST_F(SecurityTest, MutualTlsRefusesPeersWithoutAClientCertificate) {
   // certificate; a certificate from another CA. And one with the right certificate, so the
   // wait below is known to be long enough for a registration to happen.
   ScopedEnv roots("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", pki_.ca());
-  const std::vector<std::string> base = {
-      "--role=decode",        "--router",    c.router(),       "--model",
-      testing::Stories260K(), "--tokenizer", testing::Tok512()};
+  const std::vector<std::string> base = {"--role=decode",
+                                         "--router",
+                                         c.router_internal(),
+                                         "--model",
+                                         testing::Stories260K(),
+                                         "--tokenizer",
+                                         testing::Tok512(),
+                                         "--cluster-secret-file",
+                                         testing::TestClusterSecretFile()};
   const std::vector<std::pair<std::string, std::vector<std::string>>> workers = {
       {"rogue-plaintext", {}},
       {"rogue-no-client-cert", pki_.TlsFlags()},

@@ -15,6 +15,7 @@
 
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/cluster_auth.h"
 #include "tests/test_util.h"
 #include "tools/server_process.h"
 
@@ -49,6 +50,8 @@ class Cluster {
             std::vector<std::string> model) {
     if (model.empty()) model = {"--model", Stories260K(), "--tokenizer", Tok512()};
     model.insert(model.end(), security.all_flags.begin(), security.all_flags.end());
+    const std::vector<std::string> secret = ClusterSecretFlags();
+    model.insert(model.end(), secret.begin(), secret.end());
     router_flags.insert(router_flags.end(), security.router_flags.begin(),
                         security.router_flags.end());
     if (prefill == 0 && decode == 0) {
@@ -65,17 +68,19 @@ class Cluster {
       router_ = Start(argv);
       for (int i = 0; i < prefill + decode; ++i) {
         std::vector<std::string> w = {i < prefill ? "--role=prefill" : "--role=decode", "--router",
-                                      router_};
+                                      router_internal_};
         w.insert(w.end(), model.begin(), model.end());
         w.insert(w.end(), worker_flags.begin(), worker_flags.end());
         workers_.push_back(Start(w));
       }
       expected_workers_ = prefill + decode;
     }
-    channel_ = grpc::CreateChannel(
-        router_, security.credentials ? security.credentials : grpc::InsecureChannelCredentials());
+    auto credentials =
+        security.credentials ? security.credentials : grpc::InsecureChannelCredentials();
+    channel_ = grpc::CreateChannel(router_, credentials);
+    internal_channel_ = grpc::CreateChannel(router_internal_, credentials);
     generation_ = v1::Generation::NewStub(channel_);
-    registry_ = v1::Registry::NewStub(channel_);
+    registry_ = v1::Registry::NewStub(internal_channel_);
     ready_ = WaitHealthy(expected_workers_);
   }
 
@@ -85,11 +90,14 @@ class Cluster {
     generation_.reset();
     registry_.reset();
     channel_.reset();
+    internal_channel_.reset();
     StopProcesses(pids_);
   }
 
   bool ready() const { return ready_; }
+  // The router's public gRPC API, and its internal port (the registry).
   const std::string& router() const { return router_; }
+  const std::string& router_internal() const { return router_internal_; }
   const std::vector<std::string>& workers() const { return workers_; }
   v1::Generation::Stub* generation() { return generation_.get(); }
   std::vector<pid_t>& pids() { return pids_; }
@@ -100,6 +108,7 @@ class Cluster {
 
   v1::ListWorkersResponse Workers() {
     grpc::ClientContext ctx;
+    ProveCluster(&ctx, internal_method::kListWorkers);
     v1::ListWorkersResponse resp;
     registry_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
     return resp;
@@ -128,6 +137,7 @@ class Cluster {
     if (p.pid > 0) pids_.push_back(p.pid);
     metrics_.push_back(p.metrics);
     if (http_.empty()) http_ = p.http;  // the router starts first
+    if (router_internal_.empty()) router_internal_ = p.internal;
     return p.address;
   }
 
@@ -146,10 +156,12 @@ class Cluster {
   std::vector<std::string> metrics_;
   std::string http_;
   std::string router_;
+  std::string router_internal_;
   std::vector<std::string> workers_;
   int expected_workers_ = 0;
   bool ready_ = false;
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> internal_channel_;
   std::unique_ptr<v1::Generation::Stub> generation_;
   std::unique_ptr<v1::Registry::Stub> registry_;
 };

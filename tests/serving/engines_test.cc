@@ -8,6 +8,7 @@
 #include "engine/generator.h"
 #include "engine/llama2c_tokenizer.h"
 #include "prefill_node/prefill_engine.h"
+#include "tests/cluster_auth.h"
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
 
@@ -20,7 +21,9 @@ class EnginesTest : public ::testing::TestWithParam<std::string> {
     backend_ = MakeCpuBackend();
     model_ = std::move(*Model::Load(testing::Stories260K(), backend_.get()));
     tok_ = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
-    auto sender = MakeKvSender(GetParam());
+    KvSenderOptions so;
+    so.auth.secret = testing::TestClusterSecret();
+    auto sender = MakeKvSender(GetParam(), so);
     ASSERT_TRUE(sender.ok()) << sender.status();
     sender_ = std::move(*sender);
     PrefillEngineOptions po;
@@ -35,6 +38,7 @@ class EnginesTest : public ::testing::TestWithParam<std::string> {
     dopt.num_blocks = 2048;
     dopt.transport = GetParam();
     dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test";
+    dopt.receiver.auth.secret = testing::TestClusterSecret();
     auto d = DecodeEngine::Create(model_.get(), dopt);
     ASSERT_TRUE(d.ok()) << d.status();
     decode_ = std::move(*d);
@@ -102,6 +106,7 @@ TEST_P(EnginesTest, LeaseThatNeverCompletesExpiresAndFreesItsBlocks) {
   dopt.lease_timeout = absl::Milliseconds(200);
   dopt.transport = GetParam();
   dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test-expiry";
+  dopt.receiver.auth.secret = testing::TestClusterSecret();
   auto d = DecodeEngine::Create(model_.get(), dopt);
   ASSERT_TRUE(d.ok());
   GenerationRequest r;

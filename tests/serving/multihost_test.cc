@@ -180,7 +180,8 @@ class Hosts {
   std::vector<pid_t> pids_;
 };
 
-constexpr int kRouterPort = 7000;  // the same on both router hosts: one name, one port
+constexpr int kRouterPort = 7000;          // the same on both router hosts: one name, one port
+constexpr int kRouterInternalPort = 7001;  // the registry workers register with
 
 v1::GenerateRequest Greedy(const std::string& prompt, int max_tokens) {
   v1::GenerateRequest req;
@@ -223,13 +224,17 @@ class MultiHostTest : public ::testing::Test {
     // The client side of this process, and the single-host baseline below, live in c.
     ASSERT_TRUE(hosts_.Enter("c")) << "setns into the client namespace failed";
 
-    const std::vector<std::string> model = {"--model", Stories260K(), "--tokenizer", Tok512()};
+    const std::vector<std::string> model = {
+        "--model", Stories260K(),           "--tokenizer",
+        Tok512(),  "--cluster-secret-file", TestClusterSecretFile()};
     for (const std::string r : {"r1", "r2"}) {
       std::vector<std::string> args = {"--role=router",
                                        "--host",
                                        hosts_.host(r).ip,
                                        "--port",
                                        std::to_string(kRouterPort),
+                                       "--internal-port",
+                                       std::to_string(kRouterInternalPort),
                                        "--heartbeat-ms",
                                        "100",
                                        "--forget-after-ms",
@@ -246,7 +251,7 @@ class MultiHostTest : public ::testing::Test {
                                        "--host",
                                        hosts_.host(w).ip,
                                        "--router",
-                                       absl::StrCat("tandem-router:", kRouterPort),
+                                       absl::StrCat("tandem-router:", kRouterInternalPort),
                                        "--worker-id",
                                        w};
       args.insert(args.end(), model.begin(), model.end());
@@ -257,7 +262,8 @@ class MultiHostTest : public ::testing::Test {
     for (const ServerProcess& r : routers_) {
       auto channel = grpc::CreateChannel(r.address, grpc::InsecureChannelCredentials());
       generation_.push_back(v1::Generation::NewStub(channel));
-      registry_.push_back(v1::Registry::NewStub(channel));
+      registry_.push_back(v1::Registry::NewStub(
+          grpc::CreateChannel(r.internal, grpc::InsecureChannelCredentials())));
     }
   }
 
@@ -265,6 +271,7 @@ class MultiHostTest : public ::testing::Test {
   std::map<std::string, bool> Workers(int i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ProveCluster(&ctx, internal_method::kListWorkers);
     v1::ListWorkersResponse resp;
     registry_[i]->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
     std::map<std::string, bool> out;
@@ -314,6 +321,7 @@ TEST_F(MultiHostTest, WorkersFindBothRoutersByNameAndOutputsMatchOneHost) {
       << "r1 sees " << Workers(0).size() << " workers, r2 " << Workers(1).size();
   {
     grpc::ClientContext ctx;
+    ProveCluster(&ctx, internal_method::kListWorkers);
     v1::ListWorkersResponse resp;
     ASSERT_TRUE(registry_[0]->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok());
     for (const auto& w : resp.workers()) {

@@ -20,6 +20,7 @@
 #include "prefill_node/nccl_bootstrap_client.h"
 #include "prefill_node/prefill_engine.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "tests/cluster_auth.h"
 #include "tests/kv_transfer/nccl_fake.h"
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
@@ -40,6 +41,7 @@ class FaultySink : public KvSink {
   void FreezeAfter(int n) { freeze_after_ = n; }
   void FailAfter(int n) { fail_after_ = n; }
   void RefuseChunk(int n) { refuse_ = n; }
+  absl::Status CheckHeader(const KvChunkHeader& h) override { return inner_->CheckHeader(h); }
   absl::Status Accept(const KvChunkHeader& h, std::span<const char> payload) override {
     const int n = ++count_;
     if (n == refuse_) return absl::InternalError("test: chunk refused");
@@ -94,7 +96,8 @@ class NcclWiringTest : public ::testing::Test {
     early.max_tokens = 1;
     EXPECT_EQ(decode_->Admit(early).status().code(), absl::StatusCode::kUnavailable);
 
-    service_ = std::make_unique<DecodeService>(decode_.get(), receiver_);
+    service_ =
+        std::make_unique<DecodeService>(decode_.get(), testing::TestInternalAuth(), receiver_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -108,8 +111,11 @@ class NcclWiringTest : public ::testing::Test {
 
     KvSenderOptions so;
     so.io_timeout = absl::Milliseconds(500);  // the watchdog's deadline per chunk
-    auto s = MakeNcclKvSender(
-        Parts(), MakeGrpcNcclBootstrap("prefill-test", grpc::InsecureChannelCredentials()), so);
+    auto s =
+        MakeNcclKvSender(Parts(),
+                         MakeGrpcNcclBootstrap("prefill-test", grpc::InsecureChannelCredentials(),
+                                               testing::TestInternalAuth()),
+                         so);
     ASSERT_TRUE(s.ok()) << s.status();
     sender_ = std::move(*s);
     PrefillEngineOptions po;
@@ -243,15 +249,15 @@ TEST_F(NcclWiringTest, ChunkTheDecodeCannotDeliverFailsTheRequestThere) {
 }
 
 TEST_F(NcclWiringTest, BootstrapOfAWorkerWithoutNcclIsUnimplemented) {
-  DecodeService plain(decode_.get(), nullptr);
+  DecodeService plain(decode_.get(), testing::TestInternalAuth(), nullptr);
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&plain);
   auto server = builder.BuildAndStart();
   ASSERT_NE(server, nullptr);
-  NcclBootstrapFn bootstrap =
-      MakeGrpcNcclBootstrap("prefill-test", grpc::InsecureChannelCredentials());
+  NcclBootstrapFn bootstrap = MakeGrpcNcclBootstrap(
+      "prefill-test", grpc::InsecureChannelCredentials(), testing::TestInternalAuth());
   auto id = bootstrap(absl::StrFormat("127.0.0.1:%d", port));
   EXPECT_EQ(id.status().code(), absl::StatusCode::kUnimplemented) << id.status();
   EXPECT_NE(id.status().message().find("--kv-transport=nccl"), std::string::npos) << id.status();
@@ -271,8 +277,8 @@ TEST(NcclServerTest, NcclFlagFailsFastWithoutTheLibraryOrAGpu) {
   for (const char* role : {"decode", "prefill"}) {
     const std::string cmd = absl::StrFormat(
         "timeout 60 %s/tandem-server --role=%s --kv-transport=nccl --model %s --router "
-        "127.0.0.1:1 2>&1",
-        testing::BinDir(), role, testing::Stories260K());
+        "127.0.0.1:1 --cluster-secret-file %s 2>&1",
+        testing::BinDir(), role, testing::Stories260K(), testing::TestClusterSecretFile());
     FILE* p = popen(cmd.c_str(), "r");
     ASSERT_NE(p, nullptr);
     std::string out;
@@ -291,10 +297,11 @@ TEST(NcclServerTest, RouterRefusesAWorkerOfAnotherTransport) {
   const ServerProcess router =
       StartServerProcess(testing::BinDir() + "/tandem-server",
                          {"--role=router", "--model", testing::Stories260K(), "--tokenizer",
-                          testing::Tok512(), "--host", "127.0.0.1", "--port", "0"});
+                          testing::Tok512(), "--host", "127.0.0.1", "--port", "0",
+                          "--cluster-secret-file", testing::TestClusterSecretFile()});
   ASSERT_FALSE(router.address.empty());
   auto stub = v1::Registry::NewStub(
-      grpc::CreateChannel(router.address, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(router.internal, grpc::InsecureChannelCredentials()));
   auto reg = [&](const std::string& id, v1::WorkerRole role, const std::string& transport) {
     v1::RegisterRequest req;
     req.set_worker_id(id);
@@ -304,6 +311,8 @@ TEST(NcclServerTest, RouterRefusesAWorkerOfAnotherTransport) {
     v1::RegisterResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    testing::ProveCluster(&ctx, internal_method::kRegister,
+                          role == v1::WORKER_ROLE_PREFILL ? PeerRole::kPrefill : PeerRole::kDecode);
     return stub->Register(&ctx, req, &resp);
   };
   EXPECT_TRUE(reg("d-tcp", v1::WORKER_ROLE_DECODE, "tcp").ok());

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "kernels/backend_loader.h"
+#include "tests/cluster_auth.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -133,6 +134,7 @@ TEST(CliTest, DeviceFlagOnGpuOrItsError) {
   EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
   const std::string cmd = testing::BinDir() +
                           "/tandem-server --role prefill --port 0 --router 127.0.0.1:1" + m +
+                          " --cluster-secret-file " + testing::TestClusterSecretFile() +
                           " --device cuda 2>" + StderrPath();
   const int status = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << "crashed";

@@ -1,0 +1,107 @@
+// A small HTTP/1.1 server built to face the internet: one event-loop thread reads every
+// connection's requests (TLS handshakes included) without blocking, and only a whole request
+// reaches a handler on the worker pool. A client that sends slowly, or not at all, holds a
+// socket and a small buffer but never a worker, and is closed at its deadline: the request
+// line and headers must arrive within `header_timeout`, the body within `body_timeout`, the
+// next request on an idle keep-alive connection within `idle_timeout`. Connections are capped
+// in total and per client address; at a cap the connection that has waited longest without a
+// whole request is closed to make room, so a flood of idle or slow connections cannot lock out
+// a client that sends its request.
+//
+// Handlers write through HttpResponseWriter: a whole response, or a chunked stream (server-sent
+// events) whose every write is bounded by `write_timeout`.
+#ifndef TANDEM_HTTP_HTTP_LISTENER_H_
+#define TANDEM_HTTP_HTTP_LISTENER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "http/http_parser.h"
+
+namespace tandem {
+
+class SslContext;
+class SecureSocket;
+
+struct HttpListenerOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;      // 0: pick a free port
+  int threads = 64;  // handlers running at once (a streaming response holds one)
+  // Whole requests waiting for a handler; beyond it a request is answered 503 at once.
+  int max_queued_requests = 1024;
+  HttpParserLimits limits;
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(30);
+  absl::Duration idle_timeout = absl::Seconds(60);
+  absl::Duration write_timeout = absl::Seconds(30);  // a response write that makes no progress
+  int max_connections = 4096;
+  int max_connections_per_client = 256;
+  std::shared_ptr<SslContext> tls;  // null: plain HTTP
+};
+
+// One response, written by a handler. Not thread-safe: one handler writes it.
+class HttpResponseWriter {
+ public:
+  // A whole response with Content-Length.
+  bool Send(int status, std::string_view content_type, std::string_view body,
+            const std::vector<std::pair<std::string, std::string>>& headers = {});
+  // A chunked response: Start once, then Write for each piece (sent at once), then End.
+  bool StartStream(int status, std::string_view content_type,
+                   const std::vector<std::pair<std::string, std::string>>& headers = {});
+  bool Write(std::string_view data);
+  bool End();
+  // Whether the client closed its side or the connection failed (polls the socket).
+  bool ClientGone() const;
+  bool started() const { return started_; }
+
+ private:
+  friend class HttpListener;
+  HttpResponseWriter(SecureSocket* sock, bool keep_alive, absl::Duration write_timeout)
+      : sock_(sock), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
+  bool WriteRaw(std::string_view a, std::string_view b = {});
+  std::string Head(int status, std::string_view content_type,
+                   const std::vector<std::pair<std::string, std::string>>& headers);
+
+  SecureSocket* sock_;
+  bool keep_alive_;
+  absl::Duration write_timeout_;
+  bool started_ = false;
+  bool streaming_ = false;
+  bool ended_ = false;
+  bool failed_ = false;
+};
+
+using HttpHandler = std::function<void(const HttpRequest&, HttpResponseWriter&)>;
+
+class HttpListener {
+ public:
+  // Binds, then serves on its own threads until destroyed. A request the parser refuses is
+  // answered by `on_error(status, message)`'s body (application/json) and the connection closed.
+  static absl::StatusOr<std::unique_ptr<HttpListener>> Start(
+      HttpListenerOptions options, HttpHandler handler,
+      std::function<std::string(int status, const std::string& message)> on_error);
+  ~HttpListener();  // stops accepting, closes every connection, waits for handlers
+
+  const std::string& address() const { return address_; }  // HOST:PORT bound
+  // Connections open now (the leak check of tests).
+  int connections() const;
+
+ private:
+  struct Impl;
+  explicit HttpListener(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  std::string address_;
+};
+
+// The standard reason phrase of a status code ("OK", "Not Found", ...).
+const char* HttpReason(int status);
+
+}  // namespace tandem
+
+#endif  // TANDEM_HTTP_HTTP_LISTENER_H_

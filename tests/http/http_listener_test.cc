@@ -1,0 +1,372 @@
+// The HTTP/1.1 parser (pure: every framing rule and limit, and any split of the bytes) and the
+// listener with hostile clients: slow headers, idle floods, oversized announcements. Every
+// listener test ends with no connection left open.
+#include "http/http_listener.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "http/http_parser.h"
+
+namespace tandem {
+namespace {
+
+using State = HttpRequestParser::State;
+
+HttpRequestParser Parsed(std::string_view bytes, HttpParserLimits limits = {}) {
+  HttpRequestParser p(limits);
+  p.Feed(bytes);
+  return p;
+}
+
+TEST(HttpParserTest, GetAndPostWithContentLength) {
+  HttpRequestParser p = Parsed("GET /health?x=1 HTTP/1.1\r\nHost: a\r\nX-Y:  z \r\n\r\n");
+  ASSERT_EQ(p.state(), State::kDone);
+  HttpRequest r = p.TakeRequest();
+  EXPECT_EQ(r.method, "GET");
+  EXPECT_EQ(r.target, "/health?x=1");
+  EXPECT_EQ(r.path, "/health");
+  EXPECT_EQ(r.Header("x-y"), "z");
+  EXPECT_TRUE(r.KeepAlive());
+  EXPECT_EQ(p.state(), State::kHeaders);
+
+  p = Parsed(
+      "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+  ASSERT_EQ(p.state(), State::kDone);
+  r = p.TakeRequest();
+  EXPECT_EQ(r.body, "hello");
+  EXPECT_FALSE(r.KeepAlive());
+  // HTTP/1.0 keeps the connection only when asked to.
+  r = Parsed("GET / HTTP/1.0\r\n\r\n").TakeRequest();
+  EXPECT_FALSE(r.KeepAlive());
+  r = Parsed("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").TakeRequest();
+  EXPECT_TRUE(r.KeepAlive());
+}
+
+TEST(HttpParserTest, PipelinedRequestsAreTakenOneAtATime) {
+  const std::string two = "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\nhiGET /b HTTP/1.1\r\n\r\n";
+  HttpRequestParser p;
+  const size_t used = p.Feed(two);
+  ASSERT_EQ(p.state(), State::kDone);
+  EXPECT_EQ(p.TakeRequest().body, "hi");
+  p.Feed(std::string_view(two).substr(used));
+  ASSERT_EQ(p.state(), State::kDone);
+  EXPECT_EQ(p.TakeRequest().path, "/b");
+}
+
+TEST(HttpParserTest, ChunkedBodyWithExtensionsAndTrailers) {
+  HttpRequestParser p = Parsed(
+      "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      "4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-T: 1\r\n\r\n");
+  ASSERT_EQ(p.state(), State::kDone) << p.error_message();
+  EXPECT_EQ(p.TakeRequest().body, "Wikipedia in\r\n\r\nchunks.");
+}
+
+// Whatever the split of the bytes across reads, the same request (or the same error) results.
+TEST(HttpParserTest, AnySplitOfTheBytesGivesTheSameResult) {
+  const std::vector<std::string> inputs = {
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 11\r\n\r\n{\"a\": true}",
+      "\r\n\r\nPOST /c HTTP/1.1\r\ntransfer-encoding: Chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+      "GET / HTTP/1.1\nHost: lf-only\n\n",
+      "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc",
+      "GET / HTTP/2.0\r\n\r\n",
+  };
+  std::mt19937 rng(7);
+  for (const std::string& in : inputs) {
+    HttpRequestParser whole;
+    whole.Feed(in);
+    const State want = whole.state();
+    const HttpRequest want_req = want == State::kDone ? whole.TakeRequest() : HttpRequest();
+    for (int trial = 0; trial < 200; ++trial) {
+      HttpRequestParser p;
+      size_t at = 0;
+      while (at < in.size() && (p.state() == State::kHeaders || p.state() == State::kBody)) {
+        const size_t n = std::min<size_t>(in.size() - at, 1 + rng() % 7);
+        const size_t used = p.Feed(std::string_view(in).substr(at, n));
+        at += used;
+        if (used < n) break;
+      }
+      ASSERT_EQ(p.state(), want) << in;
+      if (want == State::kDone) {
+        const HttpRequest r = p.TakeRequest();
+        EXPECT_EQ(r.path, want_req.path);
+        EXPECT_EQ(r.body, want_req.body);
+        EXPECT_EQ(r.headers, want_req.headers);
+      } else {
+        EXPECT_EQ(p.error_status(), whole.error_status());
+      }
+    }
+  }
+}
+
+TEST(HttpParserTest, EveryMalformedOrOversizedRequestIsRefusedWithItsStatus) {
+  HttpParserLimits small;
+  small.max_header_bytes = 256;
+  small.max_body_bytes = 100;
+  small.max_headers = 4;
+  struct Case {
+    std::string bytes;
+    int status;
+  };
+  const std::vector<Case> cases = {
+      {"GET\r\n\r\n", 400},
+      {"GET  / HTTP/1.1\r\n\r\n", 400},
+      {"G(T / HTTP/1.1\r\n\r\n", 400},
+      {"GET nopath HTTP/1.1\r\n\r\n", 400},
+      {"GET / HTTP/2.0\r\n\r\n", 505},
+      {"GET / HTTP/1.1\r\nNo colon\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\n folded: x\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\nBad Name: x\r\n\r\n", 400},
+      {"GET / HTTP/1.1\r\n" + std::string(300, 'x') + ": y\r\n\r\n", 431},
+      {"GET / HTTP/1.1\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\n\r\n", 431},
+      {"POST / HTTP/1.1\r\nContent-Length: 101\r\n\r\n", 413},
+      {"POST / HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nContent-Length: -1\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413},
+      {"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", 400},
+  };
+  for (const Case& c : cases) {
+    HttpRequestParser p = Parsed(c.bytes, small);
+    EXPECT_EQ(p.state(), State::kError) << c.bytes;
+    EXPECT_EQ(p.error_status(), c.status) << c.bytes << ": " << p.error_message();
+  }
+  // An announced body is not allocated before it arrives beyond the limit: a header naming a
+  // huge length is refused at once.
+  HttpRequestParser p =
+      Parsed("POST / HTTP/1.1\r\nContent-Length: 1000000000\r\n\r\n", HttpParserLimits{});
+  EXPECT_EQ(p.error_status(), 413);
+}
+
+TEST(HttpParserTest, ExpectContinueIsAskedOnceWhenABodyFollows) {
+  HttpRequestParser p =
+      Parsed("POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n");
+  EXPECT_TRUE(p.WantsContinue());
+  p.ContinueSent();
+  EXPECT_FALSE(p.WantsContinue());
+  p.Feed("ok");
+  EXPECT_EQ(p.state(), State::kDone);
+  EXPECT_FALSE(Parsed("GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n").WantsContinue());
+}
+
+// ---- the listener -------------------------------------------------------------------------
+
+// A client socket from `source` (a loopback address: 127.0.0.2 is another client) to `port`.
+int Connect(int port, const char* source = "127.0.0.1") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Everything the server sends until it closes or `timeout_ms` passes.
+std::string ReadAll(int fd, int timeout_ms = 5000) {
+  std::string out;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) break;
+    out.append(buf, n);
+  }
+  return out;
+}
+
+// Whether the server closes `fd` (end of stream, or a reset) within `timeout_ms`, ignoring any
+// bytes it sends first.
+bool ClosedByServer(int fd, int timeout_ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char buf[4096];
+  while (std::chrono::steady_clock::now() < until) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) <= 0) continue;
+    if (::recv(fd, buf, sizeof(buf), 0) <= 0) return true;
+  }
+  return false;
+}
+
+// One request on a new connection from `source`; the response as read until the server closes.
+std::string Exchange(int port, const std::string& request, const char* source = "127.0.0.1") {
+  const int fd = Connect(port, source);
+  if (fd < 0) return "connect failed";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string got = ReadAll(fd);
+  ::close(fd);
+  return got;
+}
+
+class HttpListenerTest : public ::testing::Test {
+ protected:
+  void Start(HttpListenerOptions o = {}) {
+    auto l = HttpListener::Start(
+        o,
+        [this](const HttpRequest& r, HttpResponseWriter& w) {
+          ++handled_;
+          if (r.path == "/stream") {
+            w.StartStream(200, "text/event-stream");
+            for (int i = 0; i < 3; ++i) w.Write(absl::StrCat("data: ", i, "\n\n"));
+            w.End();
+            return;
+          }
+          w.Send(200, "text/plain", absl::StrCat(r.method, " ", r.path, " ", r.body));
+        },
+        [](int status, const std::string& message) {
+          return absl::StrFormat("{\"status\":%d,\"message\":\"%s\"}", status, message);
+        });
+    ASSERT_TRUE(l.ok()) << l.status();
+    listener_ = *std::move(l);
+    port_ = std::stoi(listener_->address().substr(listener_->address().rfind(':') + 1));
+  }
+  void TearDown() override {
+    // The leak check: every connection is closed once its client is gone.
+    for (int i = 0; i < 200 && listener_ && listener_->connections() > 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    if (listener_) EXPECT_EQ(listener_->connections(), 0);
+  }
+
+  std::unique_ptr<HttpListener> listener_;
+  int port_ = 0;
+  std::atomic<int> handled_{0};
+};
+
+TEST_F(HttpListenerTest, KeepAliveChunkedStreamAndErrors) {
+  Start();
+  const int fd = Connect(port_);
+  ASSERT_GE(fd, 0);
+  const std::string two =
+      "POST /a HTTP/1.1\r\nContent-Length: 3\r\n\r\nabcGET /stream HTTP/1.1\r\n"
+      "Connection: close\r\n\r\n";
+  ::send(fd, two.data(), two.size(), MSG_NOSIGNAL);
+  const std::string got = ReadAll(fd);
+  ::close(fd);
+  EXPECT_NE(got.find("HTTP/1.1 200 OK"), std::string::npos) << got;
+  EXPECT_NE(got.find("Connection: keep-alive"), std::string::npos) << got;
+  EXPECT_NE(got.find("POST /a abc"), std::string::npos) << got;
+  EXPECT_NE(got.find("Transfer-Encoding: chunked"), std::string::npos) << got;
+  EXPECT_NE(got.find("9\r\ndata: 2\n\n\r\n0\r\n\r\n"), std::string::npos) << got;
+  EXPECT_EQ(handled_.load(), 2);
+
+  const std::string bad = Exchange(port_, "GET / HTTP/3\r\n\r\n");
+  EXPECT_EQ(bad.rfind("HTTP/1.1 505", 0), 0u) << bad;
+  EXPECT_NE(bad.find("\"status\":505"), std::string::npos) << bad;
+  const std::string big = Exchange(port_, "POST / HTTP/1.1\r\nContent-Length: 999999999\r\n\r\n");
+  EXPECT_EQ(big.rfind("HTTP/1.1 413", 0), 0u) << big;
+}
+
+TEST_F(HttpListenerTest, ExpectContinueIsAnswered) {
+  Start();
+  const int fd = Connect(port_);
+  const std::string head =
+      "POST /up HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 4\r\nConnection: close\r\n\r\n";
+  ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  char buf[64] = {};
+  pollfd p{fd, POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 5000), 1);
+  const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+  EXPECT_EQ(std::string(buf, n), "HTTP/1.1 100 Continue\r\n\r\n");
+  ::send(fd, "data", 4, MSG_NOSIGNAL);
+  EXPECT_NE(ReadAll(fd).find("POST /up data"), std::string::npos);
+  ::close(fd);
+}
+
+// Slow clients (a header byte every 200 ms) and idle ones take no serving thread: with one
+// handler thread and 150 of them connected, a real request is answered at once, and the slow
+// ones are closed at the header deadline.
+TEST_F(HttpListenerTest, SlowAndIdleClientsDoNotStarveOthers) {
+  HttpListenerOptions o;
+  o.threads = 1;
+  o.header_timeout = absl::Seconds(2);
+  Start(o);
+  std::vector<int> slow;
+  for (int i = 0; i < 150; ++i) {
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    slow.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread drip([&] {
+    const std::string request = "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n";
+    for (size_t i = 0; !stop.load() && i < request.size(); ++i) {
+      for (int fd : slow) ::send(fd, &request[i], 1, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string got = Exchange(port_, "GET /fast HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(got.find("GET /fast"), std::string::npos) << got;
+  EXPECT_LT(seconds, 1.0);
+  // Past the header deadline every slow connection is closed by the server.
+  int closed = 0;
+  for (int fd : slow) closed += ClosedByServer(fd, 4000);
+  stop = true;
+  drip.join();
+  for (int fd : slow) ::close(fd);
+  EXPECT_EQ(closed, 150);
+  EXPECT_EQ(handled_.load(), 1);
+}
+
+// Past the per-client cap, the longest-waiting idle connection of that client makes room, so
+// a flood from one address neither grows without bound nor locks out a request, from that
+// address or another.
+TEST_F(HttpListenerTest, ConnectionFloodIsCappedAndRequestsStillGetIn) {
+  HttpListenerOptions o;
+  o.max_connections_per_client = 20;
+  o.max_connections = 30;
+  Start(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(Connect(port_));
+  for (int i = 0; i < 100 && listener_->connections() > 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LE(listener_->connections(), 20);
+  EXPECT_NE(Exchange(port_, "GET /same HTTP/1.1\r\nConnection: close\r\n\r\n").find("GET /same"),
+            std::string::npos);
+  EXPECT_NE(Exchange(port_, "GET /other HTTP/1.1\r\nConnection: close\r\n\r\n", "127.0.0.2")
+                .find("GET /other"),
+            std::string::npos);
+  // Another address's flood fills the total cap; the oldest idle connections make room.
+  std::vector<int> more;
+  for (int i = 0; i < 40; ++i) more.push_back(Connect(port_, "127.0.0.3"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LE(listener_->connections(), 30);
+  EXPECT_NE(Exchange(port_, "GET /again HTTP/1.1\r\nConnection: close\r\n\r\n", "127.0.0.4")
+                .find("GET /again"),
+            std::string::npos);
+  for (int fd : idle) ::close(fd);
+  for (int fd : more) ::close(fd);
+}
+
+}  // namespace
+}  // namespace tandem
