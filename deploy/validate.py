@@ -44,7 +44,12 @@ def default_drain_seconds():
         m = re.search(r'GetInt\("drain-timeout-ms", (\d+)\)', f.read())
     return int(m.group(1)) / 1000 if m else None
 ROUTER_SERVICE = "tandem-router"
-GRPC_PORT = 7000
+PUBLIC_SERVICE = "tandem-api"
+GRPC_PORT = 7000          # the router's public gRPC API; a worker's internal port
+HTTP_PORT = 8000          # the router's OpenAI-compatible HTTP API
+ROUTER_INTERNAL_PORT = 7001
+KV_PORT = 7100
+SECRET_NAME = "tandem-cluster-secret"
 
 # API fields newer than python3-kubernetes 22.6 (Kubernetes 1.22), as {model: {json name: type}},
 # and the models they need. Only what the manifests use; each line names its source.
@@ -231,6 +236,37 @@ def matches(selector, labels):
     return True
 
 
+def check_network_policies(where, policies, pod_labels, problems):
+    """The internal ports (the router's registry, the workers' gRPC and KV ports) admit only the
+    cluster's own pods; the router's public ports admit anyone."""
+    internal = {"tandem-router": [ROUTER_INTERNAL_PORT],
+                "tandem-prefill": [GRPC_PORT],
+                "tandem-decode": [GRPC_PORT, KV_PORT]}
+    for deployment, ports in internal.items():
+        labels = pod_labels.get(deployment)
+        if labels is None:
+            continue
+        selecting = [p for p in policies if matches(p["spec"].get("podSelector", {}), labels)]
+        if not selecting:
+            problems.add(where, f"no NetworkPolicy selects the pods of {deployment}")
+            continue
+        for port in ports:
+            rules = [r for p in selecting for r in p["spec"].get("ingress", [])
+                     if not r.get("ports") or port in [x.get("port") for x in r["ports"]]]
+            if not rules:
+                problems.add(where, f"{deployment}: no NetworkPolicy rule admits port {port}")
+            for r in rules:
+                peers = r.get("from")
+                own_pods = peers and all(
+                    "podSelector" in peer and "namespaceSelector" not in peer and
+                    peer["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/part-of")
+                    == "tandem" for peer in peers)
+                if not own_pods:
+                    problems.add(where, f"{deployment}: port {port} is open beyond the cluster's "
+                                        f"own pods (a NetworkPolicy rule without a part-of: "
+                                        f"tandem podSelector)")
+
+
 def check_consistency(overlay, objs, problems):
     where = f"overlay {overlay}"
     by_kind = {}
@@ -280,6 +316,10 @@ def check_consistency(overlay, objs, problems):
         if not sc.get("runAsNonRoot") or not sc.get("runAsUser"):
             problems.add(w, "pods must run as a non-root user (runAsNonRoot, runAsUser)")
         volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        secret_volumes = {n for n, v in volumes.items()
+                          if v.get("secret", {}).get("secretName") == SECRET_NAME}
+        if not secret_volumes:
+            problems.add(w, f"no volume of the Secret {SECRET_NAME} (the cluster secret)")
         for v in volumes.values():
             if "configMap" in v and v["configMap"]["name"] not in configmaps:
                 problems.add(w, f"volume {v['name']}: no ConfigMap {v['configMap']['name']}")
@@ -309,9 +349,21 @@ def check_consistency(overlay, objs, problems):
             role = roles.get(name)
             if role and f"tandem-{role}" not in command:
                 problems.add(cw, f"does not run tandem-{role}")
+            m = re.search(r"--cluster-secret-file (\S+)", command)
+            mounts = [vm for vm in c.get("volumeMounts", []) if vm["name"] in secret_volumes]
+            if not m:
+                problems.add(cw, "no --cluster-secret-file: internal calls would be refused")
+            elif not any(m.group(1).startswith(vm["mountPath"].rstrip("/") + "/")
+                         for vm in mounts):
+                problems.add(cw, f"--cluster-secret-file {m.group(1)} is not in a mount of the "
+                                 f"Secret {SECRET_NAME}")
+            if role == "router" and f"--internal-port {ROUTER_INTERNAL_PORT}" not in command:
+                problems.add(cw, f"the router's registry must be on --internal-port "
+                                 f"{ROUTER_INTERNAL_PORT}")
             if role in ("prefill", "decode"):
-                if f"--router {ROUTER_SERVICE}:{GRPC_PORT}" not in command:
-                    problems.add(cw, f"workers must register at --router {ROUTER_SERVICE}:{GRPC_PORT}")
+                if f"--router {ROUTER_SERVICE}:{ROUTER_INTERNAL_PORT}" not in command:
+                    problems.add(cw, f"workers must register at --router "
+                                     f"{ROUTER_SERVICE}:{ROUTER_INTERNAL_PORT}")
                 env = {e["name"]: e for e in c.get("env", [])}
                 adv = env.get("TANDEM_ADVERTISE_HOST", {}).get("valueFrom", {}).get("fieldRef", {})
                 if adv.get("fieldPath") != "status.podIP" and "--advertise-host" not in command:
@@ -334,8 +386,26 @@ def check_consistency(overlay, objs, problems):
     else:
         if router["spec"].get("clusterIP") != "None":
             problems.add(where, f"Service {ROUTER_SERVICE} must be headless (clusterIP: None)")
-        if GRPC_PORT not in [p["port"] for p in router["spec"]["ports"]]:
-            problems.add(where, f"Service {ROUTER_SERVICE} does not expose {GRPC_PORT}")
+        if ROUTER_INTERNAL_PORT not in [p["port"] for p in router["spec"]["ports"]]:
+            problems.add(where, f"Service {ROUTER_SERVICE} does not expose {ROUTER_INTERNAL_PORT}")
+    # The public Service: the router's client-facing ports, and nothing internal.
+    public = services.get(PUBLIC_SERVICE)
+    if public is None:
+        problems.add(where, f"Service {PUBLIC_SERVICE} is missing")
+    else:
+        targets = {p.get("targetPort", p["port"]) for p in public["spec"]["ports"]}
+        router_ports = {cp.get("name"): cp["containerPort"]
+                        for c in deployments.get("tandem-router", {}).get("spec", {}).get(
+                            "template", {}).get("spec", {}).get("containers", [])
+                        for cp in c.get("ports", [])}
+        resolved = {router_ports.get(t, t) for t in targets}
+        for want in (GRPC_PORT, HTTP_PORT):
+            if want not in resolved:
+                problems.add(where, f"Service {PUBLIC_SERVICE} does not expose port {want}")
+        for extra in resolved - {GRPC_PORT, HTTP_PORT}:
+            problems.add(where, f"Service {PUBLIC_SERVICE} exposes {extra}, which is not a public "
+                                f"port (only {GRPC_PORT} and {HTTP_PORT} are)")
+    check_network_policies(where, by_kind.get("NetworkPolicy", []), pod_labels, problems)
     for name, s in services.items():
         sel = {"matchLabels": s["spec"].get("selector", {})}
         if not any(matches(sel, l) for l in pod_labels.values()):
@@ -650,6 +720,23 @@ def self_test(kubectl):
             clusterIP="10.0.0.1"), "must be headless"),
         ("selector mismatch", lambda o: deployment(o, "tandem-decode")["spec"]["selector"]
          ["matchLabels"].update({"app.kubernetes.io/component": "x"}), "selector does not match"),
+        ("internal port in the public Service", lambda o: next(
+            x for x in o if x["kind"] == "Service" and x["metadata"]["name"] == PUBLIC_SERVICE)
+         ["spec"]["ports"].append({"name": "internal", "port": 7001, "targetPort": "internal"}),
+         "which is not a public port"),
+        ("no secret flag", lambda o: container(o, "tandem-decode").update(
+            args=[container(o, "tandem-decode")["args"][0].replace(
+                "--cluster-secret-file", "--cluster-secret")]), "no --cluster-secret-file"),
+        ("no secret volume", lambda o: deployment(o, "tandem-prefill")["spec"]["template"]["spec"]
+         .update(volumes=[v for v in deployment(o, "tandem-prefill")["spec"]["template"]["spec"]
+                          ["volumes"] if "secret" not in v]), "no volume of the Secret"),
+        ("no worker NetworkPolicy", lambda o: o.remove(next(
+            x for x in o if x["kind"] == "NetworkPolicy" and
+            x["metadata"]["name"] == "tandem-workers")), "no NetworkPolicy selects the pods"),
+        ("KV port open to all", lambda o: next(
+            x for x in o if x["kind"] == "NetworkPolicy" and
+            x["metadata"]["name"] == "tandem-workers")["spec"]["ingress"].append(
+                {"ports": [{"port": 7100}]}), "port 7100 is open beyond"),
     ]
     for label, fn, needle in consistency_cases:
         expect(label, mutated(fn), needle)

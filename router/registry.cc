@@ -20,11 +20,33 @@ WorkerLoadSnapshot Clamp(const WorkerLoadSnapshot& claim, const WorkerLoadSnapsh
   return l;
 }
 
+// "HOST" of "HOST:PORT", "[V6]:PORT", "tcp://HOST:PORT" or "nccl://HOST:PORT"; "" for others.
+std::string HostOf(std::string_view address) {
+  for (std::string_view scheme : {"tcp://", "nccl://"}) {
+    if (address.starts_with(scheme)) address.remove_prefix(scheme.size());
+  }
+  if (address.find("://") != std::string_view::npos) return "";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos) return "";
+  std::string_view host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return std::string(host);
+}
+
 }  // namespace
 
 absl::Status WorkerRegistry::Register(const std::string& id, WorkerRole role,
                                       const std::string& address, const WorkerLoadSnapshot& load,
                                       absl::Time now, const Credentials& credentials) {
+  // A decode worker receives KV on its own host: an endpoint elsewhere would have prefill
+  // workers send prompts to an address of the registrant's choosing.
+  const std::string kv_host = HostOf(credentials.kv_endpoint);
+  if (!kv_host.empty() && kv_host != HostOf(address)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv_endpoint: %s is not on the worker's host (%s)", credentials.kv_endpoint, address));
+  }
   auto existing = workers_.find(id);
   if (existing != workers_.end()) {
     const WorkerEntry& old = existing->second;

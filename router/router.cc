@@ -1083,6 +1083,7 @@ grpc::Status Router::ListWorkers(v1::ListWorkersResponse* resp) {
     info->set_role(w->role == WorkerRole::kPrefill ? v1::WORKER_ROLE_PREFILL
                                                    : v1::WORKER_ROLE_DECODE);
     info->set_address(w->address);
+    info->set_kv_endpoint(w->kv_endpoint);
     *info->mutable_load() = ToProto(w->load);
     info->set_healthy(registry_.Healthy(*w, now));
   }

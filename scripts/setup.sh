@@ -12,7 +12,6 @@ PACKAGES=(
   libbenchmark-dev
   nlohmann-json3-dev
   openssl libssl-dev
-  libcpp-httplib-dev
   curl
   prometheus
   clang-format

@@ -111,14 +111,17 @@ bool InternalAuth::FirstUse(const std::string& nonce, absl::Time now) {
   return true;
 }
 
-void InternalAuth::Attach(grpc::ClientContext* ctx, std::string_view method, PeerRole as) const {
-  if (!secret_) return;
+std::string InternalAuth::Proof(std::string_view method, PeerRole as) const {
+  if (!secret_) return "";
   const std::string role = RoleName(as);
   const std::string unix_ms = absl::StrCat(absl::ToUnixMillis(absl::Now()));
   const std::string nonce = HexEncode(RandomBytes(16));
   const std::string mac = secret_->Mac(kMacLabel, MacMessage(method, role, unix_ms, nonce));
-  ctx->AddMetadata(kClusterAuthMetadata,
-                   absl::StrFormat("v1.%s.%s.%s.%s", role, unix_ms, nonce, HexEncode(mac)));
+  return absl::StrFormat("v1.%s.%s.%s.%s", role, unix_ms, nonce, HexEncode(mac));
+}
+
+void InternalAuth::Attach(grpc::ClientContext* ctx, std::string_view method, PeerRole as) const {
+  if (secret_) ctx->AddMetadata(kClusterAuthMetadata, Proof(method, as));
 }
 
 }  // namespace tandem

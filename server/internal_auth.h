@@ -59,8 +59,10 @@ class InternalAuth {
   grpc::Status Check(const grpc::ServerContext& ctx, std::string_view method, RoleSet allowed,
                      std::string* identity = nullptr);
 
-  // Client side: adds the proof for `method`, made as `as`.
+  // Client side: adds the proof for `method`, made as `as` (nothing without a secret).
   void Attach(grpc::ClientContext* ctx, std::string_view method, PeerRole as) const;
+  // The metadata value Attach adds: a fresh proof each call.
+  std::string Proof(std::string_view method, PeerRole as) const;
 
   bool has_secret() const { return secret_.has_value(); }
   bool requires_role_certificates() const { return require_role_certificates_; }

@@ -523,6 +523,32 @@ TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   EXPECT_EQ(CountOpenFds(), fds_before);
 }
 
+TEST(TcpTransportTest, NeverRunsOpenAndAWrongSecretIsRefusedAtTheHandshake) {
+  const int fds_before = CountOpenFds();
+  CacheSink sink(KvShape(kLayers, 2, 16), 64, kDstBlock);
+  EXPECT_EQ(MakeKvReceiver("tcp", "127.0.0.1:0", &sink).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(MakeKvSender("tcp").status().code(), Code::kInvalidArgument);
+  std::unique_ptr<KvReceiver> receiver =
+      *MakeKvReceiver("tcp", "127.0.0.1:0", &sink, ReceiverOptions());
+  KvSenderOptions wrong;
+  wrong.auth.secret = ClusterSecret::Generate();
+  std::unique_ptr<KvSender> sender = *MakeKvSender("tcp", wrong);
+  const KvTarget target = sink.Admit(receiver->endpoint(), 1, kTokens, Soon());
+  PrefillSide prefill(1);
+  prefill.Prefill(0, 1);
+  absl::Status s = prefill.Ship(sender.get(), target, 0, 1);
+  if (s.ok()) s = sender->Wait(target, Soon());
+  EXPECT_EQ(s.code(), Code::kUnavailable) << s;
+  EXPECT_NE(s.message().find("handshake"), std::string::npos) << s;
+  EXPECT_EQ(sink.checked_headers(), 0) << "not a frame was read from the impostor";
+  sender->Forget(target);
+  sender.reset();
+  EXPECT_TRUE(sink.Release(target.lease_id).ok());
+  receiver.reset();
+  EXPECT_TRUE(sink.Clean());
+  EXPECT_EQ(CountOpenFds(), fds_before);
+}
+
 TEST(LocalTransportTest, NamesAreUniqueWhileRegistered) {
   CacheSink sink(KvShape(1, 1, 4), 4, 4);
   std::unique_ptr<KvReceiver> a = *MakeKvReceiver("local", "decode-0", &sink);

@@ -4,7 +4,8 @@
 // (--role=all) process: greedy and seeded output must be identical (row 22).
 //
 // Rows 1-3, 12, 13 and 16 are in tests/serving/cluster_test.cc; 14 and 17 in the security tests;
-// 15 is the fuzzing step (scripts/fuzz.sh); 20 (NCCL) waits for the NCCL transport (issue 6).
+// 15 is the fuzzing step (scripts/fuzz.sh); 20 (NCCL) waits for the NCCL transport; 24-31 are the
+// attacks of tests/security/attack_test.cc.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -520,6 +521,47 @@ TEST_F(ReliabilityTest, Row19_SilentlyGonePeerIsDetected) {
   EXPECT_TRUE(c.NoLeaks(&why, {busy, other})) << why;
   c.Kill(busy);
   c.Kill(other);
+}
+
+// Row 32: the only prefill worker, then the only decode worker, stalls for a few seconds
+// (SIGSTOP, SIGCONT). Requests sent during the stall wait in the router's bounded queue (no
+// healthy worker of the role) or in their call, and complete with exactly the tokens of a quiet
+// run: a stall delays requests, it does not fail them.
+TEST_F(ReliabilityTest, Row32_AStalledOnlyWorkerDelaysRequestsWithoutFailingThem) {
+  ASSERT_TRUE(reference_->ready());
+  FaultCluster c;
+  c.StartRouter();
+  const int p = c.StartWorker("prefill");
+  const int d = c.StartWorker("decode");
+  ASSERT_GE(p, 0);
+  ASSERT_GE(d, 0);
+  const v1::GenerateRequest req = Greedy(kPrompt, 24);
+  const std::vector<int> want = Reference(req);
+  for (const int stalled : {p, d}) {
+    c.Signal(stalled, SIGSTOP);
+    const auto stopped = std::chrono::steady_clock::now();
+    // Some requests go out while the router still counts the worker healthy, the rest after
+    // its heartbeats stopped (1 s).
+    std::vector<std::thread> clients;
+    std::vector<testing::Streamed> got(6);
+    for (int i = 0; i < 6; ++i) {
+      clients.emplace_back([&, i] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(400 * i));
+        got[i] = testing::Generate(c.generation(), req, 30000);
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    c.Signal(stalled, SIGCONT);
+    for (auto& t : clients) t.join();
+    std::printf("row 32: %s stalled 3 s; %zu requests sent during it all completed after %.1f s\n",
+                stalled == p ? "prefill" : "decode", got.size(), SecondsSince(stopped));
+    for (const testing::Streamed& s : got) {
+      EXPECT_TRUE(s.status.ok()) << s.status.error_message();
+      EXPECT_EQ(s.tokens, want);
+    }
+  }
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
 }
 
 // Row 21: out of device memory (injected: every forward step fails). The request fails cleanly,

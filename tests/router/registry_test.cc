@@ -1,5 +1,5 @@
-// WorkerRegistry: forgetting workers that stopped heartbeating (issue 11), next to the health
-// rules it builds on.
+// WorkerRegistry: forgetting workers that stopped heartbeating, next to the health rules it
+// builds on; the integrity rules (ids, load claims, KV endpoints).
 #include "router/registry.h"
 
 #include <gtest/gtest.h>
@@ -121,6 +121,78 @@ TEST(RegistryKvTransport, AWorkerOfAnotherTransportConflicts) {
   // Once the nccl worker is forgotten, tcp workers may join.
   r.ForgetSilent(t0 + absl::Seconds(31));
   EXPECT_EQ(r.KvTransportConflict("d1", "tcp"), nullptr);
+}
+
+// Registry integrity: a live worker's id cannot be taken over from another address or identity;
+// once it is silent past the heartbeat timeout, it can (a restarted pod keeps its name).
+TEST(RegistryIntegrity, LiveWorkerIdCannotBeTakenOver) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(10), t0,
+                         {"CN=d1 [decode]", "tcp://10.0.0.1:7100"})
+                  .ok());
+  const absl::Time t1 = t0 + absl::Seconds(1);
+  EXPECT_EQ(r.Register("d1", WorkerRole::kDecode, "10.9.9.9:7000", Load(1000), t1,
+                       {"CN=d1 [decode]", "tcp://10.9.9.9:7100"})
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(1000), t1,
+                       {"CN=evil [decode]", "tcp://10.0.0.1:7100"})
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(r.Find("d1")->address, "10.0.0.1:7000");
+  EXPECT_EQ(r.Find("d1")->load.total_blocks, 10);
+  // Another identity's heartbeats are not the worker's: refused (it would have to register).
+  EXPECT_FALSE(r.Heartbeat("d1", Load(1000), true, t1, false, "CN=evil [decode]"));
+  EXPECT_TRUE(r.Heartbeat("d1", Load(10), true, t1, false, "CN=d1 [decode]"));
+  // The same worker registering again (it restarted at the same address) is fine.
+  EXPECT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(10), t1,
+                         {"CN=d1 [decode]", "tcp://10.0.0.1:7100"})
+                  .ok());
+  // Silent past the heartbeat timeout: gone, the id is free again.
+  EXPECT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.2:7000", Load(10),
+                         t1 + absl::Seconds(4), {"CN=d1 [decode]", "tcp://10.0.0.2:7100"})
+                  .ok());
+  EXPECT_EQ(r.Find("d1")->address, "10.0.0.2:7000");
+}
+
+TEST(RegistryIntegrity, LoadClaimsAreBoundedByTheRegisteredCapacity) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:1", Load(100), t0).ok());
+  ASSERT_TRUE(r.Register("d2", WorkerRole::kDecode, "10.0.0.2:1", Load(100), t0).ok());
+  WorkerLoadSnapshot claim = Load(1 << 30);
+  claim.block_size = 1;
+  claim.running = -7;
+  claim.queue_depth = -3;
+  ASSERT_TRUE(r.Heartbeat("d1", claim, true, t0));
+  const WorkerEntry* d1 = r.Find("d1");
+  EXPECT_EQ(d1->load.total_blocks, 100);
+  EXPECT_EQ(d1->load.free_blocks, 100);
+  EXPECT_EQ(d1->load.block_size, 16);
+  EXPECT_EQ(d1->load.running, 0);
+  EXPECT_EQ(d1->load.queue_depth, 0);
+  // The claim cannot win routing beyond what the worker has: 101 blocks fit nowhere.
+  EXPECT_FALSE(r.PickDecode(101 * 16, t0, {}).has_value());
+}
+
+TEST(RegistryIntegrity, KvEndpointMustBeOnTheWorkersHost) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(r.Register("d1", WorkerRole::kDecode, "10.0.0.1:7000", Load(10), t0,
+                       {"", "tcp://203.0.113.5:7100"})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.Find("d1"), nullptr);
+  EXPECT_TRUE(r.Register("d1", WorkerRole::kDecode, "[fd00::1]:7000", Load(10), t0,
+                         {"", "tcp://[fd00::1]:7100"})
+                  .ok());
+  EXPECT_TRUE(r.Register("d2", WorkerRole::kDecode, "10.0.0.2:7000", Load(10), t0,
+                         {"", "nccl://10.0.0.2:7000"})
+                  .ok());
+  EXPECT_TRUE(
+      r.Register("d3", WorkerRole::kDecode, "10.0.0.3:7000", Load(10), t0, {"", "local://decode-3"})
+          .ok());
 }
 
 }  // namespace

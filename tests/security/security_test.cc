@@ -1,16 +1,23 @@
 // TLS, mutual TLS, API keys and message size limits with real processes on loopback. A
 // throwaway CA and certificates (SAN IP:127.0.0.1, DNS:localhost) are made with the openssl
 // CLI in a temporary directory. Every test ends with the leak check: all KV blocks free.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "kv_transfer/kv_auth.h"
+#include "security/secure_socket.h"
 #include "server/tls.h"
 #include "tests/serving/cluster.h"
 #include "tools/remote.h"
@@ -293,6 +300,69 @@ TEST_F(SecurityTest, MutualTlsRefusesPeersWithoutAClientCertificate) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
+// Under mutual TLS the internal surfaces need a certificate naming a role that may make the
+// call: a certificate the cluster's CA signed for a client of the public API (no role) reaches
+// Generation but neither the registry nor a decode worker's KV port, even with the secret; a
+// router certificate cannot open a KV connection (only prefill workers send KV).
+TEST_F(SecurityTest, MutualTlsRolesGuardTheInternalSurfaces) {
+  ClusterSecurity sec;
+  sec.all_flags = pki_.MtlsFlags();
+  sec.credentials = Client({.cert = pki_.cert(), .key = pki_.key(), .ca = pki_.ca()});
+  Cluster c(1, 1, {}, sec);
+  ASSERT_TRUE(c.ready());
+  const TlsFlags client_flags{pki_.Path("client.pem"), pki_.Path("client.key"), pki_.ca()};
+  Streamed public_api = GenerateWith(c.router(), Client(client_flags), Greedy());
+  ASSERT_TRUE(public_api.status.ok()) << public_api.status.error_message();
+
+  auto registry =
+      v1::Registry::NewStub(grpc::CreateChannel(c.router_internal(), Client(client_flags)));
+  v1::RegisterRequest fake;
+  fake.set_worker_id("client-cert-worker");
+  fake.set_role(v1::WORKER_ROLE_DECODE);
+  fake.set_address("127.0.0.1:9");
+  v1::RegisterResponse rr;
+  grpc::ClientContext ctx;
+  testing::ProveCluster(&ctx, internal_method::kRegister, PeerRole::kDecode);
+  const grpc::Status refused = registry->Register(&ctx, fake, &rr);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << refused.error_message();
+  EXPECT_TRUE(absl::StrContains(refused.error_message(), "names no role"))
+      << refused.error_message();
+  EXPECT_EQ(c.Workers().workers_size(), 2);
+
+  // KV over TLS: the role certificates decide who may connect.
+  std::string kv;
+  const v1::ListWorkersResponse workers = c.Workers();
+  for (const auto& w : workers.workers()) {
+    if (w.role() == v1::WORKER_ROLE_DECODE) kv = w.kv_endpoint();
+  }
+  ASSERT_TRUE(absl::StartsWith(kv, "tcp://")) << kv;
+  auto connect = [&](const TlsFlags& flags) {
+    auto tls = LoadClientTls(flags);
+    EXPECT_TRUE(tls.ok()) << tls.status();
+    auto auth = MakeKvAuth(testing::TestClusterSecret(), *tls, /*receiver=*/false);
+    EXPECT_TRUE(auth.ok()) << auth.status();
+    const std::string hp = kv.substr(6);
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(std::stoi(hp.substr(hp.rfind(':') + 1))));
+    ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
+      ::close(fd);
+      return absl::UnavailableError("connect");
+    }
+    SecureSocket sock(fd, auth->tls, /*server=*/false);
+    std::atomic<bool> stop{false};
+    return AuthenticateKvConnection(sock, *auth, /*receiver=*/false, stop,
+                                    absl::Now() + absl::Seconds(5));
+  };
+  EXPECT_TRUE(connect({pki_.cert(), pki_.key(), pki_.ca()}).ok());
+  EXPECT_FALSE(connect(client_flags).ok());
+  EXPECT_FALSE(
+      connect({pki_.Path("rogue.pem"), pki_.Path("rogue.key"), pki_.ca()}).ok());  // other CA
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
 // API keys on the public API: none or a wrong one is UNAUTHENTICATED naming the header; the
 // right one works, from the CLI's client too (flag or $TANDEM_API_KEY).
 // tandem-health, the container probe, speaks grpc.health.v1 in plaintext and with the cluster's
@@ -431,7 +501,16 @@ TEST_F(SecurityTest, BadFlagsAreNamed) {
        "--tls-key: " + pki_.Path("rogue.key") + " is not the private key of the certificate"},
       {" --max-message-bytes 10", "--max-message-bytes"},
       {" --max-message-bytes lots", "--max-message-bytes"},
+      // Internal surfaces are never open: a secret or role certificates are required.
+      {"", "--cluster-secret-file is required"},
+      {" --cluster-secret-file " + pki_.Path("missing.secret"),
+       "--cluster-secret-file: cannot read"},
+      {" --cluster-secret-file " + pki_.Path("short.secret"), "at least 32"},
+      {" --tls-cert " + pki_.Path("client.pem") + " --tls-key " + pki_.Path("client.key") +
+           " --tls-ca " + pki_.ca(),
+       "must name this process's role router"},
   };
+  std::ofstream(pki_.Path("short.secret")) << "too-short\n";
   for (const auto& [flags, message] : cases) {
     auto [rc, out] = RunShell(server + flags);
     EXPECT_EQ(rc, 2) << flags << ": " << out;
