@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   CudaRunnerOptions ro;
   ro.num_blocks = options.num_blocks;
   ro.block_size = options.block_size;
-  ro.max_batch_tokens = options.max_running;
+  // A step holds a token per running sequence plus the recompute of preempted ones.
+  ro.max_batch_tokens = options.max_running + options.recompute_budget;
   ro.max_seqs = options.max_running;
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
@@ -64,7 +65,9 @@ DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
       options_(options),
       metrics_(metrics),
       runner_(std::move(runner)),
-      scheduler_(options.num_blocks, options.block_size, options.max_running),
+      scheduler_(DecodeScheduler::Options{options.num_blocks, options.block_size,
+                                          options.max_running, options.watermark,
+                                          options.recompute_budget}),
       health_(options.faults) {}
 
 DecodeEngine::~DecodeEngine() {
@@ -91,7 +94,7 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequ
     return absl::UnavailableError("decode worker: KV endpoint not set yet (still starting)");
   }
   const uint64_t handle = next_handle_++;
-  auto blocks = scheduler_.Admit(handle, total);
+  auto blocks = scheduler_.Admit(handle, prompt_len, total);
   if (!blocks.ok()) return blocks.status();
   auto lease =
       leases_.Create(*blocks, prompt_len, c.n_layers, absl::Now() + options_.lease_timeout);
@@ -199,6 +202,7 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
   }
   if (absl::Status s = scheduler_.Start(handle); !s.ok()) return s;
   r.state = State::kRunning;
+  running_.push_back(handle);
   UpdateGaugesLocked();
   work_cv_.notify_one();
   return absl::OkStatus();
@@ -252,6 +256,7 @@ void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
     lease_to_handle_.erase(r.lease_id);
   }
   scheduler_.Release(handle);
+  if (r.state == State::kRunning) std::erase(running_, handle);
   r.state = State::kDone;
   UpdateGaugesLocked();
   output_cv_.notify_all();
@@ -295,8 +300,8 @@ void DecodeEngine::Loop() {
       kv_cv_.notify_all();
     }
     UpdateGaugesLocked();
-    // Requests cancelled while running leave between steps.
-    for (uint64_t handle : std::vector<uint64_t>(scheduler_.running())) {
+    // Requests cancelled while running (or waiting, preempted) leave between steps.
+    for (uint64_t handle : std::vector<uint64_t>(running_)) {
       auto it = requests_.find(handle);
       if (it != requests_.end() && it->second.cancel_requested) {
         it->second.error = absl::CancelledError("cancelled");
@@ -304,25 +309,29 @@ void DecodeEngine::Loop() {
         requests_.erase(it);
       }
     }
-    if (scheduler_.running().empty()) {
-      work_cv_.wait_for(lock, std::chrono::milliseconds(50));
+    // The step: a token for every running sequence, the recompute of readmitted preempted ones,
+    // blocks grown (and the newest sequences preempted when the cache is full) as needed.
+    const DecodeScheduler::Step step = scheduler_.Schedule();
+    if (metrics_ && !step.preempted.empty()) {
+      metrics_->preemptions.Increment(static_cast<double>(step.preempted.size()));
+    }
+    if (step.work.empty()) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 5));
       continue;
     }
-    // One token per running request, all in one forward call.
-    const std::vector<uint64_t> batch_ids = scheduler_.running();
     std::vector<SequenceChunk> batch;
     std::vector<Request*> reqs;
-    for (uint64_t handle : batch_ids) {
-      Request& r = requests_.at(handle);
-      const int pos = static_cast<int>(r.tokens.size()) - 1;
-      batch.push_back(
-          {std::span<const int>(r.tokens).subspan(pos, 1), pos, *scheduler_.blocks(handle), false});
+    bool on_device = runner_->samples_on_device();
+    for (const DecodeScheduler::Work& w : step.work) {
+      Request& r = requests_.at(w.id);
+      batch.push_back({std::span<const int>(r.tokens).subspan(w.start, w.count), w.start,
+                       *scheduler_.blocks(w.id), false});
       reqs.push_back(&r);
+      // The device samples only plain decode steps without logprobs.
+      on_device = on_device && w.count == 1 && !r.req.sampling.logprobs;
     }
     // Where the logits live on a device and no request wants logprobs, the device samples and
     // only the tokens come back (the same draw as Sample below).
-    bool on_device = runner_->samples_on_device();
-    for (const Request* r : reqs) on_device = on_device && !r->req.sampling.logprobs;
     if (on_device) {
       sample_params.clear();
       sample_positions.clear();
@@ -341,32 +350,37 @@ void DecodeEngine::Loop() {
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->batch_size.Observe(static_cast<double>(batch.size()));
-      if (st.ok()) metrics_->generation_tokens.Increment(static_cast<double>(batch.size()));
     }
     lock.lock();
     ++steps_;
     health_.StepDone(st);
-    for (size_t i = 0; i < batch_ids.size(); ++i) {
+    if (st.ok()) scheduler_.Complete(step);
+    int generated = 0;
+    for (size_t i = 0; i < step.work.size(); ++i) {
+      const uint64_t handle = step.work[i].id;
       Request& r = *reqs[i];  // running requests are only erased by this thread
       if (!st.ok()) {
         r.error = st;
-        EndLocked(batch_ids[i], r);
+        EndLocked(handle, r);
         continue;
       }
+      if (!step.work[i].sample) continue;  // a recompute chunk short of the sequence's end
       std::span<const float> row;
       if (!on_device) row = std::span<const float>(logits.data() + i * c.vocab_size, c.vocab_size);
       const int token = on_device ? sampled[i] : Sample(row, r.req.sampling, r.tokens.size());
       r.tokens.push_back(token);
       ++r.generated;
+      ++generated;
       r.out.push_back(token);
       if (r.req.sampling.logprobs) {  // never on_device
         r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
       }
       if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {
         r.finish = *f;
-        EndLocked(batch_ids[i], r);
+        EndLocked(handle, r);
       }
     }
+    if (metrics_ && generated > 0) metrics_->generation_tokens.Increment(generated);
     output_cv_.notify_all();
   }
 }
@@ -379,7 +393,14 @@ WorkerLoadSnapshot DecodeEngine::Load() const {
   l.free_blocks = scheduler_.num_free_blocks();
   l.total_blocks = scheduler_.num_blocks();
   l.block_size = scheduler_.block_size();
+  l.growth_blocks = scheduler_.growth_promised();
+  l.watermark_blocks = scheduler_.watermark_blocks();
   return l;
+}
+
+int64_t DecodeEngine::preemptions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return scheduler_.preemptions();
 }
 
 bool DecodeEngine::Idle() const {

@@ -2,8 +2,9 @@
 // receives a request's prompt KV from a prefill worker under a lease, and the step loop that
 // decodes every running request in one batch per step (continuous batching).
 //
-// One state machine per request: ADMITTED (lease open, KV arriving) -> RUNNING (in the batch)
-// -> FINISHED / CANCELLED / FAILED; every terminal state releases the blocks exactly once.
+// One state machine per request: ADMITTED (lease open, KV arriving) -> RUNNING (in the batch;
+// possibly preempted and recomputed for a while, which its reader never sees) -> FINISHED /
+// CANCELLED / FAILED; every terminal state releases the blocks exactly once.
 #ifndef TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 #define TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 
@@ -38,6 +39,11 @@ struct DecodeEngineOptions {
   int num_blocks = 0;  // 0: as many as fit in max_kv_bytes
   int block_size = 16;
   int max_running = 256;
+  // Blocks are taken as tokens arrive: admission leaves this fraction of the cache free for
+  // running sequences to grow into; when it runs out, the newest sequences are preempted and
+  // later recomputed here, at most `recompute_budget` tokens per step (engine/scheduler.h).
+  double watermark = 0.01;
+  int recompute_budget = 512;
   int64_t max_kv_bytes = int64_t{2} << 30;
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
   // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
@@ -72,8 +78,9 @@ class DecodeEngine final : public KvSink {
     uint64_t handle;
     KvTarget target;
   };
-  // Validates `request` (INVALID_ARGUMENT naming the field), reserves blocks for prompt +
-  // max_tokens (RESOURCE_EXHAUSTED when they are not free) and opens a lease for the prompt KV.
+  // Validates `request` (INVALID_ARGUMENT naming the field), reserves the prompt's blocks
+  // (RESOURCE_EXHAUSTED when admitting would eat into the watermark, or when the request could
+  // not fit even in an empty cache) and opens a lease for the prompt KV.
   absl::StatusOr<Admission> Admit(const GenerationRequest& request);
 
   // Joins the running batch with the first token (sampled by the prefill worker). The lease's
@@ -112,6 +119,8 @@ class DecodeEngine final : public KvSink {
   // The leak check: no request, lease or block in use.
   bool Idle() const;
   int64_t steps() const;
+  // Sequences preempted so far (their blocks freed, recomputed when room came back).
+  int64_t preemptions() const;
   const Model& model() const { return *model_; }
 
  private:
@@ -160,6 +169,7 @@ class DecodeEngine final : public KvSink {
   int64_t steps_ = 0;
   bool stop_ = false;
   StepLoopHealth health_;
+  std::vector<uint64_t> running_;  // handles in State::kRunning (the loop's cancel sweep)
   std::thread loop_;
 };
 

@@ -21,6 +21,10 @@ struct WorkerLoadSnapshot {
   int free_blocks = 0;
   int total_blocks = 0;
   int block_size = 0;
+  // Decode: blocks its sequences may still claim to reach their most tokens, and the blocks
+  // admission leaves free for growth.
+  int growth_blocks = 0;
+  int watermark_blocks = 0;
 };
 
 // Prefill: first come, first served; each step takes chunks of waiting prompts until the
@@ -62,43 +66,104 @@ class PrefillScheduler {
   std::deque<Entry> queue_;
 };
 
-// Decode: admission reserves KV blocks for the whole request (prompt + max_tokens, capped by
-// the context), so a running request never needs a block that is not there and no request is
-// preempted; requests join the running batch when started and leave it when finished, every
-// step (continuous batching).
+// Decode: KV blocks on demand, as tokens arrive. Admission reserves only the prompt's blocks
+// (and the first token's slot), and only while at least the watermark of blocks stays free for
+// running sequences to grow into; every step, a sequence that crosses a block boundary gets a
+// block. When none is free, running sequences are preempted, the most recently admitted first
+// (vLLM's policy): their blocks are freed and they wait to be readmitted, ahead of every new
+// admission, and recomputed (all their tokens' KV, in chunks under a token budget per step) on
+// this worker. A request that could not fit even in an empty cache is refused at admission.
+//
+// One sequence's life: Admit (its prompt's KV arrives into the blocks) -> Start (it joins the
+// running batch, holding the prompt and the first token) -> steps (Schedule: positions to
+// compute; Complete: computed, and a sampled sequence gains a token) -> Release. Requests are
+// ordered by admission; a readmitted sequence keeps its place.
 class DecodeScheduler {
  public:
-  DecodeScheduler(int num_blocks, int block_size, int max_running)
-      : pool_(num_blocks), block_size_(block_size), max_running_(max_running) {}
+  struct Options {
+    int num_blocks = 0;
+    int block_size = 16;
+    int max_running = 256;  // requests on the worker at once (admitted, running or preempted)
+    // Fraction of the blocks that admission leaves free for running sequences to grow into (at
+    // least one block when positive).
+    double watermark = 0.01;
+    int recompute_budget = 512;  // tokens of preempted sequences recomputed per step
+  };
+  struct Work {
+    uint64_t id;
+    int start;    // first position computed in this step
+    int count;    // positions [start, start + count): 1 for a decode step, more when recomputing
+    bool sample;  // the last position's logits give the sequence's next token
+  };
+  struct Step {
+    std::vector<Work> work;           // in admission order
+    std::vector<uint64_t> preempted;  // preempted while planning this step (blocks freed)
+  };
 
-  int BlocksFor(int tokens) const { return (tokens + block_size_ - 1) / block_size_; }
-  // Reserves blocks for `total_tokens`; RESOURCE_EXHAUSTED when they are not free or the
-  // running limit is reached, ALREADY_EXISTS for a known id.
-  absl::StatusOr<std::vector<int>> Admit(uint64_t id, int total_tokens);
-  // Moves an admitted request into the running batch.
+  explicit DecodeScheduler(Options options);
+  DecodeScheduler(int num_blocks, int block_size, int max_running)
+      : DecodeScheduler(Options{num_blocks, block_size, max_running}) {}
+
+  int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
+  // Reserves blocks for `prompt_tokens` plus the first token. `max_tokens` is the most tokens the
+  // request may reach (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
+  // could not fit even in an empty cache, when preempted sequences are waiting (they go first),
+  // at the request limit, or when admitting would eat into the watermark; ALREADY_EXISTS for a
+  // known id.
+  absl::StatusOr<std::vector<int>> Admit(uint64_t id, int prompt_tokens, int max_tokens);
+  // Moves an admitted request into the running batch: it holds the prompt and the first token,
+  // the prompt's KV is in its blocks.
   absl::Status Start(uint64_t id);
-  // Frees the request's blocks exactly once (admitted or running); false when unknown.
+  // Plans one step. Readmits waiting preempted sequences (oldest first) while their blocks are
+  // free, then gives every running sequence the positions to compute (one for a decode, a chunk
+  // for a recompute), growing block tables and preempting the newest sequences when needed.
+  Step Schedule();
+  // The step ran: each work's positions are computed, and a sampled sequence gained a token.
+  void Complete(const Step& step);
+  // Frees the request's blocks exactly once, whatever its state; false when unknown.
   bool Release(uint64_t id);
 
+  // Sequences in the running batch (started, not preempted), in admission order.
   const std::vector<uint64_t>& running() const { return running_; }
   const std::vector<int>* blocks(uint64_t id) const;
+  // Tokens the sequence holds (prompt and generated); -1 when unknown.
+  int tokens(uint64_t id) const;
   int num_admitted() const { return static_cast<int>(requests_.size()); }
+  int num_preempted() const { return static_cast<int>(preempted_.size()); }
   int num_free_blocks() const { return pool_.num_available(); }
   int num_blocks() const { return pool_.num_blocks(); }
-  int block_size() const { return block_size_; }
+  int block_size() const { return options_.block_size; }
+  int watermark_blocks() const { return watermark_blocks_; }
+  // Blocks the sequences may still claim to reach their most tokens (the growth promised).
+  int growth_promised() const;
+  int64_t preemptions() const { return preemptions_; }
   // The leak check: no request and no block in use.
   bool Idle() const { return requests_.empty() && pool_.NoneInUse(); }
 
  private:
+  enum class State { kAdmitted, kRunning, kPreempted };
   struct Entry {
+    uint64_t order = 0;  // admission order
+    State state = State::kAdmitted;
+    int tokens = 0;    // prompt and generated
+    int computed = 0;  // positions whose KV is in the blocks
+    int max_tokens = 0;
     std::vector<int> blocks;
-    bool running = false;
   };
+  void Preempt(uint64_t id, Entry& e);
+  // The running sequence admitted last and not in `step`, or 0.
+  uint64_t Victim(const Step& step) const;
+  // Inserts `id` into `ids`, kept in admission order.
+  void InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const;
+
+  Options options_;
   BlockPool pool_;
-  int block_size_;
-  int max_running_;
+  int watermark_blocks_ = 0;
   absl::flat_hash_map<uint64_t, Entry> requests_;
-  std::vector<uint64_t> running_;  // in start order
+  std::vector<uint64_t> running_;    // admission order
+  std::vector<uint64_t> preempted_;  // admission order: the oldest is readmitted first
+  uint64_t next_order_ = 1;
+  int64_t preemptions_ = 0;
 };
 
 }  // namespace tandem

@@ -560,8 +560,9 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
 
   Impl* p = impl.get();
   std::unique_ptr<HttpListener> listener(new HttpListener(std::move(impl)));
-  listener->address_ = absl::StrFormat(
-      options.host.find(':') != std::string::npos ? "[%s]:%d" : "%s:%d", options.host, bound_port);
+  listener->address_ = options.host.find(':') != std::string::npos
+                           ? absl::StrFormat("[%s]:%d", options.host, bound_port)
+                           : absl::StrFormat("%s:%d", options.host, bound_port);
   for (int i = 0; i < options.threads; ++i) p->workers.emplace_back([p] { p->Worker(); });
   p->loop = std::thread([p] { p->Loop(); });
   return listener;

@@ -41,7 +41,7 @@ absl::Status CheckJsonLimits(std::string_view body, int max_depth) {
           return absl::InvalidArgumentError(
               absl::StrFormat("%s: JSON nested deeper than %d levels", path(), max_depth));
         }
-        stack.push_back(Frame{c == '{'});
+        stack.push_back(Frame{.object = c == '{'});
         break;
       case '}':
       case ']':

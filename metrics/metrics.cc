@@ -67,7 +67,9 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_kv_leases_expired_total", "Decode: leases freed because their KV did not complete."},
       {"tandem_kv_chunks_rejected_total",
        "Decode: KV chunks refused (unknown or expired lease, stale generation, bad range)."},
-      {"tandem_num_preemptions_total", "Decode: running requests preempted."},
+      {"tandem_num_preemptions_total",
+       "Decode: running sequences preempted when the KV cache filled (their blocks freed, their "
+       "KV recomputed on the worker later)."},
   };
   return *kHelp;
 }

@@ -136,7 +136,7 @@ struct DecodeMetrics {
   prometheus::Counter& kv_transfer_bytes;   // KV payload bytes accepted into leases
   prometheus::Counter& kv_leases_expired;   // leases whose KV never completed
   prometheus::Counter& kv_chunks_rejected;  // chunks refused: late writers, stale generations
-  prometheus::Counter& preemptions;         // admission reserves every block: stays 0
+  prometheus::Counter& preemptions;         // sequences preempted when the cache filled
 };
 
 }  // namespace tandem

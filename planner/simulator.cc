@@ -363,7 +363,8 @@ absl::Status Sim::Build() {
     w.name = absl::StrFormat("decode-%d", i);
     w.prefill = false;
     w.cost = decode_cost_.get();
-    w.decode_scheduler = std::make_unique<DecodeScheduler>(*dblocks, bs, cluster_.max_running);
+    w.decode_scheduler = std::make_unique<DecodeScheduler>(DecodeScheduler::Options{
+        *dblocks, bs, cluster_.max_running, cluster_.decode_watermark, cluster_.recompute_budget});
     w.device = profile_.shared_host ? 0 : cluster_.colocated ? workers_[i].device : next_device++;
     workers_.push_back(std::move(w));
   }
@@ -502,12 +503,12 @@ void Sim::Send(int r) {
   // own check; a refusal tries the next worker.
   std::set<std::string> tried;
   for (int attempt = 0; attempt < cluster_.decode_attempts; ++attempt) {
-    auto pick = registry_.PickDecode(total_tokens, At(now_), tried);
+    auto pick = registry_.PickDecode(prompt_len, total_tokens, At(now_), tried);
     if (!pick) break;
     tried.insert(*pick);
     int w = 0;
     while (workers_[w].name != *pick) ++w;
-    if (workers_[w].decode_scheduler->Admit(q.id, total_tokens).ok()) {
+    if (workers_[w].decode_scheduler->Admit(q.id, prompt_len, total_tokens).ok()) {
       q.decode_worker = w;
       break;
     }
@@ -696,13 +697,17 @@ void Sim::StepStart(int w) {
       }
     }
   } else {
-    wk.step.batch = wk.decode_scheduler->running();
-    for (uint64_t id : wk.step.batch) {
-      const int r = static_cast<int>(id - 1);
-      const Request& q = requests_[r];
-      shapes.push_back({static_cast<int>(q.item.prompt.size()) + q.generated - 1, 1});
-      wk.step_requests.push_back(r);
+    // The decode worker's own plan: a token per running sequence, recompute chunks of readmitted
+    // preempted ones, blocks grown and the newest sequences preempted as the cache fills.
+    DecodeScheduler::Step plan = wk.decode_scheduler->Schedule();
+    result_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    for (const DecodeScheduler::Work& work : plan.work) {
+      wk.step.batch.push_back(work.id);
+      shapes.push_back({work.start, work.count});
+      wk.step_requests.push_back(static_cast<int>(work.id - 1));
     }
+    wk.step.decode = std::move(plan.work);
+    wk.step.preempted = std::move(plan.preempted);
   }
   if (shapes.empty()) return;  // idle until woken
   wk.busy = true;
@@ -771,19 +776,26 @@ void Sim::StepEnd(int w) {
   } else {
     const bool relayed = relay_ >= 0 && !options_.zero_cost;
     const double out = now_ + (options_.zero_cost ? 0 : profile_.token_overhead);
-    for (int r : wk.step_requests) {
+    wk.decode_scheduler->Complete({wk.step.decode, {}});
+    std::vector<int> delivered;  // a recompute chunk short of its sequence's end sends nothing
+    for (size_t i = 0; i < wk.step.decode.size(); ++i) {
+      if (!wk.step.decode[i].sample) continue;
+      const int r = wk.step_requests[i];
       Request& q = requests_[r];
       ++q.generated;
       if (q.generated >= q.item.output_tokens) {
         wk.decode_scheduler->Release(q.id);  // the worker is done with it; the client not yet
       }
+      delivered.push_back(r);
       if (!relayed) Deliver(r, out);
     }
-    if (relayed) {
-      workers_[relay_].relay_queue.push_back(wk.step_requests);
+    if (relayed && !delivered.empty()) {
+      workers_[relay_].relay_queue.push_back(std::move(delivered));
       if (!workers_[relay_].busy) StartRelay(relay_);
     }
-    if (!wk.decode_scheduler->running().empty()) Wake(w);
+    if (!wk.decode_scheduler->running().empty() || wk.decode_scheduler->num_preempted() > 0) {
+      Wake(w);
+    }
   }
   if (options_.record_steps) result_.steps.push_back(std::move(wk.step));
 }

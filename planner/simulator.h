@@ -36,6 +36,10 @@ struct ClusterSpec {
   int block_size = 16;
   PrefillScheduler::Options prefill_scheduler;
   int max_running = 256;
+  // The decode workers' on-demand blocks (engine/scheduler.h): the watermark admission keeps
+  // free, and the tokens of preempted sequences recomputed per step.
+  double decode_watermark = 0.01;
+  int recompute_budget = 512;
   bool prefix_cache = true;
   // KV cache bytes per worker in the profile's kv dtype; 0: what the devices hold after the
   // weights (a shared-host profile: tandem-server's defaults, 1 GiB prefill and 2 GiB decode).
@@ -56,8 +60,10 @@ struct StepTrace {
   int worker = 0;  // prefill workers first, then decode workers
   bool prefill = true;
   double start = 0, end = 0;
-  std::vector<PrefillScheduler::Work> work;  // prefill
-  std::vector<uint64_t> batch;               // decode: request ids in batch order
+  std::vector<PrefillScheduler::Work> work;   // prefill
+  std::vector<uint64_t> batch;                // decode: request ids in batch order
+  std::vector<DecodeScheduler::Work> decode;  // decode: what each of them computed
+  std::vector<uint64_t> preempted;            // decode: preempted while planning the step
 };
 
 struct SimOptions {
@@ -78,6 +84,7 @@ struct SimResult {
   std::vector<StepTrace> steps;
   int64_t events = 0;
   int64_t prefill_steps = 0, decode_steps = 0;
+  int64_t preemptions = 0;  // decode sequences preempted (their KV recomputed later)
   double mean_decode_batch = 0;
   // Seconds the steps took, summed, and what they would have taken alone on their device: the
   // ratio is how much the work sharing a host slowed them (1 on a GPU profile).

@@ -15,6 +15,8 @@ WorkerLoadSnapshot Clamp(const WorkerLoadSnapshot& claim, const WorkerLoadSnapsh
   l.total_blocks = registered.total_blocks;
   l.block_size = registered.block_size;
   l.free_blocks = std::clamp(claim.free_blocks, 0, registered.total_blocks);
+  l.growth_blocks = std::max(0, claim.growth_blocks);
+  l.watermark_blocks = std::clamp(claim.watermark_blocks, 0, registered.total_blocks);
   l.running = std::max(0, claim.running);
   l.queue_depth = std::max(0, claim.queue_depth);
   return l;
@@ -126,18 +128,20 @@ const WorkerEntry* WorkerRegistry::Find(const std::string& id) const {
   return it == workers_.end() ? nullptr : &it->second;
 }
 
-std::optional<std::string> WorkerRegistry::PickDecode(int total_tokens, absl::Time now,
+std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max_tokens,
+                                                      absl::Time now,
                                                       const std::set<std::string>& exclude) {
   WorkerEntry* best = nullptr;
   int best_needed = 0;
+  auto headroom = [](const WorkerEntry& w) { return w.load.free_blocks - w.load.growth_blocks; };
   for (auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
     const int bs = std::max(1, w.load.block_size);
-    const int needed = (total_tokens + bs - 1) / bs;
-    if (w.load.free_blocks < needed) continue;
-    if (best == nullptr ||
-        std::make_tuple(-w.load.free_blocks, w.load.running, w.id) <
-            std::make_tuple(-best->load.free_blocks, best->load.running, best->id)) {
+    const int needed = (prompt_tokens + 1 + bs - 1) / bs;
+    if (w.load.free_blocks - w.load.watermark_blocks < needed) continue;
+    if (int64_t{w.load.total_blocks} * bs < max_tokens) continue;
+    if (best == nullptr || std::make_tuple(-headroom(w), w.load.running, w.id) <
+                               std::make_tuple(-headroom(*best), best->load.running, best->id)) {
       best = &w;
       best_needed = needed;
     }
@@ -146,6 +150,15 @@ std::optional<std::string> WorkerRegistry::PickDecode(int total_tokens, absl::Ti
   best->load.free_blocks -= best_needed;
   ++best->load.running;
   return best->id;
+}
+
+int64_t WorkerRegistry::LargestDecodeTokens(absl::Time now) const {
+  int64_t most = 0;
+  for (const auto& [id, w] : workers_) {
+    if (w.role != WorkerRole::kDecode || !Healthy(w, now)) continue;
+    most = std::max(most, int64_t{w.load.total_blocks} * std::max(1, w.load.block_size));
+  }
+  return most;
 }
 
 std::optional<std::string> WorkerRegistry::PickPrefill(std::span<const uint64_t> block_hashes,

@@ -90,10 +90,14 @@ class WorkerRegistry {
   int CountHealthy(WorkerRole role, absl::Time now) const;
   const WorkerEntry* Find(const std::string& id) const;
 
-  // Decode: a healthy worker whose free blocks hold `total_tokens`; most free blocks, then
-  // fewest running. Optimistically charges the blocks until the next heartbeat.
-  std::optional<std::string> PickDecode(int total_tokens, absl::Time now,
+  // Decode: a healthy worker that can admit `prompt_tokens` (their blocks and the first token's
+  // fit in its free blocks beyond the watermark) and whose whole cache could hold `max_tokens`;
+  // the most free blocks net of the growth its sequences may still claim, then the fewest
+  // running. Optimistically charges the blocks until the next heartbeat.
+  std::optional<std::string> PickDecode(int prompt_tokens, int max_tokens, absl::Time now,
                                         const std::set<std::string>& exclude);
+  // The most tokens one request may reach on the largest healthy decode worker (0: none).
+  int64_t LargestDecodeTokens(absl::Time now) const;
   // Prefill: the healthy worker holding the longest run of `block_hashes` (prompt blocks, in
   // order), then the lightest queue. Records the hashes as now cached there.
   std::optional<std::string> PickPrefill(std::span<const uint64_t> block_hashes, absl::Time now,

@@ -111,6 +111,8 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
   l.free_blocks = p.free_kv_blocks();
   l.total_blocks = p.total_kv_blocks();
   l.block_size = p.block_size();
+  l.growth_blocks = p.growth_kv_blocks();
+  l.watermark_blocks = p.watermark_kv_blocks();
   return l;
 }
 
@@ -640,13 +642,23 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       {
         std::unique_lock<std::mutex> lock(mu_);
         const absl::Time now = absl::Now();
-        pick = registry_.PickDecode(total_tokens, now, tried);
+        // A request that could not fit in any decode worker's whole cache never will.
+        if (const int64_t most = registry_.LargestDecodeTokens(now);
+            most > 0 && most < total_tokens) {
+          final = true;
+          return grpc::Status(
+              grpc::StatusCode::RESOURCE_EXHAUSTED,
+              absl::StrFormat("the request may reach %d tokens (prompt and max_tokens); the "
+                              "largest decode worker's KV cache holds %d",
+                              total_tokens, most));
+        }
+        pick = registry_.PickDecode(len, total_tokens, now, tried);
         if (!pick && !widened && !failed_decode.empty()) {
           // Every worker with room failed this request once: a transient fault is retried
           // anywhere (the registry ejects a worker that keeps failing).
           widened = true;
           tried.clear();
-          pick = registry_.PickDecode(total_tokens, now, tried);
+          pick = registry_.PickDecode(len, total_tokens, now, tried);
         }
         if (!pick) {
           // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy

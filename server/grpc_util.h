@@ -90,6 +90,8 @@ inline v1::WorkerLoad ToProto(const WorkerLoadSnapshot& l) {
   p.set_free_kv_blocks(l.free_blocks);
   p.set_total_kv_blocks(l.total_blocks);
   p.set_block_size(l.block_size);
+  p.set_growth_kv_blocks(l.growth_blocks);
+  p.set_watermark_kv_blocks(l.watermark_blocks);
   return p;
 }
 

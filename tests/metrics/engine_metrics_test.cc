@@ -165,8 +165,9 @@ TEST_F(EngineMetricsTest, GaugesFollowARequestThroughItsStates) {
   r.sampling.temperature = 0;
   auto adm = decode_->Admit(r);
   ASSERT_TRUE(adm.ok()) << adm.status();
-  // Admitted: blocks reserved for prompt + max_tokens, the lease waits for the KV.
-  const int blocks = (static_cast<int>(r.prompt.size()) + r.max_tokens + 15) / 16;
+  // Admitted: blocks for the prompt and the first token (the rest come as tokens do), the lease
+  // waits for the KV.
+  const int blocks = (static_cast<int>(r.prompt.size()) + 1 + 15) / 16;
   EXPECT_EQ(Value("tandem_num_requests_waiting", "decode"), 1);
   EXPECT_EQ(Value("tandem_num_requests_running", "decode"), 0);
   EXPECT_EQ(Value("tandem_kv_leases_waiting", "decode"), 1);

@@ -153,7 +153,7 @@ TEST(Simulator, ZeroCostDecodeBatchesAreTheSchedulers) {
   for (const auto& g : groups) {
     std::vector<uint64_t> admitted;
     for (const auto& [prompt, output] : g) {
-      if (direct.Admit(id, prompt + output).ok()) {
+      if (direct.Admit(id, prompt, prompt + output).ok()) {
         admitted.push_back(id);
         left[id] = output - 1;  // the prefill samples the first token
       } else {
@@ -163,9 +163,13 @@ TEST(Simulator, ZeroCostDecodeBatchesAreTheSchedulers) {
     }
     for (uint64_t a : admitted) ASSERT_TRUE(direct.Start(a).ok());
     while (!direct.running().empty()) {
-      expected.push_back(direct.running());
-      for (uint64_t a : std::vector<uint64_t>(direct.running())) {
-        if (--left[a] == 0) direct.Release(a);
+      const DecodeScheduler::Step step = direct.Schedule();
+      std::vector<uint64_t> batch;
+      for (const auto& w : step.work) batch.push_back(w.id);
+      expected.push_back(batch);
+      direct.Complete(step);
+      for (const auto& w : step.work) {
+        if (w.sample && --left[w.id] == 0) direct.Release(w.id);
       }
     }
   }

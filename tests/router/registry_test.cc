@@ -70,7 +70,7 @@ TEST(RegistryForget, ForgottenWorkersAreNeverPicked) {
   EXPECT_EQ(gone[0].id, "d1");  // sorted by id
   EXPECT_EQ(gone[1].id, "p1");
   EXPECT_TRUE(r.List().empty());
-  EXPECT_FALSE(r.PickDecode(16, later, {}).has_value());
+  EXPECT_FALSE(r.PickDecode(16, 16, later, {}).has_value());
   EXPECT_FALSE(r.PickPrefill({}, later, {}).has_value());
   EXPECT_EQ(r.PrefillBlockSize(), 0);
   // Reporting on a forgotten id is harmless.
@@ -173,7 +173,8 @@ TEST(RegistryIntegrity, LoadClaimsAreBoundedByTheRegisteredCapacity) {
   EXPECT_EQ(d1->load.running, 0);
   EXPECT_EQ(d1->load.queue_depth, 0);
   // The claim cannot win routing beyond what the worker has: 101 blocks fit nowhere.
-  EXPECT_FALSE(r.PickDecode(101 * 16, t0, {}).has_value());
+  EXPECT_FALSE(r.PickDecode(100 * 16, 100 * 16, t0, {}).has_value());
+  EXPECT_EQ(r.LargestDecodeTokens(t0), 100 * 16);
 }
 
 TEST(RegistryIntegrity, KvEndpointMustBeOnTheWorkersHost) {

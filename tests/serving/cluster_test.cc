@@ -1,6 +1,7 @@
 // End to end with real processes on loopback: the engine alone, --role=all, 1 prefill + 1
-// decode, and 2 prefill + 3 decode with 32 concurrent requests all give the same tokens, greedy
-// and seeded; cancel and deadline free every block; bad fields get INVALID_ARGUMENT naming them.
+// decode, 2 prefill + 3 decode with 32 concurrent requests, and a decode worker under KV
+// pressure (preempting) all give the same tokens, greedy and seeded; cancel and deadline free
+// every block; bad fields get INVALID_ARGUMENT naming them.
 #include "tests/serving/cluster.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include "engine/generator.h"
 #include "engine/llama2c_tokenizer.h"
 #include "engine/model.h"
+#include "tests/metrics/metrics_text.h"
 
 namespace tandem {
 namespace {
@@ -119,6 +121,19 @@ TEST_F(ClusterTest, TwoPrefillThreeDecode32ConcurrentMatchEngine) {
   // Both roles took part.
   const v1::ListWorkersResponse workers = c.Workers();
   for (const auto& w : workers.workers()) EXPECT_TRUE(w.healthy()) << w.worker_id();
+}
+
+// KV pressure: a decode worker with room for a few sequences (40 blocks of 16 tokens) and 32
+// greedy and seeded requests at once. Blocks are taken as tokens arrive; when the cache fills
+// the newest sequences are preempted and later recomputed on the worker, and no client sees it:
+// every output equals the engine alone's, and nothing is left behind.
+TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
+  Cluster c(1, 1, {"--num-blocks", "40"});
+  CheckAllCases(c, 4);
+  const double preemptions =
+      testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total");
+  EXPECT_GT(preemptions, 0);
+  std::printf("32 requests through a 40-block decode worker: %.0f preemptions\n", preemptions);
 }
 
 TEST_F(ClusterTest, GreedyTextEqualsLlama2c) {

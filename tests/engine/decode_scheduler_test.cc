@@ -1,0 +1,219 @@
+// DecodeScheduler: blocks on demand, the watermark, preemption of the newest sequences and
+// their readmission ahead of new requests, and refusal of a request the cache cannot hold. Every
+// test ends with the leak check: no request and no block in use.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace tandem {
+namespace {
+
+using Work = DecodeScheduler::Work;
+
+DecodeScheduler::Options Opts(int blocks, int block_size = 4, int max_running = 16,
+                              double watermark = 0, int recompute_budget = 512) {
+  return {blocks, block_size, max_running, watermark, recompute_budget};
+}
+
+// Runs steps until every request has `want[id]` tokens (and releases it then); returns the
+// work of every step and counts the tokens each sequence sampled.
+struct Driver {
+  DecodeScheduler& s;
+  std::map<uint64_t, int> want;  // tokens each request finishes at
+  std::vector<DecodeScheduler::Step> steps;
+
+  void Run(int max_steps = 10000) {
+    for (int i = 0; i < max_steps && !want.empty(); ++i) {
+      DecodeScheduler::Step step = s.Schedule();
+      s.Complete(step);
+      for (const Work& w : step.work) {
+        if (w.sample && s.tokens(w.id) >= want.at(w.id)) {
+          EXPECT_TRUE(s.Release(w.id));
+          want.erase(w.id);
+        }
+      }
+      steps.push_back(std::move(step));
+    }
+  }
+};
+
+TEST(DecodeSchedulerTest, AdmissionReservesThePromptAndGrowthCrossesBlockBoundaries) {
+  DecodeScheduler s(Opts(10));
+  // 6 prompt tokens + the first token: 7 tokens, 2 blocks of 4.
+  auto blocks = s.Admit(1, 6, 40);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->size(), 2u);
+  EXPECT_EQ(s.num_free_blocks(), 8);
+  ASSERT_TRUE(s.Start(1).ok());
+  EXPECT_EQ(s.tokens(1), 7);
+  // Step 1 computes position 6 (the first token) into block 1; tokens 7 and 8 follow.
+  for (int step = 0; step < 2; ++step) {
+    DecodeScheduler::Step plan = s.Schedule();
+    ASSERT_EQ(plan.work.size(), 1u);
+    EXPECT_EQ(plan.work[0].start, 6 + step);
+    EXPECT_EQ(plan.work[0].count, 1);
+    EXPECT_TRUE(plan.work[0].sample);
+    s.Complete(plan);
+  }
+  EXPECT_EQ(s.blocks(1)->size(), 2u);         // positions 0..7 fit in 2 blocks
+  DecodeScheduler::Step plan = s.Schedule();  // position 8: a third block
+  EXPECT_EQ(plan.work[0].start, 8);
+  EXPECT_EQ(s.blocks(1)->size(), 3u);
+  EXPECT_EQ(s.num_free_blocks(), 7);
+  s.Complete(plan);
+  EXPECT_TRUE(s.Release(1));
+  EXPECT_FALSE(s.Release(1));
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(DecodeSchedulerTest, TheWatermarkStaysFreeAtAdmission) {
+  DecodeScheduler s(Opts(100, 4, 64, /*watermark=*/0.1));
+  EXPECT_EQ(s.watermark_blocks(), 10);
+  // 9 requests of 10 blocks (39 prompt tokens + the first): 90 blocks, 10 left = the watermark.
+  for (uint64_t id = 1; id <= 9; ++id) ASSERT_TRUE(s.Admit(id, 39, 200).ok()) << id;
+  const auto refused = s.Admit(10, 3, 200);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("free for growth"), std::string::npos)
+      << refused.status();
+  for (uint64_t id = 1; id <= 9; ++id) EXPECT_TRUE(s.Release(id));
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(DecodeSchedulerTest, ARequestTheWholeCacheCannotHoldIsRefusedAtOnce) {
+  DecodeScheduler s(Opts(10));  // 40 tokens
+  EXPECT_TRUE(s.Admit(1, 3, 40).ok());
+  const auto refused = s.Admit(2, 3, 41);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("whole cache"), std::string::npos) << refused.status();
+  EXPECT_EQ(s.Admit(1, 3, 10).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_TRUE(s.Release(1));
+  EXPECT_TRUE(s.Idle());
+}
+
+// When a sequence needs a block and none is free, the most recently admitted running sequence
+// is preempted (not the oldest, not one already in the step); it is readmitted, its tokens
+// recomputed, before any new request gets in, and every sequence reaches its length.
+TEST(DecodeSchedulerTest, PreemptsTheNewestAndReadmitsItBeforeNewRequests) {
+  DecodeScheduler s(Opts(6, 4));  // 24 tokens
+  for (uint64_t id = 1; id <= 3; ++id) {
+    ASSERT_TRUE(s.Admit(id, 3, 12).ok());  // 4 tokens with the first: 1 block each
+    ASSERT_TRUE(s.Start(id).ok());
+  }
+  s.Complete(s.Schedule());  // position 3: still the first block
+  // Position 4: every sequence takes its second block; 6 blocks in use, none free.
+  DecodeScheduler::Step plan = s.Schedule();
+  ASSERT_EQ(plan.work.size(), 3u);
+  EXPECT_TRUE(plan.preempted.empty());
+  EXPECT_EQ(s.num_free_blocks(), 0);
+  s.Complete(plan);
+  for (int step = 0; step < 3; ++step) s.Complete(s.Schedule());  // positions 5..7
+  // Position 8 needs a third block each: request 3, the newest, is preempted, and its two
+  // blocks go to requests 1 and 2.
+  plan = s.Schedule();
+  EXPECT_EQ(plan.preempted, (std::vector<uint64_t>{3}));
+  ASSERT_EQ(plan.work.size(), 2u);
+  EXPECT_EQ(plan.work[0].id, 1u);
+  EXPECT_EQ(plan.work[1].id, 2u);
+  EXPECT_EQ(s.num_preempted(), 1);
+  EXPECT_EQ(s.preemptions(), 1);
+  EXPECT_EQ(s.tokens(3), 9);
+  s.Complete(plan);
+  // A new request waits behind the preempted one, even once blocks are free.
+  ASSERT_TRUE(s.Release(1));
+  const auto newer = s.Admit(4, 3, 12);
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(newer.status().message().find("preempted"), std::string::npos);
+  // Readmission: request 3 recomputes its 9 tokens' KV in one chunk, the last position's
+  // logits giving its next token; request 2 decodes beside it.
+  plan = s.Schedule();
+  ASSERT_EQ(plan.work.size(), 2u);
+  EXPECT_EQ(plan.work[0].id, 2u);
+  EXPECT_EQ(plan.work[0].count, 1);
+  EXPECT_EQ(plan.work[1].id, 3u);
+  EXPECT_EQ(plan.work[1].start, 0);
+  EXPECT_EQ(plan.work[1].count, 9);
+  EXPECT_TRUE(plan.work[1].sample);
+  s.Complete(plan);
+  EXPECT_EQ(s.tokens(3), 10);
+  EXPECT_EQ(s.num_preempted(), 0);
+  Driver d{s, {{2, 12}, {3, 12}}};
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_TRUE(s.Admit(4, 3, 12).ok());  // nothing preempted waits any more
+  EXPECT_TRUE(s.Release(4));
+  EXPECT_TRUE(s.Idle());
+}
+
+// A recompute larger than the step's budget goes in chunks; only the chunk reaching the end of
+// the sequence samples.
+TEST(DecodeSchedulerTest, RecomputeIsChunkedUnderTheBudget) {
+  DecodeScheduler s(Opts(20, 4, 16, 0, /*recompute_budget=*/5));
+  ASSERT_TRUE(s.Admit(1, 11, 60).ok());  // 12 tokens: 3 blocks
+  ASSERT_TRUE(s.Start(1).ok());
+  ASSERT_TRUE(s.Admit(2, 40, 60).ok());  // 41 tokens: 11 blocks
+  ASSERT_TRUE(s.Start(2).ok());
+  // 14 blocks held, 6 free; a step computes positions 11 and 40 without growth...
+  DecodeScheduler::Step plan = s.Schedule();
+  s.Complete(plan);
+  // ...and a third request takes the rest, so growth soon preempts it.
+  ASSERT_TRUE(s.Admit(3, 23, 60).ok());  // 24 tokens: 6 blocks
+  ASSERT_TRUE(s.Start(3).ok());
+  EXPECT_EQ(s.num_free_blocks(), 0);
+  Driver d{s, {{1, 30}, {2, 45}, {3, 30}}};
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_GT(s.preemptions(), 0);
+  bool chunked = false;
+  for (const auto& step : d.steps) {
+    for (const Work& w : step.work) {
+      if (w.count > 1) {
+        EXPECT_LE(w.count, 5);
+        chunked |= !w.sample;
+      }
+    }
+  }
+  EXPECT_TRUE(chunked) << "a recompute ran in chunks";
+  EXPECT_TRUE(s.Idle());
+}
+
+// Many sequences through a small cache, in random lengths: every one finishes, every step's
+// blocks cover its positions, and nothing leaks.
+TEST(DecodeSchedulerTest, PressureNeverLosesASequence) {
+  DecodeScheduler s(Opts(40, 4, 32, 0.05, 16));
+  std::map<uint64_t, int> want;
+  uint64_t next = 1;
+  int admitted = 0;
+  Driver d{s, {}};
+  for (int round = 0; round < 300; ++round) {
+    const int prompt = 1 + (round * 7) % 13;
+    const int length = prompt + 1 + (round * 11) % 30;
+    if (s.Admit(next, prompt, length).ok()) {
+      ASSERT_TRUE(s.Start(next).ok());
+      d.want[next] = length;
+      ++admitted;
+    }
+    ++next;
+    DecodeScheduler::Step step = s.Schedule();
+    for (const Work& w : step.work) {
+      ASSERT_GE(static_cast<int>(s.blocks(w.id)->size()) * 4, w.start + w.count);
+    }
+    s.Complete(step);
+    for (const Work& w : step.work) {
+      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
+        ASSERT_TRUE(s.Release(w.id));
+        d.want.erase(w.id);
+      }
+    }
+  }
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_GT(admitted, 50);
+  EXPECT_GT(s.preemptions(), 0);
+  EXPECT_TRUE(s.Idle());
+}
+
+}  // namespace
+}  // namespace tandem
