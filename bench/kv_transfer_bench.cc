@@ -1,8 +1,10 @@
 // kv_transfer_bench: throughput of shipping one prompt's KV cache from a prefill cache to a
 // decode cache, end to end (gather, CRC32C, send, receive, verify, lease check, scatter, ACK).
-// Shape: stories110M (12 layers, width 768), 512 tokens, float32 = 36 MiB per prompt. Sender
-// block size 16, receiver block size 32 with shuffled block ids. Also the parts alone: CRC32C
-// (hardware and software), gather, scatter. Prints a table and writes JSON.
+// Shape: stories110M (12 layers, width 768), 512 tokens: 36 MiB per prompt in float32, half in
+// bf16/f16, a quarter (plus the scales) in fp8. Sender block size 16, receiver block size 32
+// with shuffled block ids. tcp and local run for every KV dtype (bytes per prompt, GB/s and
+// prompts per second); the rest in f32. Also the parts alone: CRC32C (hardware and software),
+// gather, scatter. Prints a table and writes JSON.
 //
 // The NCCL transport (kv_transfer/nccl/nccl_transport.h) twice: over the fake communicator with
 // host staging (the transport's own cost on the CPU: staging copies, framing, progress threads),
@@ -10,7 +12,7 @@
 // and 2 GPUs (skipped otherwise, null in the JSON). The real figure includes the host-side pack
 // and unpack and the pinned/device copies the engine's host KV needs today.
 //
-//   build/bin/kv_transfer_bench [--prompts 20] [--chunk_tokens 512]
+//   build/bin/kv_transfer_bench [--prompts 20] [--chunk_tokens 512] [--dtypes f32,bf16,f16,fp8]
 //       [--out bench/results/kv_transfer_bench.json]
 #include <algorithm>
 #include <chrono>
@@ -27,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/block_pool.h"
 #include "engine/kv_cache.h"
@@ -66,14 +69,22 @@ ModelConfig Shape() {
   return c;
 }
 
-KvCache MakeCache(int num_blocks, int block_size) {
-  KvCache c = *KvCache::Create(Shape(), num_blocks, block_size);
+KvCache MakeCache(int num_blocks, int block_size, DType dtype = DType::kF32) {
+  KvCache c = *KvCache::Create(Shape(), num_blocks, block_size, 0, dtype);
   const int64_t n = int64_t{num_blocks} * block_size * c.width();
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   for (int l = 0; l < c.n_layers(); ++l) {
-    std::generate(c.k(l), c.k(l) + n, [&] { return u(rng); });
-    std::generate(c.v(l), c.v(l) + n, [&] { return u(rng); });
+    if (dtype == DType::kF32) {
+      std::generate(c.k(l), c.k(l) + n, [&] { return u(rng); });
+      std::generate(c.v(l), c.v(l) + n, [&] { return u(rng); });
+      continue;
+    }
+    // The transfer copies bytes: any bytes do.
+    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(dtype));
+    std::generate(c.k_bytes(l), c.k_bytes(l) + bytes, [&] { return static_cast<char>(rng()); });
+    std::generate(c.v_bytes(l), c.v_bytes(l) + bytes, [&] { return static_cast<char>(rng()); });
+    if (float* s = c.scales(l)) std::fill(s, s + int64_t{num_blocks} * 2 * kKvHeads, 0.01f);
   }
   return c;
 }
@@ -81,7 +92,8 @@ KvCache MakeCache(int num_blocks, int block_size) {
 // The decode side, as the decode node will do it: lease check and scatter under one lock.
 class Sink : public KvSink {
  public:
-  Sink(int prompts) : cache_(MakeCache(prompts * kTokens / kDstBlock, kDstBlock)) {}
+  Sink(int prompts, DType dtype)
+      : cache_(MakeCache(prompts * kTokens / kDstBlock, kDstBlock, dtype)) {}
 
   KvTarget Admit(const std::string& endpoint, std::vector<int> blocks) {
     absl::MutexLock lock(&mu_);
@@ -146,15 +158,20 @@ MakeTransport Nccl(std::function<NcclTransportParts()> prefill,
   };
 }
 
-// Ships `prompts` prompts one after another (each: every layer in chunks, then Wait) and
-// returns payload GB/s (1e9 bytes per second).
-double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens) {
-  const KvCache src = MakeCache(kTokens / kSrcBlock, kSrcBlock);
+struct Shipped {
+  double gb_per_s = 0;       // payload, 1e9 bytes per second
+  double prompts_per_s = 0;  // whole prompts' KV delivered and acknowledged
+  uint64_t bytes_per_prompt = 0;
+};
+
+// Ships `prompts` prompts one after another (each: every layer in chunks, then Wait) in `dtype`.
+Shipped Ship(const MakeTransport& make, int prompts, int chunk_tokens, DType dtype) {
+  const KvCache src = MakeCache(kTokens / kSrcBlock, kSrcBlock, dtype);
   std::vector<int> src_table(kTokens / kSrcBlock);
   std::iota(src_table.begin(), src_table.end(), 0);
   std::reverse(src_table.begin(), src_table.end());
 
-  Sink sink(prompts);
+  Sink sink(prompts, dtype);
   Transport transport = make(&sink);
   KvSender* sender = transport.sender.get();
   KvReceiver* receiver = transport.receiver.get();
@@ -191,7 +208,11 @@ double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens)
   }
   sender->Shutdown();
   receiver->Shutdown();
-  return bytes / seconds / 1e9;
+  return {bytes / seconds / 1e9, prompts / seconds, bytes / static_cast<uint64_t>(prompts)};
+}
+
+double ShipGbPerSecond(const MakeTransport& make, int prompts, int chunk_tokens) {
+  return Ship(make, prompts, chunk_tokens, DType::kF32).gb_per_s;
 }
 
 // Best of `reps` of fn(), which processes `bytes`; GB/s.
@@ -209,6 +230,7 @@ double BestGbPerSecond(uint64_t bytes, int reps, Fn fn) {
 int Main(int argc, char** argv) {
   int prompts = 20;
   int chunk_tokens = kTokens;
+  std::vector<DType> dtypes;
   std::string out = std::string(TANDEM_SOURCE_DIR) + "/bench/results/kv_transfer_bench.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
@@ -218,6 +240,17 @@ int Main(int argc, char** argv) {
       chunk_tokens = std::atoi(argv[i + 1]);
     } else if (flag == "--out") {
       out = argv[i + 1];
+    } else if (flag == "--dtypes") {
+      for (const std::string& name :
+           std::vector<std::string>(absl::StrSplit(argv[i + 1], ',', absl::SkipEmpty()))) {
+        auto d = ParseKvDtype(name);
+        if (!d.ok() || name == "auto") {
+          std::fprintf(stderr, "--dtypes: f32, bf16, f16 or fp8, not %s\n",
+                       std::string(name).c_str());
+          return 2;
+        }
+        dtypes.push_back(*d);
+      }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
@@ -227,6 +260,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "--prompts must be > 0 and --chunk_tokens in [1, %d]\n", kTokens);
     return 2;
   }
+  if (dtypes.empty()) dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3};
 
   const KvCache src = MakeCache(kTokens / kSrcBlock, kSrcBlock);
   std::vector<int> table(kTokens / kSrcBlock);
@@ -251,6 +285,16 @@ int Main(int argc, char** argv) {
   const double scatter = BestGbPerSecond(
       layer.size(), 20, [&] { ScatterKv(layer, h, dst_table, &dst).IgnoreError(); });
 
+  // Every KV dtype over tcp and local.
+  struct PerDtype {
+    DType dtype;
+    Shipped tcp, local;
+  };
+  std::vector<PerDtype> per_dtype;
+  for (DType d : dtypes) {
+    per_dtype.push_back({d, Ship(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens, d),
+                         Ship(Plain("local", "kv-bench"), prompts, chunk_tokens, d)});
+  }
   const double tcp = ShipGbPerSecond(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens);
   const double local = ShipGbPerSecond(Plain("local", "kv-bench"), prompts, chunk_tokens);
   testing::FakeNccl fake;
@@ -287,6 +331,14 @@ int Main(int argc, char** argv) {
   } else {
     std::printf("  nccl GPU1->GPU0 end to end skipped: %s\n", nccl_skip.c_str());
   }
+  std::printf("  per KV dtype: bytes per prompt, then tcp and local GB/s and prompts/s\n");
+  for (const PerDtype& d : per_dtype) {
+    std::printf(
+        "    %-5s %6.2f MiB   tcp %6.2f GB/s %7.1f prompts/s   local %6.2f GB/s %7.1f "
+        "prompts/s\n",
+        std::string(DTypeName(d.dtype)).c_str(), d.tcp.bytes_per_prompt / 1048576.0, d.tcp.gb_per_s,
+        d.tcp.prompts_per_s, d.local.gb_per_s, d.local.prompts_per_s);
+  }
   std::printf("  crc32c sse4.2             %6.2f GB/s\n", crc_hw);
   std::printf("  crc32c software           %6.2f GB/s\n", crc_sw);
   std::printf("  gather (block 16)         %6.2f GB/s\n", gather);
@@ -314,6 +366,14 @@ int Main(int argc, char** argv) {
   j["gb_per_s"]["nccl_gpu1_to_gpu0_end_to_end"] =
       nccl ? nlohmann::json(*nccl) : nlohmann::json(nullptr);
   if (!nccl) j["nccl_skipped"] = nccl_skip;
+  for (const PerDtype& d : per_dtype) {
+    j["per_kv_dtype"][std::string(DTypeName(d.dtype))] = {
+        {"bytes_per_prompt", d.tcp.bytes_per_prompt},
+        {"tcp_gb_per_s", d.tcp.gb_per_s},
+        {"tcp_prompts_per_s", d.tcp.prompts_per_s},
+        {"local_gb_per_s", d.local.gb_per_s},
+        {"local_prompts_per_s", d.local.prompts_per_s}};
+  }
   j["units"] = "GB/s = 1e9 payload bytes per second";
   std::ofstream(out) << j.dump(2) << "\n";
   std::printf("wrote %s\n", out.c_str());

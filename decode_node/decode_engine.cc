@@ -27,10 +27,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
                                                                    DecodeMetrics* metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const ModelConfig& c = model->config();
+  const KvCacheSpec spec = KvCacheSpec::For(c, options.block_size, options.kv_dtype);
   if (options.num_blocks == 0) {
-    const int64_t block_bytes = int64_t{2} * c.n_layers * c.kv_dim() * 4 * options.block_size;
-    options.num_blocks =
-        static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
+    options.num_blocks = spec.BlocksIn(options.max_kv_bytes);
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
   CudaRunnerOptions ro;
@@ -39,6 +38,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   // A step holds a token per running sequence plus the recompute of preempted ones.
   ro.max_batch_tokens = options.max_running + options.recompute_budget;
   ro.max_seqs = options.max_running;
+  ro.kv_dtype = options.kv_dtype;
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
@@ -65,9 +65,10 @@ DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
       options_(options),
       metrics_(metrics),
       runner_(std::move(runner)),
+      kv_spec_(KvCacheSpec::For(model->config(), options.block_size, options.kv_dtype)),
       scheduler_(DecodeScheduler::Options{options.num_blocks, options.block_size,
                                           options.max_running, options.watermark,
-                                          options.recompute_budget}),
+                                          options.recompute_budget, options.admission}),
       health_(options.faults) {}
 
 DecodeEngine::~DecodeEngine() {
@@ -119,7 +120,7 @@ absl::Status DecodeEngine::CheckHeader(const KvChunkHeader& h) {
 absl::StatusOr<std::span<const int>> DecodeEngine::CheckHeaderLocked(const KvChunkHeader& h) {
   absl::StatusOr<std::span<const int>> blocks = leases_.CheckChunk(h);
   if (blocks.ok()) {
-    if (absl::Status s = CheckKvChunk(h, model_->config().kv_dim()); !s.ok()) blocks = s;
+    if (absl::Status s = CheckKvChunk(h, kv_spec_); !s.ok()) blocks = s;
   }
   if (!blocks.ok() && metrics_) metrics_->kv_chunks_rejected.Increment();
   return blocks;
@@ -395,6 +396,7 @@ WorkerLoadSnapshot DecodeEngine::Load() const {
   l.block_size = scheduler_.block_size();
   l.growth_blocks = scheduler_.growth_promised();
   l.watermark_blocks = scheduler_.watermark_blocks();
+  l.reserves_max_tokens = scheduler_.admission() == DecodeScheduler::Admission::kReserve;
   return l;
 }
 

@@ -44,6 +44,9 @@ struct DecodeEngineOptions {
   // later recomputed here, at most `recompute_budget` tokens per step (engine/scheduler.h).
   double watermark = 0.01;
   int recompute_budget = 512;
+  // kReserve: blocks for prompt + max_tokens at admission, never preempted.
+  DecodeScheduler::Admission admission = DecodeScheduler::Admission::kOnDemand;
+  DType kv_dtype = DType::kF32;  // the KV cache, as stored and as received
   int64_t max_kv_bytes = int64_t{2} << 30;
   absl::Duration lease_timeout = absl::Seconds(60);  // admission to the KV being complete
   // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
@@ -119,6 +122,7 @@ class DecodeEngine final : public KvSink {
   // The leak check: no request, lease or block in use.
   bool Idle() const;
   int64_t steps() const;
+  const KvCacheSpec& kv_spec() const { return kv_spec_; }
   // Sequences preempted so far (their blocks freed, recomputed when room came back).
   int64_t preemptions() const;
   const Model& model() const { return *model_; }
@@ -152,6 +156,7 @@ class DecodeEngine final : public KvSink {
   DecodeEngineOptions options_;
   DecodeMetrics* metrics_;
   std::unique_ptr<ModelRunner> runner_;
+  const KvCacheSpec kv_spec_;
   std::unique_ptr<KvReceiver> receiver_;
   std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set (under mu_)
 

@@ -114,14 +114,14 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
                                             config.max_seq_len);
       num_blocks += BlocksFor(static_cast<int>(len), bs);
     }
-    const int64_t block_bytes = int64_t{2} * config.n_layers * config.kv_dim() * 4 * bs;
     num_blocks =
-        static_cast<int>(std::min<int64_t>(num_blocks, options_.max_kv_bytes / block_bytes));
+        std::min(num_blocks,
+                 KvCacheSpec::For(config, bs, options_.kv_dtype).BlocksIn(options_.max_kv_bytes));
     num_blocks = std::max(num_blocks, 1);
   }
   absl::StatusOr<KvCache> cache = absl::FailedPreconditionError("the runner holds the cache");
   if (runner == nullptr) {
-    cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes);
+    cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes, options_.kv_dtype);
     if (!cache.ok()) return cache.status();
   }
   BlockPool pool(num_blocks);
@@ -289,7 +289,8 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   return outputs;
 }
 
-absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids) {
+absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,
+                                               DType kv_dtype) {
   const ModelConfig& c = model.config();
   if (ids.size() < 2) return absl::InvalidArgumentError("text: needs at least 2 tokens to score");
   if (static_cast<int64_t>(ids.size()) > c.max_seq_len) {
@@ -298,7 +299,7 @@ absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<con
   }
   const int bs = 16;
   const int nb = BlocksFor(static_cast<int>(ids.size()), bs);
-  auto cache = KvCache::Create(c, nb, bs);
+  auto cache = KvCache::Create(c, nb, bs, 0, kv_dtype);
   if (!cache.ok()) return cache.status();
   std::vector<int> table(nb);
   for (int i = 0; i < nb; ++i) table[i] = i;

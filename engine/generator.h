@@ -53,6 +53,7 @@ struct GeneratorOptions {
                                // sequence per step (chunked prefill)
   int max_step_tokens = 8192;  // token budget of one forward call
   int64_t max_kv_bytes = int64_t{8} << 30;
+  DType kv_dtype = DType::kF32;  // the KV cache (engine/kv_cache.h)
   // Not owned. When set, steps run on it (e.g. the CUDA device model) with its own KV cache:
   // block_size, num_blocks and max_kv_bytes above are then unused.
   ModelRunner* runner = nullptr;
@@ -105,7 +106,8 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
 
 // Log-probability of each token of `ids` given the ones before it (ids[0] gets none), from one
 // prefill with logits for every position: result has ids.size() - 1 entries.
-absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids);
+absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,
+                                               DType kv_dtype = DType::kF32);
 
 }  // namespace tandem
 

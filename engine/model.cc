@@ -167,6 +167,14 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   args.block_tables = block_tables.data();
   args.sliding_window = c.sliding_window;
 
+  // fp8 caches: every chunk's rows and block table, for its scales.
+  std::vector<KvChunkRows> chunk_rows;
+  if (cache->dtype() == DType::kFp8E4M3) {
+    for (const SequenceChunk& ch : batch) {
+      chunk_rows.push_back({ch.start_pos, static_cast<int>(ch.tokens.size()), ch.block_table});
+    }
+  }
+
   Backend& b = *backend_;
   b.Embedding(ids.data(), weights_.token_embedding, x.data(), num_tokens);
   for (int l = 0; l < c.n_layers; ++l) {
@@ -179,9 +187,11 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
            c.rope_style);
     b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
            c.rope_style);
-    b.WriteKv(k.data(), v.data(), slots.data(), num_tokens, c.kv_dim(), cache->k(l), cache->v(l));
+    if (!chunk_rows.empty()) SetFp8Scales(cache, l, chunk_rows, k.data(), v.data());
+    const KvLayerRef layer = cache->layer(l);
+    b.WriteKv(k.data(), v.data(), slots.data(), num_tokens, layer);
     if (on_layer_kv) on_layer_kv(l);
-    b.PagedAttention(q.data(), cache->k(l), cache->v(l), args, att.data());
+    b.PagedAttention(q.data(), layer, args, att.data());
     b.Matmul(att.data(), w.wo, nullptr, xb.data(), num_tokens);
     b.Add(x.data(), xb.data(), T * c.dim);
     b.RmsNorm(x.data(), w.ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);

@@ -110,7 +110,7 @@ class CudaModelRunner : public ModelRunner {
     if (h.token_count == 0 || h.token_count > (1u << 30) || h.token_start > (1u << 30)) {
       return absl::InvalidArgumentError("kv chunk: bad token range");
     }
-    if (absl::Status s = CheckKvPayload(h, config_.kv_dim(), payload.size()); !s.ok()) return s;
+    if (absl::Status s = CheckKvPayload(h, payload.size()); !s.ok()) return s;
     // The payload is not necessarily float-aligned: copy it.
     std::vector<float> wire(payload.size() / sizeof(float));
     std::memcpy(wire.data(), payload.data(), payload.size());
@@ -266,12 +266,21 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& mo
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
                                                              const Model* model,
                                                              const CudaRunnerOptions& options) {
-  if (device == "cuda") return MakeCudaModelRunner(*model, options);
+  if (device == "cuda") {
+    if (options.kv_dtype != DType::kF32) {
+      return absl::UnimplementedError(absl::StrFormat(
+          "--kv-dtype=%s: the CUDA backend keeps its KV cache in f32 (other dtypes run on "
+          "--device=cpu)",
+          DTypeName(options.kv_dtype)));
+    }
+    return MakeCudaModelRunner(*model, options);
+  }
   if (device != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrFormat("device: \"%s\" is not one of cpu, cuda", device));
   }
-  auto cache = KvCache::Create(model->config(), options.num_blocks, options.block_size);
+  auto cache =
+      KvCache::Create(model->config(), options.num_blocks, options.block_size, 0, options.kv_dtype);
   if (!cache.ok()) return cache.status();
   return MakeCpuModelRunner(model, std::move(*cache));
 }

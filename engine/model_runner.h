@@ -67,6 +67,8 @@ struct CudaRunnerOptions {
   int max_seqs = 64;            // sequences per step
   int max_logit_rows = 0;       // logit rows per step (all_logits chunks); 0: max_seqs
   bool use_graphs = true;       // decode-only steps as CUDA graphs per batch bucket
+  // The KV cache dtype (engine/kv_cache.h). The CUDA device model keeps f32 and refuses others.
+  DType kv_dtype = DType::kF32;
 
   absl::Status Validate() const;
 };

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -44,7 +45,7 @@ std::vector<PrefillScheduler::Work> PrefillScheduler::Schedule() {
 DecodeScheduler::DecodeScheduler(Options options)
     : options_(options),
       pool_(options.num_blocks),
-      watermark_blocks_(options.watermark > 0
+      watermark_blocks_(options.watermark > 0 && options.admission == Admission::kOnDemand
                             ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
                             : 0) {}
 
@@ -53,8 +54,8 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
   if (requests_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
-  const int need = BlocksFor(prompt_tokens + 1);
   const int most = BlocksFor(std::max(max_tokens, prompt_tokens + 1));
+  const int need = options_.admission == Admission::kReserve ? most : BlocksFor(prompt_tokens + 1);
   if (most > num_blocks()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
@@ -71,7 +72,7 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
   }
   if (pool_.num_available() - need < watermark_blocks_) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "decode worker: %d free KV blocks, the prompt needs %d and %d stay free for growth",
+        "decode worker: %d free KV blocks, the request needs %d and %d stay free for growth",
         pool_.num_available(), need, watermark_blocks_));
   }
   auto blocks = pool_.Allocate(need);
@@ -200,6 +201,13 @@ int DecodeScheduler::growth_promised() const {
     blocks += std::max<int64_t>(0, BlocksFor(e.max_tokens) - static_cast<int64_t>(e.blocks.size()));
   }
   return static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
+}
+
+absl::StatusOr<DecodeScheduler::Admission> ParseKvAdmission(std::string_view name) {
+  if (name == "on-demand") return DecodeScheduler::Admission::kOnDemand;
+  if (name == "reserve") return DecodeScheduler::Admission::kReserve;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--kv-admission must be on-demand or reserve, not \"%s\"", std::string(name)));
 }
 
 }  // namespace tandem

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,6 +26,8 @@ struct WorkerLoadSnapshot {
   // admission leaves free for growth.
   int growth_blocks = 0;
   int watermark_blocks = 0;
+  // Decode: admission reserves blocks for prompt + max_tokens (DecodeScheduler's kReserve).
+  bool reserves_max_tokens = false;
 };
 
 // Prefill: first come, first served; each step takes chunks of waiting prompts until the
@@ -78,8 +81,13 @@ class PrefillScheduler {
 // running batch, holding the prompt and the first token) -> steps (Schedule: positions to
 // compute; Complete: computed, and a sampled sequence gains a token) -> Release. Requests are
 // ordered by admission; a readmitted sequence keeps its place.
+//
+// With Admission::kReserve, admission instead reserves every block a request may reach (prompt +
+// max_tokens) and nothing is ever preempted: fewer sequences fit, as in TensorRT-LLM's
+// GUARANTEED_NO_EVICT policy. A deployment that must never recompute chooses it.
 class DecodeScheduler {
  public:
+  enum class Admission { kOnDemand, kReserve };  // --kv-admission on-demand|reserve
   struct Options {
     int num_blocks = 0;
     int block_size = 16;
@@ -88,6 +96,7 @@ class DecodeScheduler {
     // least one block when positive).
     double watermark = 0.01;
     int recompute_budget = 512;  // tokens of preempted sequences recomputed per step
+    Admission admission = Admission::kOnDemand;
   };
   struct Work {
     uint64_t id;
@@ -105,7 +114,8 @@ class DecodeScheduler {
       : DecodeScheduler(Options{num_blocks, block_size, max_running}) {}
 
   int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
-  // Reserves blocks for `prompt_tokens` plus the first token. `max_tokens` is the most tokens the
+  // Reserves blocks for `prompt_tokens` plus the first token (kReserve: for `max_tokens`).
+  // `max_tokens` is the most tokens the
   // request may reach (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
   // could not fit even in an empty cache, when preempted sequences are waiting (they go first),
   // at the request limit, or when admitting would eat into the watermark; ALREADY_EXISTS for a
@@ -134,6 +144,7 @@ class DecodeScheduler {
   int num_blocks() const { return pool_.num_blocks(); }
   int block_size() const { return options_.block_size; }
   int watermark_blocks() const { return watermark_blocks_; }
+  Admission admission() const { return options_.admission; }
   // Blocks the sequences may still claim to reach their most tokens (the growth promised).
   int growth_promised() const;
   int64_t preemptions() const { return preemptions_; }
@@ -165,6 +176,9 @@ class DecodeScheduler {
   uint64_t next_order_ = 1;
   int64_t preemptions_ = 0;
 };
+
+// "on-demand" or "reserve" (the --kv-admission flag); INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<DecodeScheduler::Admission> ParseKvAdmission(std::string_view name);
 
 }  // namespace tandem
 

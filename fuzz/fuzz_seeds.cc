@@ -207,6 +207,13 @@ void Frames() {
   c.dtype = tandem::DType::kBF16;
   Write("kv_wire_fuzzer", "data_bf16",
         tandem::EncodeKvDataFrame(99, c, std::string(2 * c.token_count * 8 * 2, '\1')));
+  // fp8: one byte per value, then a float32 scale per KV head for K and for V.
+  c.dtype = tandem::DType::kFp8E4M3;
+  c.scale_groups = 2;
+  std::string fp8(2 * c.token_count * 8, '\x38');
+  for (int s = 0; s < 4; ++s) fp8.append("\x00\x00\x80\x3f", 4);  // 1.0f
+  Write("kv_wire_fuzzer", "data_fp8", tandem::EncodeKvDataFrame(100, c, fp8));
+  c.scale_groups = 0;
   Write("kv_wire_fuzzer", "ack_ok", tandem::EncodeKvAckFrame(5, c, absl::OkStatus()));
   Write("kv_wire_fuzzer", "ack_error",
         tandem::EncodeKvAckFrame(6, c, absl::FailedPreconditionError("lease 7 generation 3 gone")));

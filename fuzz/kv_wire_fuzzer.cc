@@ -20,9 +20,9 @@
 
 namespace {
 
-// 2 layers, width 8 (2 KV heads x 4), 4 blocks of 4 tokens.
-tandem::KvCache& Cache() {
-  static tandem::KvCache* const cache = [] {
+// 2 layers, width 8 (2 KV heads x 4), 4 blocks of 4 tokens, in `dtype` (f32, bf16 or fp8).
+tandem::KvCache* MakeCache(tandem::DType dtype) {
+  {
     tandem::ModelConfig c;
     c.dim = 8;
     c.hidden_dim = 8;
@@ -32,11 +32,24 @@ tandem::KvCache& Cache() {
     c.head_dim = 4;
     c.vocab_size = 8;
     c.max_seq_len = 16;
-    auto kv = tandem::KvCache::Create(c, /*num_blocks=*/4, /*block_size=*/4);
+    auto kv = tandem::KvCache::Create(c, /*num_blocks=*/4, /*block_size=*/4, 0, dtype);
     if (!kv.ok()) __builtin_trap();
     return new tandem::KvCache(*std::move(kv));
-  }();
-  return *cache;
+  }
+}
+
+// The receiver's cache: usually the one whose dtype the frame names (so the frame reaches the
+// copy), sometimes another (the dtype refusal).
+tandem::KvCache& Cache(tandem::DType frame_dtype, uint8_t pick) {
+  static tandem::KvCache* const caches[] = {MakeCache(tandem::DType::kF32),
+                                            MakeCache(tandem::DType::kBF16),
+                                            MakeCache(tandem::DType::kFp8E4M3)};
+  if (pick % 4 != 0) {
+    for (tandem::KvCache* c : caches) {
+      if (c->dtype() == frame_dtype) return *c;
+    }
+  }
+  return *caches[pick % 3];
 }
 
 void Put32(std::string& s, size_t at, uint32_t v) {
@@ -64,7 +77,8 @@ void Decode(const std::string& bytes, uint64_t max_frame) {
   static const std::vector<int> kTables[] = {{0, 1, 2, 3}, {3, 2}, {1}, {}, {0, 4, -1, 2}};
   const uint8_t pick = frame->payload.empty() ? 0 : frame->payload.back();
   const std::vector<int>& table = kTables[pick % std::size(kTables)];
-  (void)tandem::ScatterKv(frame->payload, frame->header.chunk, table, &Cache());
+  (void)tandem::ScatterKv(frame->payload, frame->header.chunk, table,
+                          &Cache(frame->header.chunk.dtype, pick / 8));
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // reference; the CUDA backend (kernels/cuda/) implements the same operations on the device and
 // is tested against the CPU twins.
 //
-// All activations are float32. Weights may be f32, f16 or bf16 (WeightRef); compute and
-// accumulation are float32.
+// All activations are float32. Weights may be f32, f16 or bf16 (WeightRef), the KV cache f32,
+// bf16, f16 or fp8 (KvLayerRef); compute and accumulation are float32.
 #ifndef TANDEM_KERNELS_BACKEND_H_
 #define TANDEM_KERNELS_BACKEND_H_
 
@@ -45,6 +45,26 @@ struct PagedAttentionArgs {
   int sliding_window = 0;             // > 0: attend to positions (pos - window, pos] only
 };
 
+// One layer of a paged KV cache, not owned: K and V as [num_blocks * block_size, n_kv_heads,
+// head_dim] of `dtype` (f32, bf16, f16 or fp8); for fp8, `scales` [num_blocks, 2 (K, V),
+// n_kv_heads]: an element's value is its stored value times its block's scale for its KV head.
+struct KvLayerRef {
+  DType dtype = DType::kF32;
+  void* k = nullptr;
+  void* v = nullptr;
+  float* scales = nullptr;  // fp8 only
+  int block_size = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+
+  int64_t width() const { return static_cast<int64_t>(n_kv_heads) * head_dim; }
+  // The scale of K (kv = 0) or V (kv = 1) of KV head `h` in `block`; 1 without scales.
+  float scale(int block, int kv, int h) const {
+    return scales == nullptr ? 1.0f
+                             : scales[(static_cast<int64_t>(block) * 2 + kv) * n_kv_heads + h];
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -58,13 +78,15 @@ class Backend {
   // Rotates x[n, n_heads, head_dim] in place by positions[n] with inv_freq[head_dim / 2].
   virtual void Rope(float* x, int n, int n_heads, int head_dim, const int* positions,
                     const float* inv_freq, RopeStyle style) = 0;
-  // Scatters k[n, width] and v[n, width] into the caches at slots[n] (slot = block *
-  // block_size + offset); caches are [num_slots, width].
-  virtual void WriteKv(const float* k, const float* v, const int* slots, int n, int width,
-                       float* k_cache, float* v_cache) = 0;
+  // Scatters k[n, width] and v[n, width] into the cache at slots[n] (slot = block *
+  // block_size + offset), converted to its dtype (fp8: divided by the slot's block scale, which
+  // must be set, and saturated at ±448).
+  virtual void WriteKv(const float* k, const float* v, const int* slots, int n,
+                       const KvLayerRef& cache) = 0;
   // out[num_tokens, n_heads, head_dim] = causal softmax(q·Kᵀ / sqrt(head_dim)) · V, with q
-  // [num_tokens, n_heads, head_dim]; query head h reads KV head h / (n_heads / n_kv_heads).
-  virtual void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+  // [num_tokens, n_heads, head_dim]; query head h reads KV head h / (n_heads / n_kv_heads). The
+  // cache is read in its dtype; compute is float32.
+  virtual void PagedAttention(const float* q, const KvLayerRef& cache,
                               const PagedAttentionArgs& args, float* out) = 0;
   // out[i] = silu(gate[i]) * up[i] for i < n.
   virtual void SiluMul(const float* gate, const float* up, float* out, int64_t n) = 0;

@@ -8,10 +8,14 @@
 
 namespace tandem {
 
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+// kFp8E4M3: OCP FP8 E4M3 (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no infinity;
+// largest finite 448), used with a scale (value = stored * scale) for KV caches only.
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kFp8E4M3 = 3 };
 
-inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kFp8E4M3 ? 1 : 2; }
 std::string_view DTypeName(DType t);
+
+inline constexpr float kFp8E4M3Max = 448.0f;
 
 inline float Bf16ToF32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -32,7 +36,13 @@ inline uint16_t F32ToBf16(float f) {
 float F16ToF32(uint16_t h);
 uint16_t F32ToF16(float f);
 
-// Converts `n` elements of type `src_type` at `src` to float32.
+// FP8 E4M3: exact decoding (a 256-entry table), and encoding rounded to nearest even,
+// saturating at ±448 (NaN stays NaN).
+extern const float kFp8E4M3ToF32[256];
+inline float Fp8E4M3ToF32(uint8_t b) { return kFp8E4M3ToF32[b]; }
+uint8_t F32ToFp8E4M3(float f);
+
+// Converts `n` elements of type `src_type` at `src` to float32 (fp8: unscaled).
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n);
 
 }  // namespace tandem

@@ -33,7 +33,7 @@ T Get(const char* base, size_t offset) {
 
 bool KnownDType(uint8_t d) {
   return d == static_cast<uint8_t>(DType::kF32) || d == static_cast<uint8_t>(DType::kF16) ||
-         d == static_cast<uint8_t>(DType::kBF16);
+         d == static_cast<uint8_t>(DType::kBF16) || d == static_cast<uint8_t>(DType::kFp8E4M3);
 }
 
 absl::Status Bad(std::string_view field, std::string_view why) {
@@ -48,6 +48,12 @@ absl::StatusOr<uint64_t> KvChunkPayloadBytes(const KvChunkHeader& h, uint64_t ma
   }
   if (h.token_count == 0) return Bad("token_count", "is 0");
   if (h.width == 0) return Bad("width", "is 0");
+  const bool fp8 = h.dtype == DType::kFp8E4M3;
+  if (fp8 && (h.scale_groups == 0 || h.width % h.scale_groups != 0)) {
+    return Bad("scale_groups",
+               absl::StrFormat("%d does not divide width %d", h.scale_groups, h.width));
+  }
+  if (!fp8 && h.scale_groups != 0) return Bad("scale_groups", "must be 0 outside fp8");
   if (uint64_t{h.token_start} + h.token_count > std::numeric_limits<uint32_t>::max()) {
     return Bad("token_start", "+ token_count overflows uint32");
   }
@@ -55,12 +61,13 @@ absl::StatusOr<uint64_t> KvChunkPayloadBytes(const KvChunkHeader& h, uint64_t ma
   // first factor pair in 64 bits and check the rest against the limit by division.
   const uint64_t rows = 2 * uint64_t{h.token_count};
   const uint64_t row_bytes = uint64_t{h.width} * DTypeSize(h.dtype);
-  if (row_bytes > max_payload_bytes / rows) {
+  const uint64_t scale_bytes = fp8 ? uint64_t{2} * h.scale_groups * 4 : 0;
+  if (row_bytes > max_payload_bytes / rows || rows * row_bytes > max_payload_bytes - scale_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("kv frame: %d tokens x width %d exceed the %d-byte frame limit",
                         h.token_count, h.width, max_payload_bytes));
   }
-  return rows * row_bytes;
+  return rows * row_bytes + scale_bytes;
 }
 
 void EncodeKvFrameHeader(const KvFrameHeader& h, std::span<char, kKvFrameHeaderBytes> out) {
@@ -78,7 +85,7 @@ void EncodeKvFrameHeader(const KvFrameHeader& h, std::span<char, kKvFrameHeaderB
   Put<uint32_t>(b, 40, h.chunk.token_start);
   Put<uint32_t>(b, 44, h.chunk.token_count);
   Put<uint32_t>(b, 48, data ? h.chunk.width : 0);
-  Put<uint32_t>(b, 52, data ? 0 : static_cast<uint32_t>(h.status));
+  Put<uint32_t>(b, 52, data ? h.chunk.scale_groups : static_cast<uint32_t>(h.status));
   Put<uint64_t>(b, 56, h.payload_length);
   std::memset(b + kCapabilityOffset, 0, kKvCapabilityBytes);
   if (data) {
@@ -119,7 +126,7 @@ absl::StatusOr<KvFrameHeader> DecodeKvFrameHeader(std::span<const char> bytes,
   h.chunk.token_start = Get<uint32_t>(b, 40);
   h.chunk.token_count = Get<uint32_t>(b, 44);
   h.chunk.width = Get<uint32_t>(b, 48);
-  const uint32_t status = Get<uint32_t>(b, 52);
+  const uint32_t status = Get<uint32_t>(b, 52);  // DATA: scale groups
   h.payload_length = Get<uint64_t>(b, 56);
   if (h.kind == KvFrameKind::kData)
     h.chunk.capability.assign(b + kCapabilityOffset, kKvCapabilityBytes);
@@ -129,7 +136,7 @@ absl::StatusOr<KvFrameHeader> DecodeKvFrameHeader(std::span<const char> bytes,
   if (h.kind == KvFrameKind::kData) {
     if (!KnownDType(dtype)) return Bad("dtype", absl::StrFormat("%d is unknown", dtype));
     h.chunk.dtype = static_cast<DType>(dtype);
-    if (status != 0) return Bad("status", "must be 0 in a DATA frame");
+    h.chunk.scale_groups = status;
     absl::StatusOr<uint64_t> want = KvChunkPayloadBytes(h.chunk, max_frame_bytes);
     if (!want.ok()) return want.status();
     if (h.payload_length != *want) {

@@ -14,13 +14,15 @@
 //       40    4 token_start
 //       44    4 token_count
 //       48    4 width (n_kv_heads * head_dim; ACK: 0)
-//       52    4 status code (absl::StatusCode; DATA: 0)
+//       52    4 DATA: scale groups (fp8: the KV heads, whose scales follow the rows; else 0);
+//                ACK: status code (absl::StatusCode)
 //       56    8 payload length in bytes
 //       64   16 lease capability (DATA: the KvTarget's; ACK: zeros, never echoed)
 //       80    4 CRC32C of the payload
 //       84    4 CRC32C of bytes [0, 84)
 //
-// DATA payload: K rows [token_count, width] then V rows [token_count, width] of `dtype`, so the
+// DATA payload: K rows [token_count, width] then V rows [token_count, width] of `dtype` (the
+// cache dtype, as stored), then for fp8 the scales [2 (K, V), scale groups] as float32, so the
 // unit on the wire is (lease, layer, token range) independent of either side's block size.
 // ACK payload: the status message (UTF-8, at most kMaxAckMessageBytes); the other fields echo
 // the DATA frame being answered.
@@ -56,14 +58,16 @@ struct KvChunkHeader {
   uint32_t token_start = 0;
   uint32_t token_count = 0;
   DType dtype = DType::kF32;
-  uint32_t width = 0;  // elements per token row of K (and of V)
+  uint32_t width = 0;         // elements per token row of K (and of V)
+  uint32_t scale_groups = 0;  // fp8: KV heads (a scale each for K and V); 0 for other dtypes
   // The lease's capability (kKvCapabilityBytes; shorter is zero-padded on the wire).
   std::string capability;
 };
 
-// Payload bytes of a chunk: 2 (K and V) * token_count * width * DTypeSize(dtype), or
-// INVALID_ARGUMENT if a field is out of range (zero count or width, unknown dtype, a token
-// range that overflows uint32), RESOURCE_EXHAUSTED if larger than `max_payload_bytes`.
+// Payload bytes of a chunk: 2 (K and V) * token_count * width * DTypeSize(dtype), plus for fp8
+// 2 * scale_groups float32 scales; INVALID_ARGUMENT if a field is out of range (zero count or
+// width, unknown dtype, a token range that overflows uint32, scale groups that do not divide the
+// width or appear outside fp8), RESOURCE_EXHAUSTED if larger than `max_payload_bytes`.
 absl::StatusOr<uint64_t> KvChunkPayloadBytes(const KvChunkHeader& h, uint64_t max_payload_bytes);
 
 struct KvFrameHeader {

@@ -67,6 +67,9 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_kv_leases_expired_total", "Decode: leases freed because their KV did not complete."},
       {"tandem_kv_chunks_rejected_total",
        "Decode: KV chunks refused (unknown or expired lease, stale generation, bad range)."},
+      {"tandem_cache_config_info",
+       "A worker's KV cache as configured: the labels cache_dtype, block_size and num_blocks; "
+       "the value is 1."},
       {"tandem_num_preemptions_total",
        "Decode: running sequences preempted when the KV cache filled (their blocks freed, their "
        "KV recomputed on the worker later)."},
@@ -113,6 +116,15 @@ prometheus::Histogram& NewHistogram(MetricsRegistry& r, const prometheus::Labels
 }
 
 }  // namespace
+
+void SetCacheConfigInfo(MetricsRegistry& r, const std::string& role, std::string_view cache_dtype,
+                        int block_size, int num_blocks) {
+  prometheus::Labels labels = r.Labels(role);
+  labels["cache_dtype"] = std::string(cache_dtype);
+  labels["block_size"] = std::to_string(block_size);
+  labels["num_blocks"] = std::to_string(num_blocks);
+  NewGauge(r, labels, "tandem_cache_config_info").Set(1);
+}
 
 const std::vector<double>& RequestLatencyBuckets() {
   static const auto* kBuckets = new std::vector<double>{

@@ -70,6 +70,11 @@ class MetricsRegistry : public prometheus::Collectable {
   int next_hook_ = 1;
 };
 
+// tandem_cache_config_info{role, cache_dtype, block_size, num_blocks} = 1: a worker's KV cache
+// as configured (vLLM publishes the same).
+void SetCacheConfigInfo(MetricsRegistry& r, const std::string& role, std::string_view cache_dtype,
+                        int block_size, int num_blocks);
+
 // The router: one request is one Generate call.
 struct RouterMetrics {
   explicit RouterMetrics(MetricsRegistry& r);

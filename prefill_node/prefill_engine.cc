@@ -27,9 +27,8 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const ModelConfig& c = model->config();
   if (options.num_blocks == 0) {
-    const int64_t block_bytes = int64_t{2} * c.n_layers * c.kv_dim() * 4 * options.block_size;
     options.num_blocks =
-        static_cast<int>(std::min<int64_t>(options.max_kv_bytes / block_bytes, 1 << 20));
+        KvCacheSpec::For(c, options.block_size, options.kv_dtype).BlocksIn(options.max_kv_bytes);
   }
   // At least one context-length prompt must fit.
   const int min_blocks = (c.max_seq_len + options.block_size - 1) / options.block_size;
@@ -43,6 +42,7 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
   ro.block_size = options.block_size;
   ro.max_batch_tokens = options.scheduler.token_budget;
   ro.max_seqs = options.scheduler.max_batch;
+  ro.kv_dtype = options.kv_dtype;
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
   std::unique_ptr<PrefillEngine> e(

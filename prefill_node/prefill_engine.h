@@ -32,6 +32,7 @@ struct PrefillEngineOptions {
   int num_blocks = 0;  // 0: as many as fit in max_kv_bytes
   int block_size = 16;
   int64_t max_kv_bytes = int64_t{1} << 30;
+  DType kv_dtype = DType::kF32;  // the KV cache, as computed and as shipped
   PrefillScheduler::Options scheduler;
   bool prefix_cache = true;
   FaultSpec faults;  // step faults (tests)

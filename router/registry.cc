@@ -81,18 +81,26 @@ absl::Status WorkerRegistry::Register(const std::string& id, WorkerRole role,
   return absl::OkStatus();
 }
 
-const WorkerEntry* WorkerRegistry::KvTransportConflict(const std::string& id,
-                                                       const std::string& kv_transport) const {
-  if (kv_transport.empty()) return nullptr;
+WorkerRegistry::KvConflict WorkerRegistry::FindKvConflict(const std::string& id,
+                                                          const std::string& kv_transport,
+                                                          const std::string& kv_dtype) const {
+  auto differs = [](const std::string& mine, const std::string& theirs) {
+    return !mine.empty() && !theirs.empty() && mine != theirs;
+  };
   for (const auto& [other_id, w] : workers_) {
-    if (other_id != id && !w.kv_transport.empty() && w.kv_transport != kv_transport) return &w;
+    if (other_id == id) continue;
+    if (differs(kv_transport, w.kv_transport)) return {&w, "kv_transport"};
+    if (differs(kv_dtype, w.kv_dtype)) return {&w, "kv_dtype"};
   }
-  return nullptr;
+  return {};
 }
 
-void WorkerRegistry::SetKvTransport(const std::string& id, const std::string& kv_transport) {
+void WorkerRegistry::SetKvSettings(const std::string& id, const std::string& kv_transport,
+                                   const std::string& kv_dtype) {
   auto it = workers_.find(id);
-  if (it != workers_.end()) it->second.kv_transport = kv_transport;
+  if (it == workers_.end()) return;
+  it->second.kv_transport = kv_transport;
+  it->second.kv_dtype = kv_dtype;
 }
 
 bool WorkerRegistry::Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,
@@ -137,7 +145,8 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
   for (auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
     const int bs = std::max(1, w.load.block_size);
-    const int needed = (prompt_tokens + 1 + bs - 1) / bs;
+    const int needed =
+        ((w.load.reserves_max_tokens ? max_tokens : prompt_tokens + 1) + bs - 1) / bs;
     if (w.load.free_blocks - w.load.watermark_blocks < needed) continue;
     if (int64_t{w.load.total_blocks} * bs < max_tokens) continue;
     if (best == nullptr || std::make_tuple(-headroom(w), w.load.running, w.id) <

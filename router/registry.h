@@ -27,6 +27,7 @@ struct WorkerEntry {
   WorkerRole role = WorkerRole::kPrefill;
   std::string address;
   std::string kv_transport;  // as registered ("" when the worker did not say)
+  std::string kv_dtype;      // likewise
   // Who registered it (the certificate's subject and roles under mutual TLS; "" otherwise): only
   // the same identity may heartbeat for it or replace it while it lives.
   std::string identity;
@@ -75,11 +76,17 @@ class WorkerRegistry {
   absl::Status Register(const std::string& id, WorkerRole role, const std::string& address,
                         const WorkerLoadSnapshot& load, absl::Time now,
                         const Credentials& credentials = {});
-  // The registered worker other than `id` whose KV transport is not `kv_transport` (workers
-  // and requests that did not name one never conflict), or null.
-  const WorkerEntry* KvTransportConflict(const std::string& id,
-                                         const std::string& kv_transport) const;
-  void SetKvTransport(const std::string& id, const std::string& kv_transport);
+  // A prefill worker can send KV only to decode workers of its transport and KV dtype. The
+  // registered worker other than `id` whose transport or dtype differs (workers that did not
+  // name one never conflict), with the name of the field that differs; null when none.
+  struct KvConflict {
+    const WorkerEntry* other = nullptr;
+    const char* field = "";  // "kv_transport" or "kv_dtype"
+  };
+  KvConflict FindKvConflict(const std::string& id, const std::string& kv_transport,
+                            const std::string& kv_dtype) const;
+  void SetKvSettings(const std::string& id, const std::string& kv_transport,
+                     const std::string& kv_dtype);
   // False when the id is unknown, or registered by another identity (the worker must register
   // again). The load is clamped to the registered capacity.
   bool Heartbeat(const std::string& id, const WorkerLoadSnapshot& load, bool serving,

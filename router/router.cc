@@ -113,6 +113,7 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
   l.block_size = p.block_size();
   l.growth_blocks = p.growth_kv_blocks();
   l.watermark_blocks = p.watermark_kv_blocks();
+  l.reserves_max_tokens = p.reserves_max_tokens();
   return l;
 }
 
@@ -1050,16 +1051,19 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
   {
     std::lock_guard<std::mutex> lock(mu_);
     ForgetSilentWorkersLocked(absl::Now());
-    // A prefill worker cannot send KV to a decode worker of another transport: refuse the
-    // newcomer rather than fail its requests one by one.
-    if (const WorkerEntry* other =
-            registry_.KvTransportConflict(req->worker_id(), req->kv_transport())) {
+    // A prefill worker cannot send KV to a decode worker of another transport or KV dtype:
+    // refuse the newcomer rather than fail its requests one by one.
+    if (const WorkerRegistry::KvConflict c =
+            registry_.FindKvConflict(req->worker_id(), req->kv_transport(), req->kv_dtype());
+        c.other != nullptr) {
+      const bool transport = std::string_view(c.field) == "kv_transport";
       return grpc::Status(
           grpc::StatusCode::FAILED_PRECONDITION,
-          absl::StrFormat("kv_transport: this worker uses --kv-transport=%s but worker %s (%s) "
-                          "uses %s; every prefill and decode worker of a cluster must use the "
-                          "same transport",
-                          req->kv_transport(), other->id, other->address, other->kv_transport));
+          absl::StrFormat("%s: this worker uses --%s=%s but worker %s (%s) uses %s; every "
+                          "prefill and decode worker of a cluster must use the same",
+                          c.field, transport ? "kv-transport" : "kv-dtype",
+                          transport ? req->kv_transport() : req->kv_dtype(), c.other->id,
+                          c.other->address, transport ? c.other->kv_transport : c.other->kv_dtype));
     }
     if (absl::Status s =
             registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()),
@@ -1067,7 +1071,7 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
         !s.ok()) {
       return ToGrpc(s);
     }
-    registry_.SetKvTransport(req->worker_id(), req->kv_transport());
+    registry_.SetKvSettings(req->worker_id(), req->kv_transport(), req->kv_dtype());
   }
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return grpc::Status::OK;

@@ -92,6 +92,7 @@ inline v1::WorkerLoad ToProto(const WorkerLoadSnapshot& l) {
   p.set_block_size(l.block_size);
   p.set_growth_kv_blocks(l.growth_blocks);
   p.set_watermark_kv_blocks(l.watermark_blocks);
+  p.set_reserves_max_tokens(l.reserves_max_tokens);
   return p;
 }
 

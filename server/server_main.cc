@@ -23,6 +23,7 @@
 #include "decode_node/decode_engine.h"
 #include "decode_node/decode_service.h"
 #include "engine/fault_injection.h"
+#include "engine/kv_cache.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "http/http_server.h"
@@ -67,12 +68,18 @@ router:   --internal-port 0 (the registry workers register with: give workers --
           --http-port 0 (OpenAI-compatible HTTP API on --host; 0 = pick a free port)
           --http-threads 64  --http-timeout-ms 0 (0 = no deadline)  --chat-template PATH
           --served-model-name NAME (default: the model's file or folder name)
-workers:  --router HOST:PORT (the router's internal port; HOST may resolve to several routers: all are
-          registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
+workers:  --router HOST:PORT (the router's internal port; HOST may resolve to several routers:
+          all are registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
+          --kv-dtype auto|f32|bf16|f16|fp8 (the KV cache as stored and shipped; auto: the
+          model's compute dtype, f32; every worker of a cluster must use the same)
 prefill:  --kv-transport tcp|local|nccl  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
 decode:   --kv-transport tcp|local|nccl  --kv-listen HOST:PORT (tcp)  --max-running 256
           --lease-timeout-ms 60000
+          --kv-admission on-demand|reserve (on-demand: blocks as tokens arrive, the newest
+          sequences preempted and recomputed when the cache is full; reserve: blocks for
+          prompt + max_tokens at admission, never preempted, fewer sequences)
+          --kv-watermark 0.01 (on-demand: the fraction of blocks admission leaves free)
 workers:  --nccl-device 0 (nccl: the CUDA device KV is sent from / received into; every worker
           of a cluster must use the same --kv-transport)
 workers:  --wedge-timeout-ms 10000 (a step loop stuck this long turns health NOT_SERVING)
@@ -119,7 +126,8 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "drain-timeout-ms", "wedge-timeout-ms", "ejection-ms", "keepalive-ms", "max-threads",
        "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
        "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
-       "served-model-name", "nccl-device", "internal-port", "cluster-secret-file"},
+       "served-model-name", "nccl-device", "internal-port", "cluster-secret-file", "kv-dtype",
+       "kv-admission", "kv-watermark"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -264,6 +272,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   if (advertise_host.front() == '[' && advertise_host.back() == ']') {
     advertise_host = advertise_host.substr(1, advertise_host.size() - 2);
   }
+  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype", "auto"));
+  if (!kv_dtype.ok()) return Fail(std::string(kv_dtype.status().message()));
+  auto admission = ParseKvAdmission(f->Get("kv-admission", "on-demand"));
+  if (!admission.ok()) return Fail(std::string(admission.status().message()));
+  auto watermark = f->GetDouble("kv-watermark", 0.01);
+  if (!watermark.ok()) return Fail(std::string(watermark.status().message()));
+  if (*watermark < 0 || *watermark >= 1) return Fail("--kv-watermark must be in [0, 1)");
   // The colocated mode moves KV in memory.
   const std::string kv_transport = f->Get("kv-transport", role == "all" ? "local" : "tcp");
   if (kv_transport != "tcp" && kv_transport != "local" && kv_transport != "nccl") {
@@ -402,6 +417,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     po.prefix_cache = !f->Has("no-prefix-cache");
     po.faults = *faults;
     po.device = device;
+    po.kv_dtype = *kv_dtype;
     auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
@@ -421,6 +437,9 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.advertise_host = advertise_host;
     dopt.faults = *faults;
     dopt.device = device;
+    dopt.kv_dtype = *kv_dtype;
+    dopt.admission = *admission;
+    dopt.watermark = *watermark;
     if (kv_transport == "tcp") {
       auto auth = MakeKvAuth(secret, *tls, /*receiver=*/true);
       if (!auth.ok()) return Fail(std::string(auth.status().message()));
@@ -578,6 +597,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     req.set_model(model_path);
     req.set_kv_transport(kv_transport);
     if (r == v1::WORKER_ROLE_DECODE) req.set_kv_endpoint(decode->kv_endpoint());
+    req.set_kv_dtype(std::string(DTypeName(*kv_dtype)));
     RegistrationOptions ro;
     ro.credentials = MakePeerChannelCredentials(*tls);
     ro.auth = internal_auth;
@@ -587,9 +607,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   };
   if (prefill) {
     register_worker(v1::WORKER_ROLE_PREFILL, "prefill", [p = prefill.get()] { return p->Load(); });
+    const WorkerLoadSnapshot l = prefill->Load();
+    SetCacheConfigInfo(*metrics, "prefill", DTypeName(*kv_dtype), l.block_size, l.total_blocks);
   }
   if (decode) {
     register_worker(v1::WORKER_ROLE_DECODE, "decode", [d = decode.get()] { return d->Load(); });
+    const WorkerLoadSnapshot l = decode->Load();
+    SetCacheConfigInfo(*metrics, "decode", DTypeName(*kv_dtype), l.block_size, l.total_blocks);
   }
   // One write: a reader that stops after the first line still finds the others in the pipe.
   std::printf("listening %s\ninternal %s\nmetrics %s\n%s", address.c_str(),

@@ -8,9 +8,9 @@ namespace tandem {
 
 const std::set<std::string>& BenchWorkloadFlags() {
   static const auto* flags = new std::set<std::string>{
-      "rate",         "arrival",  "burstiness", "concurrency", "input-len",   "output-len",
-      "trace",        "duration", "warmup",     "seed",        "temperature", "timeout",
-      "max-inflight", "slo-ttft", "slo-tpot",   "num-requests"};
+      "rate",         "arrival",  "burstiness", "concurrency",  "input-len",   "output-len",
+      "trace",        "duration", "warmup",     "seed",         "temperature", "timeout",
+      "max-inflight", "slo-ttft", "slo-tpot",   "num-requests", "max-tokens"};
   return *flags;
 }
 
@@ -28,10 +28,11 @@ absl::StatusOr<bench::BenchConfig> BenchConfigFromFlags(const Flags& f) {
   auto inflight = f.GetInt("max-inflight", 1024);
   auto slo_ttft = f.GetDouble("slo-ttft", 0);
   auto slo_tpot = f.GetDouble("slo-tpot", 0);
+  auto max_tokens = f.GetInt("max-tokens", 0);
   for (const auto* v : {&rate, &burst, &dur, &temp, &timeout, &slo_ttft, &slo_tpot}) {
     if (!v->ok()) return v->status();
   }
-  for (const auto* v : {&conc, &n, &warm, &seed, &inflight}) {
+  for (const auto* v : {&conc, &n, &warm, &seed, &inflight, &max_tokens}) {
     if (!v->ok()) return v->status();
   }
   const std::string arrival = f.Get("arrival", "poisson");
@@ -58,6 +59,7 @@ absl::StatusOr<bench::BenchConfig> BenchConfigFromFlags(const Flags& f) {
   c.slo.tpot = *slo_tpot;
   c.input_len = f.Get("input-len", "128");
   c.output_len = f.Get("output-len", "128");
+  c.max_tokens = static_cast<int>(std::clamp<int64_t>(*max_tokens, -1, 1 << 24));
   c.trace = f.Get("trace");
   return c;
 }

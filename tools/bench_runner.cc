@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -35,7 +36,9 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
   } else {
     req.set_text(w.text);
   }
-  req.set_max_tokens(w.output_tokens);
+  // With a declared limit the stream ends early, at the output length (the client cancels).
+  const bool ends_early = c.max_tokens > w.output_tokens;
+  req.set_max_tokens(ends_early ? c.max_tokens : w.output_tokens);
   req.set_ignore_eos(true);
   req.mutable_sampling()->set_temperature(c.temperature);
   req.mutable_sampling()->set_seed(c.seed + rec->id);
@@ -49,13 +52,19 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
   while (reader->Read(&resp)) {
     const double now = since();
     if (resp.token_ids_size() > 0 && rec->first_token < 0) rec->first_token = now;
-    for (int i = 0; i < resp.token_ids_size(); ++i) rec->token_times.push_back(now);
-    rec->output_tokens += resp.token_ids_size();
+    const int n = ends_early ? std::min(resp.token_ids_size(), w.output_tokens - rec->output_tokens)
+                             : resp.token_ids_size();
+    for (int i = 0; i < n; ++i) rec->token_times.push_back(now);
+    rec->output_tokens += n;
     if (resp.has_usage() && resp.usage().prompt_tokens() > 0) {
       rec->prompt_tokens = resp.usage().prompt_tokens();
     }
+    if (ends_early && rec->output_tokens >= w.output_tokens) break;
   }
+  const bool ended_early = ends_early && rec->output_tokens >= w.output_tokens;
+  if (ended_early) ctx.TryCancel();
   grpc::Status s = reader->Finish();
+  if (ended_early) s = grpc::Status::OK;  // the cancel was ours: the answer is complete
   rec->done = since();
   rec->status_code = static_cast<int>(s.error_code());
   rec->status_message = s.error_message();

@@ -152,6 +152,7 @@ absl::Status BenchConfig::Validate() const {
   if (!(timeout > 0)) return absl::InvalidArgumentError("--timeout must be > 0");
   if (max_inflight < 1) return absl::InvalidArgumentError("--max-inflight must be >= 1");
   if (!(temperature >= 0)) return absl::InvalidArgumentError("--temperature must be >= 0");
+  if (max_tokens < 0) return absl::InvalidArgumentError("--max-tokens must be >= 0");
   if (trace.empty()) {
     if (auto d = LengthDistribution::Parse(input_len); !d.ok()) return d.status();
     if (auto d = LengthDistribution::Parse(output_len); !d.ok()) return d.status();
@@ -169,6 +170,7 @@ nlohmann::json BenchConfig::ToJson() const {
           {"concurrency", concurrency},
           {"input_len", input_len},
           {"output_len", output_len},
+          {"max_tokens", max_tokens},
           {"trace", trace},
           {"num_requests", num_requests},
           {"duration", duration},

@@ -125,6 +125,10 @@ struct BenchConfig {
   int concurrency = 8;
   std::string input_len = "128";  // LengthDistribution specs
   std::string output_len = "128";
+  // > 0: every request declares this max_tokens (the server must plan for it) and the client
+  // ends its stream once the request's output length has arrived, as an answer ends at EOS
+  // long before its limit. 0: max_tokens is the output length.
+  int max_tokens = 0;
   std::string trace;       // JSONL; overrides the lengths
   int num_requests = 100;  // measured requests (after warm-up)
   double duration = 0;     // > 0: stop sending after this many seconds

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
+#include "engine/kv_cache.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
@@ -38,10 +39,11 @@ commands:
   generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
            [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
-           [--dtype f32|f16|bf16]
+           [--dtype f32|f16|bf16] [--kv-dtype auto|f32|bf16|f16|fp8]
       Prints the prompt and then the completion on stdout as it is generated;
-      timings (TTFT, tokens/s) go to stderr.
+      timings (TTFT, tokens/s) go to stderr. --kv-dtype: the KV cache (auto: f32).
   score --model PATH [--tokenizer PATH] --text TEXT [--dtype f32|f16|bf16]
+        [--kv-dtype auto|f32|bf16|f16|fp8]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
   tokenize --tokenizer PATH [--add-special-tokens]
       Reads text on stdin, prints the ids as a JSON array.
@@ -53,7 +55,7 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
-     [--device auto|cpu|cuda] [--cluster-secret-file PATH]
+     [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--kv-dtype auto|f32|bf16|f16|fp8]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
       secret=FILE" (where more workers register, and the secret they need), then
@@ -63,10 +65,12 @@ commands:
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
         [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
-        [--slo-ttft S] [--slo-tpot S] [--json FILE] [--no-progress]
+        [--max-tokens N] [--slo-ttft S] [--slo-tpot S] [--json FILE] [--no-progress]
         [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--api-key KEY]
       Load generator: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput.
       SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M.
+      --max-tokens N: requests declare max_tokens N and end at their output length
+      (the client stops reading, as an answer ends at EOS before its limit).
   bench report FILE.json... [--label NAME]... [--svg OUT.svg]
       Compares runs; draws latency CDFs and throughput vs rate.
   plan --model CONFIG --hardware PROFILE --workload SPEC --slo-ttft S --slo-tpot S
@@ -148,10 +152,10 @@ ClientSecurity ClientSecurityFrom(const Flags& f) {
 }
 
 int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model", "tokenizer", "prompt", "max-tokens", "temperature", "top-k",
-                         "top-p", "seed", "stop", "block-size", "prefill-chunk", "device", "router",
-                         "timeout", "dtype", "tls-ca", "tls-cert", "tls-key", "api-key"},
+  auto f = Flags::Parse(args, {"model",         "tokenizer", "prompt",  "max-tokens", "temperature",
+                               "top-k",         "top-p",     "seed",    "stop",       "block-size",
+                               "prefill-chunk", "device",    "router",  "timeout",    "dtype",
+                               "tls-ca",        "tls-cert",  "tls-key", "api-key",    "kv-dtype"},
                         {"ignore-eos"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
@@ -182,6 +186,9 @@ int Generate(const std::vector<std::string>& args) {
   if (absl::Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   opts.block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
   opts.prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
+  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype", "auto"));
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
+  opts.kv_dtype = *kv_dtype;
   if (absl::Status s = opts.Validate(); !s.ok()) return Fail(s);
 
   const std::string prompt = f->Get("prompt");
@@ -257,9 +264,11 @@ int Generate(const std::vector<std::string>& args) {
 }
 
 int Score(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device", "dtype"}, {});
+  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device", "dtype", "kv-dtype"}, {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("text")) return Fail(absl::InvalidArgumentError("--text is required"));
+  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype", "auto"));
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   if (f->Get("device", "auto") == "cuda") {
     return Fail(absl::UnimplementedError(
         "--device=cuda: score runs on the CPU backend (use --device cpu or auto)"));
@@ -267,7 +276,7 @@ int Score(const std::vector<std::string>& args) {
   auto loaded = LoadModelAndTokenizer(*f);
   if (!loaded.ok()) return Fail(loaded.status());
   const std::vector<int> ids = loaded->tokenizer->Encode(f->Get("text"), true);
-  auto lp = ScoreTokens(*loaded->model, ids);
+  auto lp = ScoreTokens(*loaded->model, ids, *kv_dtype);
   if (!lp.ok()) return Fail(lp.status());
   double nll = 0;
   std::printf("position\ttoken_id\ttoken\tlogprob\n");
@@ -385,11 +394,11 @@ int Bench(const std::vector<std::string>& args) {
 }
 
 int Up(const std::vector<std::string>& args) {
-  auto f =
-      Flags::Parse(args,
-                   {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key",
-                    "tls-ca", "api-keys-file", "http-port", "device", "cluster-secret-file"},
-                   {});
+  auto f = Flags::Parse(
+      args,
+      {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key", "tls-ca",
+       "api-keys-file", "http-port", "device", "cluster-secret-file", "kv-dtype"},
+      {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
@@ -417,6 +426,10 @@ int Up(const std::vector<std::string>& args) {
   o.api_keys_file = f->Get("api-keys-file");
   o.cluster_secret_file = f->Get("cluster-secret-file");
   if (f->Has("device")) o.extra_worker_flags = {"--device", f->Get("device")};
+  if (f->Has("kv-dtype")) {
+    if (absl::Status s = ParseKvDtype(f->Get("kv-dtype")).status(); !s.ok()) return Fail(s);
+    o.extra_worker_flags.insert(o.extra_worker_flags.end(), {"--kv-dtype", f->Get("kv-dtype")});
+  }
   return RunLocalCluster(o);
 }
 

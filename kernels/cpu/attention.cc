@@ -20,16 +20,44 @@ namespace {
 constexpr int kTileTokens = 8;
 constexpr int kPrefetchRows = 6;  // K/V rows requested ahead of use
 
-// The cache slot of sequence position `pos`; the slot's row is [n_kv_heads, head_dim] floats.
+// The cache slot of sequence position `pos`; the slot's row is [n_kv_heads, head_dim].
 inline int64_t SlotOf(const PagedAttentionArgs& a, const int* table, int pos) {
   return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
 }
 
-void AttentionTokenScalar(const float* q, const float* k_cache, const float* v_cache,
-                          const PagedAttentionArgs& a, int t, int h, std::vector<float>& scores,
-                          float* out) {
+// Where KV head `kvh` of position `pos` lives in K (kv = 0) or V (kv = 1), and its scale.
+struct Row {
+  const void* data;
+  float scale;
+};
+inline Row RowOf(const KvLayerRef& c, const PagedAttentionArgs& a, const int* table, int pos,
+                 int kv, int kvh) {
+  const int64_t esize = static_cast<int64_t>(DTypeSize(c.dtype));
+  const char* base = static_cast<const char*>(kv == 0 ? c.k : c.v);
+  const int block = table[pos / a.block_size];
+  const int64_t slot = static_cast<int64_t>(block) * a.block_size + pos % a.block_size;
+  return {base + (slot * c.width() + static_cast<int64_t>(kvh) * a.head_dim) * esize,
+          c.scale(block, kv, kvh)};
+}
+
+// Element d of a cache row, as float32 (unscaled).
+inline float Elem(DType dtype, const void* row, int d) {
+  switch (dtype) {
+    case DType::kF32:
+      return static_cast<const float*>(row)[d];
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(row)[d]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(row)[d]);
+    case DType::kFp8E4M3:
+      return Fp8E4M3ToF32(static_cast<const uint8_t*>(row)[d]);
+  }
+  return 0.0f;
+}
+
+void AttentionTokenScalar(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a, int t,
+                          int h, std::vector<float>& scores, float* out) {
   const int group = a.n_heads / a.n_kv_heads;
-  const int64_t kv_width = static_cast<int64_t>(a.n_kv_heads) * a.head_dim;
   const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
   const int kvh = h / group;
   const int pos = a.token_pos[t];
@@ -40,10 +68,10 @@ void AttentionTokenScalar(const float* q, const float* k_cache, const float* v_c
   scores.resize(pos + 1);
   float max_score = -INFINITY;
   for (int j = first; j <= pos; ++j) {
-    const float* kj = k_cache + SlotOf(a, table, j) * kv_width + int64_t{kvh} * a.head_dim;
+    const Row kj = RowOf(c, a, table, j, 0, kvh);
     float s = 0.0f;
-    for (int d = 0; d < a.head_dim; ++d) s += qh[d] * kj[d];
-    scores[j] = s * inv_sqrt;
+    for (int d = 0; d < a.head_dim; ++d) s += qh[d] * Elem(c.dtype, kj.data, d);
+    scores[j] = s * kj.scale * inv_sqrt;
     max_score = std::max(max_score, scores[j]);
   }
   float sum = 0.0f;
@@ -53,9 +81,9 @@ void AttentionTokenScalar(const float* q, const float* k_cache, const float* v_c
   }
   std::fill(oh, oh + a.head_dim, 0.0f);
   for (int j = first; j <= pos; ++j) {
-    const float* vj = v_cache + SlotOf(a, table, j) * kv_width + int64_t{kvh} * a.head_dim;
-    const float p = scores[j] / sum;
-    for (int d = 0; d < a.head_dim; ++d) oh[d] += p * vj[d];
+    const Row vj = RowOf(c, a, table, j, 1, kvh);
+    const float p = scores[j] / sum * vj.scale;
+    for (int d = 0; d < a.head_dim; ++d) oh[d] += p * Elem(c.dtype, vj.data, d);
   }
 }
 
@@ -79,23 +107,27 @@ std::vector<Tile> MakeTiles(const PagedAttentionArgs& a) {
   return tiles;
 }
 
-// scores[t * lds + r] = (k[r] · q[t]) * scale for NK <= 3 keys and NQ <= 4 queries q + t * ldq.
-template <int NQ>
-TANDEM_AVX2 void ScoreTile(const void* const* keys, int nk, const float* q, int64_t ldq, int hd,
-                           float scale, float* scores, int64_t lds) {
+// scores[t * lds + r] = (k[r] · q[t]) * scale * kscale[r] for NK <= 3 keys of type D and
+// NQ <= 4 queries q + t * ldq.
+template <DType D, int NQ>
+TANDEM_AVX2 void ScoreTile(const void* const* keys, const float* kscale, int nk, const float* q,
+                           int64_t ldq, int hd, float scale, float* scores, int64_t lds) {
   float out[3][NQ];
-  simd::DotTile<DType::kF32, 3, NQ>(keys, q, ldq, hd, out);
+  simd::DotTile<D, 3, NQ>(keys, q, ldq, hd, out);
   for (int t = 0; t < NQ; ++t) {
-    for (int r = 0; r < nk; ++r) scores[t * lds + r] = out[r][t] * scale;
+    for (int r = 0; r < nk; ++r) scores[t * lds + r] = out[r][t] * scale * kscale[r];
   }
 }
 
 // out[t][d0, d0 + 8 * NV) = inv_sum[t] * sum_j p[t * ldp + j] * v_j[d0, ...) over the `len`
-// value rows v_j = vrows[j], for NQ <= 3 queries: 3 × 4 accumulators at most, each V load
-// shared by the NQ queries.
-template <int NQ, int NV>
-TANDEM_AVX2 void WeightedSumTile(const float* const* vrows, int len, int d0, const float* p,
+// value rows v_j = vrows[j] of type D, for NQ <= 3 queries: 3 × 4 accumulators at most, each V
+// load shared by the NQ queries. (A row's scale is folded into p.)
+template <DType D, int NQ, int NV>
+TANDEM_AVX2 void WeightedSumTile(const void* const* vrows, int len, int d0, const float* p,
                                  int64_t ldp, const float* inv_sum, float* const* out) {
+  constexpr int64_t kEsize = static_cast<int64_t>(D == DType::kF32       ? 4
+                                                  : D == DType::kFp8E4M3 ? 1
+                                                                         : 2);
   __m256 acc[NQ][NV];
   for (int t = 0; t < NQ; ++t) {
     for (int c = 0; c < NV; ++c) acc[t][c] = _mm256_setzero_ps();
@@ -103,14 +135,12 @@ TANDEM_AVX2 void WeightedSumTile(const float* const* vrows, int len, int d0, con
   for (int j = 0; j < len; ++j) {
     // Rows of a long context come from memory, one short row per position: ask ahead.
     if (j + kPrefetchRows < len) {
-      _mm_prefetch(reinterpret_cast<const char*>(vrows[j + kPrefetchRows] + d0), _MM_HINT_T0);
-      if (NV > 2) {
-        _mm_prefetch(reinterpret_cast<const char*>(vrows[j + kPrefetchRows] + d0 + 16),
-                     _MM_HINT_T0);
-      }
+      const char* ahead = static_cast<const char*>(vrows[j + kPrefetchRows]) + d0 * kEsize;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      if (NV > 2 && kEsize == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
     }
     __m256 v[NV];
-    for (int c = 0; c < NV; ++c) v[c] = _mm256_loadu_ps(vrows[j] + d0 + 8 * c);
+    for (int c = 0; c < NV; ++c) v[c] = simd::Load8<D>(vrows[j], d0 + 8 * c);
     for (int t = 0; t < NQ; ++t) {
       const __m256 pj = _mm256_set1_ps(p[t * ldp + j]);
       for (int c = 0; c < NV; ++c) acc[t][c] = _mm256_fmadd_ps(pj, v[c], acc[t][c]);
@@ -124,16 +154,16 @@ TANDEM_AVX2 void WeightedSumTile(const float* const* vrows, int len, int d0, con
   }
 }
 
-template <int NQ>
-TANDEM_AVX2 void WeightedSum(const float* const* vrows, int len, int hd, const float* p,
-                             int64_t ldp, const float* inv_sum, float* const* out) {
+template <DType D, int NQ>
+TANDEM_AVX2 void WeightedSum(const void* const* vrows, int len, int hd, const float* p, int64_t ldp,
+                             const float* inv_sum, float* const* out) {
   int d = 0;
-  for (; d + 32 <= hd; d += 32) WeightedSumTile<NQ, 4>(vrows, len, d, p, ldp, inv_sum, out);
-  for (; d + 8 <= hd; d += 8) WeightedSumTile<NQ, 1>(vrows, len, d, p, ldp, inv_sum, out);
+  for (; d + 32 <= hd; d += 32) WeightedSumTile<D, NQ, 4>(vrows, len, d, p, ldp, inv_sum, out);
+  for (; d + 8 <= hd; d += 8) WeightedSumTile<D, NQ, 1>(vrows, len, d, p, ldp, inv_sum, out);
   for (; d < hd; ++d) {  // head_dim not a multiple of 8
     for (int t = 0; t < NQ; ++t) {
       float acc = 0.0f;
-      for (int j = 0; j < len; ++j) acc += p[t * ldp + j] * vrows[j][d];
+      for (int j = 0; j < len; ++j) acc += p[t * ldp + j] * simd::Load1<D>(vrows[j], d);
       out[t][d] = acc * inv_sum[t];
     }
   }
@@ -141,14 +171,15 @@ TANDEM_AVX2 void WeightedSum(const float* const* vrows, int len, int hd, const f
 
 // One (tile, head) item: queries i < m of the tile attend to keys [first(i), pos0 + i] within the
 // tile's span [lo, hi]. `scores` holds [m, span] (zero outside each query's keys after the
-// softmax); `vrows` [span] pointers.
-TANDEM_AVX2 void AttentionTileAvx2(const float* q, const float* k_cache, const float* v_cache,
-                                   const PagedAttentionArgs& a, Tile tile, int h,
-                                   std::vector<float>& scores, std::vector<const float*>& vrows,
+// softmax); `vrows` [span] pointers and `vscale` their scales (fp8).
+template <DType D>
+TANDEM_AVX2 void AttentionTileAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
+                                   Tile tile, int h, std::vector<float>& scores,
+                                   std::vector<const void*>& vrows, std::vector<float>& vscale,
                                    float* out) {
+  constexpr bool kScaled = D == DType::kFp8E4M3;
   const int hd = a.head_dim;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
-  const int64_t kv_width = static_cast<int64_t>(a.n_kv_heads) * hd;
   const int64_t ldq = static_cast<int64_t>(a.n_heads) * hd;  // between consecutive tokens
   const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
   const int* table =
@@ -162,6 +193,7 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const float* k_cache, const f
   const int span = hi - lo + 1;
   scores.resize(static_cast<size_t>(m) * span);
   vrows.resize(span);
+  if (kScaled) vscale.resize(span);
   const float* q0 = q + (static_cast<int64_t>(tile.t0) * a.n_heads + h) * hd;
   float* oi[kTileTokens];
   for (int i = 0; i < m; ++i)
@@ -171,32 +203,39 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const float* k_cache, const f
   for (int j = lo; j <= hi; j += 3) {
     const int nk = std::min(3, hi - j + 1);
     for (int r = 0; r < 3 && j + kPrefetchRows + r <= hi; ++r) {  // as in WeightedSumTile
-      const char* kr = reinterpret_cast<const char*>(
-          k_cache + SlotOf(a, table, j + kPrefetchRows + r) * kv_width + int64_t{kvh} * hd);
-      for (int b = 0; b < hd * 4; b += 64) _mm_prefetch(kr + b, _MM_HINT_T0);
+      const char* kr =
+          static_cast<const char*>(RowOf(c, a, table, j + kPrefetchRows + r, 0, kvh).data);
+      for (int b = 0; b < hd * static_cast<int>(DTypeSize(D)); b += 64) {
+        _mm_prefetch(kr + b, _MM_HINT_T0);
+      }
     }
     const void* keys[3];
+    float kscale[3];
     for (int r = 0; r < 3; ++r) {  // keys past the end alias the last one
-      keys[r] = k_cache + SlotOf(a, table, j + std::min(r, nk - 1)) * kv_width + int64_t{kvh} * hd;
+      const Row kr = RowOf(c, a, table, j + std::min(r, nk - 1), 0, kvh);
+      keys[r] = kr.data;
+      kscale[r] = kr.scale;
     }
     for (int r = 0; r < nk; ++r) {
-      vrows[j + r - lo] = v_cache + SlotOf(a, table, j + r) * kv_width + int64_t{kvh} * hd;
+      const Row vr = RowOf(c, a, table, j + r, 1, kvh);
+      vrows[j + r - lo] = vr.data;
+      if (kScaled) vscale[j + r - lo] = vr.scale;
     }
     float* sj = scores.data() + (j - lo);
     int i = 0;
     for (; i + 4 <= m; i += 4) {
-      ScoreTile<4>(keys, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + static_cast<size_t>(i) * span,
-                   span);
+      ScoreTile<D, 4>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt,
+                      sj + static_cast<size_t>(i) * span, span);
     }
     switch (m - i) {
       case 1:
-        ScoreTile<1>(keys, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
+        ScoreTile<D, 1>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
         break;
       case 2:
-        ScoreTile<2>(keys, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
+        ScoreTile<D, 2>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
         break;
       case 3:
-        ScoreTile<3>(keys, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
+        ScoreTile<D, 3>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
         break;
       default:
         break;
@@ -227,50 +266,77 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const float* k_cache, const f
     float sum = simd::HorizontalSum(acc);
     for (; j < len; ++j) sum += (s[j] = std::exp(s[j] - max_score));
     inv_sum[i] = 1.0f / sum;
+    if (kScaled) {  // each V row's scale, folded into its weight
+      for (j = 0; j < len; ++j) s[j] *= vscale[b + j];
+    }
   }
   // Weighted sum of V, one pass over V per group of 3 queries.
   int i = 0;
   for (; i + 3 <= m; i += 3) {
-    WeightedSum<3>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                   inv_sum + i, oi + i);
+    WeightedSum<D, 3>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
+                      inv_sum + i, oi + i);
   }
   if (m - i == 2) {
-    WeightedSum<2>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                   inv_sum + i, oi + i);
+    WeightedSum<D, 2>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
+                      inv_sum + i, oi + i);
   } else if (m - i == 1) {
-    WeightedSum<1>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                   inv_sum + i, oi + i);
+    WeightedSum<D, 1>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
+                      inv_sum + i, oi + i);
   }
 }
 
-}  // namespace
-
-void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
-                    const PagedAttentionArgs& a, float* out, ThreadPool* pool) {
-  if (ActiveIsa() != Isa::kAvx2) {
-    ParallelFor(pool, static_cast<int64_t>(a.num_tokens) * a.n_heads, 1,
-                [&](int64_t w0, int64_t w1) {
-                  std::vector<float> scores;
-                  for (int64_t w = w0; w < w1; ++w) {
-                    AttentionTokenScalar(q, k_cache, v_cache, a, static_cast<int>(w / a.n_heads),
-                                         static_cast<int>(w % a.n_heads), scores, out);
-                  }
-                });
-    return;
-  }
+template <DType D>
+void PagedAttentionAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
+                        float* out, ThreadPool* pool) {
   const std::vector<Tile> tiles = MakeTiles(a);
   // Items in reverse order: the long (late) tiles of a prefill start first, which balances the
   // dynamic split.
   const int64_t items = static_cast<int64_t>(tiles.size()) * a.n_heads;
   ParallelFor(pool, items, 1, [&](int64_t w0, int64_t w1) {
     thread_local std::vector<float> scores;
-    thread_local std::vector<const float*> vrows;
+    thread_local std::vector<const void*> vrows;
+    thread_local std::vector<float> vscale;
     for (int64_t w = w0; w < w1; ++w) {
       const int64_t item = items - 1 - w;
-      AttentionTileAvx2(q, k_cache, v_cache, a, tiles[item / a.n_heads],
-                        static_cast<int>(item % a.n_heads), scores, vrows, out);
+      AttentionTileAvx2<D>(q, c, a, tiles[item / a.n_heads], static_cast<int>(item % a.n_heads),
+                           scores, vrows, vscale, out);
     }
   });
+}
+
+}  // namespace
+
+void PagedAttention(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a, float* out,
+                    ThreadPool* pool) {
+  if (ActiveIsa() != Isa::kAvx2) {
+    ParallelFor(pool, static_cast<int64_t>(a.num_tokens) * a.n_heads, 1,
+                [&](int64_t w0, int64_t w1) {
+                  std::vector<float> scores;
+                  for (int64_t w = w0; w < w1; ++w) {
+                    AttentionTokenScalar(q, c, a, static_cast<int>(w / a.n_heads),
+                                         static_cast<int>(w % a.n_heads), scores, out);
+                  }
+                });
+    return;
+  }
+  switch (c.dtype) {
+    case DType::kF32:
+      return PagedAttentionAvx2<DType::kF32>(q, c, a, out, pool);
+    case DType::kBF16:
+      return PagedAttentionAvx2<DType::kBF16>(q, c, a, out, pool);
+    case DType::kF16:
+      return PagedAttentionAvx2<DType::kF16>(q, c, a, out, pool);
+    case DType::kFp8E4M3:
+      return PagedAttentionAvx2<DType::kFp8E4M3>(q, c, a, out, pool);
+  }
+}
+
+void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
+                    const PagedAttentionArgs& a, float* out, ThreadPool* pool) {
+  PagedAttention(q,
+                 F32Cache(const_cast<float*>(k_cache), const_cast<float*>(v_cache), a.block_size,
+                          a.n_kv_heads, a.head_dim),
+                 a, out, pool);
 }
 
 }  // namespace tandem::cpu

@@ -23,13 +23,13 @@ class CpuBackend final : public Backend {
             RopeStyle style) override {
     cpu::Rope(x, n, n_heads, head_dim, positions, inv_freq, style, &pool_);
   }
-  void WriteKv(const float* k, const float* v, const int* slots, int n, int width, float* k_cache,
-               float* v_cache) override {
-    cpu::WriteKv(k, v, slots, n, width, k_cache, v_cache);
+  void WriteKv(const float* k, const float* v, const int* slots, int n,
+               const KvLayerRef& cache) override {
+    cpu::WriteKv(k, v, slots, n, cache);
   }
-  void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
-                      const PagedAttentionArgs& args, float* out) override {
-    cpu::PagedAttention(q, k_cache, v_cache, args, out, &pool_);
+  void PagedAttention(const float* q, const KvLayerRef& cache, const PagedAttentionArgs& args,
+                      float* out) override {
+    cpu::PagedAttention(q, cache, args, out, &pool_);
   }
   void SiluMul(const float* gate, const float* up, float* out, int64_t n) override {
     cpu::SiluMul(gate, up, out, n, &pool_);

@@ -160,14 +160,64 @@ void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, cons
   });
 }
 
+KvLayerRef F32Cache(float* k_cache, float* v_cache, int block_size, int n_kv_heads, int head_dim) {
+  KvLayerRef r;
+  r.dtype = DType::kF32;
+  r.k = k_cache;
+  r.v = v_cache;
+  r.block_size = block_size;
+  r.n_kv_heads = n_kv_heads;
+  r.head_dim = head_dim;
+  return r;
+}
+
 void WriteKv(const float* k, const float* v, const int* slots, int n, int width, float* k_cache,
              float* v_cache) {
+  WriteKv(k, v, slots, n, F32Cache(k_cache, v_cache, 1, 1, width));
+}
+
+namespace {
+
+// One row of `width` floats into the cache row `dst` of `dtype`; fp8 divides each KV head's
+// elements by its scale.
+void StoreRow(const float* src, void* dst, const KvLayerRef& c, int block, int kv) {
+  const int64_t width = c.width();
+  switch (c.dtype) {
+    case DType::kF32:
+      std::copy(src, src + width, static_cast<float*>(dst));
+      return;
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < width; ++i) d[i] = F32ToBf16(src[i]);
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < width; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::kFp8E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (int h = 0; h < c.n_kv_heads; ++h) {
+        const float inv = 1.0f / c.scale(block, kv, h);
+        const int64_t o = static_cast<int64_t>(h) * c.head_dim;
+        for (int i = 0; i < c.head_dim; ++i) d[o + i] = F32ToFp8E4M3(src[o + i] * inv);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void WriteKv(const float* k, const float* v, const int* slots, int n, const KvLayerRef& c) {
+  const int64_t width = c.width();
+  const int64_t row_bytes = width * static_cast<int64_t>(DTypeSize(c.dtype));
   for (int t = 0; t < n; ++t) {
-    const int64_t dst = static_cast<int64_t>(slots[t]) * width;
-    std::copy(k + static_cast<int64_t>(t) * width, k + static_cast<int64_t>(t + 1) * width,
-              k_cache + dst);
-    std::copy(v + static_cast<int64_t>(t) * width, v + static_cast<int64_t>(t + 1) * width,
-              v_cache + dst);
+    const int block = slots[t] / c.block_size;
+    const int64_t dst = static_cast<int64_t>(slots[t]) * row_bytes;
+    StoreRow(k + t * width, static_cast<char*>(c.k) + dst, c, block, 0);
+    StoreRow(v + t * width, static_cast<char*>(c.v) + dst, c, block, 1);
   }
 }
 

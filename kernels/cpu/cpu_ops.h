@@ -35,10 +35,16 @@ void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, floa
              ThreadPool* pool = nullptr);
 void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, const float* inv_freq,
           RopeStyle style, ThreadPool* pool = nullptr);
+void WriteKv(const float* k, const float* v, const int* slots, int n, const KvLayerRef& cache);
+void PagedAttention(const float* q, const KvLayerRef& cache, const PagedAttentionArgs& args,
+                    float* out, ThreadPool* pool = nullptr);
+// The same over float32 caches [num_slots, width].
 void WriteKv(const float* k, const float* v, const int* slots, int n, int width, float* k_cache,
              float* v_cache);
 void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
                     const PagedAttentionArgs& args, float* out, ThreadPool* pool = nullptr);
+// A float32 cache as a KvLayerRef (the width split as args' n_kv_heads x head_dim).
+KvLayerRef F32Cache(float* k_cache, float* v_cache, int block_size, int n_kv_heads, int head_dim);
 void SiluMul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool = nullptr);
 void Embedding(const int* ids, const WeightRef& table, float* out, int n);
 void Add(float* x, const float* y, int64_t n, ThreadPool* pool = nullptr);

@@ -243,6 +243,8 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
         return MatmulAvx2<DType::kF16>(x, w, bias, y, n, pool);
       case DType::kBF16:
         return MatmulAvx2<DType::kBF16>(x, w, bias, y, n, pool);
+      case DType::kFp8E4M3:
+        break;  // weights are never stored in fp8: the scalar path below
     }
   }
   ParallelFor(pool, w.rows, 16,

@@ -35,11 +35,16 @@ TANDEM_AVX2 inline float HorizontalMax(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-// 8 weights starting at element i of a row of type D, as float32.
+// 8 weights starting at element i of a row of type D, as float32 (fp8: unscaled).
 template <DType D>
 TANDEM_AVX2 inline __m256 Load8(const void* row, int64_t i) {
   if constexpr (D == DType::kF32) {
     return _mm256_loadu_ps(static_cast<const float*>(row) + i);
+  } else if constexpr (D == DType::kFp8E4M3) {
+    int64_t bytes;
+    std::memcpy(&bytes, static_cast<const uint8_t*>(row) + i, 8);
+    const __m256i idx = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+    return _mm256_i32gather_ps(kFp8E4M3ToF32, idx, 4);
   } else {
     const __m128i h =
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(row) + i));
@@ -56,6 +61,8 @@ template <DType D>
 inline float Load1(const void* row, int64_t i) {
   if constexpr (D == DType::kF32) {
     return static_cast<const float*>(row)[i];
+  } else if constexpr (D == DType::kFp8E4M3) {
+    return Fp8E4M3ToF32(static_cast<const uint8_t*>(row)[i]);
   } else if constexpr (D == DType::kF16) {
     return F16ToF32(static_cast<const uint16_t*>(row)[i]);
   } else {
@@ -112,7 +119,7 @@ TANDEM_AVX2 void DotTile(const void* const* w, const float* x, int64_t ldx, int6
     for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
   }
   int64_t k = 0;
-  constexpr int64_t kEsize = D == DType::kF32 ? 4 : 2;
+  constexpr int64_t kEsize = D == DType::kF32 ? 4 : D == DType::kFp8E4M3 ? 1 : 2;
   for (; k + 8 <= cols; k += 8) {
     __m256 wv[NR];
 #pragma GCC unroll 4

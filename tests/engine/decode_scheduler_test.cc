@@ -215,5 +215,34 @@ TEST(DecodeSchedulerTest, PressureNeverLosesASequence) {
   EXPECT_TRUE(s.Idle());
 }
 
+// --kv-admission=reserve: admission takes every block the request may reach, so sequences never
+// grow into new blocks and nothing is ever preempted; a request that does not fit waits.
+TEST(DecodeSchedulerTest, ReserveAdmissionTakesMaxTokensAndNeverPreempts) {
+  DecodeScheduler::Options o = Opts(10, 4, 16, /*watermark=*/0.5);
+  o.admission = DecodeScheduler::Admission::kReserve;
+  DecodeScheduler s(o);
+  EXPECT_EQ(s.watermark_blocks(), 0);  // nothing to grow into
+  // 6 prompt tokens, at most 20 tokens: 5 blocks at once.
+  auto blocks = s.Admit(1, 6, 20);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->size(), 5u);
+  ASSERT_TRUE(s.Admit(2, 2, 17).ok());  // 5 blocks: the cache is full
+  EXPECT_EQ(s.num_free_blocks(), 0);
+  EXPECT_EQ(s.growth_promised(), 0);
+  EXPECT_EQ(s.Admit(3, 1, 2).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(s.Start(1).ok());
+  ASSERT_TRUE(s.Start(2).ok());
+  Driver d{s, {{1, 20}, {2, 17}}};
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_EQ(s.preemptions(), 0);
+  EXPECT_TRUE(s.Idle());
+  EXPECT_EQ(ParseKvAdmission("reserve").value(), DecodeScheduler::Admission::kReserve);
+  EXPECT_EQ(ParseKvAdmission("on-demand").value(), DecodeScheduler::Admission::kOnDemand);
+  const auto bad = ParseKvAdmission("greedy");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("--kv-admission"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem

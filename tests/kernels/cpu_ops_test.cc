@@ -272,6 +272,116 @@ TEST_P(KernelTest, PagedAttentionMatchesNaive) {
   }
 }
 
+// Every KV cache dtype, on each ISA path: attention over a bf16, f16 or fp8 cache equals the
+// naive float64 attention over the values the cache holds (its elements dequantized), to float32
+// rounding; and stays within the dtype's own rounding of the float32 result.
+TEST_P(KernelTest, PagedAttentionReadsEveryKvDtype) {
+  const int heads = 4, kvh = 2, hd = 40, bs = 4, width = kvh * hd, num_blocks = 8;
+  const std::vector<int> table = {5, 0, 7, 2};
+  const int len = 13;
+  const auto k = Random(len * width, 41), v = Random(len * width, 42);
+  std::vector<int> slots;
+  for (int p = 0; p < len; ++p) slots.push_back(table[p / bs] * bs + p % bs);
+  std::vector<int> token_seq(len, 0), token_pos(len);
+  for (int p = 0; p < len; ++p) token_pos[p] = p;
+  const auto q = Random(len * heads * hd, 43);
+  PagedAttentionArgs a;
+  a.num_tokens = len;
+  a.n_heads = heads;
+  a.n_kv_heads = kvh;
+  a.head_dim = hd;
+  a.block_size = bs;
+  a.max_blocks_per_seq = 4;
+  a.token_seq = token_seq.data();
+  a.token_pos = token_pos.data();
+  a.block_tables = table.data();
+  // The float32 result, for the rounding bounds.
+  std::vector<float> k32(num_blocks * bs * width), v32(num_blocks * bs * width);
+  cpu::WriteKv(k.data(), v.data(), slots.data(), len, width, k32.data(), v32.data());
+  std::vector<float> out32(len * heads * hd);
+  cpu::PagedAttention(q.data(), k32.data(), v32.data(), a, out32.data(), pool());
+  // Largest |error| against float32, per dtype: bf16 keeps 8 significant bits, f16 11, fp8 4
+  // (with a scale), for unit-variance data through a softmax.
+  const std::vector<std::pair<DType, float>> dtypes = {
+      {DType::kBF16, 0.03f}, {DType::kF16, 0.004f}, {DType::kFp8E4M3, 0.2f}};
+  for (const auto& [dtype, bound] : dtypes) {
+    const size_t esize = DTypeSize(dtype);
+    std::vector<char> kc(num_blocks * bs * width * esize), vc(kc.size());
+    std::vector<float> scales(num_blocks * 2 * kvh, 1.0f);
+    KvLayerRef c;
+    c.dtype = dtype;
+    c.k = kc.data();
+    c.v = vc.data();
+    c.block_size = bs;
+    c.n_kv_heads = kvh;
+    c.head_dim = hd;
+    if (dtype == DType::kFp8E4M3) {
+      // One scale per K/V and head for the whole sequence, as the engine sets them.
+      c.scales = scales.data();
+      for (int kv = 0; kv < 2; ++kv) {
+        for (int h = 0; h < kvh; ++h) {
+          float amax = 0;
+          for (int p = 0; p < len; ++p) {
+            for (int i = 0; i < hd; ++i) {
+              amax = std::max(amax, std::fabs((kv == 0 ? k : v)[p * width + h * hd + i]));
+            }
+          }
+          for (int b : table) scales[(b * 2 + kv) * kvh + h] = amax * 2 / kFp8E4M3Max;
+        }
+      }
+    }
+    cpu::WriteKv(k.data(), v.data(), slots.data(), len, c);
+    // What the cache holds, dequantized: the exact inputs of the kernel.
+    std::vector<float> kd(len * width), vd(len * width);
+    for (int p = 0; p < len; ++p) {
+      const int block = table[p / bs];
+      for (int e = 0; e < width; ++e) {
+        const size_t at = (static_cast<size_t>(slots[p]) * width + e) * esize;
+        ConvertToF32(dtype, kc.data() + at, &kd[p * width + e], 1);
+        ConvertToF32(dtype, vc.data() + at, &vd[p * width + e], 1);
+        kd[p * width + e] *= c.scale(block, 0, e / hd);
+        vd[p * width + e] *= c.scale(block, 1, e / hd);
+      }
+    }
+    std::vector<float> out(len * heads * hd, NAN);
+    cpu::PagedAttention(q.data(), c, a, out.data(), pool());
+    float worst = 0;
+    for (int t = 0; t < len; ++t) {
+      const auto ref = NaiveAttention(q.data() + t * heads * hd, kd, vd, t, heads, kvh, hd, 0);
+      for (int i = 0; i < heads * hd; ++i) {
+        ASSERT_NEAR(out[t * heads * hd + i], ref[i], 1e-5) << DTypeName(dtype) << " t=" << t;
+        worst = std::max(worst, std::fabs(out[t * heads * hd + i] - out32[t * heads * hd + i]));
+      }
+    }
+    EXPECT_LT(worst, bound) << DTypeName(dtype);
+    EXPECT_GT(worst, 0.0f) << DTypeName(dtype) << ": the cache was not quantized";
+  }
+}
+
+TEST(DtypeTest, Fp8E4M3RoundTripAndRounding) {
+  // Every finite code decodes and encodes back to itself.
+  for (int b = 0; b < 256; ++b) {
+    const float x = Fp8E4M3ToF32(static_cast<uint8_t>(b));
+    if (std::isnan(x)) {
+      EXPECT_EQ(F32ToFp8E4M3(x) & 0x7f, 0x7f);
+      continue;
+    }
+    EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(x)), x) << b;
+  }
+  EXPECT_EQ(Fp8E4M3ToF32(0x7e), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x01), 1.0f / 512);
+  EXPECT_EQ(F32ToFp8E4M3(1e9f), 0x7e);  // saturates
+  EXPECT_EQ(F32ToFp8E4M3(-INFINITY), 0xfe);
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(1.0625f)), 1.0f);            // halfway: to even (1.0)
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(1.1875f)), 1.25f);           // halfway: to even (1.25)
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(1.0f / 1024)), 0.0f);        // half the smallest: even
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(3.0f / 1024)), 2.0f / 512);  // 1.5 steps: to even 2
+  // Relative error of a normal value within half a step of 3 mantissa bits.
+  for (float x = 0.02f; x < 440; x *= 1.013f) {
+    EXPECT_LE(std::fabs(Fp8E4M3ToF32(F32ToFp8E4M3(x)) - x), x / 16 * 1.0001f) << x;
+  }
+}
+
 TEST(ThreadPoolTest, CoversRangeExactlyOnce) {
   ThreadPool pool(3);
   for (int64_t n : {0, 1, 5, 100, 1001}) {

@@ -91,8 +91,8 @@ TEST_F(KvPackTest, ScatterRejectsBadChunksWithoutWriting) {
     return ScatterKv(payload, h, dst_table_, &dst_).code();
   };
   KvChunkHeader h = good;
-  h.dtype = DType::kF16;
-  EXPECT_EQ(scatter(h, p), Code::kUnimplemented);
+  h.dtype = DType::kF16;  // the cache stores f32: another dtype is refused
+  EXPECT_EQ(scatter(h, p), Code::kFailedPrecondition);
   h = good;
   h.width = 8;
   EXPECT_EQ(scatter(h, p), Code::kInvalidArgument);

@@ -70,9 +70,9 @@ KvSenderOptions SenderOptions() {
 // One prefill worker: a cache holding prompts for several requests, each in its own blocks.
 class PrefillSide {
  public:
-  explicit PrefillSide(int max_requests)
+  explicit PrefillSide(int max_requests, DType dtype = DType::kF32)
       : cache_(MakeCache(KvShape(kLayers, 2, 16), max_requests * BlocksFor(kTokens, kSrcBlock),
-                         kSrcBlock)) {}
+                         kSrcBlock, dtype)) {}
 
   // Fills the prompt of `slot` with values seeded by `seed`.
   void Prefill(int slot, int seed) { FillPrompt(&cache_, Table(slot), kTokens, seed); }
@@ -323,6 +323,43 @@ TEST_P(TransportTest, ReceiverGoneIsUnavailableAndAReplacementIsReached) {
     sender->Forget(t);
     EXPECT_TRUE(sink_->Release(t.lease_id).ok());
   }
+}
+
+// Every KV dtype travels as stored: the decode side's blocks hold the prefill's bytes (and fp8
+// scales) exactly.
+TEST_P(TransportTest, EveryKvDtypeArrivesByteForByte) {
+  KvSender* sender = MakeSender();
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kFp8E4M3}) {
+    CacheSink sink(KvShape(kLayers, 2, 16), 64, kDstBlock, dtype);
+    std::unique_ptr<KvReceiver> receiver = MakeReceiver(&sink);
+    ASSERT_NE(receiver, nullptr);
+    PrefillSide prefill(1, dtype);
+    prefill.Prefill(0, 9);
+    const KvTarget target = sink.Admit(receiver->endpoint(), 1, kTokens, Soon());
+    absl::Status s = prefill.Ship(sender, target, 0, 1);
+    if (s.ok()) s = sender->Wait(target, Soon());
+    EXPECT_TRUE(s.ok()) << DTypeName(dtype) << ": " << s;
+    EXPECT_TRUE(sink.Holds(1, kTokens, 9)) << DTypeName(dtype);
+    sender->Forget(target);
+    EXPECT_TRUE(sink.Release(target.lease_id).ok());
+    receiver->Shutdown();
+    EXPECT_TRUE(sink.Clean());
+  }
+}
+
+// A KV dtype other than the receiver's is refused, naming both.
+TEST_P(TransportTest, AnotherKvDtypeIsRefused) {
+  KvSender* sender = MakeSender();
+  PrefillSide prefill(1, DType::kBF16);
+  prefill.Prefill(0, 4);
+  const KvTarget target = sink_->Admit(receiver_->endpoint(), 1, kTokens, Soon());
+  absl::Status s = prefill.Ship(sender, target, 0, 1);
+  if (s.ok()) s = sender->Wait(target, Soon());
+  EXPECT_EQ(s.code(), Code::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("bf16"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("f32"), std::string::npos) << s;
+  sender->Forget(target);
+  EXPECT_TRUE(sink_->Release(target.lease_id).ok());
 }
 
 // A sink that blocks until told to go on.

@@ -101,26 +101,31 @@ TEST(RegistryForget, InfiniteForgetAfterKeepsEveryone) {
   EXPECT_EQ(r.List().size(), 1u);
 }
 
-// Mixed KV transports (issue 6): a prefill worker cannot send KV to a decode worker of another
-// transport, so the router refuses the newcomer; workers that did not say never conflict.
-TEST(RegistryKvTransport, AWorkerOfAnotherTransportConflicts) {
+// Mixed KV transports or dtypes: a prefill worker cannot send KV to a decode worker of another
+// transport or KV dtype, so the router refuses the newcomer; workers that did not say never
+// conflict.
+TEST(RegistryKvSettings, AWorkerOfAnotherTransportOrDtypeConflicts) {
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  EXPECT_EQ(r.KvTransportConflict("p1", "nccl"), nullptr);  // empty registry
+  EXPECT_EQ(r.FindKvConflict("p1", "nccl", "f32").other, nullptr);  // empty registry
   ASSERT_TRUE(r.Register("p1", WorkerRole::kPrefill, "p1:1", Load(100), t0).ok());
-  r.SetKvTransport("p1", "nccl");
+  r.SetKvSettings("p1", "nccl", "bf16");
   ASSERT_TRUE(r.Register("old", WorkerRole::kDecode, "old:1", Load(100), t0).ok());  // did not say
-  EXPECT_EQ(r.KvTransportConflict("d1", "nccl"), nullptr);
-  const WorkerEntry* other = r.KvTransportConflict("d1", "tcp");
-  ASSERT_NE(other, nullptr);
-  EXPECT_EQ(other->id, "p1");
-  EXPECT_EQ(other->kv_transport, "nccl");
-  EXPECT_EQ(r.KvTransportConflict("d1", ""), nullptr);
-  // A worker re-registering with another transport conflicts only with the others.
-  EXPECT_EQ(r.KvTransportConflict("p1", "tcp"), nullptr);
+  EXPECT_EQ(r.FindKvConflict("d1", "nccl", "bf16").other, nullptr);
+  WorkerRegistry::KvConflict c = r.FindKvConflict("d1", "tcp", "bf16");
+  ASSERT_NE(c.other, nullptr);
+  EXPECT_EQ(c.other->id, "p1");
+  EXPECT_STREQ(c.field, "kv_transport");
+  c = r.FindKvConflict("d1", "nccl", "fp8");
+  ASSERT_NE(c.other, nullptr);
+  EXPECT_STREQ(c.field, "kv_dtype");
+  EXPECT_EQ(c.other->kv_dtype, "bf16");
+  EXPECT_EQ(r.FindKvConflict("d1", "", "").other, nullptr);
+  // A worker re-registering with other settings conflicts only with the others.
+  EXPECT_EQ(r.FindKvConflict("p1", "tcp", "f32").other, nullptr);
   // Once the nccl worker is forgotten, tcp workers may join.
   r.ForgetSilent(t0 + absl::Seconds(31));
-  EXPECT_EQ(r.KvTransportConflict("d1", "tcp"), nullptr);
+  EXPECT_EQ(r.FindKvConflict("d1", "tcp", "f32").other, nullptr);
 }
 
 // Registry integrity: a live worker's id cannot be taken over from another address or identity;
@@ -175,6 +180,28 @@ TEST(RegistryIntegrity, LoadClaimsAreBoundedByTheRegisteredCapacity) {
   // The claim cannot win routing beyond what the worker has: 101 blocks fit nowhere.
   EXPECT_FALSE(r.PickDecode(100 * 16, 100 * 16, t0, {}).has_value());
   EXPECT_EQ(r.LargestDecodeTokens(t0), 100 * 16);
+}
+
+// A decode worker that reserves prompt + max_tokens at admission is picked only when those
+// blocks are free; an on-demand one when the prompt's are (and the watermark stays free).
+TEST(RegistryPick, DecodeRoomFollowsTheWorkersAdmission) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  WorkerLoadSnapshot reserve = Load(100);
+  reserve.reserves_max_tokens = true;
+  ASSERT_TRUE(r.Register("reserve", WorkerRole::kDecode, "10.0.0.1:1", reserve, t0).ok());
+  reserve.free_blocks = 10;
+  ASSERT_TRUE(r.Heartbeat("reserve", reserve, true, t0));
+  // 32 prompt tokens, up to 1024: 3 blocks on demand, 64 reserved.
+  EXPECT_FALSE(r.PickDecode(32, 1024, t0, {}).has_value());
+  EXPECT_EQ(r.PickDecode(32, 160, t0, {}), "reserve");  // 10 blocks: it fits
+  WorkerLoadSnapshot on_demand = Load(100);
+  ASSERT_TRUE(r.Register("on-demand", WorkerRole::kDecode, "10.0.0.2:1", on_demand, t0).ok());
+  on_demand.free_blocks = 10;
+  on_demand.watermark_blocks = 7;
+  ASSERT_TRUE(r.Heartbeat("on-demand", on_demand, true, t0));
+  EXPECT_EQ(r.PickDecode(32, 1024, t0, {}), "on-demand");    // 3 blocks + 7 kept free
+  EXPECT_FALSE(r.PickDecode(32, 1024, t0, {}).has_value());  // the pick took 3
 }
 
 TEST(RegistryIntegrity, KvEndpointMustBeOnTheWorkersHost) {

@@ -74,5 +74,38 @@ TEST(BenchIntegrationTest, ClosedLoopWithOverloadCountsRejections) {
   EXPECT_TRUE(cluster.AllBlocksFree());
 }
 
+// --max-tokens: requests declare a limit far above their length and the client ends each
+// stream at its length. Every request counts as complete with exactly its tokens, and the
+// servers free what the cancelled streams held. Against a decode worker that reserves
+// prompt + max_tokens at admission (--kv-admission=reserve) the same workload still completes,
+// a few sequences at a time.
+TEST(BenchIntegrationTest, RequestsThatEndBeforeTheirLimit) {
+  for (const char* admission : {"on-demand", "reserve"}) {
+    SCOPED_TRACE(admission);
+    testing::Cluster cluster(1, 1, {"--num-blocks", "48", "--kv-admission", admission});
+    ASSERT_TRUE(cluster.ready());
+    bench::BenchConfig c;
+    c.router = cluster.router();
+    c.concurrency = 8;
+    c.num_requests = 16;
+    c.input_len = "20";
+    c.output_len = "uniform:4:12";
+    c.max_tokens = 200;
+    c.seed = 5;
+    c.progress = false;
+    auto run = bench::RunBench(c);
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->summary.completed, 16);
+    EXPECT_EQ(run->summary.failed, 0);
+    EXPECT_EQ(run->config.ToJson()["max_tokens"], 200);
+    for (const auto& r : run->records) {
+      EXPECT_TRUE(r.ok()) << r.status_message;
+      EXPECT_GE(r.output_tokens, 4);
+      EXPECT_LE(r.output_tokens, 12);
+    }
+    EXPECT_TRUE(cluster.AllBlocksFree());
+  }
+}
+
 }  // namespace
 }  // namespace tandem

@@ -1,7 +1,8 @@
 // End to end with real processes on loopback: the engine alone, --role=all, 1 prefill + 1
 // decode, 2 prefill + 3 decode with 32 concurrent requests, and a decode worker under KV
-// pressure (preempting) all give the same tokens, greedy and seeded; cancel and deadline free
-// every block; bad fields get INVALID_ARGUMENT naming them.
+// pressure (preempting) all give the same tokens, greedy and seeded; so does a bf16 KV cache
+// against the engine with a bf16 cache, and a worker of another KV dtype is refused; cancel and
+// deadline free every block; bad fields get INVALID_ARGUMENT naming them.
 #include "tests/serving/cluster.h"
 
 #include <gtest/gtest.h>
@@ -47,8 +48,10 @@ v1::GenerateRequest ToRequest(const Case& c, uint64_t seed = 7) {
   return r;
 }
 
-// The engine alone, in this process: the expected tokens for every case.
-std::vector<std::vector<int>> Expected(const std::vector<Case>& cases) {
+// The engine alone, in this process: the expected tokens for every case, with the KV cache
+// stored in `kv_dtype`.
+std::vector<std::vector<int>> Expected(const std::vector<Case>& cases,
+                                       DType kv_dtype = DType::kF32) {
   auto backend = MakeCpuBackend();
   auto model = std::move(*Model::Load(testing::Stories260K(), backend.get()));
   auto tok = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
@@ -60,7 +63,9 @@ std::vector<std::vector<int>> Expected(const std::vector<Case>& cases) {
     r.sampling = {c.temperature, 0, c.top_p, 7};
     reqs.push_back(r);
   }
-  Generator gen(model.get(), tok.get(), {});
+  GeneratorOptions options;
+  options.kv_dtype = kv_dtype;
+  Generator gen(model.get(), tok.get(), options);
   auto out = gen.Generate(reqs);
   std::vector<std::vector<int>> tokens;
   for (const auto& o : *out) tokens.push_back(o.tokens);
@@ -84,6 +89,10 @@ class ClusterTest : public ::testing::Test {
     return r;
   }
   void CheckAllCases(Cluster& cluster, int concurrency) {
+    CheckAllCases(cluster, concurrency, *expected_);
+  }
+  void CheckAllCases(Cluster& cluster, int concurrency,
+                     const std::vector<std::vector<int>>& expected) {
     ASSERT_TRUE(cluster.ready());
     const size_t n = cases_->size();
     std::vector<testing::Streamed> got(n * concurrency);
@@ -95,7 +104,7 @@ class ClusterTest : public ::testing::Test {
     for (auto& t : threads) t.join();
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
-      EXPECT_EQ(got[i].tokens, (*expected_)[i % n]) << "case " << i % n;
+      EXPECT_EQ(got[i].tokens, expected[i % n]) << "case " << i % n;
     }
     EXPECT_TRUE(cluster.AllBlocksFree());
   }
@@ -134,6 +143,49 @@ TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
       testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total");
   EXPECT_GT(preemptions, 0);
   std::printf("32 requests through a 40-block decode worker: %.0f preemptions\n", preemptions);
+}
+
+// A bf16 KV cache: prefill stores bf16, ships bf16 (half the bytes) and decode reads bf16; the
+// cluster's tokens equal the engine alone's with the same cache dtype.
+TEST_F(ClusterTest, Bf16KvCacheMatchesEngineWithBf16Cache) {
+  Cluster c(1, 1, {"--kv-dtype", "bf16"});
+  CheckAllCases(c, 2, Expected(*cases_, DType::kBF16));
+}
+
+// Every prefill and decode worker of a cluster stores KV in one dtype: a worker started with
+// another is refused at registration (its error names the flag and the worker it conflicts
+// with) and never receives a request; the cluster keeps serving.
+TEST_F(ClusterTest, RouterRefusesAWorkerOfAnotherKvDtype) {
+  Cluster c(1, 1, {"--kv-dtype", "bf16"});
+  ASSERT_TRUE(c.ready());
+  const ServerProcess fp8 = StartServerProcess(
+      testing::BinDir() + "/tandem-server",
+      {"--role=prefill", "--router", c.router_internal(), "--model", testing::Stories260K(),
+       "--tokenizer", testing::Tok512(), "--host", "127.0.0.1", "--port", "0", "--kv-dtype", "fp8",
+       "--cluster-secret-file", testing::TestClusterSecretFile()});
+  ASSERT_FALSE(fp8.address.empty());
+  c.pids().push_back(fp8.pid);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // several registration attempts
+  const v1::ListWorkersResponse workers = c.Workers();
+  EXPECT_EQ(workers.workers_size(), 2);
+  for (const auto& w : workers.workers()) EXPECT_NE(w.address(), fp8.address);
+  // The refusal itself, as the worker sees it.
+  auto stub = v1::Registry::NewStub(
+      grpc::CreateChannel(c.router_internal(), grpc::InsecureChannelCredentials()));
+  v1::RegisterRequest req;
+  req.set_worker_id("fp8-prefill");
+  req.set_role(v1::WORKER_ROLE_PREFILL);
+  req.set_address("127.0.0.1:9");
+  req.set_kv_dtype("fp8");
+  grpc::ClientContext ctx;
+  testing::ProveCluster(&ctx, internal_method::kRegister, PeerRole::kPrefill);
+  v1::RegisterResponse resp;
+  const grpc::Status refused = stub->Register(&ctx, req, &resp);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_NE(refused.error_message().find("--kv-dtype=fp8"), std::string::npos)
+      << refused.error_message();
+  EXPECT_NE(refused.error_message().find("bf16"), std::string::npos) << refused.error_message();
+  CheckAllCases(c, 1, Expected(*cases_, DType::kBF16));
 }
 
 TEST_F(ClusterTest, GreedyTextEqualsLlama2c) {
