@@ -15,9 +15,9 @@
 # About 2.5 minutes per folder on 2 cores (its two refits, 50-100 s each, two at a time).
 # KEEP_SHARING=1 refits each report on the sharing of the host its profile holds
 # (`--keep-sharing`, about an eighth of the time): to screen a change to the request path's fit
-# before the full search. CONFIGS (validate.sh's) limits the configurations: folders measured
-# before session 9 ran the c4 loop with 40 requests, not 160, and validate.sh refuses to hold a
-# prediction against runs of other flags.
+# before the full search. CONFIGS (validate.sh's) limits the configurations: validate.sh refuses
+# to hold a prediction against runs of other flags (folders whose c4 loop ran another number of
+# requests).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { echo "usage: $0 OUT_DIR DIR..." >&2; exit 2; }

@@ -206,8 +206,8 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   auto start_delay = [](const nlohmann::json& q) {  // an idle loop's mean decode start
     return q["decode_start_overhead"].get<double>() + q["decode_start_jitter"].get<double>();
   };
-  // At least about a step of the fit's grid (a factor of 1.155) later: the fit before session 12,
-  // which took the short prompts' gaps only, gave the same start.
+  // At least about a step of the fit's grid (a factor of 1.155) later (a fit that took the short
+  // prompts' gaps only would give the same start).
   EXPECT_GT(start_delay(lp), 1.1 * start_delay(p)) << lp.dump() << "\n" << p.dump();
   for (const char* key : {"step_threads", "prefill_threads", "prefill_yield"}) {
     EXPECT_EQ(lp.value(key, 0.0), p.value(key, 0.0)) << key;  // --keep-sharing kept it

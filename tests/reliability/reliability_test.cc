@@ -1,11 +1,11 @@
-// ../shared/RELIABILITY.md, row by row, with real processes on 127.0.0.1: kill -9, SIGSTOP /
+// docs/reliability.md, row by row, with real processes on 127.0.0.1: kill -9, SIGSTOP /
 // SIGCONT, SIGTERM and the binaries' --fault flags. Every test ends with the leak check over
 // the processes still alive. Outputs after a fault are compared with a fault-free colocated
 // (--role=all) process: greedy and seeded output must be identical (row 22).
 //
 // Rows 1-3, 12, 13 and 16 are in tests/serving/cluster_test.cc; 14 and 17 in the security tests;
-// 15 is the fuzzing step (scripts/fuzz.sh); 20 (NCCL) waits for the NCCL transport; 24-31 are the
-// attacks of tests/security/attack_test.cc.
+// 15 is the fuzzing step (scripts/fuzz.sh); 20 (NCCL) is in tests/serving/nccl_wiring_test.cc;
+// 24-31 are the attacks of tests/security/attack_test.cc.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-// The attacks of RELIABILITY.md rows 24-31, by a hostile client written for the test, against
+// The attacks of docs/reliability.md rows 24-31, by a hostile client written for the test, against
 // real processes on loopback: reaching the internal surfaces without the cluster's credentials
 // (or with the wrong ones, or replayed), taking over a worker id, inflating load claims,
 // steering a prefill's KV to an address of the attacker's choosing through a decode worker
