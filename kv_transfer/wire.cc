@@ -148,6 +148,9 @@ absl::StatusOr<KvFrameHeader> DecodeKvFrameHeader(std::span<const char> bytes,
   } else {
     if (dtype != 0) return Bad("dtype", "must be 0 in an ACK frame");
     if (h.chunk.width != 0) return Bad("width", "must be 0 in an ACK frame");
+    for (size_t i = 0; i < kKvCapabilityBytes; ++i) {
+      if (b[kCapabilityOffset + i] != 0) return Bad("capability", "must be 0 in an ACK frame");
+    }
     // absl::StatusCode values are 0..16.
     if (status > static_cast<uint32_t>(absl::StatusCode::kUnauthenticated)) {
       return Bad("status", absl::StrFormat("%d is not a status code", status));

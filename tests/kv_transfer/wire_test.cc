@@ -143,6 +143,7 @@ TEST(WireTest, RejectsEveryMalformedField) {
        true},
       {"ack status", [](std::string& f) { PutLe<uint32_t>(f, 52, 17); }, Code::kInvalidArgument,
        true},
+      {"ack capability", [](std::string& f) { f[70] = 'a'; }, Code::kInvalidArgument, true},
       {"ack message length", [](std::string& f) { PutLe<uint64_t>(f, 56, 1025); },
        Code::kInvalidArgument, true},
   };
