@@ -11,9 +11,12 @@
 // and by FLOPs / peak, whichever is slower; prefill by FLOPs / peak. The fraction reported is
 // measured tokens/s over that bound. Figures are the best of several repetitions.
 //
-//   build/bin/engine_bench [--models stories110M,stories260K] [--dtypes f32,f16,bf16]
+//   build/bin/engine_bench [--models stories110M,stories260K,PATH] [--dtypes f32,f16,bf16]
 //                          [--cases decode_b1,decode_b32,prefill_512] [--threads N]
-//                          [--out bench/results/engine_bench.json]
+//                          [--out bench/results/engine_bench.json]   (--help: the flags)
+// A model is a random-weight shape name (tandem model random), stories260K, or a path (a GGUF
+// file, an HF directory or a llama2.c checkpoint). A dtype is a --dtype of `tandem generate`
+// (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k), or "native": as stored.
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -33,6 +37,7 @@
 #include "kernels/cpu/machine_probe.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/cpu/thread_pool.h"
+#include "kernels/quant.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem {
@@ -55,7 +60,7 @@ double MatrixBytes(const Model& m) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
   double bytes = 0;
-  auto add = [&](const WeightRef& r) { bytes += double(r.rows) * r.cols * DTypeSize(r.dtype); };
+  auto add = [&](const WeightRef& r) { bytes += double(r.rows) * RowBytes(r.dtype, r.cols); };
   for (const LayerWeights& l : w.layers) {
     for (const WeightRef* r : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) add(*r);
   }
@@ -205,8 +210,28 @@ int main(int argc, char** argv) {
   std::string case_names = "decode_b1,decode_b32,prefill_512";
   std::string out_path = "bench/results/engine_bench.json";
   int threads = static_cast<int>(std::thread::hardware_concurrency());
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: engine_bench [--models M1,M2,...] [--dtypes D1,D2,...] [--cases C1,C2,...]\n"
+          "                    [--threads N] [--out FILE.json]\n"
+          "  --models   random-weight shapes (stories15M, stories110M, TinyLlama-1.1B, ...),\n"
+          "             stories260K, or paths to a GGUF file, HF directory or llama2.c\n"
+          "             checkpoint (default stories110M)\n"
+          "  --dtypes   f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or\n"
+          "             native (as stored) (default f32,f16,bf16)\n"
+          "  --cases    decode_b1, decode_b32, prefill_512 (default all three)\n"
+          "  --threads  CPU threads (default: the cores)\n"
+          "  --out      JSON results (default bench/results/engine_bench.json)\n"
+          "Prints the ISA the kernels use, the machine's bandwidth and FMA peak, and per case\n"
+          "tokens/s against the roofline.\n");
+      return 0;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "flag %s needs a value (--help)\n", a.c_str());
+      return 2;
+    }
     if (a == "--models") {
       models = argv[i + 1];
     } else if (a == "--dtypes" || a == "--dtype") {
@@ -218,9 +243,10 @@ int main(int argc, char** argv) {
     } else if (a == "--out") {
       out_path = argv[i + 1];
     } else {
-      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      std::fprintf(stderr, "unknown flag %s (--help)\n", a.c_str());
       return 2;
     }
+    ++i;
   }
   cpu::BandwidthMeter meter(threads);
   Machine hw;
@@ -243,6 +269,8 @@ int main(int argc, char** argv) {
     std::filesystem::path tmp;
     if (name == "stories260K") {
       path = std::string(TANDEM_SHARED_DIR) + "/models/stories260K/stories260K.bin";
+    } else if (std::filesystem::exists(name)) {
+      path = name;
     } else {
       tmp = std::filesystem::temp_directory_path() / ("tandem_bench_" + std::to_string(::getpid()));
       auto cfg = RandomModelConfig(name);
@@ -253,16 +281,14 @@ int main(int argc, char** argv) {
       path = tmp.string();
     }
     for (const std::string& dt : Split(dtypes)) {
-      DType dtype;
-      if (dt == "f32") {
-        dtype = DType::kF32;
-      } else if (dt == "f16") {
-        dtype = DType::kF16;
-      } else if (dt == "bf16") {
-        dtype = DType::kBF16;
-      } else {
-        std::fprintf(stderr, "--dtypes: %s is not f32, f16 or bf16\n", dt.c_str());
-        return 2;
+      std::optional<DType> dtype;
+      if (dt != "native") {
+        auto parsed = ParseWeightDType(dt);
+        if (!parsed.ok()) {
+          std::fprintf(stderr, "--dtypes: %s\n", std::string(parsed.status().message()).c_str());
+          return 2;
+        }
+        dtype = *parsed;
       }
       auto model = Model::Load(path, backend.get(), dtype);
       if (!model.ok()) {
@@ -271,6 +297,9 @@ int main(int argc, char** argv) {
         return 1;
       }
       const Model& m = **model;
+      const std::string label = std::filesystem::path(name).filename().string();
+      const std::string dlabel =
+          dt == "native" ? std::string(DTypeName(m.weights().layers[0].w1.dtype)) : dt;
       const bool small = m.config().dim < 256;
       std::vector<Case> cases;
       for (const std::string& c : Split(case_names)) {
@@ -288,11 +317,11 @@ int main(int argc, char** argv) {
       for (const Case& k : cases) {
         const double frac =
             k.roofline_tokens_per_s > 0 ? k.tokens_per_s / k.roofline_tokens_per_s : 0;
-        std::printf("%-12s %-5s %-12s %10.1f %12.1f %8.1f%%  %-9s %.1f\n", name.c_str(), dt.c_str(),
-                    k.name.c_str(), k.tokens_per_s, k.roofline_tokens_per_s, 100 * frac,
-                    k.bound.c_str(), k.read_bytes_per_s / 1e9);
-        results.push_back({{"model", name},
-                           {"dtype", dt},
+        std::printf("%-12s %-5s %-12s %10.1f %12.1f %8.1f%%  %-9s %.1f\n", label.c_str(),
+                    dlabel.c_str(), k.name.c_str(), k.tokens_per_s, k.roofline_tokens_per_s,
+                    100 * frac, k.bound.c_str(), k.read_bytes_per_s / 1e9);
+        results.push_back({{"model", label},
+                           {"dtype", dlabel},
                            {"case", k.name},
                            {"tokens_per_s", k.tokens_per_s},
                            {"roofline_tokens_per_s", k.roofline_tokens_per_s},

@@ -38,6 +38,10 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int num_block
   if (block_size <= 0 || block_size > 4096) {
     return absl::InvalidArgumentError("kv cache: block_size must be in [1, 4096]");
   }
+  if (DTypeSize(dtype) == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kv cache: dtype %s is for weights only (f32, bf16, f16 or fp8)", DTypeName(dtype)));
+  }
   KvCache c;
   c.spec_ = KvCacheSpec::For(config, block_size, dtype);
   c.num_blocks_ = num_blocks;

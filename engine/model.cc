@@ -6,6 +6,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/gguf.h"
+#include "kernels/quant.h"
 
 namespace tandem {
 
@@ -15,36 +17,76 @@ const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
   return buf.data();
 }
 
+absl::StatusOr<DType> ParseWeightDType(std::string_view name) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    if (DTypeName(t) == name) return t;
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--dtype: %s is not one of f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k",
+      name));
+}
+
+namespace {
+
+// The dtype a matrix of `cols` columns takes when converted to `dtype`.
+DType FitDType(DType dtype, int64_t cols) {
+  if (cols % BlockElems(dtype) == 0) return dtype;
+  switch (dtype) {
+    case DType::kQ4_K:
+      return DType::kQ5_0;
+    case DType::kQ5_K:
+      return DType::kQ5_1;
+    default:
+      return DType::kQ8_0;
+  }
+}
+
+}  // namespace
+
 void ModelWeights::ConvertMatrices(DType dtype) {
   // Tied matrices share one converted buffer: keyed by the source pointer.
-  std::vector<std::pair<const void*, const void*>> converted;  // {source, converted}
+  std::vector<std::pair<const void*, WeightRef>> converted;  // {source, converted}
   auto convert = [&](WeightRef& m) {
-    if (m.data == nullptr || m.dtype == dtype) return;
+    const DType to = FitDType(dtype, m.cols);
+    if (m.data == nullptr || m.dtype == to) return;
     for (const auto& [src, dst] : converted) {
       if (src == m.data) {
-        m = WeightRef{dtype, dst, m.rows, m.cols};
+        m = dst;
         return;
       }
     }
     const size_t n = static_cast<size_t>(m.rows) * m.cols;
     const void* dst;
-    if (dtype == DType::kF32) {
+    if (to == DType::kF32) {
       dst = Own(m.dtype, m.data, static_cast<int64_t>(n));
     } else {
       std::vector<float> row(m.cols);
-      std::vector<uint16_t>& buf = owned16.emplace_back(n);
+      std::vector<uint16_t>* half = nullptr;
+      std::vector<uint8_t>* blocks = nullptr;
+      if (IsQuantized(to)) {
+        blocks = &owned_blocks.emplace_back(static_cast<size_t>(m.rows * RowBytes(to, m.cols)));
+        dst = blocks->data();
+      } else {
+        half = &owned16.emplace_back(n);
+        dst = half->data();
+      }
       for (int64_t r = 0; r < m.rows; ++r) {
-        ConvertToF32(m.dtype, static_cast<const char*>(m.data) + r * m.cols * DTypeSize(m.dtype),
+        ConvertToF32(m.dtype, static_cast<const char*>(m.data) + r * RowBytes(m.dtype, m.cols),
                      row.data(), m.cols);
-        uint16_t* out = buf.data() + r * m.cols;
+        if (blocks != nullptr) {
+          QuantizeRow(to, row.data(), blocks->data() + r * RowBytes(to, m.cols), m.cols);
+          continue;
+        }
+        uint16_t* out = half->data() + r * m.cols;
         for (int64_t c = 0; c < m.cols; ++c) {
-          out[c] = dtype == DType::kF16 ? F32ToF16(row[c]) : F32ToBf16(row[c]);
+          out[c] = to == DType::kF16 ? F32ToF16(row[c]) : F32ToBf16(row[c]);
         }
       }
-      dst = buf.data();
     }
-    converted.emplace_back(m.data, dst);
-    m = WeightRef{dtype, dst, m.rows, m.cols};
+    const WeightRef before = m;
+    m = WeightRef{to, dst, m.rows, m.cols};
+    converted.emplace_back(before.data, m);
   };
   convert(token_embedding);
   convert(classifier);
@@ -59,7 +101,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Back
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrFormat("model path %s does not exist", path));
   }
-  auto loaded = S_ISDIR(st.st_mode) ? LoadHfModel(path) : LoadLlama2cCheckpoint(path);
+  auto loaded = S_ISDIR(st.st_mode) ? LoadHfModel(path)
+                : IsGgufFile(path)  ? LoadGgufModel(path)
+                                    : LoadLlama2cCheckpoint(path);
   if (!loaded.ok()) return loaded.status();
   if (weight_dtype.has_value()) loaded->second.ConvertMatrices(*weight_dtype);
   return std::make_unique<Model>(std::move(loaded->first), std::move(loaded->second), backend);
@@ -74,6 +118,11 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
     auto text = ReadFileToString(path + "/config.json");
     if (!text.ok()) return absl::NotFoundError(absl::StrFormat("%s: no config.json", path));
     return ModelConfig::FromHfJson(*text);
+  }
+  if (IsGgufFile(path)) {
+    auto gguf = GgufFile::Read(path);  // maps the file; reads the metadata pages
+    if (!gguf.ok()) return gguf.status();
+    return GgufModelConfig(*gguf);
   }
   auto loaded = LoadLlama2cCheckpoint(path);  // maps the file; reads only the header pages
   if (!loaded.ok()) return loaded.status();

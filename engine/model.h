@@ -45,13 +45,16 @@ struct ModelWeights {
 
   // What the pointers above point into.
   std::vector<std::shared_ptr<MappedFile>> files;
-  std::vector<std::vector<float>> owned;       // small tensors converted to float32
-  std::vector<std::vector<uint16_t>> owned16;  // matrices converted to f16/bf16 at load
+  std::vector<std::vector<float>> owned;           // small tensors converted to float32
+  std::vector<std::vector<uint16_t>> owned16;      // matrices converted to f16/bf16 at load
+  std::vector<std::vector<uint8_t>> owned_blocks;  // matrices quantized at load
 
   // Converts a tensor of any dtype to float32 kept in `owned`.
   const float* Own(DType dtype, const void* data, int64_t n);
   // Converts every matrix not already stored as `dtype` into a buffer owned here (a tied
-  // classifier stays the same buffer as the embedding).
+  // classifier stays the same buffer as the embedding). To a quantized dtype, a matrix whose
+  // rows are not whole blocks of it takes the nearest type with 32-element blocks, as
+  // llama.cpp's quantizer does (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0).
   void ConvertMatrices(DType dtype);
 };
 
@@ -63,9 +66,14 @@ struct SequenceChunk {
   bool all_logits = false;           // logits for every new token instead of only the last
 };
 
+// The weight dtypes a --dtype flag names: f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,
+// q5_k, q6_k. INVALID_ARGUMENT listing them otherwise.
+absl::StatusOr<DType> ParseWeightDType(std::string_view name);
+
 class Model {
  public:
-  // Loads a Hugging Face model directory or a llama2.c checkpoint (.bin), chosen by `path`.
+  // Loads a Hugging Face model directory, a GGUF file or a llama2.c checkpoint (.bin), chosen
+  // by `path`.
   // With `weight_dtype`, matrices stored in another dtype are converted to it at load (else
   // they are used in place as stored). The backend must outlive the model.
   static absl::StatusOr<std::unique_ptr<Model>> Load(
@@ -104,6 +112,12 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
     std::shared_ptr<MappedFile> file);
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
+// GGUF file (engine/gguf.h): architectures llama, mistral and qwen2.
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
+class GgufFile;
+// The configuration a GGUF file's metadata describes; a metadata key that changes the math and
+// that Tandem does not implement is UNIMPLEMENTED naming it.
+absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);
 
 }  // namespace tandem
 

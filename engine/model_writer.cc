@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/gguf.h"
+#include "engine/gguf_tokenizer.h"
 #include "engine/mapped_file.h"
 #include "engine/model.h"
 #include "engine/safetensors.h"
@@ -114,6 +116,57 @@ absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string
   if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok())
     return s;
   return WriteStringToFile(out_dir + "/config.json", c.ToHfJson());
+}
+
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
+  auto file = GgufFile::Read(gguf_path);
+  if (!file.ok()) return file.status();
+  auto tokenizer = GgufTokenizer(*file);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto loaded = LoadGgufModel(gguf_path);
+  if (!loaded.ok()) return loaded.status();
+  const ModelConfig& c = loaded->first;
+  ModelWeights& w = loaded->second;
+  w.ConvertMatrices(DType::kF32);  // q/k rows are already in HF order
+  if (absl::Status s = MakeDir(out_dir); !s.ok()) return s;
+  auto matrix = [](const WeightRef& r) {
+    return FloatBytes(static_cast<const float*>(r.data), r.rows * r.cols);
+  };
+  auto produce = [&](const TensorSpec& t) -> std::string {
+    const std::string& n = t.name;
+    if (n == "model.embed_tokens.weight") return matrix(w.token_embedding);
+    if (n == "lm_head.weight") return matrix(w.classifier);
+    if (n == "model.norm.weight") return FloatBytes(w.final_norm, t.numel());
+    int l = 0;
+    char field[128] = {0};
+    if (std::sscanf(n.c_str(), "model.layers.%d.%127s", &l, field) != 2) return {};
+    const LayerWeights& lw = w.layers[l];
+    const std::string f = field;
+    if (f == "input_layernorm.weight") return FloatBytes(lw.attn_norm, t.numel());
+    if (f == "post_attention_layernorm.weight") return FloatBytes(lw.ffn_norm, t.numel());
+    if (f == "self_attn.q_proj.weight") return matrix(lw.wq);
+    if (f == "self_attn.k_proj.weight") return matrix(lw.wk);
+    if (f == "self_attn.v_proj.weight") return matrix(lw.wv);
+    if (f == "self_attn.o_proj.weight") return matrix(lw.wo);
+    if (f == "self_attn.q_proj.bias") return FloatBytes(lw.bq, t.numel());
+    if (f == "self_attn.k_proj.bias") return FloatBytes(lw.bk, t.numel());
+    if (f == "self_attn.v_proj.bias") return FloatBytes(lw.bv, t.numel());
+    if (f == "mlp.gate_proj.weight") return matrix(lw.w1);
+    if (f == "mlp.up_proj.weight") return matrix(lw.w3);
+    if (f == "mlp.down_proj.weight") return matrix(lw.w2);
+    return {};
+  };
+  if (absl::Status s =
+          WriteSafetensors(out_dir + "/model.safetensors", HfTensorSpecs(c, DType::kF32), produce);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = WriteStringToFile(out_dir + "/config.json", c.ToHfJson()); !s.ok()) return s;
+  if (absl::Status s = WriteStringToFile(out_dir + "/tokenizer.json", tokenizer->tokenizer_json);
+      !s.ok()) {
+    return s;
+  }
+  return WriteStringToFile(out_dir + "/tokenizer_config.json", tokenizer->tokenizer_config_json);
 }
 
 std::vector<std::string> RandomModelShapes() {

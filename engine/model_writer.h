@@ -16,6 +16,11 @@ namespace tandem {
 // interleaved one. The converted model gives the same logits through the HF loader.
 absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string& out_dir);
 
+// Writes `out_dir`/config.json, model.safetensors (float32: every tensor dequantized exactly),
+// tokenizer.json and tokenizer_config.json (with the chat template) from a GGUF file. The
+// directory gives the same logits through the HF loader as the GGUF file with --dtype f32.
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
+
 // Names accepted by RandomModelConfig: stories15M, stories110M, TinyLlama-1.1B, Llama-2-7B,
 // Llama-3-8B (and stories260K).
 std::vector<std::string> RandomModelShapes();

@@ -19,6 +19,7 @@
 #include "kv_transfer/wire.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.pb.h"
+#include "tests/engine/gguf_writer.h"
 
 namespace fs = std::filesystem;
 
@@ -235,6 +236,36 @@ void HttpRequests() {
   for (const char* r : kRequests) Write("http_request_fuzzer", "request" + std::to_string(++i), r);
 }
 
+// Small GGUF models (every tensor type) with a BPE and a sentencepiece vocabulary.
+void Gguf() {
+  using tandem::DType;
+  tandem::testing::TinyLlamaShape shape{32, 64, 1, 2, 1, 8};
+  int i = 0;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                  DType::kQ5_0, DType::kQ5_1}) {
+    tandem::testing::GgufWriter w = tandem::testing::TinyLlama(t, 1, shape);
+    if (i % 2 == 0) {
+      w.String("tokenizer.ggml.model", "gpt2");
+      w.String("tokenizer.ggml.pre", i % 4 == 0 ? "smollm" : "llama-bpe");
+      w.Strings("tokenizer.ggml.tokens", {"a", "b", "ab", "<|end|>", "\u0120", "c", "d", "e"});
+      w.Strings("tokenizer.ggml.merges", {"a b"});
+      w.Ints("tokenizer.ggml.token_type", {1, 1, 1, 3, 1, 1, 1, 1});
+      w.U32("tokenizer.ggml.eos_token_id", 3);
+      w.String("tokenizer.chat_template", "{% for m in messages %}{{ m.content }}{% endfor %}");
+    } else {
+      w.String("tokenizer.ggml.model", "llama");
+      w.Strings("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "<0x41>",
+                                          "\xE2\x96\x81"
+                                          "a",
+                                          "b", "ab", "\xE2\x96\x81"});
+      w.Floats("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -0.5f, -3});
+      w.Ints("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1, 1, 1});
+    }
+    Write("gguf_fuzzer", "tiny_" + std::string(tandem::DTypeName(t)), w.Build(i % 3 == 0 ? 2 : 3));
+    ++i;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -246,6 +277,7 @@ int main(int argc, char** argv) {
   fs::create_directories(g_out);
   Llama2c();
   Safetensors();
+  Gguf();
   HfConfig();
   Tokenizers();
   ChatTemplates();

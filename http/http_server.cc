@@ -244,42 +244,4 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
 
 int HttpServer::connections() const { return impl_->listener->connections(); }
 
-absl::StatusOr<TokenizerChatTemplate> LoadChatTemplate(const std::string& model_path,
-                                                       const std::string& tokenizer_path,
-                                                       const std::string& chat_template_path) {
-  namespace fs = std::filesystem;
-  // The tokenizer_config.json that names the special tokens: beside the tokenizer, or in the
-  // model directory.
-  std::string config_path;
-  for (const std::string& p : {tokenizer_path, model_path}) {
-    if (p.empty()) continue;
-    std::error_code ec;
-    const fs::path dir = fs::is_directory(p, ec) ? fs::path(p) : fs::path(p).parent_path();
-    if (fs::exists(dir / "tokenizer_config.json", ec)) {
-      config_path = (dir / "tokenizer_config.json").string();
-      break;
-    }
-  }
-  if (chat_template_path.empty()) {
-    if (config_path.empty()) return absl::NotFoundError("no tokenizer_config.json for the model");
-    auto text = ReadFileToString(config_path);
-    if (!text.ok()) return text.status();
-    return TokenizerChatTemplate::FromConfig(*text);
-  }
-  auto text = ReadFileToString(chat_template_path);
-  if (!text.ok()) return text.status();
-  if (chat_template_path.ends_with(".json")) return TokenizerChatTemplate::FromConfig(*text);
-  // A bare Jinja template: with the special tokens of the model's config, when it has one.
-  nlohmann::ordered_json config = nlohmann::ordered_json::object();
-  if (!config_path.empty()) {
-    auto c = ReadFileToString(config_path);
-    if (c.ok()) {
-      config = nlohmann::ordered_json::parse(*c, nullptr, false);
-      if (!config.is_object()) config = nlohmann::ordered_json::object();
-    }
-  }
-  config["chat_template"] = *text;
-  return TokenizerChatTemplate::FromConfig(config.dump());
-}
-
 }  // namespace tandem

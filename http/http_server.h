@@ -67,14 +67,6 @@ class HttpServer {
   std::string address_;
 };
 
-// The chat template for a model: `chat_template_path` when given (a tokenizer_config.json, or a
-// file holding the Jinja template itself), else the tokenizer_config.json beside the tokenizer
-// or in the model directory. NOT_FOUND when there is none; the parse error of a template that
-// uses Jinja this engine does not support (UNIMPLEMENTED naming the construct and line).
-absl::StatusOr<TokenizerChatTemplate> LoadChatTemplate(const std::string& model_path,
-                                                       const std::string& tokenizer_path,
-                                                       const std::string& chat_template_path);
-
 }  // namespace tandem
 
 #endif  // TANDEM_HTTP_HTTP_SERVER_H_

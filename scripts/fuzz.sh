@@ -24,7 +24,7 @@ fi
 SECONDS_PER_TARGET=${1:-20}
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
-ALL_TARGETS="safetensors_fuzzer llama2c_fuzzer hf_config_fuzzer tokenizer_json_fuzzer
+ALL_TARGETS="safetensors_fuzzer gguf_fuzzer llama2c_fuzzer hf_config_fuzzer tokenizer_json_fuzzer
   tokenizer_encode_fuzzer ingress_fuzzer kv_wire_fuzzer chat_template_fuzzer http_request_fuzzer"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
@@ -32,7 +32,8 @@ bash scripts/setup.sh
 bash scripts/fetch_model.sh >/dev/null
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" >/dev/null
+  -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" -DTANDEM_SMOLLM2_GGUF=OFF \
+  >/dev/null
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 if [ -x /usr/bin/llvm-symbolizer-14 ]; then

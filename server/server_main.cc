@@ -71,6 +71,9 @@ router:   --internal-port 0 (the registry workers register with: give workers --
 workers:  --router HOST:PORT (the router's internal port; HOST may resolve to several routers:
           all are registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
+          --dtype DTYPE (the weights, converted at load when stored otherwise: f32, bf16,
+          f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k; default as stored. Quantized
+          weights run natively on the CPU; --device=cuda needs f32 or bf16)
           --kv-dtype auto|f32|bf16|f16|fp8 (the KV cache as stored and shipped; auto: the
           model's compute dtype, f32; every worker of a cluster must use the same)
 prefill:  --kv-transport tcp|local|nccl  --token-budget 2048  --prefill-chunk 512  --no-prefix-cache
@@ -127,7 +130,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "fault", "tls-cert", "tls-key", "tls-ca", "max-message-bytes", "advertise-host",
        "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
        "served-model-name", "nccl-device", "internal-port", "cluster-secret-file", "kv-dtype",
-       "kv-admission", "kv-watermark"},
+       "kv-admission", "kv-watermark", "dtype"},
       {"no-prefix-cache"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
@@ -322,7 +325,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     auto b = MakeBackend("cpu");
     if (!b.ok()) return Fail(std::string(b.status().message()));
     backend = std::move(*b);
-    auto m = Model::Load(model_path, backend.get());
+    std::optional<DType> weight_dtype;
+    if (f->Has("dtype")) {
+      auto dt = ParseWeightDType(f->Get("dtype"));
+      if (!dt.ok()) return Fail(std::string(dt.status().message()));
+      weight_dtype = *dt;
+    }
+    auto m = Model::Load(model_path, backend.get(), weight_dtype);
     if (!m.ok()) return Fail(std::string(m.status().message()));
     model = std::move(*m);
   }

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
+#include "engine/gguf.h"
 #include "engine/kv_cache.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
@@ -23,6 +24,7 @@
 #include "engine/model_writer.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
+#include "kernels/quant.h"
 #include "nlohmann/json.hpp"
 #include "tools/bench_flags.h"
 #include "tools/bench_runner.h"
@@ -39,10 +41,12 @@ commands:
   generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
            [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
-           [--dtype f32|f16|bf16] [--kv-dtype auto|f32|bf16|f16|fp8]
+           [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
       Prints the prompt and then the completion on stdout as it is generated;
-      timings (TTFT, tokens/s) go to stderr. --kv-dtype: the KV cache (auto: f32).
-  score --model PATH [--tokenizer PATH] --text TEXT [--dtype f32|f16|bf16]
+      timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
+      when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
+      q6_k; default: as stored). --kv-dtype: the KV cache (auto: f32).
+  score --model PATH [--tokenizer PATH] --text TEXT [--dtype DTYPE]
         [--kv-dtype auto|f32|bf16|f16|fp8]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
   tokenize --tokenizer PATH [--add-special-tokens]
@@ -55,7 +59,8 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
-     [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--kv-dtype auto|f32|bf16|f16|fp8]
+     [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--dtype DTYPE]
+     [--kv-dtype auto|f32|bf16|f16|fp8]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
       secret=FILE" (where more workers register, and the secret they need), then
@@ -79,14 +84,16 @@ commands:
   plan simulate | plan calibrate
       One configuration simulated, printed as `tandem bench` prints a run;
       fitting the `local` profile to measured step times.
-  model convert --from CHECKPOINT.bin --out DIR
-      Writes a Hugging Face directory (config.json + model.safetensors).
+  model convert --from CHECKPOINT.bin|MODEL.gguf --out DIR
+      Writes a Hugging Face directory (config.json + model.safetensors; from a
+      GGUF file also tokenizer.json and tokenizer_config.json).
   model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
       Random weights of a real model's shape: stories260K, stories15M,
       stories110M, TinyLlama-1.1B, Llama-2-7B, Llama-3-8B.
 
-PATH is a Hugging Face model directory or a llama2.c checkpoint (.bin); a
-tokenizer is a tokenizer.json (or a directory holding one) or a llama2.c
+PATH is a Hugging Face model directory, a GGUF file (.gguf: its tokenizer and
+chat template come with it) or a llama2.c checkpoint (.bin); a tokenizer is a
+tokenizer.json (or a directory holding one), a GGUF file or a llama2.c
 tokenizer.bin.
 )";
 
@@ -102,12 +109,7 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-absl::StatusOr<DType> ParseDType(const std::string& name) {
-  if (name == "f32") return DType::kF32;
-  if (name == "bf16") return DType::kBF16;
-  if (name == "f16") return DType::kF16;
-  return absl::InvalidArgumentError("--dtype must be f32, bf16 or f16");
-}
+absl::StatusOr<DType> ParseDType(const std::string& name) { return ParseWeightDType(name); }
 
 absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   if (!f.Has("model")) return absl::InvalidArgumentError("--model is required");
@@ -397,7 +399,7 @@ int Up(const std::vector<std::string>& args) {
   auto f = Flags::Parse(
       args,
       {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key", "tls-ca",
-       "api-keys-file", "http-port", "device", "cluster-secret-file", "kv-dtype"},
+       "api-keys-file", "http-port", "device", "cluster-secret-file", "kv-dtype", "dtype"},
       {});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -426,6 +428,10 @@ int Up(const std::vector<std::string>& args) {
   o.api_keys_file = f->Get("api-keys-file");
   o.cluster_secret_file = f->Get("cluster-secret-file");
   if (f->Has("device")) o.extra_worker_flags = {"--device", f->Get("device")};
+  if (f->Has("dtype")) {
+    if (absl::Status s = ParseWeightDType(f->Get("dtype")).status(); !s.ok()) return Fail(s);
+    o.extra_worker_flags.insert(o.extra_worker_flags.end(), {"--dtype", f->Get("dtype")});
+  }
   if (f->Has("kv-dtype")) {
     if (absl::Status s = ParseKvDtype(f->Get("kv-dtype")).status(); !s.ok()) return Fail(s);
     o.extra_worker_flags.insert(o.extra_worker_flags.end(), {"--kv-dtype", f->Get("kv-dtype")});
@@ -443,6 +449,14 @@ int ModelCommand(const std::vector<std::string>& args) {
     if (!f->Has("from") || !f->Has("out")) {
       return Fail(absl::InvalidArgumentError("model convert needs --from and --out"));
     }
+    if (IsGgufFile(f->Get("from"))) {
+      if (absl::Status s = ConvertGgufToHf(f->Get("from"), f->Get("out")); !s.ok()) return Fail(s);
+      std::fprintf(stderr,
+                   "wrote %s/config.json, model.safetensors, tokenizer.json and "
+                   "tokenizer_config.json\n",
+                   f->Get("out").c_str());
+      return 0;
+    }
     if (absl::Status s = ConvertLlama2cToHf(f->Get("from"), f->Get("out")); !s.ok()) return Fail(s);
     std::fprintf(stderr, "wrote %s/config.json and model.safetensors\n", f->Get("out").c_str());
     return 0;
@@ -458,6 +472,10 @@ int ModelCommand(const std::vector<std::string>& args) {
     auto dtype_or = ParseDType(f->Get("dtype", "bf16"));
     if (!dtype_or.ok()) return Fail(dtype_or.status());
     const DType dtype = *dtype_or;
+    if (IsQuantized(dtype)) {
+      return Fail(absl::InvalidArgumentError(
+          "model random writes safetensors: --dtype must be f32, bf16 or f16"));
+    }
     auto seed = f->GetInt("seed", 0);
     if (!seed.ok()) return Fail(seed.status());
     if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok())

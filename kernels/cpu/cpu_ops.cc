@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cpu/simd.h"
+#include "kernels/quant.h"
 
 namespace tandem::cpu {
 namespace {
@@ -205,6 +206,8 @@ void StoreRow(const float* src, void* dst, const KvLayerRef& c, int block, int k
       }
       return;
     }
+    default:  // block-quantized types are weights only (KvCache::Create refuses them)
+      return;
   }
 }
 
@@ -233,10 +236,10 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t n, ThreadPo
 }
 
 void Embedding(const int* ids, const WeightRef& table, float* out, int n) {
-  const size_t esize = DTypeSize(table.dtype);
+  const int64_t row_bytes = RowBytes(table.dtype, table.cols);
   for (int t = 0; t < n; ++t) {
-    const void* row = static_cast<const char*>(table.data) + ids[t] * table.cols * esize;
-    ConvertToF32(table.dtype, row, out + static_cast<int64_t>(t) * table.cols, table.cols);
+    const void* row = static_cast<const char*>(table.data) + ids[t] * row_bytes;
+    DequantizeRow(table.dtype, row, out + static_cast<int64_t>(t) * table.cols, table.cols);
   }
 }
 

@@ -31,6 +31,10 @@ float Dot(const float* a, const float* b, int64_t n);
 // See Backend for the contracts.
 void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
             ThreadPool* pool = nullptr);
+// Matmul with block-quantized weights (w.cols a multiple of 32): activations quantized to int8
+// per 32, integer dot products (kernels/cpu/quant_matmul.cc). Matmul calls it for them.
+void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
+                     ThreadPool* pool = nullptr);
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps,
              ThreadPool* pool = nullptr);
 void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, const float* inv_freq,

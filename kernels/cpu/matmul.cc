@@ -21,6 +21,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/quant.h"
 
 namespace tandem::cpu {
 namespace {
@@ -235,6 +236,7 @@ float Dot(const float* a, const float* b, int64_t n) {
 void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
             ThreadPool* pool) {
   if (n <= 0 || w.rows == 0) return;
+  if (IsQuantized(w.dtype)) return QuantizedMatmul(x, w, bias, y, n, pool);
   if (ActiveIsa() == Isa::kAvx2) {
     switch (w.dtype) {
       case DType::kF32:
@@ -243,7 +245,7 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
         return MatmulAvx2<DType::kF16>(x, w, bias, y, n, pool);
       case DType::kBF16:
         return MatmulAvx2<DType::kBF16>(x, w, bias, y, n, pool);
-      case DType::kFp8E4M3:
+      default:
         break;  // weights are never stored in fp8: the scalar path below
     }
   }

@@ -1,0 +1,355 @@
+// Matmul with block-quantized weights (kernels/quant.h) used as stored: the activations are
+// quantized per 32 elements to two int8 parts with a float unit (kernels/quant.h), and every
+// 32-element block of a weight row is seen as w = s * q + c with q small unsigned integers (signed
+// for Q8_0) and s, c floats (s and c per 16 elements for Q6_K). Then
+//   sum(w * x) = s * unit * sum(q * (128 qa + ra)) + c * sum(x),
+// the integer dot products being exact. The AVX2 path computes sum(q * qa) 32 lanes at a time
+// (maddubs: unsigned x signed bytes into int16 pairs, then int32); the scalar path is the same
+// arithmetic one element at a time, the twin the AVX2 path is tested against.
+//
+// Work: threads split the weight rows; a row's blocks are decoded once per group of 4 tokens.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/simd.h"
+#include "kernels/quant.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr int kGroupTokens = 4;
+constexpr int kTokenBlock = 64;  // tokens whose activations a chunk of rows goes through at once
+
+// Every float16 value as float32: the block scales are read through it (a table lookup is
+// cheaper than converting bits, and needs no F16C on the scalar path).
+struct HalfTable {
+  float values[65536];
+  HalfTable() {
+    for (uint32_t h = 0; h < 65536; ++h) values[h] = F16ToF32(static_cast<uint16_t>(h));
+  }
+};
+const HalfTable kHalf;
+
+// Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j.
+inline void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+// The float part of weight block k (32 elements): s and c for elements [0, 16) and [16, 32),
+// as two float16 values h0, h1 times small factors (s0 = h0 * a0, c0 = h1 * b0, ...), so that
+// each path converts the halves its own way (a table on the scalar path, F16C with AVX2).
+struct BlockScales {
+  float s0, s1, c0, c1;
+};
+struct RawScales {
+  uint16_t h0, h1;
+  float a0, a1, b0, b1;
+};
+
+inline uint16_t Bits16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+
+template <DType T>
+inline RawScales RawScalesOf(const uint8_t* row, int64_t k) {
+  if constexpr (T == DType::kQ8_0) {
+    const uint16_t d = Bits16(row + k * 34);
+    return {d, d, 1, 1, 0, 0};
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ5_0) {
+    const uint16_t d = Bits16(row + k * BlockBytes(T));
+    const float c = T == DType::kQ4_0 ? -8 : -16;
+    return {d, d, 1, 1, c, c};
+  } else if constexpr (T == DType::kQ4_1 || T == DType::kQ5_1) {
+    const uint8_t* b = row + k * BlockBytes(T);
+    return {Bits16(b), Bits16(b + 2), 1, 1, 1, 1};
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    const uint8_t* b = row + (k / 8) * BlockBytes(T);
+    int sc, m;
+    ScaleMinK(b + 4, static_cast<int>(k % 8), &sc, &m);
+    const float fs = static_cast<float>(sc), fm = -static_cast<float>(m);
+    return {Bits16(b), Bits16(b + 2), fs, fs, fm, fm};
+  } else {  // Q6_K
+    const uint8_t* b = row + (k / 8) * 210;
+    const int j = static_cast<int>(k % 8);
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * (j / 4) + 2 * (j % 4);
+    const uint16_t d = Bits16(b + 208);
+    const float a0 = sc[0], a1 = sc[1];
+    return {d, d, a0, a1, -32 * a0, -32 * a1};
+  }
+}
+
+template <DType T>
+inline BlockScales ScalesOf(const uint8_t* row, int64_t k) {
+  const RawScales r = RawScalesOf<T>(row, k);
+  const float h0 = kHalf.values[r.h0], h1 = kHalf.values[r.h1];
+  return {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scalar path.
+
+// The 32 integers q of block k.
+template <DType T>
+inline void IntsOf(const uint8_t* row, int64_t k, int q[32]) {
+  if constexpr (T == DType::kQ8_0) {
+    for (int l = 0; l < 32; ++l) q[l] = static_cast<int8_t>(row[k * 34 + 2 + l]);
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
+                       T == DType::kQ5_1) {
+    const uint8_t* b = row + k * BlockBytes(T);
+    const bool offset = T == DType::kQ4_1 || T == DType::kQ5_1;
+    const bool five = T == DType::kQ5_0 || T == DType::kQ5_1;
+    uint32_t qh = 0;
+    if (five) std::memcpy(&qh, b + (offset ? 4 : 2), 4);
+    const uint8_t* qs = b + (offset ? 4 : 2) + (five ? 4 : 0);
+    for (int l = 0; l < 16; ++l) {
+      q[l] = (qs[l] & 0xF) | static_cast<int>(((qh >> l) & 1) << 4);
+      q[l + 16] = (qs[l] >> 4) | static_cast<int>(((qh >> (l + 16)) & 1) << 4);
+    }
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    const bool five = T == DType::kQ5_K;
+    const uint8_t* b = row + (k / 8) * BlockBytes(T);
+    const int j = static_cast<int>(k % 8);
+    const uint8_t* qs = b + (five ? 48 : 16) + 32 * (j / 2);
+    for (int l = 0; l < 32; ++l) {
+      q[l] = (qs[l] >> (4 * (j % 2))) & 0xF;
+      if (five) q[l] |= ((b[16 + l] >> j) & 1) << 4;
+    }
+  } else {  // Q6_K
+    const uint8_t* b = row + (k / 8) * 210;
+    const int j = static_cast<int>(k % 8), half = j / 4, quarter = j % 4;
+    const uint8_t* ql = b + 64 * half + 32 * (quarter % 2);
+    const uint8_t* qh = b + 128 + 32 * half;
+    for (int l = 0; l < 32; ++l) {
+      q[l] = ((ql[l] >> (4 * (quarter / 2))) & 0xF) | (((qh[l] >> (2 * quarter)) & 3) << 4);
+    }
+  }
+}
+
+template <DType T>
+float RowDotScalar(const uint8_t* row, const ActBlock* a, int64_t blocks) {
+  float acc = 0;
+  int q[32];
+  for (int64_t k = 0; k < blocks; ++k) {
+    IntsOf<T>(row, k, q);
+    const BlockScales s = ScalesOf<T>(row, k);
+    int i0 = 0, i1 = 0;
+    for (int l = 0; l < 16; ++l) i0 += q[l] * (128 * a[k].q[l] + a[k].r[l]);
+    for (int l = 16; l < 32; ++l) i1 += q[l] * (128 * a[k].q[l] + a[k].r[l]);
+    acc += a[k].unit * (s.s0 * static_cast<float>(i0) + s.s1 * static_cast<float>(i1)) +
+           s.c0 * a[k].sum16 + s.c1 * (a[k].sum - a[k].sum16);
+  }
+  return acc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// AVX2 path.
+
+// The 32 integers of block k as bytes (unsigned; signed for Q8_0).
+template <DType T>
+TANDEM_AVX2 inline __m256i BytesOf(const uint8_t* row, int64_t k) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  if constexpr (T == DType::kQ8_0) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k * 34 + 2));
+  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
+                       T == DType::kQ5_1) {
+    const uint8_t* b = row + k * BlockBytes(T);
+    const bool offset = T == DType::kQ4_1 || T == DType::kQ5_1;
+    const bool five = T == DType::kQ5_0 || T == DType::kQ5_1;
+    const uint8_t* qs = b + (offset ? 4 : 2) + (five ? 4 : 0);
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);
+    if constexpr (five) {
+      uint32_t qh;
+      std::memcpy(&qh, b + (offset ? 4 : 2), 4);
+      // Byte i takes byte i / 8 of qh, then keeps bit i % 8 of it as 0x10.
+      const __m256i spread = _mm256_shuffle_epi8(
+          _mm256_set1_epi32(static_cast<int>(qh)),
+          _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+      const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201));
+      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+      q = _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+    }
+    return q;
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+    const bool five = T == DType::kQ5_K;
+    const uint8_t* b = row + (k / 8) * BlockBytes(T);
+    const int j = static_cast<int>(k % 8);
+    const __m256i v =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + (five ? 48 : 16) + 32 * (j / 2)));
+    __m256i q = _mm256_and_si256(_mm256_srli_epi16(v, 4 * (j % 2)), low4);
+    if constexpr (five) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+      const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1));
+      q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+    }
+    return q;
+  } else {  // Q6_K
+    const uint8_t* b = row + (k / 8) * 210;
+    const int j = static_cast<int>(k % 8), half = j / 4, quarter = j % 4;
+    const __m256i l =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * half + 32 * (quarter % 2)));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * half));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, 4 * (quarter / 2)), low4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * quarter), _mm256_set1_epi8(3));
+    return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+  }
+}
+
+// sum(q * qa) as 8 int32 lanes (lanes 0-3: elements [0, 16), 4-7: [16, 32)).
+template <DType T>
+TANDEM_AVX2 inline __m256i IntDot(__m256i q, __m256i qa) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (T == DType::kQ8_0) {  // signed x signed: move the sign onto the activation
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qa, q)),
+                             ones);
+  } else {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
+  }
+}
+
+// out[t] = row · token t, for NT tokens whose activation blocks start at a[t].
+template <DType T, int NT>
+TANDEM_AVX2 void RowDotsAvx2(const uint8_t* row, const ActBlock* const* a, int64_t blocks,
+                             float* out) {
+  __m256 acc[NT];
+  float offset[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = _mm256_setzero_ps();
+    offset[t] = 0;
+  }
+  for (int64_t k = 0; k < blocks; ++k) {
+    const __m256i q = BytesOf<T>(row, k);
+    const RawScales r = RawScalesOf<T>(row, k);
+    const float h0 = _cvtsh_ss(r.h0), h1 = _cvtsh_ss(r.h1);
+    const BlockScales s = {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
+    // One scale for the whole block except Q6_K's two halves.
+    const __m256 scale = T == DType::kQ6_K
+                             ? _mm256_setr_ps(s.s0, s.s0, s.s0, s.s0, s.s1, s.s1, s.s1, s.s1)
+                             : _mm256_set1_ps(s.s0);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) {
+      const ActBlock& ab = a[t][k];
+      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
+      const __m256i ra = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.r));
+      const __m256i dot =
+          _mm256_add_epi32(_mm256_slli_epi32(IntDot<T>(q, qa), 7), IntDot<T>(q, ra));
+      const __m256 scaled = T == DType::kQ6_K ? _mm256_mul_ps(scale, _mm256_set1_ps(ab.unit))
+                                              : _mm256_set1_ps(s.s0 * ab.unit);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scaled, acc[t]);
+      if constexpr (T == DType::kQ6_K) {
+        offset[t] += s.c0 * ab.sum16 + s.c1 * (ab.sum - ab.sum16);
+      } else if constexpr (T != DType::kQ8_0) {
+        offset[t] += s.c0 * ab.sum;
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = simd::HorizontalSum(acc[t]) + offset[t];
+}
+
+template <DType T>
+TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBlock* acts,
+                          const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1) {
+  for (int tb = 0; tb < n; tb += kTokenBlock) {
+    const int te = std::min(n, tb + kTokenBlock);
+    for (int64_t r = r0; r < r1; ++r) {
+      const uint8_t* row = w + r * row_bytes;
+      const float b = bias ? bias[r] : 0.0f;
+      for (int t = tb; t < te; t += kGroupTokens) {
+        const int nt = std::min(kGroupTokens, te - t);
+        const ActBlock* a[kGroupTokens];
+        for (int i = 0; i < kGroupTokens; ++i) a[i] = acts + (t + std::min(i, nt - 1)) * blocks;
+        float out[kGroupTokens];
+        switch (nt) {
+          case 4:
+            RowDotsAvx2<T, 4>(row, a, blocks, out);
+            break;
+          case 3:
+            RowDotsAvx2<T, 3>(row, a, blocks, out);
+            break;
+          case 2:
+            RowDotsAvx2<T, 2>(row, a, blocks, out);
+            break;
+          default:
+            RowDotsAvx2<T, 1>(row, a, blocks, out);
+            break;
+        }
+        for (int i = 0; i < nt; ++i) y[(t + i) * ldy + r] = out[i] + b;
+      }
+    }
+  }
+}
+
+template <DType T>
+void RowsScalar(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBlock* acts,
+                const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    for (int t = 0; t < n; ++t) {
+      y[t * ldy + r] = RowDotScalar<T>(row, acts + t * blocks, blocks) + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+template <DType T>
+void RunRows(bool avx2, const WeightRef& w, const ActBlock* acts, const float* bias, float* y,
+             int n, ThreadPool* pool) {
+  const int64_t blocks = w.cols / kActBlock, row_bytes = RowBytes(w.dtype, w.cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t grain = std::max<int64_t>(16, w.rows / (4 * threads));
+  ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
+    if (avx2) {
+      RowsAvx2<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
+    } else {
+      RowsScalar<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
+    }
+  });
+}
+
+}  // namespace
+
+void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
+                     ThreadPool* pool) {
+  const int64_t blocks = w.cols / kActBlock;
+  // The calling thread's buffer (pool threads reach it through the pointer).
+  thread_local std::vector<ActBlock> buffer;
+  buffer.resize(static_cast<size_t>(n * blocks));
+  ActBlock* acts = buffer.data();
+  ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      QuantizeActivations(x + t * w.cols, acts + t * blocks, w.cols);
+  });
+  const bool avx2 = ActiveIsa() == Isa::kAvx2;
+  switch (w.dtype) {
+    case DType::kQ8_0:
+      return RunRows<DType::kQ8_0>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ4_0:
+      return RunRows<DType::kQ4_0>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ4_1:
+      return RunRows<DType::kQ4_1>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ5_0:
+      return RunRows<DType::kQ5_0>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ5_1:
+      return RunRows<DType::kQ5_1>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ4_K:
+      return RunRows<DType::kQ4_K>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ5_K:
+      return RunRows<DType::kQ5_K>(avx2, w, acts, bias, y, n, pool);
+    case DType::kQ6_K:
+      return RunRows<DType::kQ6_K>(avx2, w, acts, bias, y, n, pool);
+    default:
+      return;
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,212 @@
+// Block-quantized weights: the layouts against gguf-py's dequantization (fixtures made by
+// scripts/make_gguf_fixtures.py), the quantizers' round trip, and the quantized matmul on every
+// instruction-set path against its scalar twin and against dequantize-then-float32.
+#include "kernels/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/thread_pool.h"
+#include "tests/test_util.h"
+
+namespace tandem {
+namespace {
+
+constexpr DType kQuantTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                                 DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+std::string GgmlName(DType t) {
+  std::string name(DTypeName(t));
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::vector<uint8_t> FromHex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = std::stoi(hex.substr(2 * i, 2), nullptr, 16);
+  return out;
+}
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+TEST(QuantLayoutTest, DequantizeMatchesGgufPy) {
+  const auto fixture =
+      testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/dequantize.json");
+  ASSERT_TRUE(fixture.contains("types"));
+  for (DType t : kQuantTypes) {
+    SCOPED_TRACE(GgmlName(t));
+    ASSERT_TRUE(fixture["types"].contains(GgmlName(t)));
+    const auto& entry = fixture["types"][GgmlName(t)];
+    const std::vector<uint8_t> raw = FromHex(entry["hex"]);
+    const std::vector<float> want = entry["values"];
+    ASSERT_EQ(raw.size() % BlockBytes(t), 0u);
+    ASSERT_EQ(want.size(), raw.size() / BlockBytes(t) * BlockElems(t));
+    std::vector<float> got(want.size());
+    DequantizeRow(t, raw.data(), got.data(), static_cast<int64_t>(got.size()));
+    float max_abs = 0;
+    for (float w : want) max_abs = std::max(max_abs, std::abs(w));
+    for (size_t i = 0; i < want.size(); ++i) {
+      // gguf-py multiplies in another order for the K types: a few ulp apart at most.
+      ASSERT_NEAR(got[i], want[i], 1e-6f * max_abs) << "element " << i;
+    }
+  }
+}
+
+TEST(QuantLayoutTest, RowBytesAndBlocks) {
+  EXPECT_EQ(RowBytes(DType::kQ8_0, 64), 68);
+  EXPECT_EQ(RowBytes(DType::kQ4_0, 64), 36);
+  EXPECT_EQ(RowBytes(DType::kQ4_K, 512), 288);
+  EXPECT_EQ(RowBytes(DType::kQ6_K, 256), 210);
+  EXPECT_EQ(RowBytes(DType::kF32, 10), 40);
+  for (DType t : kQuantTypes) EXPECT_TRUE(IsQuantized(t)) << GgmlName(t);
+  EXPECT_FALSE(IsQuantized(DType::kBF16));
+}
+
+TEST(QuantLayoutTest, QuantizeRoundTripErrorIsBoundedByTheBits) {
+  const int64_t n = 1024;
+  const std::vector<float> x = Random(n, 7);
+  double rms = 0;
+  for (float v : x) rms += v * v;
+  rms = std::sqrt(rms / n);
+  for (DType t : kQuantTypes) {
+    std::vector<uint8_t> q(RowBytes(t, n));
+    std::vector<float> back(n);
+    QuantizeRow(t, x.data(), q.data(), n);
+    DequantizeRow(t, q.data(), back.data(), n);
+    double err = 0;
+    for (int64_t i = 0; i < n; ++i) err += (back[i] - x[i]) * (back[i] - x[i]);
+    err = std::sqrt(err / n) / rms;
+    // One rounding step per element: range / levels / sqrt(12) of a block's range (~5 sigma).
+    const double bound = t == DType::kQ8_0                        ? 0.01
+                         : t == DType::kQ6_K                      ? 0.04
+                         : t == DType::kQ5_0 || t == DType::kQ5_1 ? 0.07
+                         : t == DType::kQ5_K                      ? 0.07
+                                                                  : 0.14;
+    EXPECT_LT(err, bound) << GgmlName(t);
+    EXPECT_GT(err, 0.0) << GgmlName(t) << ": a quantizer that loses nothing is not quantizing";
+  }
+}
+
+TEST(QuantLayoutTest, ActivationBlocksCarryTheirSums) {
+  const std::vector<float> x = Random(64, 3);
+  ActBlock a[2];
+  QuantizeActivations(x.data(), a, 64);
+  for (int b = 0; b < 2; ++b) {
+    float sum = 0, sum16 = 0;
+    int amax = 0, rmax = 0;
+    for (int l = 0; l < 32; ++l) {
+      const float v = a[b].unit * (128 * a[b].q[l] + a[b].r[l]);
+      sum += v;
+      if (l < 16) sum16 += v;
+      amax = std::max(amax, std::abs(static_cast<int>(a[b].q[l])));
+      rmax = std::max(rmax, std::abs(static_cast<int>(a[b].r[l])));
+      // Two int8 parts: within half a unit (1 / 32512 of the block's largest value).
+      EXPECT_NEAR(v, x[b * 32 + l], a[b].unit * 0.5f + 1e-7f);
+    }
+    EXPECT_NEAR(a[b].sum, sum, 1e-5f);
+    EXPECT_NEAR(a[b].sum16, sum16, 1e-5f);
+    EXPECT_EQ(amax, 127);
+    EXPECT_LE(rmax, 64);
+  }
+}
+
+// The quantized matmul on one instruction-set path, with or without a pool.
+struct QuantCase {
+  DType dtype;
+  cpu::Isa isa;
+};
+
+std::vector<QuantCase> QuantCases() {
+  std::vector<QuantCase> out;
+  for (DType t : kQuantTypes) {
+    out.push_back({t, cpu::Isa::kScalar});
+    if (cpu::CpuHasAvx2()) out.push_back({t, cpu::Isa::kAvx2});
+  }
+  return out;
+}
+
+class QuantMatmulTest : public ::testing::TestWithParam<QuantCase> {
+ protected:
+  void SetUp() override { saved_ = cpu::ActiveIsa(); }
+  void TearDown() override { cpu::SetIsa(saved_); }
+  cpu::Isa saved_;
+};
+
+// y = x W^T for W quantized: against float32 on the dequantized W (the activation rounding is
+// the only difference), and the AVX2 path against the scalar twin (the same integers, summed in
+// another order).
+TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
+  const DType t = GetParam().dtype;
+  const int64_t rows = 40, cols = 512;
+  ThreadPool pool(3);
+  for (int n : {1, 3, 4, 7, 70}) {
+    SCOPED_TRACE(GgmlName(t) + " n=" + std::to_string(n));
+    const std::vector<float> w = Random(rows * cols, 11 + n, 0.05f);
+    const std::vector<float> x = Random(n * cols, 19 + n);
+    const std::vector<float> bias = Random(rows, 5);
+    std::vector<uint8_t> wq(rows * RowBytes(t, cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(t, w.data() + r * cols, wq.data() + r * RowBytes(t, cols), cols);
+    }
+    std::vector<float> wd(rows * cols);
+    DequantizeRow(t, wq.data(), wd.data(), rows * cols);
+    const WeightRef quant{t, wq.data(), rows, cols};
+    const WeightRef dequant{DType::kF32, wd.data(), rows, cols};
+
+    std::vector<float> ref(n * rows), twin(n * rows), got(n * rows);
+    ASSERT_EQ(cpu::SetIsa(cpu::Isa::kScalar), cpu::Isa::kScalar);
+    cpu::Matmul(x.data(), dequant, bias.data(), ref.data(), n);
+    cpu::Matmul(x.data(), quant, bias.data(), twin.data(), n);
+    ASSERT_EQ(cpu::SetIsa(GetParam().isa), GetParam().isa);
+    cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
+
+    double ref_rms = 0, act_err = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      ref_rms += ref[i] * ref[i];
+      act_err += (twin[i] - ref[i]) * (twin[i] - ref[i]);
+      // The integer products are exact; only float summation order differs.
+      ASSERT_NEAR(got[i], twin[i], 1e-4f * (1 + std::abs(twin[i]))) << "element " << i;
+    }
+    // Activations to ~14 bits: about 0.5 / 16256 relative error per element, averaging down.
+    EXPECT_LT(std::sqrt(act_err / ref_rms), 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest, ::testing::ValuesIn(QuantCases()),
+                         [](const ::testing::TestParamInfo<QuantCase>& info) {
+                           return GgmlName(info.param.dtype) +
+                                  (info.param.isa == cpu::Isa::kAvx2 ? "Avx2" : "Scalar");
+                         });
+
+TEST(QuantEmbeddingTest, RowsAreDequantized) {
+  const int64_t rows = 5, cols = 256;
+  const std::vector<float> w = Random(rows * cols, 1);
+  for (DType t : kQuantTypes) {
+    std::vector<uint8_t> wq(rows * RowBytes(t, cols));
+    QuantizeRow(t, w.data(), wq.data(), rows * cols);
+    std::vector<float> all(rows * cols);
+    DequantizeRow(t, wq.data(), all.data(), rows * cols);
+    const int ids[] = {4, 0, 4};
+    std::vector<float> out(3 * cols);
+    cpu::Embedding(ids, {t, wq.data(), rows, cols}, out.data(), 3);
+    for (int i = 0; i < 3; ++i) {
+      for (int64_t c = 0; c < cols; ++c) {
+        ASSERT_EQ(out[i * cols + c], all[ids[i] * cols + c]) << GgmlName(t);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem
