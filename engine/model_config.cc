@@ -132,6 +132,48 @@ absl::StatusOr<bool> GetBool(const json& j, const char* key, bool fallback) {
 
 }  // namespace
 
+namespace {
+
+// Config fields that change a Llama-family model's math in ways Tandem does not implement: a
+// model that sets them must be refused, never run as if they were absent.
+absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
+  auto refuse = [](const std::string& field, const json& v) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: %s = %s changes the model's math and is not supported", field, v.dump()));
+  };
+  auto is_true = [](const json& v) { return v.is_boolean() && v.get<bool>(); };
+  auto set = [](const json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "mlp_bias" && is_true(v)) return refuse(key, v);
+    // Llama and Mistral put attention_bias on o_proj too (Qwen2's q/k/v biases are built in).
+    if (key == "attention_bias" && is_true(v) && arch != "Qwen2ForCausalLM") return refuse(key, v);
+    if (key == "partial_rotary_factor" && !(v.is_number() && v.get<double>() == 1.0))
+      return refuse(key, v);
+    if ((key == "final_logit_softcapping" || key == "attn_logit_softcapping" ||
+         key == "quantization_config" || key == "no_rope_layers" || key == "use_qk_norm" ||
+         key == "qk_layernorm" || key == "query_pre_attn_scalar") &&
+        set(v)) {
+      return refuse(key, v);
+    }
+    if ((key == "logits_scaling" || key == "embedding_multiplier" || key == "residual_multiplier" ||
+         key == "attention_multiplier") &&
+        !(v.is_number() && v.get<double>() == 1.0)) {
+      return refuse(key, v);
+    }
+    // One kind of attention for every layer: Tandem applies sliding_window to all or none.
+    if (key == "layer_types" && v.is_array() && !v.empty()) {
+      for (const json& t : v) {
+        if (t != v[0] || (t != "full_attention" && t != "sliding_attention")) {
+          return refuse(key, v);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
   json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
@@ -175,8 +217,38 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (!(s = assign(c.max_seq_len, GetInt(j, "max_position_embeddings", 2048))).ok()) return s;
   if (c.n_heads <= 0) return absl::InvalidArgumentError("config.json: num_attention_heads <= 0");
   if (!(s = assign(c.head_dim, GetInt(j, "head_dim", c.dim / c.n_heads))).ok()) return s;
-  auto theta = GetFloat(j, "rope_theta", 10000.0f);
+  if (absl::Status unsupported = RefuseUnknownMath(j, arch); !unsupported.ok()) return unsupported;
+  // transformers 5 writes rope_theta and the scaling together as "rope_parameters".
+  const json* rope = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError("config.json: rope_parameters must be an object");
+    }
+    if (!it->contains("rope_type") && !it->contains("rope_theta")) {
+      return absl::InvalidArgumentError(
+          "config.json: rope_parameters per layer type is not supported (one set for every "
+          "layer, with rope_type and rope_theta)");
+    }
+    if (auto legacy = j.find("rope_scaling"); legacy != j.end() && !legacy->is_null()) {
+      return absl::InvalidArgumentError(
+          "config.json: both rope_parameters and rope_scaling are given; keep one");
+    }
+    rope = &*it;
+  } else if (auto legacy = j.find("rope_scaling"); legacy != j.end() && !legacy->is_null()) {
+    if (!legacy->is_object())
+      return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
+    rope = &*legacy;
+  }
+  auto top_theta = GetFloat(j, "rope_theta", 10000.0f);
+  if (!top_theta.ok()) return top_theta.status();
+  auto theta = rope != nullptr ? GetFloat(*rope, "rope_theta", *top_theta) : top_theta;
   if (!theta.ok()) return theta.status();
+  if (rope != nullptr && rope->contains("rope_theta") && j.contains("rope_theta") &&
+      *theta != *top_theta) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: rope_theta %g disagrees with rope_parameters.rope_theta %g",
+                        *top_theta, *theta));
+  }
   c.rope_theta = *theta;
   auto eps = GetFloat(j, "rms_norm_eps", 1e-6f);
   if (!eps.ok()) return eps.status();
@@ -200,9 +272,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
     c.qkv_bias = c.qkv_bias || it->get<bool>();
   }
-  if (auto it = j.find("rope_scaling"); it != j.end() && !it->is_null()) {
-    if (!it->is_object())
-      return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
+  if (rope != nullptr) {
+    const json* it = rope;
     auto legacy_type = GetString(*it, "type", "");
     if (!legacy_type.ok()) return legacy_type.status();
     auto type_or = GetString(*it, "rope_type", *legacy_type);
@@ -232,7 +303,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
       }
     } else {
       return absl::InvalidArgumentError(
-          absl::StrFormat("config.json: unsupported rope_scaling type \"%s\"", type));
+          absl::StrFormat("config.json: unsupported rope type \"%s\" (Tandem has default, "
+                          "linear and llama3)",
+                          type));
     }
   }
   auto bos = GetInt(j, "bos_token_id", -1);
