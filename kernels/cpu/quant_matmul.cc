@@ -256,6 +256,60 @@ TANDEM_AVX2 void RowDotsAvx2(const uint8_t* row, const ActBlock* const* a, int64
   for (int t = 0; t < NT; ++t) out[t] = simd::HorizontalSum(acc[t]) + offset[t];
 }
 
+// 32 int32 values (4 vectors, in order) saturated to int8, in order.
+TANDEM_AVX2 inline __m256i PackInt8(const __m256i* p, __m256i order) {
+  const __m256i w =
+      _mm256_packs_epi16(_mm256_packs_epi32(p[0], p[1]), _mm256_packs_epi32(p[2], p[3]));
+  return _mm256_permutevar8x32_epi32(w, order);
+}
+
+TANDEM_AVX2 inline int SumI32(__m256i a) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// kernels/quant.h QuantizeActivations, 32 elements per iteration: the same rounding (to nearest
+// even), the int32 results packed to int8 in order.
+TANDEM_AVX2 void QuantizeActivationsAvx2(const float* x, ActBlock* out, int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+  constexpr int kRound = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t i = 0; i < n / kActBlock; ++i) {
+    const float* xb = x + i * kActBlock;
+    __m256 v[4];
+    for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(xb + 8 * j);
+    const __m256 m =
+        _mm256_max_ps(_mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                      _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    const float amax = _mm_cvtss_f32(m4);
+    const float d = amax / 127, unit = d / 128;
+    const __m256 inv = _mm256_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    const __m256 inv_unit = _mm256_set1_ps(d > 0 ? 1.0f / unit : 0.0f);
+    const __m256 vd = _mm256_set1_ps(d);
+    __m256i q[4], r[4], sums[4];
+    for (int j = 0; j < 4; ++j) {
+      const __m256 qf = _mm256_round_ps(_mm256_mul_ps(v[j], inv), kRound);
+      const __m256 rest = _mm256_mul_ps(_mm256_sub_ps(v[j], _mm256_mul_ps(vd, qf)), inv_unit);
+      q[j] = _mm256_cvtps_epi32(qf);
+      r[j] = _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(rest), lo), hi);
+      sums[j] = _mm256_add_epi32(_mm256_slli_epi32(q[j], 7), r[j]);
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].q), PackInt8(q, order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out[i].r), PackInt8(r, order));
+    const int sum16 = SumI32(_mm256_add_epi32(sums[0], sums[1]));
+    const int sum = sum16 + SumI32(_mm256_add_epi32(sums[2], sums[3]));
+    out[i].unit = unit;
+    out[i].sum = unit * static_cast<float>(sum);
+    out[i].sum16 = unit * static_cast<float>(sum16);
+  }
+}
+
 template <DType T>
 TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBlock* acts,
                           const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1) {
@@ -325,11 +379,16 @@ void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, floa
   thread_local std::vector<ActBlock> buffer;
   buffer.resize(static_cast<size_t>(n * blocks));
   ActBlock* acts = buffer.data();
-  ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
-      QuantizeActivations(x + t * w.cols, acts + t * blocks, w.cols);
-  });
   const bool avx2 = ActiveIsa() == Isa::kAvx2;
+  ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (avx2) {
+        QuantizeActivationsAvx2(x + t * w.cols, acts + t * blocks, w.cols);
+      } else {
+        QuantizeActivations(x + t * w.cols, acts + t * blocks, w.cols);
+      }
+    }
+  });
   switch (w.dtype) {
     case DType::kQ8_0:
       return RunRows<DType::kQ8_0>(avx2, w, acts, bias, y, n, pool);
