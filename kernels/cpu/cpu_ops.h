@@ -31,10 +31,18 @@ float Dot(const float* a, const float* b, int64_t n);
 // See Backend for the contracts.
 void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
             ThreadPool* pool = nullptr);
-// Matmul with block-quantized weights (w.cols a multiple of 32): activations quantized to int8
-// per 32, integer dot products (kernels/cpu/quant_matmul.cc). Matmul calls it for them.
+// Matmul with block-quantized weights (w.cols a multiple of 32; kernels/cpu/quant_matmul.cc).
+// Decode (n < kQuantGemmTokens, or the scalar ISA): activations quantized per 32 into two int8
+// parts, integer dot products. Prefill and batched decode with AVX2: each thread dequantizes a
+// tile of rows into float32 and runs the float32 GEMM on it (the weights stay quantized in
+// memory; each is decoded once per call instead of once per token group). Matmul calls it.
+inline constexpr int kQuantGemmTokens = 8;
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool = nullptr);
+// Building block of the quantized prefill: y[t, r] (ld ldy) = x[t, :] · w[r, :] (+ bias[r]) for
+// a float32 tile w [rows, cols] of contiguous rows, n tokens, on the calling thread. AVX2 only.
+void GemmF32TileAvx2(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
+                     float* y, int64_t ldy, int n);
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps,
              ThreadPool* pool = nullptr);
 void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, const float* inv_freq,

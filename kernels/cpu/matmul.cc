@@ -110,7 +110,7 @@ TANDEM_AVX2 void TileAt(const void* const* w, const float* x, int64_t ldx, int64
 // next to the token rows streaming past it.
 template <DType D>
 TANDEM_AVX2 void GemmRowsAvx2(const float* x, const WeightRef& w, const float* bias, float* y,
-                              int n, int64_t r0, int64_t r1) {
+                              int64_t ldy, int n, int64_t r0, int64_t r1) {
   constexpr int64_t kEsize = D == DType::kF32 ? 4 : 2;
   const int64_t cols = w.cols, row_bytes = cols * kEsize;
   const int64_t depth_blocks = (cols + kDepthBlock - 1) / kDepthBlock;
@@ -139,18 +139,18 @@ TANDEM_AVX2 void GemmRowsAvx2(const float* x, const WeightRef& w, const float* b
         int t = tb, g = 0;
         for (; t + kTileTokens <= te; t += kTileTokens, ++g) {
           next.Prefetch(g);
-          TileAt<D, kTileTokens>(rows, xk, cols, depth, bias, accumulate, y, w.rows, t, r, nr);
+          TileAt<D, kTileTokens>(rows, xk, cols, depth, bias, accumulate, y, ldy, t, r, nr);
         }
         if (t < te) next.Prefetch(g);
         switch (te - t) {
           case 1:
-            TileAt<D, 1>(rows, xk, cols, depth, bias, accumulate, y, w.rows, t, r, nr);
+            TileAt<D, 1>(rows, xk, cols, depth, bias, accumulate, y, ldy, t, r, nr);
             break;
           case 2:
-            TileAt<D, 2>(rows, xk, cols, depth, bias, accumulate, y, w.rows, t, r, nr);
+            TileAt<D, 2>(rows, xk, cols, depth, bias, accumulate, y, ldy, t, r, nr);
             break;
           case 3:
-            TileAt<D, 3>(rows, xk, cols, depth, bias, accumulate, y, w.rows, t, r, nr);
+            TileAt<D, 3>(rows, xk, cols, depth, bias, accumulate, y, ldy, t, r, nr);
             break;
           default:
             break;
@@ -223,11 +223,16 @@ void MatmulAvx2(const float* x, const WeightRef& w, const float* bias, float* y,
   } else {
     // 96-row chunks: each goes once through every x block.
     ParallelFor(pool, w.rows, 32 * kTileRows,
-                [&](int64_t r0, int64_t r1) { GemmRowsAvx2<D>(x, w, bias, y, n, r0, r1); });
+                [&](int64_t r0, int64_t r1) { GemmRowsAvx2<D>(x, w, bias, y, w.rows, n, r0, r1); });
   }
 }
 
 }  // namespace
+
+void GemmF32TileAvx2(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
+                     float* y, int64_t ldy, int n) {
+  GemmRowsAvx2<DType::kF32>(x, WeightRef{DType::kF32, w, rows, cols}, bias, y, ldy, n, 0, rows);
+}
 
 float Dot(const float* a, const float* b, int64_t n) {
   return ActiveIsa() == Isa::kAvx2 ? simd::Dot(a, b, n) : DotScalar(a, b, n);

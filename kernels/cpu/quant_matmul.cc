@@ -370,10 +370,76 @@ void RunRows(bool avx2, const WeightRef& w, const ActBlock* acts, const float* b
   });
 }
 
+// Rows [r0, r1) of w as float32 rows of blocks * 32 values in dst.
+template <DType T>
+TANDEM_AVX2 void DequantizeRowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, int64_t r0,
+                                    int64_t r1, float* dst) {
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    float* out = dst + (r - r0) * blocks * kActBlock;
+    for (int64_t k = 0; k < blocks; ++k, out += kActBlock) {
+      const __m256i q = BytesOf<T>(row, k);
+      const RawScales raw = RawScalesOf<T>(row, k);
+      const float h0 = _cvtsh_ss(raw.h0), h1 = _cvtsh_ss(raw.h1);
+      const __m128i halves[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
+      for (int h = 0; h < 2; ++h) {
+        const __m256 s = _mm256_set1_ps(h0 * (h == 0 ? raw.a0 : raw.a1));
+        const __m256 c = _mm256_set1_ps(h1 * (h == 0 ? raw.b0 : raw.b1));
+        for (int g = 0; g < 2; ++g) {
+          const __m128i bytes = g == 0 ? halves[h] : _mm_srli_si128(halves[h], 8);
+          const __m256i ints =
+              T == DType::kQ8_0 ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
+          _mm256_storeu_ps(out + 16 * h + 8 * g, _mm256_fmadd_ps(_mm256_cvtepi32_ps(ints), s, c));
+        }
+      }
+    }
+  }
+}
+
+constexpr int64_t kGemmTileRows = 48;  // a float32 tile of up to 48 x 1536 x 4 B fits in L2
+
+template <DType T>
+void GemmRows(const float* x, const WeightRef& w, const float* bias, float* y, int n,
+              ThreadPool* pool) {
+  const int64_t blocks = w.cols / kActBlock, row_bytes = RowBytes(w.dtype, w.cols);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  ParallelFor(pool, w.rows, kGemmTileRows, [&](int64_t r0, int64_t r1) {
+    thread_local std::vector<float> tile;
+    tile.resize(static_cast<size_t>(kGemmTileRows * w.cols));
+    for (int64_t r = r0; r < r1; r += kGemmTileRows) {
+      const int64_t nr = std::min(kGemmTileRows, r1 - r);
+      DequantizeRowsAvx2<T>(data, row_bytes, blocks, r, r + nr, tile.data());
+      GemmF32TileAvx2(x, tile.data(), nr, w.cols, bias ? bias + r : nullptr, y + r, w.rows, n);
+    }
+  });
+}
+
 }  // namespace
 
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
+  if (n >= kQuantGemmTokens && ActiveIsa() == Isa::kAvx2) {
+    switch (w.dtype) {
+      case DType::kQ8_0:
+        return GemmRows<DType::kQ8_0>(x, w, bias, y, n, pool);
+      case DType::kQ4_0:
+        return GemmRows<DType::kQ4_0>(x, w, bias, y, n, pool);
+      case DType::kQ4_1:
+        return GemmRows<DType::kQ4_1>(x, w, bias, y, n, pool);
+      case DType::kQ5_0:
+        return GemmRows<DType::kQ5_0>(x, w, bias, y, n, pool);
+      case DType::kQ5_1:
+        return GemmRows<DType::kQ5_1>(x, w, bias, y, n, pool);
+      case DType::kQ4_K:
+        return GemmRows<DType::kQ4_K>(x, w, bias, y, n, pool);
+      case DType::kQ5_K:
+        return GemmRows<DType::kQ5_K>(x, w, bias, y, n, pool);
+      case DType::kQ6_K:
+        return GemmRows<DType::kQ6_K>(x, w, bias, y, n, pool);
+      default:
+        return;
+    }
+  }
   const int64_t blocks = w.cols / kActBlock;
   // The calling thread's buffer (pool threads reach it through the pointer).
   thread_local std::vector<ActBlock> buffer;
