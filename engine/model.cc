@@ -29,9 +29,11 @@ absl::StatusOr<DType> ParseWeightDType(std::string_view name) {
 
 namespace {
 
-// The dtype a matrix of `cols` columns takes when converted to `dtype`.
+// The dtype a matrix of `cols` columns takes when converted to `dtype`: f16 when its rows are
+// not whole 32-element blocks (as llama-quantize does).
 DType FitDType(DType dtype, int64_t cols) {
   if (cols % BlockElems(dtype) == 0) return dtype;
+  if (cols % 32 != 0) return DType::kF16;
   switch (dtype) {
     case DType::kQ4_K:
       return DType::kQ5_0;

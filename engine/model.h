@@ -54,7 +54,8 @@ struct ModelWeights {
   // Converts every matrix not already stored as `dtype` into a buffer owned here (a tied
   // classifier stays the same buffer as the embedding). To a quantized dtype, a matrix whose
   // rows are not whole blocks of it takes the nearest type with 32-element blocks, as
-  // llama.cpp's quantizer does (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0).
+  // llama.cpp's quantizer does (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0; rows that are not
+  // whole 32-element blocks: f16).
   void ConvertMatrices(DType dtype);
 };
 

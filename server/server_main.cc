@@ -113,6 +113,14 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "--version") {
+    std::printf("tandem-server %s\n", TANDEM_VERSION);
+    return 0;
+  }
+  if (std::any_of(args.begin(), args.end(),
+                  [](const std::string& a) { return a == "--help" || a == "-h"; })) {
+    args = {"--help"};
+  }
   if (!args.empty() && (args[0] == "--help" || args[0] == "help")) {
     std::fputs(kUsage, stdout);
     return 0;

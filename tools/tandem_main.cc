@@ -490,13 +490,72 @@ int ModelCommand(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace tandem
 
+namespace tandem {
+namespace {
+
+// The entries of kUsage's command list for `command` (a command's entries start on a line
+// indented by two spaces with its name), and the closing notes after the list.
+std::string CommandUsage(const std::string& command) {
+  std::string out = "usage:\n";
+  const std::string usage = kUsage;
+  bool in_commands = false, selected = false;
+  size_t pos = 0;
+  while (pos < usage.size()) {
+    const size_t end = std::min(usage.find('\n', pos), usage.size());
+    const std::string line = usage.substr(pos, end - pos);
+    pos = end + 1;
+    if (line == "commands:") {
+      in_commands = true;
+      continue;
+    }
+    if (!in_commands) continue;
+    if (line.empty()) {
+      in_commands = false;
+      out += "\n";
+      continue;
+    }
+    if (line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
+      selected = line.compare(2, command.size() + 1, command + " ") == 0;
+    }
+    if (selected) out += line + "\n";
+  }
+  // The notes after the command list (what PATH and a tokenizer are).
+  const size_t notes = usage.find("\n\n", usage.find("commands:"));
+  if (notes != std::string::npos) out += usage.substr(notes + 2);
+  return out;
+}
+
+bool AsksForHelp(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") return true;
+  }
+  return false;
+}
+
+}  // namespace
+}  // namespace tandem
+
 int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
     std::fputs(tandem::kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
+  if (std::string(argv[1]) == "--version") {
+    std::printf("tandem %s\n", TANDEM_VERSION);
+    return 0;
+  }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  // Every command answers --help (`tandem plan --help` with its own, longer text).
+  if (tandem::AsksForHelp(args) && !(cmd == "plan" && args[0] == "--help")) {
+    const std::string text = tandem::CommandUsage(cmd);
+    if (text.find("\n  " + cmd + " ") == std::string::npos) {
+      std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
+      return 2;
+    }
+    std::fputs(text.c_str(), stdout);
+    return 0;
+  }
   if (cmd == "generate") return tandem::Generate(args);
   if (cmd == "score") return tandem::Score(args);
   if (cmd == "tokenize") return tandem::Tokenize(args);

@@ -91,6 +91,11 @@ TEST_F(GgufTest, QuantizingAtLoadFallsBackForPartialBlocks) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ((*m)->weights().layers[0].wq.dtype, DType::kQ5_0);  // 96 columns
   EXPECT_EQ((*m)->weights().layers[0].w2.dtype, DType::kQ4_K);  // 256 columns
+  // stories260K's hidden size (172) is not a whole number of blocks: f16 rows.
+  auto s260 = Model::Load(testing::Stories260K(), backend.get(), DType::kQ8_0);
+  ASSERT_TRUE(s260.ok()) << s260.status();
+  EXPECT_EQ((*s260)->weights().layers[0].w2.dtype, DType::kF16);
+  EXPECT_EQ((*s260)->weights().layers[0].wq.dtype, DType::kQ8_0);
   EXPECT_EQ(ParseWeightDType("q4_k").value(), DType::kQ4_K);
   EXPECT_EQ(ParseWeightDType("int3").status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -160,5 +160,45 @@ TEST(CliTest, ModelConvertAndRandom) {
   EXPECT_EQ(r.exit_code, 0) << Stderr();  // random weights: the text is noise, the run is not
 }
 
+TEST(CliTest, EveryCommandAnswersHelpAndVersion) {
+  for (const std::string cmd :
+       {"generate", "score", "tokenize", "detokenize", "up", "bench", "plan", "model"}) {
+    for (const std::string flag : {" --help", " -h", " --model x --help"}) {
+      const Result r = RunTandem(cmd + flag);
+      EXPECT_EQ(r.exit_code, 0) << cmd << flag << ": " << Stderr();
+      EXPECT_NE(r.out.find(cmd), std::string::npos) << cmd << flag << ": " << r.out;
+    }
+  }
+  Result r = RunTandem("generate --help");
+  EXPECT_NE(r.out.find("--dtype DTYPE"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("detokenize --tokenizer"), std::string::npos) << "only generate's entries";
+  r = RunTandem("nope --help");
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunTandem("--version");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.out.rfind("tandem ", 0), 0u) << r.out;
+  // The server binaries too.
+  for (const std::string bin : {"tandem-server", "tandem-router"}) {
+    for (const std::string flag : {" --help", " --role=decode --help", " --version"}) {
+      const std::string cmd = testing::BinDir() + "/" + bin + flag + " >/dev/null 2>&1";
+      EXPECT_EQ(std::system(cmd.c_str()), 0) << bin << flag;
+    }
+  }
+}
+
+TEST(CliTest, GgufModelConvertsAndRejectsQuantizedRandom) {
+  testing::TempDir dir;
+  Result r = RunTandem("model random --shape stories260K --dtype q4_0 --out " + dir.path() + "/q");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(Stderr().find("safetensors"), std::string::npos) << Stderr();
+  r = RunTandem("generate --model " + testing::Stories260K() + " --dtype int3 --prompt hi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(Stderr().find("q4_k"), std::string::npos) << Stderr();
+  // A llama2.c checkpoint quantized at load still speaks (the text differs from f32).
+  r = RunTandem("generate --model " + testing::Stories260K() +
+                " --dtype q8_0 --prompt 'Once upon a time' --temperature 0 --max-tokens 12");
+  EXPECT_EQ(r.exit_code, 0) << Stderr();
+}
+
 }  // namespace
 }  // namespace tandem
