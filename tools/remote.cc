@@ -155,6 +155,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   router_args.insert(router_args.end(), common.begin(), common.end());
   if (!o.api_keys_file.empty())
     router_args.insert(router_args.end(), {"--api-keys-file", o.api_keys_file});
+  router_args.insert(router_args.end(), o.extra_router_flags.begin(), o.extra_router_flags.end());
   ServerProcess r = StartServerProcess(bin, router_args);
   if (r.pid > 0) children.push_back(r.pid);
   if (r.address.empty()) {

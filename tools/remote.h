@@ -46,6 +46,7 @@ struct ClusterOptions {
   int http_port = 0;          // the router's OpenAI-compatible HTTP API
   std::string server_binary;  // tandem-server; default: next to the running executable
   std::vector<std::string> extra_worker_flags;
+  std::vector<std::string> extra_router_flags;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
   // The cluster's secret for every process; empty: a new one in a private temporary folder,

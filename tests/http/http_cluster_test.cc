@@ -3,7 +3,11 @@
 // seeded; logprobs agree with gRPC and with Score; errors come in OpenAI's shape with the right
 // status and the field named; API keys; a client that disconnects frees its request on every
 // worker; the deadline is 504; a full router is 429.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <fstream>
@@ -236,6 +240,56 @@ TEST(HttpClusterTest, LogprobsAgreeWithGrpcAndScore) {
     ASSERT_EQ(streamed.size(), ids.size());
     for (size_t i = 0; i < ids.size(); ++i) EXPECT_NEAR(streamed[i], lps[i].logprob(), 1e-6);
   }
+}
+
+// `tandem up` passes --served-model-name and --chat-template through to its router.
+TEST(HttpClusterTest, UpPassesTheServedNameAndChatTemplateToTheRouter) {
+  testing::TempDir dir;
+  const std::string log = dir.path() + "/up.log", tmpl = dir.path() + "/t.jinja";
+  std::ofstream(tmpl) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
+                      tok = testing::Tok512();
+    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
+            "--served-model-name", "story", "--chat-template", tmpl.c_str(), nullptr);
+    ::_exit(127);
+  }
+  std::string http;
+  for (int i = 0; i < 600 && http.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    std::string line;
+    bool ready = false;
+    while (std::getline(in, line)) {
+      ready |= line.rfind("ready router=", 0) == 0;
+      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
+    }
+  }
+  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  const HttpReply models = Curl(http, "/v1/models");
+  EXPECT_EQ(models.status, 200);
+  EXPECT_EQ(models.Json()["data"][0]["id"], "story") << models.body;
+  const HttpReply chat =
+      Curl(http, "/v1/chat/completions",
+           R"({"model": "story", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2,
+          "temperature": 0, "logprobs": false})");
+  // stories260K has no chat template of its own: a chat answer means --chat-template arrived,
+  // and the prompt is the template's rendering.
+  EXPECT_EQ(chat.status, 200) << chat.body;
+  auto tok = LoadTokenizer(testing::Tok512(), 512);
+  ASSERT_TRUE(tok.ok());
+  const int rendered = static_cast<int>((*tok)->Encode("<user>hi", false).size());
+  const int prompt_tokens = chat.Json()["usage"]["prompt_tokens"].get<int>();
+  EXPECT_TRUE(prompt_tokens == rendered || prompt_tokens == rendered + 1) << chat.body;
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
 }
 
 TEST(HttpClusterTest, ErrorsModelsAndHealth) {
