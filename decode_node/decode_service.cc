@@ -1,6 +1,6 @@
 #include "decode_node/decode_service.h"
 
-#include "server/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace tandem {
 

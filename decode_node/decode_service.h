@@ -6,7 +6,7 @@
 
 #include "decode_node/decode_engine.h"
 #include "kv_transfer/nccl/nccl_transport.h"
-#include "server/internal_auth.h"
+#include "rpc/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "http/openai.h"
 #include "metrics/metrics.h"
-#include "server/tls.h"
+#include "rpc/tls.h"
 
 namespace tandem {
 

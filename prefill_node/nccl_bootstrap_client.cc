@@ -8,8 +8,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "server/grpc_util.h"
-#include "server/internal_auth.h"
+#include "rpc/grpc_util.h"
+#include "rpc/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "prefill_node/prefill_engine.h"
-#include "server/internal_auth.h"
+#include "rpc/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {

@@ -4,7 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "server/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace tandem {
 namespace {

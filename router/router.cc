@@ -8,7 +8,7 @@
 #include "absl/time/clock.h"
 #include "engine/block_pool.h"
 #include "engine/stop.h"
-#include "server/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace tandem {
 namespace {

@@ -24,8 +24,8 @@
 #include "metrics/metrics.h"
 #include "router/ingress.h"
 #include "router/registry.h"
-#include "server/api_keys.h"
-#include "server/internal_auth.h"
+#include "rpc/api_keys.h"
+#include "rpc/internal_auth.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
@@ -57,7 +57,7 @@ struct RouterOptions {
   int keepalive_ms = 10000;
   // Bearer tokens required on the Generation API (none: open).
   ApiKeys api_keys;
-  // The credentials of the calls to workers (server/tls.h MakePeerChannelCredentials); nullptr:
+  // The credentials of the calls to workers (rpc/tls.h MakePeerChannelCredentials); nullptr:
   // plaintext.
   std::shared_ptr<grpc::ChannelCredentials> worker_credentials;
   // The cluster's credentials: checked on every registry call, proven on every call to a

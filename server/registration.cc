@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/grpc_util.h"
+#include "rpc/grpc_util.h"
 
 namespace tandem {
 

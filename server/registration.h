@@ -21,7 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/scheduler.h"
-#include "server/internal_auth.h"
+#include "rpc/internal_auth.h"
 #include "tandem/v1/worker.grpc.pb.h"
 
 namespace tandem {
@@ -37,7 +37,7 @@ std::string JoinHostPort(const std::string& host, int port);
 struct RegistrationOptions {
   absl::Duration resolve_interval = absl::Seconds(10);      // re-resolving the router name
   absl::Duration retry_interval = absl::Milliseconds(200);  // before a router accepted us
-  // Of the channels to the routers (nullptr: plaintext); TLS/mTLS from server/tls.h.
+  // Of the channels to the routers (nullptr: plaintext); TLS/mTLS from rpc/tls.h.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
   // The cluster's proof on every call (the routers' registries refuse calls without it).
   std::shared_ptr<const InternalAuth> auth;

@@ -36,10 +36,10 @@
 #include "prefill_node/prefill_engine.h"
 #include "prefill_node/prefill_service.h"
 #include "router/router.h"
+#include "rpc/internal_auth.h"
+#include "rpc/tls.h"
 #include "security/cluster_secret.h"
-#include "server/internal_auth.h"
 #include "server/registration.h"
-#include "server/tls.h"
 #include "tools/flags.h"
 
 namespace tandem {

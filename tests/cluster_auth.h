@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "rpc/internal_auth.h"
 #include "security/cluster_secret.h"
-#include "server/internal_auth.h"
 #include "tests/test_util.h"
 
 namespace tandem::testing {

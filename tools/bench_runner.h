@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "server/tls.h"
+#include "rpc/tls.h"
 #include "tools/loadgen.h"
 
 namespace tandem::bench {

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "server/tls.h"
+#include "rpc/tls.h"
 
 namespace tandem::bench {
 

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "rpc/grpc_util.h"
+#include "rpc/internal_auth.h"
+#include "rpc/tls.h"
 #include "security/cluster_secret.h"
-#include "server/grpc_util.h"
-#include "server/internal_auth.h"
-#include "server/tls.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "tools/server_process.h"

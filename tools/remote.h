@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/sampler.h"
-#include "server/tls.h"
+#include "rpc/tls.h"
 
 namespace tandem {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/tls.h"
+#include "rpc/tls.h"
 #include "tools/flags.h"
 
 int main(int argc, char** argv) {

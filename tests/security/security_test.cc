@@ -17,8 +17,8 @@
 
 #include "absl/strings/match.h"
 #include "kv_transfer/kv_auth.h"
+#include "rpc/tls.h"
 #include "security/secure_socket.h"
-#include "server/tls.h"
 #include "tests/serving/cluster.h"
 #include "tools/remote.h"
 

@@ -2,8 +2,8 @@
 // per line ('#' starts a comment, blank lines ignored). A request is allowed when its
 // `authorization` header is "Bearer KEY" for one of the keys. No gRPC here: both front ends use
 // it.
-#ifndef TANDEM_SERVER_API_KEYS_H_
-#define TANDEM_SERVER_API_KEYS_H_
+#ifndef TANDEM_RPC_API_KEYS_H_
+#define TANDEM_RPC_API_KEYS_H_
 
 #include <string>
 #include <vector>
@@ -34,4 +34,4 @@ class ApiKeys {
 
 }  // namespace tandem
 
-#endif  // TANDEM_SERVER_API_KEYS_H_
+#endif  // TANDEM_RPC_API_KEYS_H_

@@ -1,4 +1,4 @@
-#include "server/tls.h"
+#include "rpc/tls.h"
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/security/credentials.h>

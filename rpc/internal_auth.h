@@ -9,8 +9,8 @@
 //     to make the call.
 // When both are configured, both are required. Health checks stay open on every port (they
 // reveal only whether the process serves).
-#ifndef TANDEM_SERVER_INTERNAL_AUTH_H_
-#define TANDEM_SERVER_INTERNAL_AUTH_H_
+#ifndef TANDEM_RPC_INTERNAL_AUTH_H_
+#define TANDEM_RPC_INTERNAL_AUTH_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -80,4 +80,4 @@ class InternalAuth {
 
 }  // namespace tandem
 
-#endif  // TANDEM_SERVER_INTERNAL_AUTH_H_
+#endif  // TANDEM_RPC_INTERNAL_AUTH_H_

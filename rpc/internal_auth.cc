@@ -1,4 +1,4 @@
-#include "server/internal_auth.h"
+#include "rpc/internal_auth.h"
 
 #include <vector>
 

@@ -1,11 +1,11 @@
 // The gRPC credentials of Tandem's ports and channels, made from a TlsConfig
 // (security/tls_config.h), and the client side's API key. No gRPC headers here: the CLI's plain
-// headers carry these structs; the credentials come from server/tls.cc.
+// headers carry these structs; the credentials come from rpc/tls.cc.
 //
 // Without a CA, a process's outgoing calls verify peers against gRPC's default roots (the
 // system's, or the file named by GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) and present no certificate.
-#ifndef TANDEM_SERVER_TLS_H_
-#define TANDEM_SERVER_TLS_H_
+#ifndef TANDEM_RPC_TLS_H_
+#define TANDEM_RPC_TLS_H_
 
 #include <memory>
 #include <string>
@@ -49,4 +49,4 @@ void AddApiKey(const std::string& api_key, grpc::ClientContext* ctx);
 
 }  // namespace tandem
 
-#endif  // TANDEM_SERVER_TLS_H_
+#endif  // TANDEM_RPC_TLS_H_

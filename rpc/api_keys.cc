@@ -1,4 +1,4 @@
-#include "server/api_keys.h"
+#include "rpc/api_keys.h"
 
 #include <fstream>
 #include <sstream>

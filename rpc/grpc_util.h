@@ -1,6 +1,6 @@
 // Small helpers shared by the gRPC services: status conversion and proto <-> engine types.
-#ifndef TANDEM_SERVER_GRPC_UTIL_H_
-#define TANDEM_SERVER_GRPC_UTIL_H_
+#ifndef TANDEM_RPC_GRPC_UTIL_H_
+#define TANDEM_RPC_GRPC_UTIL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -98,4 +98,4 @@ inline v1::WorkerLoad ToProto(const WorkerLoadSnapshot& l) {
 
 }  // namespace tandem
 
-#endif  // TANDEM_SERVER_GRPC_UTIL_H_
+#endif  // TANDEM_RPC_GRPC_UTIL_H_
