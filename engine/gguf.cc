@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -16,33 +17,18 @@ constexpr uint64_t kMaxCount = 1 << 24;  // tensors, metadata keys, array elemen
 constexpr uint64_t kMaxString = 1 << 28;
 constexpr int kMaxDims = 4;
 
+// The ggml type ids of the dtypes Tandem computes with.
+constexpr std::pair<uint32_t, DType> kGgmlTypes[] = {
+    {0, DType::kF32},   {1, DType::kF16},   {2, DType::kQ4_0},  {3, DType::kQ4_1},
+    {6, DType::kQ5_0},  {7, DType::kQ5_1},  {8, DType::kQ8_0},  {12, DType::kQ4_K},
+    {13, DType::kQ5_K}, {14, DType::kQ6_K}, {30, DType::kBF16},
+};
+
 std::optional<DType> DTypeOfGgml(uint32_t t) {
-  switch (t) {
-    case 0:
-      return DType::kF32;
-    case 1:
-      return DType::kF16;
-    case 2:
-      return DType::kQ4_0;
-    case 3:
-      return DType::kQ4_1;
-    case 6:
-      return DType::kQ5_0;
-    case 7:
-      return DType::kQ5_1;
-    case 8:
-      return DType::kQ8_0;
-    case 12:
-      return DType::kQ4_K;
-    case 13:
-      return DType::kQ5_K;
-    case 14:
-      return DType::kQ6_K;
-    case 30:
-      return DType::kBF16;
-    default:
-      return std::nullopt;
+  for (const auto& [id, dtype] : kGgmlTypes) {
+    if (id == t) return dtype;
   }
+  return std::nullopt;
 }
 
 // A bounds-checked little-endian reader over the mapping.
@@ -220,6 +206,13 @@ int64_t GgufTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : dims) n *= d;
   return n;
+}
+
+std::optional<uint32_t> GgmlTypeOf(DType dtype) {
+  for (const auto& [id, d] : kGgmlTypes) {
+    if (d == dtype) return id;
+  }
+  return std::nullopt;
 }
 
 std::string GgmlTypeName(uint32_t ggml_type) {

@@ -59,6 +59,9 @@ struct GgufTensor {
   int64_t numel() const;
 };
 
+// The ggml type id of a dtype (nullopt for the ones GGUF files do not hold, e.g. fp8).
+std::optional<uint32_t> GgmlTypeOf(DType dtype);
+
 // The ggml type names Tandem reads ("F32", "Q4_K", ...); "type N" for others.
 std::string GgmlTypeName(uint32_t ggml_type);
 

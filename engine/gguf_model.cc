@@ -158,7 +158,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path) {
   auto file = GgufFile::Read(path);
   if (!file.ok()) return file.status();
-  const GgufFile& f = *file;
+  return LoadGgufModel(*file);
+}
+
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& f) {
   auto config = GgufModelConfig(f);
   if (!config.ok()) return config.status();
   ModelConfig c = *config;
@@ -171,7 +174,7 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::st
     const GgufTensor* t = f.Tensor(name);
     if (t == nullptr) {
       if (status.ok())
-        status = absl::DataLossError(absl::StrFormat("%s: no tensor %s", path, name));
+        status = absl::DataLossError(absl::StrFormat("%s: no tensor %s", f.path(), name));
       return nullptr;
     }
     if (t->dims != dims) {
@@ -179,8 +182,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::st
       for (auto d : t->dims) got += absl::StrFormat("%d,", d);
       for (auto d : dims) want += absl::StrFormat("%d,", d);
       if (status.ok()) {
-        status = absl::DataLossError(
-            absl::StrFormat("%s: tensor %s has dims [%s], expected [%s]", path, name, got, want));
+        status = absl::DataLossError(absl::StrFormat("%s: tensor %s has dims [%s], expected [%s]",
+                                                     f.path(), name, got, want));
       }
       return nullptr;
     }
@@ -189,7 +192,7 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::st
         status = absl::UnimplementedError(
             absl::StrFormat("%s: tensor %s is %s, a type Tandem does not compute with (F32, F16, "
                             "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
-                            path, name, GgmlTypeName(t->ggml_type)));
+                            f.path(), name, GgmlTypeName(t->ggml_type)));
       }
       return nullptr;
     }

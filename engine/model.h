@@ -113,9 +113,11 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
     std::shared_ptr<MappedFile> file);
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
-// GGUF file (engine/gguf.h): architectures llama, mistral and qwen2.
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
 class GgufFile;
+// GGUF file (engine/gguf.h): architectures llama, mistral and qwen2; from a path or a file
+// already read.
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);
 // The configuration a GGUF file's metadata describes; a metadata key that changes the math and
 // that Tandem does not implement is UNIMPLEMENTED naming it.
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);

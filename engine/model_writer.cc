@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -75,59 +76,12 @@ std::string PermuteForHalfRope(const WeightRef& w, int n_heads) {
 
 }  // namespace
 
-absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string& out_dir) {
-  auto loaded = LoadLlama2cCheckpoint(checkpoint);
-  if (!loaded.ok()) return loaded.status();
-  ModelConfig c = loaded->first;
-  const ModelWeights& w = loaded->second;
-  c.architecture = "LlamaForCausalLM";
-  c.rope_style = RopeStyle::kHalf;
-  // run.c stops when BOS is produced: keep that as the converted model's EOS.
-  c.bos_token_id = 1;
-  c.eos_token_ids = {1};
-  if (absl::Status s = MakeDir(out_dir); !s.ok()) return s;
-  const auto specs = HfTensorSpecs(c, DType::kF32);
-  auto produce = [&](const TensorSpec& t) -> std::string {
-    const std::string& n = t.name;
-    if (n == "model.embed_tokens.weight")
-      return FloatBytes(static_cast<const float*>(w.token_embedding.data), t.numel());
-    if (n == "lm_head.weight")
-      return FloatBytes(static_cast<const float*>(w.classifier.data), t.numel());
-    if (n == "model.norm.weight") return FloatBytes(w.final_norm, t.numel());
-    int l = 0;
-    char field[128] = {0};
-    if (std::sscanf(n.c_str(), "model.layers.%d.%127s", &l, field) != 2) return {};
-    const LayerWeights& lw = w.layers[l];
-    const std::string f = field;
-    auto m = [&](const WeightRef& r) {
-      return FloatBytes(static_cast<const float*>(r.data), t.numel());
-    };
-    if (f == "input_layernorm.weight") return FloatBytes(lw.attn_norm, t.numel());
-    if (f == "post_attention_layernorm.weight") return FloatBytes(lw.ffn_norm, t.numel());
-    if (f == "self_attn.q_proj.weight") return PermuteForHalfRope(lw.wq, c.n_heads);
-    if (f == "self_attn.k_proj.weight") return PermuteForHalfRope(lw.wk, c.n_kv_heads);
-    if (f == "self_attn.v_proj.weight") return m(lw.wv);
-    if (f == "self_attn.o_proj.weight") return m(lw.wo);
-    if (f == "mlp.gate_proj.weight") return m(lw.w1);
-    if (f == "mlp.up_proj.weight") return m(lw.w3);
-    if (f == "mlp.down_proj.weight") return m(lw.w2);
-    return {};
-  };
-  if (absl::Status s = WriteSafetensors(out_dir + "/model.safetensors", specs, produce); !s.ok())
-    return s;
-  return WriteStringToFile(out_dir + "/config.json", c.ToHfJson());
-}
+namespace {
 
-absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
-  auto file = GgufFile::Read(gguf_path);
-  if (!file.ok()) return file.status();
-  auto tokenizer = GgufTokenizer(*file);
-  if (!tokenizer.ok()) return tokenizer.status();
-  auto loaded = LoadGgufModel(gguf_path);
-  if (!loaded.ok()) return loaded.status();
-  const ModelConfig& c = loaded->first;
-  ModelWeights& w = loaded->second;
-  w.ConvertMatrices(DType::kF32);  // q/k rows are already in HF order
+// Writes `out_dir`/model.safetensors (float32, from float32 weights `w`) and config.json;
+// `qk(matrix, heads)` gives the bytes of the q and k projections (their row order).
+absl::Status WriteHfModel(const std::string& out_dir, const ModelConfig& c, const ModelWeights& w,
+                          const std::function<std::string(const WeightRef&, int)>& qk) {
   if (absl::Status s = MakeDir(out_dir); !s.ok()) return s;
   auto matrix = [](const WeightRef& r) {
     return FloatBytes(static_cast<const float*>(r.data), r.rows * r.cols);
@@ -144,8 +98,8 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
     const std::string f = field;
     if (f == "input_layernorm.weight") return FloatBytes(lw.attn_norm, t.numel());
     if (f == "post_attention_layernorm.weight") return FloatBytes(lw.ffn_norm, t.numel());
-    if (f == "self_attn.q_proj.weight") return matrix(lw.wq);
-    if (f == "self_attn.k_proj.weight") return matrix(lw.wk);
+    if (f == "self_attn.q_proj.weight") return qk(lw.wq, c.n_heads);
+    if (f == "self_attn.k_proj.weight") return qk(lw.wk, c.n_kv_heads);
     if (f == "self_attn.v_proj.weight") return matrix(lw.wv);
     if (f == "self_attn.o_proj.weight") return matrix(lw.wo);
     if (f == "self_attn.q_proj.bias") return FloatBytes(lw.bq, t.numel());
@@ -161,7 +115,38 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = WriteStringToFile(out_dir + "/config.json", c.ToHfJson()); !s.ok()) return s;
+  return WriteStringToFile(out_dir + "/config.json", c.ToHfJson());
+}
+
+}  // namespace
+
+absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string& out_dir) {
+  auto loaded = LoadLlama2cCheckpoint(checkpoint);
+  if (!loaded.ok()) return loaded.status();
+  ModelConfig c = loaded->first;
+  c.architecture = "LlamaForCausalLM";
+  c.rope_style = RopeStyle::kHalf;
+  // run.c stops when BOS is produced: keep that as the converted model's EOS.
+  c.bos_token_id = 1;
+  c.eos_token_ids = {1};
+  return WriteHfModel(out_dir, c, loaded->second, PermuteForHalfRope);
+}
+
+absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir) {
+  auto file = GgufFile::Read(gguf_path);
+  if (!file.ok()) return file.status();
+  auto tokenizer = GgufTokenizer(*file);
+  if (!tokenizer.ok()) return tokenizer.status();
+  auto loaded = LoadGgufModel(*file);
+  if (!loaded.ok()) return loaded.status();
+  loaded->second.ConvertMatrices(DType::kF32);
+  // The loader already put the q/k rows in Hugging Face order.
+  auto as_is = [](const WeightRef& r, int) {
+    return FloatBytes(static_cast<const float*>(r.data), r.rows * r.cols);
+  };
+  if (absl::Status s = WriteHfModel(out_dir, loaded->first, loaded->second, as_is); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = WriteStringToFile(out_dir + "/tokenizer.json", tokenizer->tokenizer_json);
       !s.ok()) {
     return s;

@@ -110,14 +110,12 @@ struct Loaded {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
-absl::StatusOr<DType> ParseDType(const std::string& name) { return ParseWeightDType(name); }
-
 absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   if (!f.Has("model")) return absl::InvalidArgumentError("--model is required");
   // --dtype: the weight storage; matrices stored otherwise are converted at load.
   std::optional<DType> weight_dtype;
   if (f.Has("dtype")) {
-    auto dt = ParseDType(f.Get("dtype"));
+    auto dt = ParseWeightDType(f.Get("dtype"));
     if (!dt.ok()) return dt.status();
     weight_dtype = *dt;
   }
@@ -477,7 +475,7 @@ int ModelCommand(const std::vector<std::string>& args) {
     }
     auto config = RandomModelConfig(f->Get("shape"));
     if (!config.ok()) return Fail(config.status());
-    auto dtype_or = ParseDType(f->Get("dtype", "bf16"));
+    auto dtype_or = ParseWeightDType(f->Get("dtype", "bf16"));
     if (!dtype_or.ok()) return Fail(dtype_or.status());
     const DType dtype = *dtype_or;
     if (IsQuantized(dtype)) {

@@ -10,6 +10,7 @@
 // Work: threads split the weight rows; a row's blocks are decoded once per group of 4 tokens.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_ops.h"
@@ -21,16 +22,6 @@ namespace {
 
 constexpr int kGroupTokens = 4;
 constexpr int kTokenBlock = 64;  // tokens whose activations a chunk of rows goes through at once
-
-// Every float16 value as float32: the block scales are read through it (a table lookup is
-// cheaper than converting bits, and needs no F16C on the scalar path).
-struct HalfTable {
-  float values[65536];
-  HalfTable() {
-    for (uint32_t h = 0; h < 65536; ++h) values[h] = F16ToF32(static_cast<uint16_t>(h));
-  }
-};
-const HalfTable kHalf;
 
 // Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j.
 inline void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
@@ -45,7 +36,7 @@ inline void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
 
 // The float part of weight block k (32 elements): s and c for elements [0, 16) and [16, 32),
 // as two float16 values h0, h1 times small factors (s0 = h0 * a0, c0 = h1 * b0, ...), so that
-// each path converts the halves its own way (a table on the scalar path, F16C with AVX2).
+// each path converts the halves its own way (F16C on the AVX2 path).
 struct BlockScales {
   float s0, s1, c0, c1;
 };
@@ -88,11 +79,15 @@ inline RawScales RawScalesOf(const uint8_t* row, int64_t k) {
   }
 }
 
+// The scales from the raw halves converted to h0, h1.
+inline BlockScales ScalesFrom(const RawScales& r, float h0, float h1) {
+  return {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
+}
+
 template <DType T>
 inline BlockScales ScalesOf(const uint8_t* row, int64_t k) {
   const RawScales r = RawScalesOf<T>(row, k);
-  const float h0 = kHalf.values[r.h0], h1 = kHalf.values[r.h1];
-  return {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
+  return ScalesFrom(r, F16ToF32(r.h0), F16ToF32(r.h1));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,8 +225,7 @@ TANDEM_AVX2 void RowDotsAvx2(const uint8_t* row, const ActBlock* const* a, int64
   for (int64_t k = 0; k < blocks; ++k) {
     const __m256i q = BytesOf<T>(row, k);
     const RawScales r = RawScalesOf<T>(row, k);
-    const float h0 = _cvtsh_ss(r.h0), h1 = _cvtsh_ss(r.h1);
-    const BlockScales s = {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
+    const BlockScales s = ScalesFrom(r, _cvtsh_ss(r.h0), _cvtsh_ss(r.h1));
     // One scale for the whole block except Q6_K's two halves.
     const __m256 scale = T == DType::kQ6_K
                              ? _mm256_setr_ps(s.s0, s.s0, s.s0, s.s0, s.s1, s.s1, s.s1, s.s1)
@@ -414,31 +408,38 @@ void GemmRows(const float* x, const WeightRef& w, const float* bias, float* y, i
   });
 }
 
+// Calls fn(std::integral_constant<DType, T>{}) for the quantized type t.
+template <typename Fn>
+void ForQuantType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::kQ8_0:
+      return fn(std::integral_constant<DType, DType::kQ8_0>{});
+    case DType::kQ4_0:
+      return fn(std::integral_constant<DType, DType::kQ4_0>{});
+    case DType::kQ4_1:
+      return fn(std::integral_constant<DType, DType::kQ4_1>{});
+    case DType::kQ5_0:
+      return fn(std::integral_constant<DType, DType::kQ5_0>{});
+    case DType::kQ5_1:
+      return fn(std::integral_constant<DType, DType::kQ5_1>{});
+    case DType::kQ4_K:
+      return fn(std::integral_constant<DType, DType::kQ4_K>{});
+    case DType::kQ5_K:
+      return fn(std::integral_constant<DType, DType::kQ5_K>{});
+    case DType::kQ6_K:
+      return fn(std::integral_constant<DType, DType::kQ6_K>{});
+    default:
+      return;
+  }
+}
+
 }  // namespace
 
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
   if (n >= kQuantGemmTokens && ActiveIsa() == Isa::kAvx2) {
-    switch (w.dtype) {
-      case DType::kQ8_0:
-        return GemmRows<DType::kQ8_0>(x, w, bias, y, n, pool);
-      case DType::kQ4_0:
-        return GemmRows<DType::kQ4_0>(x, w, bias, y, n, pool);
-      case DType::kQ4_1:
-        return GemmRows<DType::kQ4_1>(x, w, bias, y, n, pool);
-      case DType::kQ5_0:
-        return GemmRows<DType::kQ5_0>(x, w, bias, y, n, pool);
-      case DType::kQ5_1:
-        return GemmRows<DType::kQ5_1>(x, w, bias, y, n, pool);
-      case DType::kQ4_K:
-        return GemmRows<DType::kQ4_K>(x, w, bias, y, n, pool);
-      case DType::kQ5_K:
-        return GemmRows<DType::kQ5_K>(x, w, bias, y, n, pool);
-      case DType::kQ6_K:
-        return GemmRows<DType::kQ6_K>(x, w, bias, y, n, pool);
-      default:
-        return;
-    }
+    return ForQuantType(w.dtype,
+                        [&](auto t) { GemmRows<decltype(t)::value>(x, w, bias, y, n, pool); });
   }
   const int64_t blocks = w.cols / kActBlock;
   // The calling thread's buffer (pool threads reach it through the pointer).
@@ -455,26 +456,8 @@ void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, floa
       }
     }
   });
-  switch (w.dtype) {
-    case DType::kQ8_0:
-      return RunRows<DType::kQ8_0>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ4_0:
-      return RunRows<DType::kQ4_0>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ4_1:
-      return RunRows<DType::kQ4_1>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ5_0:
-      return RunRows<DType::kQ5_0>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ5_1:
-      return RunRows<DType::kQ5_1>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ4_K:
-      return RunRows<DType::kQ4_K>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ5_K:
-      return RunRows<DType::kQ5_K>(avx2, w, acts, bias, y, n, pool);
-    case DType::kQ6_K:
-      return RunRows<DType::kQ6_K>(avx2, w, acts, bias, y, n, pool);
-    default:
-      return;
-  }
+  ForQuantType(w.dtype,
+               [&](auto t) { RunRows<decltype(t)::value>(avx2, w, acts, bias, y, n, pool); });
 }
 
 }  // namespace tandem::cpu

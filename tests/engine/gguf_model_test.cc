@@ -49,32 +49,36 @@ class SmolLM2Test : public ::testing::Test {
     }
   }
 
-  // Logits of every position of `ids` (one sequence, a fresh cache).
-  static std::vector<float> AllLogits(const Model& model, const std::vector<int>& ids) {
-    const int block = 16, blocks = static_cast<int>(ids.size()) / block + 1;
+  // A fresh cache for one sequence of `tokens`, and its block table.
+  static KvCache CacheFor(const Model& model, size_t tokens, std::vector<int>* table) {
+    const int block = 16, blocks = static_cast<int>(tokens) / block + 1;
     auto cache = KvCache::Create(model.config(), blocks, block);
     EXPECT_TRUE(cache.ok()) << cache.status();
-    std::vector<int> table(blocks);
-    for (int i = 0; i < blocks; ++i) table[i] = i;
+    table->resize(blocks);
+    for (int i = 0; i < blocks; ++i) (*table)[i] = i;
+    return *std::move(cache);
+  }
+
+  // Logits of every position of `ids` (one sequence, a fresh cache).
+  static std::vector<float> AllLogits(const Model& model, const std::vector<int>& ids) {
+    std::vector<int> table;
+    KvCache cache = CacheFor(model, ids.size(), &table);
     SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
     std::vector<float> logits;
-    absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits);
+    absl::Status s = model.Forward({&chunk, 1}, &cache, &logits);
     EXPECT_TRUE(s.ok()) << s;
     return logits;
   }
 
   // The same, one token per forward call (as decode runs).
   static std::vector<float> StepLogits(const Model& model, const std::vector<int>& ids) {
-    const int block = 16, blocks = static_cast<int>(ids.size()) / block + 1;
-    auto cache = KvCache::Create(model.config(), blocks, block);
-    EXPECT_TRUE(cache.ok()) << cache.status();
-    std::vector<int> table(blocks);
-    for (int i = 0; i < blocks; ++i) table[i] = i;
+    std::vector<int> table;
+    KvCache cache = CacheFor(model, ids.size(), &table);
     std::vector<float> all, logits;
     for (size_t p = 0; p < ids.size(); ++p) {
       SequenceChunk chunk{std::span<const int>(ids).subspan(p, 1), static_cast<int>(p), table,
                           false};
-      absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits);
+      absl::Status s = model.Forward({&chunk, 1}, &cache, &logits);
       EXPECT_TRUE(s.ok()) << s;
       all.insert(all.end(), logits.begin(), logits.end());
     }

@@ -10,40 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf.h"
 #include "kernels/dtype.h"
 #include "kernels/quant.h"
 
 namespace tandem::testing {
 
-// The ggml type id of a Tandem dtype.
-inline uint32_t GgmlType(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return 1;
-    case DType::kQ4_0:
-      return 2;
-    case DType::kQ4_1:
-      return 3;
-    case DType::kQ5_0:
-      return 6;
-    case DType::kQ5_1:
-      return 7;
-    case DType::kQ8_0:
-      return 8;
-    case DType::kQ4_K:
-      return 12;
-    case DType::kQ5_K:
-      return 13;
-    case DType::kQ6_K:
-      return 14;
-    case DType::kBF16:
-      return 30;
-    default:
-      return 255;
-  }
-}
+// The ggml type id of a Tandem dtype (255, a type no reader knows, for the others).
+inline uint32_t GgmlType(DType t) { return GgmlTypeOf(t).value_or(255); }
 
 class GgufWriter {
  public:
