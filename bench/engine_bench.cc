@@ -257,8 +257,7 @@ int main(int argc, char** argv) {
   std::printf(
       "machine: %d threads, isa %s, fp32 FMA peak %.1f GFLOP/s, read bandwidth %.1f GB/s now "
       "(re-measured around each decode case)\n",
-      threads, cpu::ActiveIsa() == cpu::Isa::kAvx2 ? "avx2" : "scalar", hw.peak_flops / 1e9,
-      first_bw / 1e9);
+      threads, cpu::IsaName(cpu::ActiveIsa()), hw.peak_flops / 1e9, first_bw / 1e9);
 
   auto backend = MakeCpuBackend(threads);
   nlohmann::json results = nlohmann::json::array();
@@ -338,7 +337,7 @@ int main(int argc, char** argv) {
   }
   nlohmann::json doc = {{"benchmark", "engine_bench"},
                         {"backend", "cpu"},
-                        {"isa", cpu::ActiveIsa() == cpu::Isa::kAvx2 ? "avx2" : "scalar"},
+                        {"isa", cpu::IsaName(cpu::ActiveIsa())},
                         {"threads", threads},
                         {"read_bandwidth_bytes_per_s_at_start", first_bw},
                         {"fp32_peak_flops", hw.peak_flops},

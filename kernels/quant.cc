@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/quant_blocks.h"
+
 namespace tandem {
 namespace {
 
@@ -22,16 +24,8 @@ inline uint32_t Le32(const uint8_t* p) {
   return v;
 }
 
-// Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j (0..7) from the 12 packed bytes.
-inline void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
+using quant_blocks::ScaleMinK;
+
 inline void PackScaleMinK(uint8_t* s, int j, int sc, int m) {
   if (j < 4) {
     s[j] = static_cast<uint8_t>((s[j] & 0xC0) | sc);

@@ -308,7 +308,7 @@ void PagedAttentionAvx2(const float* q, const KvLayerRef& c, const PagedAttentio
 
 void PagedAttention(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a, float* out,
                     ThreadPool* pool) {
-  if (ActiveIsa() != Isa::kAvx2) {
+  if (ActiveIsa() == Isa::kScalar) {
     ParallelFor(pool, static_cast<int64_t>(a.num_tokens) * a.n_heads, 1,
                 [&](int64_t w0, int64_t w1) {
                   std::vector<float> scores;

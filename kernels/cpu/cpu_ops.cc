@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/quant.h"
 
@@ -20,10 +21,18 @@ namespace {
 // Elementwise loops run in chunks of this many floats (64 KB) when a pool is given.
 constexpr int64_t kElementGrain = 16384;
 
+const Avx512Kernels* g_test_avx512 = nullptr;  // SetAvx512KernelsForTesting
+
+// The best ISA up to `isa` that can run here.
+Isa Supported(Isa isa) {
+  if (isa == Isa::kAvx512 && !CpuHasAvx512() && g_test_avx512 == nullptr) isa = Isa::kAvx2;
+  if (isa >= Isa::kAvx2 && !CpuHasAvx2()) isa = Isa::kScalar;
+  return isa;
+}
+
 Isa DefaultIsa() {
-  const char* env = std::getenv("TANDEM_CPU_ISA");
-  if (env != nullptr && std::strcmp(env, "scalar") == 0) return Isa::kScalar;
-  return CpuHasAvx2() ? Isa::kAvx2 : Isa::kScalar;
+  Isa isa;
+  return ParseIsa(std::getenv("TANDEM_CPU_ISA"), &isa) ? Supported(isa) : BestIsa();
 }
 
 std::atomic<Isa>& IsaSetting() {
@@ -101,12 +110,62 @@ bool CpuHasAvx2() {
   return has;
 }
 
+bool CpuHasAvx512() {
+  static const bool has = [] {
+    unsigned a, b, c, d;
+    // XCR0 must enable the opmask and upper-ZMM state (bits 5-7) besides SSE and AVX (1-2).
+    if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & bit_OSXSAVE) == 0) return false;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xE6) != 0xE6) return false;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    const bool f = b & bit_AVX512F, dq = b & bit_AVX512DQ, bw = b & bit_AVX512BW,
+               vl = b & bit_AVX512VL, vnni = c & bit_AVX512VNNI;
+    return CpuHasAvx2() && f && dq && bw && vl && vnni;
+  }();
+  return has;
+}
+
+const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool ParseIsa(const char* name, Isa* isa) {
+  if (name == nullptr) return false;
+  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (std::strcmp(name, IsaName(candidate)) == 0) {
+      *isa = candidate;
+      return true;
+    }
+  }
+  return false;
+}
+
+Isa BestIsa() { return Supported(Isa::kAvx512); }
+
 Isa ActiveIsa() { return IsaSetting().load(std::memory_order_relaxed); }
 
 Isa SetIsa(Isa isa) {
-  if (isa == Isa::kAvx2 && !CpuHasAvx2()) isa = Isa::kScalar;
+  isa = Supported(isa);
   IsaSetting().store(isa);
   return isa;
+}
+
+const Avx512Kernels& ActiveAvx512Kernels() {
+  return g_test_avx512 != nullptr ? *g_test_avx512 : NativeAvx512Kernels();
+}
+
+void SetAvx512KernelsForTesting(const Avx512Kernels* kernels) {
+  g_test_avx512 = kernels;
+  if (kernels == nullptr) SetIsa(ActiveIsa());
 }
 
 void ParallelFor(ThreadPool* pool, int64_t n, int64_t grain,
@@ -120,7 +179,7 @@ void ParallelFor(ThreadPool* pool, int64_t n, int64_t grain,
 
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps,
              ThreadPool* pool) {
-  const bool avx = ActiveIsa() == Isa::kAvx2;
+  const bool avx = ActiveIsa() != Isa::kScalar;
   ParallelFor(pool, n, RowGrain(dim), [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float* xr = x + t * dim;
@@ -225,7 +284,7 @@ void WriteKv(const float* k, const float* v, const int* slots, int n, const KvLa
 }
 
 void SiluMul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool) {
-  const bool avx = ActiveIsa() == Isa::kAvx2;
+  const bool avx = ActiveIsa() != Isa::kScalar;
   ParallelFor(pool, n, kElementGrain, [&](int64_t i0, int64_t i1) {
     if (avx) {
       SiluMulAvx2(gate + i0, up + i0, out + i0, i1 - i0);
@@ -244,7 +303,7 @@ void Embedding(const int* ids, const WeightRef& table, float* out, int n) {
 }
 
 void Add(float* x, const float* y, int64_t n, ThreadPool* pool) {
-  const bool avx = ActiveIsa() == Isa::kAvx2;
+  const bool avx = ActiveIsa() != Isa::kScalar;
   ParallelFor(pool, n, kElementGrain, [&](int64_t i0, int64_t i1) {
     if (avx) {
       AddAvx2(x + i0, y + i0, i1 - i0);

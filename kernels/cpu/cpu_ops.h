@@ -2,8 +2,10 @@
 // ("CPU twin") that every other backend is tested against.
 //
 // Each operation has a portable scalar path and an AVX2/FMA/F16C path, chosen at run time
-// (ActiveIsa()). f16/bf16 weights are converted to float32 inside the kernels; compute and
-// accumulation are float32. `pool` may be nullptr (the calling thread does all the work).
+// (ActiveIsa()); on CPUs with AVX-512 (F, BW, VL, DQ, VNNI) the matmuls have AVX-512 kernels
+// (kernels/cpu/avx512.h) and everything else runs the AVX2 ones. f16/bf16 weights are converted to
+// float32 inside the kernels; compute and accumulation are float32. `pool` may be nullptr (the
+// calling thread does all the work).
 #ifndef TANDEM_KERNELS_CPU_CPU_OPS_H_
 #define TANDEM_KERNELS_CPU_CPU_OPS_H_
 
@@ -14,16 +16,31 @@
 
 namespace tandem::cpu {
 
-enum class Isa : uint8_t { kScalar, kAvx2 };
+// Ordered: each ISA includes the ones before it.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
 
+struct Avx512Kernels;
+
+// "scalar", "avx2", "avx512", and back (false for any other name).
+const char* IsaName(Isa isa);
+bool ParseIsa(const char* name, Isa* isa);
 // Whether this CPU has AVX2, FMA and F16C.
 bool CpuHasAvx2();
-// The instruction set the kernels use: kAvx2 when the CPU has it, unless the environment sets
-// TANDEM_CPU_ISA=scalar.
+// Whether it also has AVX-512 F, BW, VL, DQ and VNNI (and the OS saves the AVX-512 registers).
+bool CpuHasAvx512();
+// The best instruction set this CPU has.
+Isa BestIsa();
+// The instruction set the kernels use: BestIsa(), unless the environment sets TANDEM_CPU_ISA to
+// scalar, avx2 or avx512 (capped at what the CPU has).
 Isa ActiveIsa();
-// Forces the kernels onto `isa` (tests use it to cover both paths); kAvx2 on a CPU without it
-// selects kScalar. Returns the ISA now active. Not to be called while kernels run.
+// Forces the kernels onto `isa` (tests use it to cover every path). An ISA the CPU lacks
+// selects the best one below it. Returns the ISA now active. Not to be called while kernels run.
 Isa SetIsa(Isa isa);
+// The AVX-512 kernels the kAvx512 path calls: NativeAvx512Kernels(), or those set for testing.
+const Avx512Kernels& ActiveAvx512Kernels();
+// Tests: run the kAvx512 path with `kernels` (SIMDe's emulation of the AVX-512 kernels) on any
+// CPU with AVX2, so that SetIsa(kAvx512) selects it there; nullptr goes back to the CPU's own.
+void SetAvx512KernelsForTesting(const Avx512Kernels* kernels);
 
 // Dot product of two float32 vectors of length n.
 float Dot(const float* a, const float* b, int64_t n);
@@ -33,16 +50,18 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
             ThreadPool* pool = nullptr);
 // Matmul with block-quantized weights (w.cols a multiple of 32; kernels/cpu/quant_matmul.cc).
 // Decode (n < kQuantGemmTokens, or the scalar ISA): activations quantized per 32 into two int8
-// parts, integer dot products. Prefill and batched decode with AVX2: each thread dequantizes a
-// tile of rows into float32 and runs the float32 GEMM on it (the weights stay quantized in
-// memory; each is decoded once per call instead of once per token group). Matmul calls it.
+// parts, integer dot products. Prefill and batched decode with AVX2 or AVX-512: each thread
+// dequantizes a tile of rows into float32 and runs the float32 GEMM on it (the weights stay
+// quantized in memory; each is decoded once per call instead of once per token group). Matmul calls
+// it.
 inline constexpr int kQuantGemmTokens = 8;
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool = nullptr);
 // Building block of the quantized prefill: y[t, r] (ld ldy) = x[t, :] · w[r, :] (+ bias[r]) for
-// a float32 tile w [rows, cols] of contiguous rows, n tokens, on the calling thread. AVX2 only.
-void GemmF32TileAvx2(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
-                     float* y, int64_t ldy, int n);
+// a float32 tile w [rows, cols] of contiguous rows, n tokens, on the calling thread. AVX2 and
+// AVX-512 only.
+void GemmF32Tile(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
+                 float* y, int64_t ldy, int n);
 void RmsNorm(const float* x, const float* weight, float* y, int n, int dim, float eps,
              ThreadPool* pool = nullptr);
 void Rope(float* x, int n, int n_heads, int head_dim, const int* positions, const float* inv_freq,

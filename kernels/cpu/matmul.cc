@@ -1,4 +1,6 @@
 // Matmul on the CPU: y[n, rows] = x[n, cols] · wᵀ (+ bias), w [rows, cols] of f32/f16/bf16.
+// This file holds the scalar and AVX2 kernels; the AVX-512 ones (avx512_kernels.inc) follow the
+// same plan with 16-lane vectors.
 //
 // Both operands are contiguous along `cols`, so the AVX2 path works in "dot form": 8-lane
 // accumulators per (weight row, token), each weight vector loaded once (converting f16/bf16 to
@@ -19,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/quant.h"
@@ -229,20 +232,35 @@ void MatmulAvx2(const float* x, const WeightRef& w, const float* bias, float* y,
 
 }  // namespace
 
-void GemmF32TileAvx2(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
-                     float* y, int64_t ldy, int n) {
-  GemmRowsAvx2<DType::kF32>(x, WeightRef{DType::kF32, w, rows, cols}, bias, y, ldy, n, 0, rows);
+void GemmF32Tile(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
+                 float* y, int64_t ldy, int n) {
+  const WeightRef tile{DType::kF32, w, rows, cols};
+  if (ActiveIsa() == Isa::kAvx512) {
+    return ActiveAvx512Kernels().matmul_rows(x, tile, bias, y, ldy, n, 0, rows);
+  }
+  GemmRowsAvx2<DType::kF32>(x, tile, bias, y, ldy, n, 0, rows);
 }
 
 float Dot(const float* a, const float* b, int64_t n) {
-  return ActiveIsa() == Isa::kAvx2 ? simd::Dot(a, b, n) : DotScalar(a, b, n);
+  return ActiveIsa() != Isa::kScalar ? simd::Dot(a, b, n) : DotScalar(a, b, n);
 }
 
 void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
             ThreadPool* pool) {
   if (n <= 0 || w.rows == 0) return;
   if (IsQuantized(w.dtype)) return QuantizedMatmul(x, w, bias, y, n, pool);
-  if (ActiveIsa() == Isa::kAvx2) {
+  const Isa isa = ActiveIsa();
+  const bool floats = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
+  if (isa == Isa::kAvx512 && floats) {
+    // The AVX2 path's work split: decode rows in long streams, prefill in 96-row chunks.
+    const int threads = pool != nullptr ? pool->num_threads() : 1;
+    const int64_t grain = n <= 3 ? std::max<int64_t>(64, w.rows / (4 * threads)) : 96;
+    const Avx512Kernels& k = ActiveAvx512Kernels();
+    return ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
+      k.matmul_rows(x, w, bias, y, w.rows, n, r0, r1);
+    });
+  }
+  if (isa != Isa::kScalar) {
     switch (w.dtype) {
       case DType::kF32:
         return MatmulAvx2<DType::kF32>(x, w, bias, y, n, pool);

@@ -5,7 +5,8 @@
 //   sum(w * x) = s * unit * sum(q * (128 qa + ra)) + c * sum(x),
 // the integer dot products being exact. The AVX2 path computes sum(q * qa) 32 lanes at a time
 // (maddubs: unsigned x signed bytes into int16 pairs, then int32); the scalar path is the same
-// arithmetic one element at a time, the twin the AVX2 path is tested against.
+// arithmetic one element at a time, the twin the AVX2 and AVX-512 paths are tested against
+// (the AVX-512 one, in avx512_kernels.inc, uses VNNI's byte dot products).
 //
 // Work: threads split the weight rows; a row's blocks are decoded once per group of 4 tokens.
 #include <algorithm>
@@ -13,7 +14,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/avx512.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/quant.h"
 
@@ -23,72 +26,12 @@ namespace {
 constexpr int kGroupTokens = 4;
 constexpr int kTokenBlock = 64;  // tokens whose activations a chunk of rows goes through at once
 
-// Q4_K / Q5_K: the 6-bit scale and minimum of sub-block j.
-inline void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
-
-// The float part of weight block k (32 elements): s and c for elements [0, 16) and [16, 32),
-// as two float16 values h0, h1 times small factors (s0 = h0 * a0, c0 = h1 * b0, ...), so that
-// each path converts the halves its own way (F16C on the AVX2 path).
-struct BlockScales {
-  float s0, s1, c0, c1;
-};
-struct RawScales {
-  uint16_t h0, h1;
-  float a0, a1, b0, b1;
-};
-
-inline uint16_t Bits16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return h;
-}
-
-template <DType T>
-inline RawScales RawScalesOf(const uint8_t* row, int64_t k) {
-  if constexpr (T == DType::kQ8_0) {
-    const uint16_t d = Bits16(row + k * 34);
-    return {d, d, 1, 1, 0, 0};
-  } else if constexpr (T == DType::kQ4_0 || T == DType::kQ5_0) {
-    const uint16_t d = Bits16(row + k * BlockBytes(T));
-    const float c = T == DType::kQ4_0 ? -8 : -16;
-    return {d, d, 1, 1, c, c};
-  } else if constexpr (T == DType::kQ4_1 || T == DType::kQ5_1) {
-    const uint8_t* b = row + k * BlockBytes(T);
-    return {Bits16(b), Bits16(b + 2), 1, 1, 1, 1};
-  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
-    const uint8_t* b = row + (k / 8) * BlockBytes(T);
-    int sc, m;
-    ScaleMinK(b + 4, static_cast<int>(k % 8), &sc, &m);
-    const float fs = static_cast<float>(sc), fm = -static_cast<float>(m);
-    return {Bits16(b), Bits16(b + 2), fs, fs, fm, fm};
-  } else {  // Q6_K
-    const uint8_t* b = row + (k / 8) * 210;
-    const int j = static_cast<int>(k % 8);
-    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * (j / 4) + 2 * (j % 4);
-    const uint16_t d = Bits16(b + 208);
-    const float a0 = sc[0], a1 = sc[1];
-    return {d, d, a0, a1, -32 * a0, -32 * a1};
-  }
-}
-
-// The scales from the raw halves converted to h0, h1.
-inline BlockScales ScalesFrom(const RawScales& r, float h0, float h1) {
-  return {h0 * r.a0, h0 * r.a1, h1 * r.b0, h1 * r.b1};
-}
-
-template <DType T>
-inline BlockScales ScalesOf(const uint8_t* row, int64_t k) {
-  const RawScales r = RawScalesOf<T>(row, k);
-  return ScalesFrom(r, F16ToF32(r.h0), F16ToF32(r.h1));
-}
+using quant_blocks::BlockScales;
+using quant_blocks::ForQuantType;
+using quant_blocks::RawScales;
+using quant_blocks::RawScalesOf;
+using quant_blocks::ScalesFrom;
+using quant_blocks::ScalesOf;
 
 // ---------------------------------------------------------------------------------------------
 // Scalar path.
@@ -403,41 +346,17 @@ void GemmRows(const float* x, const WeightRef& w, const float* bias, float* y, i
     for (int64_t r = r0; r < r1; r += kGemmTileRows) {
       const int64_t nr = std::min(kGemmTileRows, r1 - r);
       DequantizeRowsAvx2<T>(data, row_bytes, blocks, r, r + nr, tile.data());
-      GemmF32TileAvx2(x, tile.data(), nr, w.cols, bias ? bias + r : nullptr, y + r, w.rows, n);
+      GemmF32Tile(x, tile.data(), nr, w.cols, bias ? bias + r : nullptr, y + r, w.rows, n);
     }
   });
-}
-
-// Calls fn(std::integral_constant<DType, T>{}) for the quantized type t.
-template <typename Fn>
-void ForQuantType(DType t, Fn&& fn) {
-  switch (t) {
-    case DType::kQ8_0:
-      return fn(std::integral_constant<DType, DType::kQ8_0>{});
-    case DType::kQ4_0:
-      return fn(std::integral_constant<DType, DType::kQ4_0>{});
-    case DType::kQ4_1:
-      return fn(std::integral_constant<DType, DType::kQ4_1>{});
-    case DType::kQ5_0:
-      return fn(std::integral_constant<DType, DType::kQ5_0>{});
-    case DType::kQ5_1:
-      return fn(std::integral_constant<DType, DType::kQ5_1>{});
-    case DType::kQ4_K:
-      return fn(std::integral_constant<DType, DType::kQ4_K>{});
-    case DType::kQ5_K:
-      return fn(std::integral_constant<DType, DType::kQ5_K>{});
-    case DType::kQ6_K:
-      return fn(std::integral_constant<DType, DType::kQ6_K>{});
-    default:
-      return;
-  }
 }
 
 }  // namespace
 
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
-  if (n >= kQuantGemmTokens && ActiveIsa() == Isa::kAvx2) {
+  const Isa isa = ActiveIsa();
+  if (n >= kQuantGemmTokens && isa != Isa::kScalar) {
     return ForQuantType(w.dtype,
                         [&](auto t) { GemmRows<decltype(t)::value>(x, w, bias, y, n, pool); });
   }
@@ -446,7 +365,7 @@ void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, floa
   thread_local std::vector<ActBlock> buffer;
   buffer.resize(static_cast<size_t>(n * blocks));
   ActBlock* acts = buffer.data();
-  const bool avx2 = ActiveIsa() == Isa::kAvx2;
+  const bool avx2 = isa != Isa::kScalar;
   ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       if (avx2) {
@@ -456,6 +375,13 @@ void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, floa
       }
     }
   });
+  if (isa == Isa::kAvx512) {
+    const Avx512Kernels& k = ActiveAvx512Kernels();
+    const int threads = pool != nullptr ? pool->num_threads() : 1;
+    return ParallelFor(
+        pool, w.rows, std::max<int64_t>(16, w.rows / (4 * threads)),
+        [&](int64_t r0, int64_t r1) { k.quant_rows(w, acts, bias, y, w.rows, n, r0, r1); });
+  }
   ForQuantType(w.dtype,
                [&](auto t) { RunRows<decltype(t)::value>(avx2, w, acts, bias, y, n, pool); });
 }

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
+#include "tests/kernels/isa_paths.h"
 
 namespace tandem {
 namespace {
@@ -46,48 +47,69 @@ TEST(DTypeTest, Bf16AndF16RoundTrip) {
   }
 }
 
-// Every kernel test runs on both instruction-set paths (the portable scalar one and AVX2, when
-// the CPU has it), with and without a thread pool.
+// Every kernel test runs on every instruction-set path (tests/kernels/isa_paths.h), with and
+// without a thread pool.
 struct KernelParams {
-  cpu::Isa isa;
+  testing_isa::IsaPath path;
   bool pooled;
 };
 
 std::string ParamName(const ::testing::TestParamInfo<KernelParams>& info) {
-  return std::string(info.param.isa == cpu::Isa::kAvx2 ? "Avx2" : "Scalar") +
-         (info.param.pooled ? "Pooled" : "Inline");
+  return testing_isa::PathName(info.param.path) + (info.param.pooled ? "Pooled" : "Inline");
 }
 
 std::vector<KernelParams> AllPaths() {
   std::vector<KernelParams> out;
-  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2}) {
-    if (isa == cpu::Isa::kAvx2 && !cpu::CpuHasAvx2()) continue;
-    for (bool pooled : {false, true}) out.push_back({isa, pooled});
+  for (const testing_isa::IsaPath& path : testing_isa::TestablePaths()) {
+    for (bool pooled : {false, true}) out.push_back({path, pooled});
   }
   return out;
 }
 
 class KernelTest : public ::testing::TestWithParam<KernelParams> {
  protected:
-  void SetUp() override {
-    saved_ = cpu::ActiveIsa();
-    ASSERT_EQ(cpu::SetIsa(GetParam().isa), GetParam().isa);
-  }
-  void TearDown() override { cpu::SetIsa(saved_); }
+  void SetUp() override { ASSERT_TRUE(isa_.ok()); }
   ThreadPool* pool() { return GetParam().pooled ? &pool_ : nullptr; }
 
-  cpu::Isa saved_;
+  testing_isa::ScopedIsa isa_{GetParam().path};
   ThreadPool pool_{3};  // more threads than this machine has cores: exercises the handoff
 };
 
 INSTANTIATE_TEST_SUITE_P(Paths, KernelTest, ::testing::ValuesIn(AllPaths()), ParamName);
 
-TEST(IsaTest, SetIsaFallsBackWithoutAvx2) {
+TEST(IsaTest, SetIsaFallsBackToWhatTheCpuHas) {
   const cpu::Isa saved = cpu::ActiveIsa();
   EXPECT_EQ(cpu::SetIsa(cpu::Isa::kScalar), cpu::Isa::kScalar);
   EXPECT_EQ(cpu::ActiveIsa(), cpu::Isa::kScalar);
   EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx2), cpu::CpuHasAvx2() ? cpu::Isa::kAvx2 : cpu::Isa::kScalar);
+  const cpu::Isa best = cpu::CpuHasAvx512() ? cpu::Isa::kAvx512
+                        : cpu::CpuHasAvx2() ? cpu::Isa::kAvx2
+                                            : cpu::Isa::kScalar;
+  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx512), best);
+  EXPECT_EQ(cpu::BestIsa(), best);
+  EXPECT_TRUE(!cpu::CpuHasAvx512() || cpu::CpuHasAvx2());
+  // With test kernels installed, AVX-512 is selectable on any AVX2 CPU; removing them falls back.
+  if (cpu::CpuHasAvx2()) {
+    cpu::SetAvx512KernelsForTesting(&testing_isa::EmulatedAvx512Kernels());
+    EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx512), cpu::Isa::kAvx512);
+    EXPECT_STREQ(cpu::ActiveAvx512Kernels().name, "avx512-emulated");
+    cpu::SetAvx512KernelsForTesting(nullptr);
+    EXPECT_EQ(cpu::ActiveIsa(), best);
+  }
   cpu::SetIsa(saved);
+}
+
+TEST(IsaTest, NamesParse) {
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    cpu::Isa parsed = cpu::Isa::kScalar;
+    ASSERT_TRUE(cpu::ParseIsa(cpu::IsaName(isa), &parsed));
+    EXPECT_EQ(parsed, isa);
+  }
+  EXPECT_STREQ(cpu::IsaName(cpu::Isa::kAvx512), "avx512");
+  cpu::Isa parsed = cpu::Isa::kAvx2;
+  EXPECT_FALSE(cpu::ParseIsa("avx1024", &parsed));
+  EXPECT_FALSE(cpu::ParseIsa(nullptr, &parsed));
+  EXPECT_EQ(parsed, cpu::Isa::kAvx2);
 }
 
 TEST_P(KernelTest, MatmulMatchesNaiveLoop) {

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/thread_pool.h"
+#include "tests/kernels/isa_paths.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -121,31 +122,25 @@ TEST(QuantLayoutTest, ActivationBlocksCarryTheirSums) {
   }
 }
 
-// The quantized matmul on one instruction-set path, with or without a pool.
+// The quantized matmul on one instruction-set path (tests/kernels/isa_paths.h).
 struct QuantCase {
   DType dtype;
-  cpu::Isa isa;
+  testing_isa::IsaPath path;
 };
 
 std::vector<QuantCase> QuantCases() {
   std::vector<QuantCase> out;
   for (DType t : kQuantTypes) {
-    out.push_back({t, cpu::Isa::kScalar});
-    if (cpu::CpuHasAvx2()) out.push_back({t, cpu::Isa::kAvx2});
+    for (const testing_isa::IsaPath& path : testing_isa::TestablePaths()) out.push_back({t, path});
   }
   return out;
 }
 
-class QuantMatmulTest : public ::testing::TestWithParam<QuantCase> {
- protected:
-  void SetUp() override { saved_ = cpu::ActiveIsa(); }
-  void TearDown() override { cpu::SetIsa(saved_); }
-  cpu::Isa saved_;
-};
+class QuantMatmulTest : public ::testing::TestWithParam<QuantCase> {};
 
 // y = x W^T for W quantized: against float32 on the dequantized W (the activation rounding is
-// the only difference), and the AVX2 path against the scalar twin (the same integers, summed in
-// another order).
+// the only difference), and the AVX2 and AVX-512 paths against the scalar twin (the same
+// integers, summed in another order).
 TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
   const DType t = GetParam().dtype;
   const int64_t rows = 40, cols = 512;
@@ -165,16 +160,21 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
     const WeightRef dequant{DType::kF32, wd.data(), rows, cols};
 
     std::vector<float> ref(n * rows), twin(n * rows), got(n * rows);
-    ASSERT_EQ(cpu::SetIsa(cpu::Isa::kScalar), cpu::Isa::kScalar);
-    cpu::Matmul(x.data(), dequant, bias.data(), ref.data(), n);
-    cpu::Matmul(x.data(), quant, bias.data(), twin.data(), n);
-    ASSERT_EQ(cpu::SetIsa(GetParam().isa), GetParam().isa);
-    cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
+    {
+      testing_isa::ScopedIsa scalar({cpu::Isa::kScalar, false});
+      cpu::Matmul(x.data(), dequant, bias.data(), ref.data(), n);
+      cpu::Matmul(x.data(), quant, bias.data(), twin.data(), n);
+    }
+    {
+      testing_isa::ScopedIsa isa(GetParam().path);
+      ASSERT_TRUE(isa.ok());
+      cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
+    }
 
-    // With AVX2 from kQuantGemmTokens tokens on, tiles are dequantized and multiplied in
+    // With AVX2 or AVX-512 from kQuantGemmTokens tokens on, tiles are dequantized and multiplied in
     // float32: the dequantized reference up to summation order. Otherwise the integer products
     // are exact and only float summation order differs from the twin.
-    const bool gemm = GetParam().isa == cpu::Isa::kAvx2 && n >= cpu::kQuantGemmTokens;
+    const bool gemm = GetParam().path.isa != cpu::Isa::kScalar && n >= cpu::kQuantGemmTokens;
     const std::vector<float>& same = gemm ? ref : twin;
     double ref_rms = 0, act_err = 0;
     for (size_t i = 0; i < ref.size(); ++i) {
@@ -190,7 +190,7 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest, ::testing::ValuesIn(QuantCases()),
                          [](const ::testing::TestParamInfo<QuantCase>& info) {
                            return GgmlName(info.param.dtype) +
-                                  (info.param.isa == cpu::Isa::kAvx2 ? "Avx2" : "Scalar");
+                                  testing_isa::PathName(info.param.path);
                          });
 
 TEST(QuantEmbeddingTest, RowsAreDequantized) {
