@@ -25,6 +25,11 @@ namespace {
 
 constexpr int kGroupTokens = 4;
 constexpr int kTokenBlock = 64;  // tokens whose activations a chunk of rows goes through at once
+// Decode reads rows of a few hundred bytes one after another (576 Q4_0 columns: 324 bytes);
+// the hardware prefetcher, restarting at each short row, leaves the block loads waiting on
+// memory. Prefetching the row this many rows ahead measured about 10% more decode tokens/s
+// (SmolLM2 Q4_0, 2 threads).
+constexpr int kPrefetchRows = 4;
 
 using quant_blocks::BlockScales;
 using quant_blocks::ForQuantType;
@@ -255,6 +260,10 @@ TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, c
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* row = w + r * row_bytes;
       const float b = bias ? bias[r] : 0.0f;
+      if (r + kPrefetchRows < r1) {
+        const uint8_t* ahead = row + kPrefetchRows * row_bytes;
+        for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off);
+      }
       for (int t = tb; t < te; t += kGroupTokens) {
         const int nt = std::min(kGroupTokens, te - t);
         const ActBlock* a[kGroupTokens];
