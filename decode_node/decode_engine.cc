@@ -328,8 +328,9 @@ void DecodeEngine::Loop() {
       batch.push_back({std::span<const int>(r.tokens).subspan(w.start, w.count), w.start,
                        *scheduler_.blocks(w.id), false});
       reqs.push_back(&r);
-      // The device samples only plain decode steps without logprobs.
-      on_device = on_device && w.count == 1 && !r.req.sampling.logprobs;
+      // The device samples only plain decode steps without logprobs or logit processors.
+      on_device = on_device && w.count == 1 && !r.req.sampling.logprobs &&
+                  !r.req.sampling.HasLogitProcessors();
     }
     // Where the logits live on a device and no request wants logprobs, the device samples and
     // only the tokens come back (the same draw as Sample below).
@@ -368,7 +369,9 @@ void DecodeEngine::Loop() {
       if (!step.work[i].sample) continue;  // a recompute chunk short of the sequence's end
       std::span<const float> row;
       if (!on_device) row = std::span<const float>(logits.data() + i * c.vocab_size, c.vocab_size);
-      const int token = on_device ? sampled[i] : Sample(row, r.req.sampling, r.tokens.size());
+      const int token =
+          on_device ? sampled[i]
+                    : Sample(row, r.req.sampling, r.tokens.size(), HistoryOf(r.req, r.tokens, c));
       r.tokens.push_back(token);
       ++r.generated;
       ++generated;

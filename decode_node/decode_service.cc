@@ -21,6 +21,7 @@ grpc::Status DecodeService::Decode(
   req.sampling = FromProto(a.sampling());
   req.max_tokens = a.max_tokens();
   req.ignore_eos = a.ignore_eos();
+  req.output_tokens = a.output_tokens();
   auto admission = engine_->Admit(req);
   if (!admission.ok()) return ToGrpc(admission.status());
   const uint64_t handle = admission->handle;

@@ -56,6 +56,21 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
         absl::StrFormat("max_tokens: must be >= 1, got %d", r.max_tokens));
   }
   if (absl::Status s = r.sampling.Validate(); !s.ok()) return s;
+  for (const auto& [id, bias] : r.sampling.logit_bias) {
+    if (id < 0 || id >= config.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias: token id %d is outside the vocabulary [0, %d)", id, config.vocab_size));
+    }
+  }
+  if (r.output_tokens < 0 || r.output_tokens >= static_cast<int64_t>(r.prompt.size())) {
+    return absl::InvalidArgumentError(absl::StrFormat("output_tokens: must be in [0, %d), got %d",
+                                                      r.prompt.size(), r.output_tokens));
+  }
+  if (r.sampling.min_tokens > r.max_tokens + r.output_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat("min_tokens: %d is more than max_tokens (%d)",
+                                                      r.sampling.min_tokens,
+                                                      r.max_tokens + r.output_tokens));
+  }
   if (!r.stop_strings.empty() && tokenizer == nullptr) {
     return absl::InvalidArgumentError("stop_strings: need a tokenizer");
   }
@@ -71,6 +86,12 @@ std::optional<FinishReason> CheckFinish(const ModelConfig& config, const Generat
   if (generated >= r.max_tokens) return FinishReason::kLength;
   if (total_len >= config.max_seq_len) return FinishReason::kContext;
   return std::nullopt;
+}
+
+SamplingHistory HistoryOf(const GenerationRequest& r, std::span<const int> tokens,
+                          const ModelConfig& config) {
+  const size_t prompt = std::min(tokens.size(), r.prompt.size() - r.output_tokens);
+  return {tokens.first(prompt), tokens.subspan(prompt), config.eos_token_ids};
 }
 
 Generator::Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOptions options)
@@ -245,7 +266,8 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       s.num_computed += chunk_len[i];
       if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
       std::span<const float> row(logits.data() + i * config.vocab_size, config.vocab_size);
-      const int token = Sample(row, s.req->sampling, s.tokens.size());
+      const int token =
+          Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
       s.tokens.push_back(token);
       ++s.generated;
       ++stats_.generated_tokens;

@@ -36,6 +36,10 @@ struct GenerationRequest {
   int max_tokens = 16;                    // >= 1
   std::vector<std::string> stop_strings;  // need a tokenizer
   bool ignore_eos = false;
+  // How many of the prompt's last ids this request generated itself: the router resumes a
+  // request on other workers by sending its tokens so far as the prompt. The logit processors
+  // (presence, frequency, min_tokens) count them as generated. In [0, prompt.size()).
+  int output_tokens = 0;
 };
 
 struct GenerationOutput {
@@ -99,8 +103,14 @@ class Generator {
 std::optional<FinishReason> CheckFinish(const ModelConfig& config, const GenerationRequest& r,
                                         int token, int generated, int total_len);
 
+// The history the logit processors see for request r whose sequence so far (prompt, then the
+// generated ids) is `tokens`.
+SamplingHistory HistoryOf(const GenerationRequest& r, std::span<const int> tokens,
+                          const ModelConfig& config);
+
 // Checks a request against the model (prompt ids in the vocabulary, prompt within the
-// context, sampling values, max_tokens) and names the offending field.
+// context, sampling values, logit_bias ids, min_tokens within max_tokens, max_tokens,
+// output_tokens) and names the offending field.
 absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& config,
                              const Tokenizer* tokenizer);
 

@@ -23,7 +23,78 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("top_logprobs must be in [0, %d], got %d", kMaxTopLogprobs, top_logprobs));
   }
+  for (auto [name, v] : {std::pair{"presence_penalty", presence_penalty},
+                         std::pair{"frequency_penalty", frequency_penalty}}) {
+    if (!(v >= -2.0f && v <= 2.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat("%s: must be in [-2, 2], got %g", name, v));
+    }
+  }
+  if (!(repetition_penalty > 0.0f && repetition_penalty <= 10.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("repetition_penalty: must be in (0, 10], got %g", repetition_penalty));
+  }
+  if (min_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("min_tokens: must be >= 0, got %d", min_tokens));
+  }
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "logit_bias: %d entries, more than the limit of %d", logit_bias.size(), kMaxLogitBias));
+  }
+  std::vector<int> ids;
+  for (const auto& [id, bias] : logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias: the bias of token %d must be in [-100, 100], got %g", id, bias));
+    }
+    ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (auto it = std::adjacent_find(ids.begin(), ids.end()); it != ids.end()) {
+    return absl::InvalidArgumentError(absl::StrFormat("logit_bias: token %d appears twice", *it));
+  }
   return absl::OkStatus();
+}
+
+bool SamplingParams::HasLogitProcessors() const {
+  return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
+         min_tokens > 0 || !logit_bias.empty();
+}
+
+void ProcessLogits(std::span<float> logits, const SamplingParams& p, const SamplingHistory& h) {
+  const int n = static_cast<int>(logits.size());
+  auto valid = [n](int id) { return id >= 0 && id < n; };
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (valid(id)) logits[id] += bias;
+  }
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<int> seen(h.prompt.begin(), h.prompt.end());
+    seen.insert(seen.end(), h.output.begin(), h.output.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int id : seen) {
+      if (!valid(id)) continue;
+      float& v = logits[id];
+      v = v > 0 ? v / p.repetition_penalty : v * p.repetition_penalty;
+    }
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    std::vector<int> out(h.output.begin(), h.output.end());
+    std::sort(out.begin(), out.end());
+    for (size_t i = 0; i < out.size();) {
+      size_t j = i;
+      while (j < out.size() && out[j] == out[i]) ++j;
+      if (valid(out[i])) {
+        logits[out[i]] -= p.frequency_penalty * static_cast<float>(j - i) + p.presence_penalty;
+      }
+      i = j;
+    }
+  }
+  if (static_cast<int64_t>(h.output.size()) < p.min_tokens) {
+    for (int id : h.eos_ids) {
+      if (valid(id)) logits[id] = -INFINITY;
+    }
+  }
 }
 
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int token, int top_n) {
@@ -113,7 +184,10 @@ std::vector<double> SamplingDistribution(std::span<const float> logits, const Sa
   return prob;
 }
 
-int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t position) {
+namespace {
+
+// The draw from logits that already went through the processors.
+int Draw(std::span<const float> logits, const SamplingParams& p, uint64_t position) {
   if (p.temperature == 0.0f) return Argmax(logits);
   std::vector<double> dist = SamplingDistribution(logits, p);
   const double u = CounterUniform(p.seed, position);
@@ -126,6 +200,17 @@ int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t posi
     if (u < cum) return i;
   }
   return last;  // rounding left u above the total: take the last kept token
+}
+
+}  // namespace
+
+int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t position,
+           const SamplingHistory& history) {
+  if (!p.HasLogitProcessors()) return Draw(logits, p, position);
+  thread_local std::vector<float> processed;
+  processed.assign(logits.begin(), logits.end());
+  ProcessLogits(processed, p, history);
+  return Draw(processed, p, position);
 }
 
 }  // namespace tandem

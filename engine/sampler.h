@@ -1,6 +1,7 @@
-// Token sampling: logits ÷ T → top-k → top-p → renormalize → draw, with a counter-based random
-// draw keyed by (seed, position) so a token never depends on batch composition, on which worker
-// computed it, or on a resume.
+// Token sampling: logits → logit_bias → repetition, frequency and presence penalties →
+// min_tokens → ÷ T → top-k → top-p → renormalize → draw, with a counter-based random draw keyed
+// by (seed, position) so a token never depends on batch composition, on which worker computed
+// it, or on a resume.
 #ifndef TANDEM_ENGINE_SAMPLER_H_
 #define TANDEM_ENGINE_SAMPLER_H_
 
@@ -23,10 +24,40 @@ struct SamplingParams {
   bool logprobs = false;
   int top_logprobs = 0;
 
+  // Logit processors (ProcessLogits), OpenAI's and vLLM's definitions. The penalties look at the
+  // request's own tokens: presence and frequency at the generated ones, repetition at the prompt
+  // and the generated ones.
+  float presence_penalty = 0;    // in [-2, 2]: minus this for every token generated at least once
+  float frequency_penalty = 0;   // in [-2, 2]: minus this times the token's generated count
+  float repetition_penalty = 1;  // in (0, 10]: seen tokens' positive logits ÷ it, negative × it
+  int min_tokens = 0;            // >= 0: the EOS ids are excluded until this many are generated
+  std::vector<std::pair<int, float>> logit_bias;  // (token id, bias in [-100, 100]) added
+
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
-  // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs].
+  // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs], a penalty or bias out of its range
+  // or not finite, min_tokens < 0, more than kMaxLogitBias biases, or the same id twice.
+  // Token ids against the vocabulary are the request's check (ValidateRequest).
   absl::Status Validate() const;
+  // Whether any logit processor is on (the logits then differ from the model's).
+  bool HasLogitProcessors() const;
 };
+
+inline constexpr int kMaxLogitBias = 1024;
+
+// What the logit processors look at: the request's prompt, the tokens it generated so far
+// (after a resume, those the router sent back inside the prompt count as generated), and the
+// model's EOS ids.
+struct SamplingHistory {
+  std::span<const int> prompt;
+  std::span<const int> output;
+  std::span<const int> eos_ids;
+};
+
+// Applies p's processors to `logits` in place, in this order: logit_bias; repetition_penalty
+// over every distinct token of prompt and output; frequency_penalty x count and
+// presence_penalty over the distinct tokens of output; then, while output has fewer than
+// min_tokens tokens, the EOS ids to -infinity. A no-op when !p.HasLogitProcessors().
+void ProcessLogits(std::span<float> logits, const SamplingParams& p, const SamplingHistory& h);
 
 inline constexpr int kMaxTopLogprobs = 20;
 
@@ -53,8 +84,10 @@ double CounterUniform(uint64_t seed, uint64_t counter);
 // the two sets: the shorter prefix.
 std::vector<double> SamplingDistribution(std::span<const float> logits, const SamplingParams& p);
 
-// Picks the next token for `position` (the index the token will take in its sequence).
-int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t position);
+// Picks the next token for `position` (the index the token will take in its sequence) from the
+// raw logits: ProcessLogits on a copy when p has processors, then the draw.
+int Sample(std::span<const float> logits, const SamplingParams& p, uint64_t position,
+           const SamplingHistory& history = {});
 
 // Index of the first maximum.
 int Argmax(std::span<const float> logits);

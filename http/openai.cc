@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -78,15 +82,6 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 // Parameters Tandem does not implement: accepted only at their neutral value, so that a client
 // never gets an answer computed without what it asked for.
 absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
-  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
-    if (const Json* v = Field(body, key)) {
-      if (!v->is_number() || v->get<double>() != 0.0)
-        return Invalid(key, "is not supported (only 0)");
-    }
-  }
-  if (const Json* v = Field(body, "logit_bias")) {
-    if (!v->is_object() || !v->empty()) return Invalid("logit_bias", "is not supported");
-  }
   if (const Json* v = Field(body, "best_of")) {
     if (!v->is_number_integer() || v->get<int64_t>() != 1)
       return Invalid("best_of", "only 1 is supported");
@@ -274,6 +269,69 @@ std::string FinishReasonName(v1::FinishReason reason) {
   }
 }
 
+namespace {
+
+// Fields ParseRequest reads, and OpenAI's that change nothing here (user, metadata, ...).
+constexpr std::string_view kKnownFields[] = {"model",
+                                             "prompt",
+                                             "messages",
+                                             "max_tokens",
+                                             "max_completion_tokens",
+                                             "temperature",
+                                             "top_p",
+                                             "top_k",
+                                             "seed",
+                                             "stop",
+                                             "n",
+                                             "stream",
+                                             "stream_options",
+                                             "logprobs",
+                                             "top_logprobs",
+                                             "ignore_eos",
+                                             "add_generation_prompt",
+                                             "chat_template_kwargs",
+                                             "echo",
+                                             "best_of",
+                                             "suffix",
+                                             "tools",
+                                             "functions",
+                                             "tool_choice",
+                                             "function_call",
+                                             "parallel_tool_calls",
+                                             "response_format",
+                                             "presence_penalty",
+                                             "frequency_penalty",
+                                             "repetition_penalty",
+                                             "min_tokens",
+                                             "logit_bias",
+                                             "user",
+                                             "metadata",
+                                             "store",
+                                             "service_tier"};
+
+// Logs each field Tandem does not know, once per name per process (at most 64 names, each cut
+// to 64 printable characters), so that an operator sees what clients send without a log line
+// per request.
+void LogUnknownFields(const Json& body) {
+  static std::mutex mu;
+  static std::set<std::string>* seen = new std::set<std::string>();
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), key) !=
+        std::end(kKnownFields)) {
+      continue;
+    }
+    std::string name = key.substr(0, 64);
+    for (char& c : name) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (seen->size() >= 64 || !seen->insert(name).second) continue;
+    std::fprintf(stderr, "[tandem-http] ignoring the unknown request field \"%s\"\n", name.c_str());
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
                                      const ServedModel& model, uint64_t random_seed) {
   if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
@@ -286,6 +344,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
   }
   if (!body.is_object())
     return absl::InvalidArgumentError("the request body must be a JSON object");
+  LogUnknownFields(body);
   Request r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChatCompletions;
@@ -358,6 +417,39 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
                                         : static_cast<uint64_t>(v->get<int64_t>()));
   } else {
     s->set_seed(random_seed);
+  }
+
+  // The logit processors (engine/sampler.h); the router checks the ranges and ids.
+  for (auto [key, setter] :
+       {std::pair{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
+        std::pair{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty},
+        std::pair{"repetition_penalty", &v1::SamplingParams::set_repetition_penalty}}) {
+    if (const Json* v = Field(body, key)) {
+      auto x = GetNumber(*v, key);
+      if (!x.ok()) return x.status();
+      (s->*setter)(static_cast<float>(*x));
+    }
+  }
+  if (const Json* v = Field(body, "min_tokens")) {
+    auto n = GetInt(*v, "min_tokens", kInt32Min, kInt32Max);
+    if (!n.ok()) return n.status();
+    s->set_min_tokens(static_cast<int32_t>(*n));
+  }
+  if (const Json* v = Field(body, "logit_bias")) {
+    if (!v->is_object()) {
+      return Invalid("logit_bias", absl::StrCat("must be an object, got ", TypeName(*v)));
+    }
+    for (const auto& [key, bias] : v->items()) {
+      int64_t id = -1;
+      if (key.empty() || key.size() > 10 ||
+          !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+          (id = std::stoll(key)) > kInt32Max) {
+        return Invalid("logit_bias", "keys must be token ids (non-negative integers as strings)");
+      }
+      auto b = GetNumber(bias, "logit_bias");
+      if (!b.ok()) return b.status();
+      (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(*b);
+    }
   }
 
   if (chat) {

@@ -75,10 +75,13 @@ PrefillEngine::~PrefillEngine() {
 absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::vector<int> prompt,
                                                      const SamplingParams& sampling,
                                                      const KvTarget& target, absl::Time deadline,
-                                                     const std::function<bool()>& cancelled) {
+                                                     const std::function<bool()>& cancelled,
+                                                     int output_tokens) {
   GenerationRequest check;
   check.prompt = prompt;
   check.sampling = sampling;
+  check.output_tokens = output_tokens;
+  check.max_tokens = model_->config().max_seq_len;  // the decode worker checks the real one
   if (absl::Status s = ValidateRequest(check, model_->config(), nullptr); !s.ok()) return s;
   if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
   const int len = static_cast<int>(prompt.size());
@@ -86,6 +89,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   auto job = std::make_shared<Job>();
   job->id = request_id;
   job->sampling = sampling;
+  job->output_tokens = output_tokens;
   job->target = target;
   job->enqueued = absl::Now();
   {
@@ -279,7 +283,11 @@ void PrefillEngine::Loop() {
         continue;
       } else {
         std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-        job.first_token = Sample(row, job.sampling, job.prompt.size());
+        const std::span<const int> seq(job.prompt);
+        const size_t prompt_part = seq.size() - job.output_tokens;
+        job.first_token =
+            Sample(row, job.sampling, job.prompt.size(),
+                   {seq.first(prompt_part), seq.subspan(prompt_part), c.eos_token_ids});
         if (job.sampling.logprobs) {
           job.first_logprobs = ComputeLogprobs(row, job.first_token, job.sampling.top_logprobs);
         }

@@ -63,10 +63,13 @@ class PrefillEngine {
   // Computes `prompt`, ships its KV to `target`, samples the first token (at position
   // prompt.size(), with `sampling`) and returns once the decode worker acknowledged every
   // chunk. `cancelled` is polled: when it turns true the prefill is aborted (CANCELLED).
+  // `output_tokens`: GenerationRequest::output_tokens (a resumed request's generated ids at the
+  // end of the prompt).
   absl::StatusOr<PrefillResult> Prefill(uint64_t request_id, std::vector<int> prompt,
                                         const SamplingParams& sampling, const KvTarget& target,
                                         absl::Time deadline,
-                                        const std::function<bool()>& cancelled = nullptr);
+                                        const std::function<bool()>& cancelled = nullptr,
+                                        int output_tokens = 0);
 
   // Log-probabilities of ids[1..] (one prefill with logits for every position).
   absl::StatusOr<std::vector<float>> Score(std::span<const int> ids);
@@ -87,6 +90,7 @@ class PrefillEngine {
     uint64_t id;
     std::vector<int> prompt;
     SamplingParams sampling;
+    int output_tokens = 0;  // GenerationRequest::output_tokens
     KvTarget target;
     std::vector<int> blocks;
     int cached = 0;

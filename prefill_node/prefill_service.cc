@@ -17,9 +17,10 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
   }
-  auto r = engine_->Prefill(next_id_++, {req->prompt_ids().begin(), req->prompt_ids().end()},
-                            FromProto(req->sampling()), FromProto(req->kv_target()), deadline,
-                            [ctx] { return ctx->IsCancelled(); });
+  auto r = engine_->Prefill(
+      next_id_++, {req->prompt_ids().begin(), req->prompt_ids().end()}, FromProto(req->sampling()),
+      FromProto(req->kv_target()), deadline, [ctx] { return ctx->IsCancelled(); },
+      req->output_tokens());
   if (!r.ok()) return ToGrpc(r.status());
   resp->set_first_token(r->first_token);
   resp->set_cached_tokens(r->cached_tokens);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rpc/grpc_util.h"
 
@@ -83,6 +84,21 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
                                                  config.max_seq_len, req.max_tokens()));
   }
   out.max_tokens = req.max_tokens();
+  // The logit processors: the engine's checks, named as the request's fields.
+  if (absl::Status v = s.Validate(); !v.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.", v.message()));
+  }
+  for (const auto& [id, bias] : s.logit_bias) {
+    if (id < 0 || id >= config.vocab_size) {
+      return Invalid(
+          "sampling.logit_bias",
+          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id, config.vocab_size));
+    }
+  }
+  if (s.min_tokens > out.max_tokens) {
+    return Invalid("sampling.min_tokens", absl::StrFormat("%d is more than max_tokens (%d)",
+                                                          s.min_tokens, out.max_tokens));
+  }
   if (req.stop_size() > limits.max_stop_strings) {
     return Invalid("stop", absl::StrFormat("at most %d strings", limits.max_stop_strings));
   }

@@ -700,6 +700,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
       *a->mutable_sampling() = ToProto(greq.sampling);
       a->set_max_tokens(remaining);
       a->set_ignore_eos(greq.ignore_eos);
+      a->set_output_tokens(static_cast<int>(generated.size()));
       v1::DecodeServerMessage reply;
       grpc::Status refused;
       if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
@@ -788,6 +789,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     preq.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
     *preq.mutable_sampling() = ToProto(greq.sampling);
     *preq.mutable_kv_target() = ToProto(target);
+    preq.set_output_tokens(static_cast<int>(generated.size()));
     v1::PrefillResponse presp;
     grpc::ClientContext p_ctx;
     // The prefill, KV transfer included, must finish within the prefill timeout: a stalled

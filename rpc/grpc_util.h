@@ -4,6 +4,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "engine/generator.h"
 #include "engine/sampler.h"
@@ -33,6 +35,12 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.seed = p.seed();
   s.logprobs = p.logprobs();
   s.top_logprobs = p.top_logprobs();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  if (p.has_repetition_penalty()) s.repetition_penalty = p.repetition_penalty();
+  s.min_tokens = p.min_tokens();
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order is unspecified
   return s;
 }
 
@@ -44,6 +52,11 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_seed(s.seed);
   p.set_logprobs(s.logprobs);
   p.set_top_logprobs(s.top_logprobs);
+  p.set_presence_penalty(s.presence_penalty);
+  p.set_frequency_penalty(s.frequency_penalty);
+  p.set_repetition_penalty(s.repetition_penalty);
+  p.set_min_tokens(s.min_tokens);
+  for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   return p;
 }
 

@@ -40,7 +40,8 @@ constexpr char kUsage[] = R"(usage: tandem <command> [flags]
 commands:
   generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
            [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
-           [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
+           [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]
+           [--min-tokens N] [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
            [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
@@ -153,10 +154,31 @@ ClientSecurity ClientSecurityFrom(const Flags& f) {
 }
 
 int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model",         "tokenizer", "prompt",  "max-tokens", "temperature",
-                               "top-k",         "top-p",     "seed",    "stop",       "block-size",
-                               "prefill-chunk", "device",    "router",  "timeout",    "dtype",
-                               "tls-ca",        "tls-cert",  "tls-key", "api-key",    "kv-dtype"},
+  auto f = Flags::Parse(args,
+                        {"model",
+                         "tokenizer",
+                         "prompt",
+                         "max-tokens",
+                         "temperature",
+                         "top-k",
+                         "top-p",
+                         "seed",
+                         "stop",
+                         "block-size",
+                         "prefill-chunk",
+                         "device",
+                         "router",
+                         "timeout",
+                         "dtype",
+                         "tls-ca",
+                         "tls-cert",
+                         "tls-key",
+                         "api-key",
+                         "kv-dtype",
+                         "presence-penalty",
+                         "frequency-penalty",
+                         "repetition-penalty",
+                         "min-tokens"},
                         {"ignore-eos"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
@@ -167,6 +189,14 @@ int Generate(const std::vector<std::string>& args) {
   auto top_k = f->GetInt("top-k", 0);
   auto top_p = f->GetDouble("top-p", 1.0);
   auto seed = f->GetInt("seed", 0);
+  auto presence = f->GetDouble("presence-penalty", 0.0);
+  auto frequency = f->GetDouble("frequency-penalty", 0.0);
+  auto repetition = f->GetDouble("repetition-penalty", 1.0);
+  auto min_tokens = f->GetInt("min-tokens", 0);
+  for (const auto* d : {&presence, &frequency, &repetition}) {
+    if (!d->ok()) return Fail(d->status());
+  }
+  if (!min_tokens.ok()) return Fail(min_tokens.status());
   auto block_size = f->GetInt("block-size", 16);
   auto chunk = f->GetInt("prefill-chunk", 0);
   for (const auto* s : {&max_tokens, &top_k, &seed, &block_size, &chunk}) {
@@ -182,6 +212,10 @@ int Generate(const std::vector<std::string>& args) {
   req.sampling.top_k = static_cast<int>(std::clamp<int64_t>(*top_k, -1, 1 << 30));
   req.sampling.top_p = static_cast<float>(*top_p);
   req.sampling.seed = static_cast<uint64_t>(*seed);
+  req.sampling.presence_penalty = static_cast<float>(*presence);
+  req.sampling.frequency_penalty = static_cast<float>(*frequency);
+  req.sampling.repetition_penalty = static_cast<float>(*repetition);
+  req.sampling.min_tokens = static_cast<int>(std::clamp<int64_t>(*min_tokens, -1, 1 << 30));
   req.stop_strings = f->GetAll("stop");
   req.ignore_eos = f->Has("ignore-eos");
   if (absl::Status s = req.sampling.Validate(); !s.ok()) return Fail(s);

@@ -167,5 +167,133 @@ TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   EXPECT_NE(p.Validate().message().find("top_logprobs"), std::string::npos);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Logit processors: each as defined, in the documented order, and only when asked for.
+
+TEST(LogitProcessorTest, BiasAndPenaltiesAsDefined) {
+  const std::vector<float> raw = {2.0f, -1.0f, 0.5f, 3.0f, -2.0f, 0.0f};
+  const std::vector<int> prompt = {4, 1};
+  const std::vector<int> output = {0, 2, 0, 0};  // token 0 three times, token 2 once
+  const SamplingHistory h{prompt, output, {}};
+
+  SamplingParams bias;
+  bias.logit_bias = {{3, -5.0f}, {5, 1.5f}};
+  std::vector<float> l = raw;
+  ProcessLogits(l, bias, h);
+  EXPECT_EQ(l, (std::vector<float>{2.0f, -1.0f, 0.5f, -2.0f, -2.0f, 1.5f}));
+
+  // Repetition: every distinct token of prompt and output once, by the sign of its logit.
+  SamplingParams rep;
+  rep.repetition_penalty = 2.0f;
+  l = raw;
+  ProcessLogits(l, rep, h);
+  EXPECT_EQ(l, (std::vector<float>{1.0f, -2.0f, 0.25f, 3.0f, -4.0f, 0.0f}));
+
+  // Frequency x count and presence once, over the output only (the prompt's 4 and 1 untouched).
+  SamplingParams freq;
+  freq.frequency_penalty = 0.5f;
+  freq.presence_penalty = 0.25f;
+  l = raw;
+  ProcessLogits(l, freq, h);
+  EXPECT_EQ(
+      l, (std::vector<float>{2.0f - 1.5f - 0.25f, -1.0f, 0.5f - 0.5f - 0.25f, 3.0f, -2.0f, 0.0f}));
+
+  // The order: bias first, then repetition (which sees the biased sign), then frequency.
+  SamplingParams all;
+  all.logit_bias = {{1, 3.0f}};
+  all.repetition_penalty = 2.0f;
+  all.frequency_penalty = 1.0f;
+  l = raw;
+  ProcessLogits(l, all, h);
+  EXPECT_FLOAT_EQ(l[1], (-1.0f + 3.0f) / 2.0f);
+  EXPECT_FLOAT_EQ(l[0], 2.0f / 2.0f - 3.0f);
+  EXPECT_FLOAT_EQ(l[3], 3.0f);
+}
+
+TEST(LogitProcessorTest, MinTokensExcludesEosUntilEnoughAreGenerated) {
+  const std::vector<float> raw = {0.0f, 5.0f, 1.0f};  // EOS (1) is the greedy choice
+  const std::vector<int> eos = {1};
+  SamplingParams p;
+  p.temperature = 0;
+  p.min_tokens = 2;
+  const std::vector<int> none, one = {2}, two = {2, 2};
+  EXPECT_EQ(Sample(raw, p, 0, {{}, none, eos}), 2);
+  EXPECT_EQ(Sample(raw, p, 1, {{}, one, eos}), 2);
+  EXPECT_EQ(Sample(raw, p, 2, {{}, two, eos}), 1);
+  // Sampled: EOS is never drawn before min_tokens, over many seeds.
+  p.temperature = 1;
+  for (uint64_t seed = 0; seed < 500; ++seed) {
+    p.seed = seed;
+    ASSERT_NE(Sample(raw, p, 0, {{}, one, eos}), 1) << seed;
+  }
+}
+
+TEST(LogitProcessorTest, PenaltiesChangeTheDistributionAsDefined) {
+  // The sampled distribution is softmax of the processed logits: token 0 seen 3 times with
+  // frequency 0.5 loses 1.5 nats against the others.
+  const std::vector<float> raw = {1.0f, 1.0f, 1.0f};
+  const std::vector<int> output = {0, 0, 0};
+  SamplingParams p;
+  p.frequency_penalty = 0.5f;
+  std::vector<float> l = raw;
+  ProcessLogits(l, p, {{}, output, {}});
+  const auto d = SamplingDistribution(l, p);
+  EXPECT_NEAR(d[0] / d[1], std::exp(-1.5), 1e-9);
+  // Frequencies over many seeds follow it.
+  int zeros = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    p.seed = static_cast<uint64_t>(i);
+    zeros += Sample(raw, p, 7, {{}, output, {}}) == 0;
+  }
+  const double want = d[0];
+  EXPECT_NEAR(zeros / double(n), want, 4 * std::sqrt(want * (1 - want) / n));
+}
+
+TEST(LogitProcessorTest, NoProcessorsLeaveTheDrawUnchangedAndSeedsReproduce) {
+  const std::vector<float> raw = Logits();
+  SamplingParams plain;
+  plain.seed = 3;
+  EXPECT_FALSE(plain.HasLogitProcessors());
+  const std::vector<int> output = {0, 1, 2};
+  for (uint64_t pos = 0; pos < 50; ++pos) {
+    ASSERT_EQ(Sample(raw, plain, pos, {{}, output, {}}), Sample(raw, plain, pos));
+  }
+  SamplingParams pen = plain;
+  pen.presence_penalty = 1.0f;
+  EXPECT_TRUE(pen.HasLogitProcessors());
+  for (uint64_t pos = 0; pos < 50; ++pos) {
+    ASSERT_EQ(Sample(raw, pen, pos, {{}, output, {}}), Sample(raw, pen, pos, {{}, output, {}}));
+  }
+}
+
+TEST(LogitProcessorTest, ValidateNamesTheField) {
+  auto error = [](auto set) {
+    SamplingParams p;
+    set(p);
+    return std::string(p.Validate().message());
+  };
+  EXPECT_EQ(error([](SamplingParams&) {}), "");
+  EXPECT_NE(error([](SamplingParams& p) { p.presence_penalty = 2.5f; }).find("presence_penalty"),
+            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) { p.frequency_penalty = NAN; }).find("frequency_penalty"),
+            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) { p.repetition_penalty = 0; }).find("repetition_penalty"),
+            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) { p.min_tokens = -1; }).find("min_tokens"),
+            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) {
+              p.logit_bias = {{1, 101.0f}};
+            }).find("logit_bias"),
+            std::string::npos);
+  EXPECT_NE(error([](SamplingParams& p) {
+              p.logit_bias = {{1, 1.0f}, {1, 2.0f}};
+            }).find("appears twice"),
+            std::string::npos);
+  EXPECT_NE(
+      error([](SamplingParams& p) { p.logit_bias.resize(kMaxLogitBias + 1); }).find("logit_bias"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -46,7 +46,9 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
                  R"({"model": "stories260K", "prompt": "Once upon", "max_tokens": 7,
                      "temperature": 0.5, "top_p": 0.9, "top_k": 40, "seed": 3, "stop": ["a", "b"],
                      "n": 1, "stream": true, "stream_options": {"include_usage": true},
-                     "logprobs": 2, "ignore_eos": true, "user": "x"})");
+                     "logprobs": 2, "ignore_eos": true, "user": "x", "presence_penalty": 0.5,
+                     "frequency_penalty": -0.25, "repetition_penalty": 1.1, "min_tokens": 3,
+                     "logit_bias": {"5": -100, "17": 2.5}})");
   ASSERT_TRUE(r.ok()) << r.status();
   const v1::GenerateRequest& g = r->generate;
   EXPECT_EQ(g.text(), "Once upon");
@@ -60,6 +62,13 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
   ASSERT_EQ(g.stop_size(), 2);
   EXPECT_EQ(g.stop(1), "b");
   EXPECT_TRUE(g.ignore_eos());
+  EXPECT_FLOAT_EQ(g.sampling().presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling().frequency_penalty(), -0.25f);
+  EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
+  EXPECT_EQ(g.sampling().min_tokens(), 3);
+  ASSERT_EQ(g.sampling().logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(g.sampling().logit_bias().at(5), -100.0f);
+  EXPECT_FLOAT_EQ(g.sampling().logit_bias().at(17), 2.5f);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
 
@@ -141,9 +150,15 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": "a", "logprobs": true})", 400, "logprobs"},
       {kC, R"({"prompt": "a", "echo": true})", 400, "echo"},
       {kC, R"({"prompt": "a", "best_of": 2})", 400, "best_of"},
-      {kC, R"({"prompt": "a", "presence_penalty": 0.5})", 400, "presence_penalty"},
-      {kC, R"({"prompt": "a", "frequency_penalty": 1})", 400, "frequency_penalty"},
-      {kC, R"({"prompt": "a", "logit_bias": {"5": 1}})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "presence_penalty": "x"})", 400, "presence_penalty"},
+      {kC, R"({"prompt": "a", "frequency_penalty": [1]})", 400, "frequency_penalty"},
+      {kC, R"({"prompt": "a", "repetition_penalty": true})", 400, "repetition_penalty"},
+      {kC, R"({"prompt": "a", "min_tokens": 1.5})", 400, "min_tokens"},
+      {kC, R"({"prompt": "a", "logit_bias": [1]})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "logit_bias": {"a": 1}})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "logit_bias": {"-5": 1}})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "logit_bias": {"99999999999": 1}})", 400, "logit_bias"},
+      {kC, R"({"prompt": "a", "logit_bias": {"5": "x"}})", 400, "logit_bias"},
       {kC, R"({"prompt": "a", "suffix": "z"})", 400, "suffix"},
       {kChat, R"({})", 400, "messages"},
       {kChat, R"({"messages": []})", 400, "messages"},
@@ -188,6 +203,18 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
 }
 
 // Range checks belong to the router's ingress; its field names come back as OpenAI's.
+// A field Tandem does not know is ignored and logged once by name, not once per request.
+TEST_F(OpenAiTest, UnknownFieldsAreLoggedOnce) {
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Parse(Endpoint::kCompletions,
+                      R"({"prompt": "a", "frobnicate_level": 3, "user": "u", "metadata": {}})")
+                    .ok());
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(log, "[tandem-http] ignoring the unknown request field \"frobnicate_level\"\n");
+}
+
 TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
   ModelConfig config;
   config.vocab_size = 512;
@@ -206,6 +233,14 @@ TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
       {Endpoint::kCompletions, R"({"prompt": ""})", "prompt"},
       {Endpoint::kCompletions, R"({"prompt": [600]})", "prompt"},
       {Endpoint::kCompletions, R"({"prompt": "a", "stop": [""]})", "stop"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "presence_penalty": 3})", "presence_penalty"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "frequency_penalty": -2.5})",
+       "frequency_penalty"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "repetition_penalty": 0})", "repetition_penalty"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "min_tokens": -1})", "min_tokens"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "min_tokens": 17})", "min_tokens"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"600": 1}})", "logit_bias"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 200}})", "logit_bias"},
       {Endpoint::kChatCompletions,
        R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
        "top_logprobs"},

@@ -49,6 +49,19 @@ v1::GenerateRequest Seeded(const std::string& prompt, int max_tokens, uint64_t s
   return r;
 }
 
+// Seeded, with every logit processor: after a resume the penalties must still count the tokens
+// generated before it as output (PrefillRequest/DecodeAdmit.output_tokens).
+v1::GenerateRequest Penalized(const std::string& prompt, int max_tokens, uint64_t seed) {
+  v1::GenerateRequest r = Seeded(prompt, max_tokens, seed);
+  v1::SamplingParams* s = r.mutable_sampling();
+  s->set_presence_penalty(0.5f);
+  s->set_frequency_penalty(0.7f);
+  s->set_repetition_penalty(1.2f);
+  s->set_min_tokens(max_tokens);
+  (*s->mutable_logit_bias())[13] = -3.0f;
+  return r;
+}
+
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
@@ -117,13 +130,15 @@ TEST_F(ReliabilityTest, Row04_KillDecodeMidStreamResumesIdentically) {
   c.StartRouter();
   const int p = c.StartWorker("prefill");
   const std::vector<std::string> slow = {"--fault", "step_delay_ms=15"};
+  // One decode worker per request below is killed, and the last part kills the one left.
   std::vector<int> decode = {c.StartWorker("decode", slow), c.StartWorker("decode", slow),
-                             c.StartWorker("decode", slow)};
+                             c.StartWorker("decode", slow), c.StartWorker("decode", slow)};
   ASSERT_GE(p, 0);
   for (int d : decode) ASSERT_GE(d, 0);
 
   int resumes_expected = 0;
-  for (const v1::GenerateRequest& req : {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11)}) {
+  for (const v1::GenerateRequest& req :
+       {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11), Penalized(kPrompt, 120, 5)}) {
     const std::vector<int> want = Reference(req);
     ASSERT_EQ(want.size(), 120u);
     Stream s(c.generation(), req);

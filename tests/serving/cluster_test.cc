@@ -1,6 +1,7 @@
 // End to end with real processes on loopback: the engine alone, --role=all, 1 prefill + 1
 // decode, 2 prefill + 3 decode with 32 concurrent requests, and a decode worker under KV
-// pressure (preempting) all give the same tokens, greedy and seeded; so does a bf16 KV cache
+// pressure (preempting) all give the same tokens, greedy and seeded, with and without the logit
+// processors (penalties, logit_bias, min_tokens); so does a bf16 KV cache
 // against the engine with a bf16 cache, and a worker of another KV dtype is refused; cancel and
 // deadline free every block; bad fields get INVALID_ARGUMENT naming them.
 #include "tests/serving/cluster.h"
@@ -12,6 +13,7 @@
 #include "engine/generator.h"
 #include "engine/llama2c_tokenizer.h"
 #include "engine/model.h"
+#include "rpc/grpc_util.h"
 #include "tests/metrics/metrics_text.h"
 
 namespace tandem {
@@ -21,10 +23,16 @@ using testing::Cluster;
 
 struct Case {
   std::string prompt;
-  float temperature;
-  float top_p;
+  SamplingParams sampling;  // the seed is ToRequest's
   int max_tokens;
 };
+
+SamplingParams Plain(float temperature, float top_p) {
+  SamplingParams s;
+  s.temperature = temperature;
+  s.top_p = top_p;
+  return s;
+}
 
 std::vector<Case> Cases() {
   const auto ref = testing::LoadJson(testing::SharedDir() + "/testdata/stories260K/reference.json");
@@ -32,9 +40,22 @@ std::vector<Case> Cases() {
   for (const auto& c : ref["greedy"]) {
     const int n =
         static_cast<int>(c["ids_after_each_position"].size() - (c["prompt_ids"].size() - 1));
-    cases.push_back({c["prompt"], 0.0f, 1.0f, n});
-    cases.push_back({c["prompt"], 0.8f, 0.9f, 80});
+    cases.push_back({c["prompt"], Plain(0.0f, 1.0f), n});
+    cases.push_back({c["prompt"], Plain(0.8f, 0.9f), 80});
   }
+  // The logit processors (appended: the cases above keep their indices), greedy and sampled,
+  // with a min_tokens past where the greedy story ends at EOS.
+  const std::string prompt = ref["greedy"][1]["prompt"];
+  SamplingParams greedy = Plain(0.0f, 1.0f);
+  greedy.repetition_penalty = 1.3f;
+  greedy.logit_bias = {{1, 30.0f}, {300, -4.0f}};  // 1 ends a story (BOS, as in run.c)
+  greedy.min_tokens = 40;
+  cases.push_back({prompt, greedy, 60});
+  SamplingParams sampled = Plain(0.9f, 0.95f);
+  sampled.presence_penalty = 0.6f;
+  sampled.frequency_penalty = 0.4f;
+  sampled.top_k = 40;
+  cases.push_back({prompt, sampled, 90});
   return cases;
 }
 
@@ -42,8 +63,7 @@ v1::GenerateRequest ToRequest(const Case& c, uint64_t seed = 7) {
   v1::GenerateRequest r;
   r.set_text(c.prompt.empty() ? std::string() : c.prompt);
   r.set_max_tokens(c.max_tokens);
-  r.mutable_sampling()->set_temperature(c.temperature);
-  r.mutable_sampling()->set_top_p(c.top_p);
+  *r.mutable_sampling() = ToProto(c.sampling);
   r.mutable_sampling()->set_seed(seed);
   return r;
 }
@@ -60,7 +80,8 @@ std::vector<std::vector<int>> Expected(const std::vector<Case>& cases,
     GenerationRequest r;
     r.prompt = tok->Encode(c.prompt, true);
     r.max_tokens = c.max_tokens;
-    r.sampling = {c.temperature, 0, c.top_p, 7};
+    r.sampling = c.sampling;
+    r.sampling.seed = 7;
     reqs.push_back(r);
   }
   GeneratorOptions options;
@@ -113,6 +134,23 @@ class ClusterTest : public ::testing::Test {
 };
 std::vector<Case>* ClusterTest::cases_ = nullptr;
 std::vector<std::vector<int>>* ClusterTest::expected_ = nullptr;
+
+// The processor cases are not the plain ones in disguise: each changes the engine's output, and
+// min_tokens holds off the EOS that the bias makes likely.
+TEST_F(ClusterTest, LogitProcessorCasesChangeTheOutput) {
+  const size_t n = cases_->size();
+  std::vector<Case> other = {(*cases_)[n - 2], (*cases_)[n - 1], (*cases_)[n - 2]};
+  other[0].sampling = Plain(0.0f, 1.0f);
+  other[1].sampling = Plain(0.9f, 0.95f);
+  other[1].sampling.top_k = 40;
+  other[2].sampling.min_tokens = 0;
+  const auto got = Expected(other);
+  EXPECT_NE(got[0], (*expected_)[n - 2]);
+  EXPECT_NE(got[1], (*expected_)[n - 1]);
+  EXPECT_GE((*expected_)[n - 2].size(), 40u);
+  EXPECT_EQ((*expected_)[n - 2].back(), 1) << "EOS once min_tokens allows it";
+  EXPECT_LT(got[2].size(), 40u) << "without min_tokens the biased EOS comes early";
+}
 
 TEST_F(ClusterTest, ColocatedRoleAllMatchesEngine) {
   Cluster c(0, 0);
@@ -260,6 +298,20 @@ TEST_F(ClusterTest, InvalidFieldsAreNamedAndServersKeepServing) {
       {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(0); }},
       {"sampling.top_p", [](auto& r) { r.mutable_sampling()->set_top_p(1.5f); }},
       {"sampling.top_k", [](auto& r) { r.mutable_sampling()->set_top_k(-1); }},
+      {"sampling.presence_penalty",
+       [](auto& r) { r.mutable_sampling()->set_presence_penalty(2.5f); }},
+      {"sampling.frequency_penalty",
+       [](auto& r) { r.mutable_sampling()->set_frequency_penalty(NAN); }},
+      {"sampling.repetition_penalty",
+       [](auto& r) { r.mutable_sampling()->set_repetition_penalty(0); }},
+      {"sampling.min_tokens", [](auto& r) { r.mutable_sampling()->set_min_tokens(-1); }},
+      {"sampling.min_tokens", [](auto& r) { r.mutable_sampling()->set_min_tokens(9); }},
+      {"sampling.logit_bias",
+       [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[512] = 1; }},
+      {"sampling.logit_bias",
+       [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[-1] = 1; }},
+      {"sampling.logit_bias",
+       [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 101; }},
       {"stop", [](auto& r) { r.add_stop(""); }},
       {"request_id", [](auto& r) { r.set_request_id(std::string(1000, 'x')); }},
   };
