@@ -130,6 +130,11 @@ uint64_t SplitMix64(uint64_t x) {
 }
 }  // namespace
 
+uint64_t ChoiceSeed(uint64_t seed, int index) {
+  if (index == 0) return seed;
+  return SplitMix64(SplitMix64(seed) ^ (0x636869636521ull + static_cast<uint64_t>(index)));
+}
+
 double CounterUniform(uint64_t seed, uint64_t counter) {
   const uint64_t bits = SplitMix64(SplitMix64(seed) ^ counter);
   return static_cast<double>(bits >> 11) * 0x1.0p-53;

@@ -77,6 +77,11 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int token, int top_
 // the two words (a stateless, counter-based generator).
 double CounterUniform(uint64_t seed, uint64_t counter);
 
+// The seed of choice `index` of a request that asks for several (OpenAI's `n`): the request's
+// own seed for choice 0 (so n = 1 and choice 0 agree), a SplitMix64 mix of (seed, index) after.
+// A gRPC client reproduces choice i by sending ChoiceSeed(seed, i) as its seed.
+uint64_t ChoiceSeed(uint64_t seed, int index);
+
 // The distribution Sample draws from: probabilities over the vocabulary after temperature,
 // top-k, top-p and renormalization (zero outside the kept set). Empty for greedy.
 // Top-k and top-p both select a prefix of the tokens sorted by probability (ties by lower id),

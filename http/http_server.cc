@@ -1,7 +1,10 @@
 #include "http/http_server.h"
 
 #include <atomic>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -155,31 +158,55 @@ struct HttpServer::Impl {
     }
     const openai::Request& request = *parsed;
     openai::ResponseBuilder builder(request, model, absl::ToUnixSeconds(absl::Now()));
-    StreamCall call = MakeCall();
-    call.cancelled = [this, &w] { return stopping.load() || w.ClientGone(); };
-
-    if (!request.stream) {
-      call.write = [&builder](const v1::GenerateResponse& m) {
-        builder.Add(m);
-        return true;
+    // Every choice is its own generation through the router, the first on this thread and the
+    // others on their own; their messages meet in the builder (and the stream) under `mu`. One
+    // failing choice cancels the others: the request fails as a whole.
+    std::recursive_mutex mu;
+    std::atomic<bool> failed{false};
+    auto run = [&](int index) -> grpc::Status {
+      StreamCall call = MakeCall();
+      call.cancelled = [&] {
+        std::lock_guard<std::recursive_mutex> lock(mu);
+        return stopping.load() || failed.load() || w.ClientGone();
       };
-      const grpc::Status s = router->GenerateStream(request.generate, call);
+      call.write = [&, index](const v1::GenerateResponse& m) {
+        std::lock_guard<std::recursive_mutex> lock(mu);
+        const std::string events = builder.Add(index, m);
+        if (!request.stream) return true;
+        // Errors before the first token (validation, no capacity, ...) get their HTTP status;
+        // once the stream has started they end it as an error event.
+        if (!w.started() &&
+            !w.StartStream(200, "text/event-stream",
+                           {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+          return false;
+        }
+        return events.empty() || w.Write(events);
+      };
+      grpc::Status s = router->GenerateStream(request.choices[index], call);
+      if (!s.ok()) failed = true;
+      return s;
+    };
+    const int total = static_cast<int>(request.choices.size());
+    std::vector<grpc::Status> statuses(total);
+    std::vector<std::thread> others;
+    for (int i = 1; i < total; ++i) others.emplace_back([&, i] { statuses[i] = run(i); });
+    statuses[0] = run(0);
+    for (std::thread& t : others) t.join();
+    // The error to report: the first choice that failed for its own reason (the others were
+    // cancelled because of it).
+    grpc::Status s = grpc::Status::OK;
+    for (const grpc::Status& st : statuses) {
+      if (st.ok()) continue;
+      if (s.ok() || (s.error_code() == grpc::StatusCode::CANCELLED &&
+                     st.error_code() != grpc::StatusCode::CANCELLED)) {
+        s = st;
+      }
+    }
+    if (!request.stream) {
       if (!s.ok()) return Reply(w, openai::ToApiError(s, &request));
       w.Send(200, "application/json", builder.Body());
       return;
     }
-    // Errors before the first token (validation, no capacity, ...) get their HTTP status; once
-    // the stream has started they end it as an error event.
-    call.write = [&](const v1::GenerateResponse& m) {
-      const std::string events = builder.Add(m);
-      if (!w.started() &&
-          !w.StartStream(200, "text/event-stream",
-                         {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
-        return false;
-      }
-      return events.empty() || w.Write(events);
-    };
-    const grpc::Status s = router->GenerateStream(request.generate, call);
     if (!w.started()) return Reply(w, openai::ToApiError(s, &request));
     const std::string tail =
         s.ok() ? builder.StreamEnd()

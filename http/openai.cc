@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/sampler.h"
 #include "http/json_limits.h"
 
 namespace tandem::openai {
@@ -86,9 +87,6 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
     if (!v->is_number_integer() || v->get<int64_t>() != 1)
       return Invalid("best_of", "only 1 is supported");
   }
-  if (const Json* v = Field(body, "echo")) {
-    if (!v->is_boolean() || v->get<bool>()) return Invalid("echo", "is not supported");
-  }
   if (const Json* v = Field(body, "suffix")) {
     if (!v->is_string() || !v->get<std::string>().empty())
       return Invalid("suffix", "is not supported");
@@ -108,8 +106,23 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
   return absl::OkStatus();
 }
 
-// `prompt` of /v1/completions: a string, a list of one string, a list of token ids, or a list of
-// one list of token ids.
+// `prompt` of /v1/completions as a list of prompts, each a string or a list of token ids: a
+// string, a list of token ids, a list of strings, or a list of lists of token ids.
+absl::StatusOr<std::vector<Json>> PromptList(const Json& prompt) {
+  const char* kShape =
+      "must be a string, a list of token ids, or a list of strings or of token-id lists";
+  if (prompt.is_string()) return std::vector<Json>{prompt};
+  if (!prompt.is_array() || prompt.empty()) return Invalid("prompt", kShape);
+  if (prompt[0].is_number()) return std::vector<Json>{prompt};
+  std::vector<Json> out;
+  for (const Json& p : prompt) {
+    if (!p.is_string() && !p.is_array()) return Invalid("prompt", kShape);
+    out.push_back(p);
+  }
+  return out;
+}
+
+// One prompt of PromptList: a string or a list of token ids.
 absl::Status SetPrompt(const Json& prompt, v1::GenerateRequest* out) {
   auto set_ids = [&](const Json& ids) -> absl::Status {
     if (ids.empty()) return Invalid("prompt", "must not be empty");
@@ -126,17 +139,7 @@ absl::Status SetPrompt(const Json& prompt, v1::GenerateRequest* out) {
     out->set_text(prompt.get<std::string>());
     return absl::OkStatus();
   }
-  if (!prompt.is_array() || prompt.empty()) {
-    return Invalid("prompt", "must be a string, a list of token ids, or a list of one of those");
-  }
-  if (prompt[0].is_number()) return set_ids(prompt);
-  if (prompt.size() != 1) return Invalid("prompt", "only one prompt per request is supported");
-  if (prompt[0].is_string()) {
-    out->set_text(prompt[0].get<std::string>());
-    return absl::OkStatus();
-  }
-  if (prompt[0].is_array()) return set_ids(prompt[0]);
-  return Invalid("prompt", "must be a string, a list of token ids, or a list of one of those");
+  return set_ids(prompt);
 }
 
 // `messages` of /v1/chat/completions, checked and with list contents ([{"type": "text",
@@ -358,19 +361,34 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     }
   }
   if (absl::Status s = CheckUnsupported(body, endpoint); !s.ok()) return s;
+  int n = 1;
   if (const Json* v = Field(body, "n")) {
-    auto n = GetInt(*v, "n", kInt32Min, kInt32Max);
-    if (!n.ok()) return n.status();
-    if (*n != 1) return Invalid("n", absl::StrFormat("only 1 is supported, got %d", *n));
+    auto x = GetInt(*v, "n", 1, kMaxChoices);
+    if (!x.ok()) return x.status();
+    n = static_cast<int>(*x);
+  }
+  if (const Json* v = Field(body, "echo")) {
+    if (chat) return Invalid("echo", "is a completions parameter");
+    auto b = GetBool(*v, "echo");
+    if (!b.ok()) return b.status();
+    r.echo = *b;
   }
 
   v1::GenerateRequest& g = r.generate;
+  std::vector<Json> prompts;
   if (chat) {
     if (absl::Status s = SetChatPrompt(body, model, &g); !s.ok()) return s;
   } else {
     const Json* prompt = Field(body, "prompt");
     if (prompt == nullptr) return Invalid("prompt", "is required");
-    if (absl::Status s = SetPrompt(*prompt, &g); !s.ok()) return s;
+    auto list = PromptList(*prompt);
+    if (!list.ok()) return list.status();
+    prompts = *std::move(list);
+    if (prompts.size() * n > static_cast<size_t>(kMaxChoices)) {
+      return Invalid("n", absl::StrFormat("%d prompts x n = %d gives more than %d choices",
+                                          prompts.size(), n, kMaxChoices));
+    }
+    if (absl::Status s = SetPrompt(prompts[0], &g); !s.ok()) return s;
   }
 
   // max_tokens: OpenAI's default is 16 for completions; chat runs to the end of the context
@@ -490,6 +508,23 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     g.set_ignore_eos(*b);
   }
 
+  if (r.echo && s->logprobs()) return Invalid("echo", "with logprobs is not supported");
+
+  // The choices: every prompt n times, choice i of a prompt with seed ChoiceSeed(seed, i).
+  if (chat) prompts.push_back(Json());
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int i = 0; i < n; ++i) {
+      v1::GenerateRequest c = g;
+      if (!chat && p > 0) {
+        c.clear_input();
+        if (absl::Status st = SetPrompt(prompts[p], &c); !st.ok()) return st;
+      }
+      c.mutable_sampling()->set_seed(ChoiceSeed(g.sampling().seed(), i));
+      r.choices.push_back(std::move(c));
+    }
+  }
+  r.n = n;
+
   if (const Json* v = Field(body, "stream")) {
     auto b = GetBool(*v, "stream");
     if (!b.ok()) return b.status();
@@ -592,20 +627,29 @@ std::string ErrorBody(const ApiError& error) {
 ResponseBuilder::ResponseBuilder(const Request& request, const ServedModel& model,
                                  int64_t created_unix)
     : request_(request), model_(model), created_(created_unix) {
-  if (request_.endpoint == Endpoint::kChatCompletions) {
-    logprobs_ = {{"content", Json::array()}};
-  } else {
-    logprobs_ = {{"tokens", Json::array()},
-                 {"token_logprobs", Json::array()},
-                 {"top_logprobs", Json::array()},
-                 {"text_offset", Json::array()}};
+  choices_.resize(std::max<size_t>(1, request_.choices.size()));
+  for (Choice& c : choices_) {
+    if (request_.endpoint == Endpoint::kChatCompletions) {
+      c.logprobs = {{"content", Json::array()}};
+    } else {
+      c.logprobs = {{"tokens", Json::array()},
+                    {"token_logprobs", Json::array()},
+                    {"top_logprobs", Json::array()},
+                    {"text_offset", Json::array()}};
+    }
   }
 }
 
 Json ResponseBuilder::Usage() const {
-  return {{"prompt_tokens", prompt_tokens_},
-          {"completion_tokens", completion_tokens_},
-          {"total_tokens", prompt_tokens_ + completion_tokens_}};
+  // The prompt once per prompt (its n choices share it), the completions of every choice.
+  int prompt = 0, completion = 0;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (i % request_.n == 0) prompt += choices_[i].prompt_tokens;
+    completion += choices_[i].completion_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", completion},
+          {"total_tokens", prompt + completion}};
 }
 
 Json ResponseBuilder::Chunk(Json choice) const {
@@ -619,7 +663,15 @@ Json ResponseBuilder::Chunk(Json choice) const {
   return c;
 }
 
-Json ResponseBuilder::Logprobs(const v1::GenerateResponse& msg) {
+std::string ResponseBuilder::EchoText(int index) const {
+  if (!request_.echo || index >= static_cast<int>(request_.choices.size())) return "";
+  const v1::GenerateRequest& g = request_.choices[index];
+  if (g.has_text()) return g.text();
+  const std::vector<int> ids(g.tokens().ids().begin(), g.tokens().ids().end());
+  return model_.tokenizer->Decode(ids);
+}
+
+Json ResponseBuilder::Logprobs(Choice& choice, const v1::GenerateResponse& msg) {
   if (!request_.generate.sampling().logprobs()) return nullptr;
   const Tokenizer& tok = *model_.tokenizer;
   if (request_.endpoint == Endpoint::kChatCompletions) {
@@ -635,7 +687,7 @@ Json ResponseBuilder::Logprobs(const v1::GenerateResponse& msg) {
       content.push_back(
           {{"token", text}, {"logprob", l.logprob()}, {"bytes", bytes}, {"top_logprobs", top}});
     }
-    for (const Json& c : content) logprobs_["content"].push_back(c);
+    for (const Json& c : content) choice.logprobs["content"].push_back(c);
     return {{"content", std::move(content)}};
   }
   Json out = {{"tokens", Json::array()},
@@ -653,58 +705,64 @@ Json ResponseBuilder::Logprobs(const v1::GenerateResponse& msg) {
     out["tokens"].push_back(text);
     out["token_logprobs"].push_back(l.logprob());
     out["top_logprobs"].push_back(std::move(top));
-    out["text_offset"].push_back(text_offset_);
-    text_offset_ += static_cast<int64_t>(text.size());
+    out["text_offset"].push_back(choice.text_offset);
+    choice.text_offset += static_cast<int64_t>(text.size());
   }
   for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
-    for (const Json& x : out[key]) logprobs_[key].push_back(x);
+    for (const Json& x : out[key]) choice.logprobs[key].push_back(x);
   }
   return out;
 }
 
-std::string ResponseBuilder::Add(const v1::GenerateResponse& msg) {
+std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
   const bool chat = request_.endpoint == Endpoint::kChatCompletions;
+  if (index < 0 || index >= static_cast<int>(choices_.size())) return "";
+  Choice& choice = choices_[index];
   if (id_.empty()) id_ = (chat ? "chatcmpl-" : "cmpl-") + msg.request_id();
-  text_ += msg.text();
-  completion_tokens_ += msg.token_ids_size();
+  choice.text += msg.text();
+  choice.completion_tokens += msg.token_ids_size();
   if (msg.has_usage()) {
-    prompt_tokens_ = msg.usage().prompt_tokens();
-    completion_tokens_ = msg.usage().completion_tokens();
+    choice.prompt_tokens = msg.usage().prompt_tokens();
+    choice.completion_tokens = msg.usage().completion_tokens();
   }
   const std::string finish = FinishReasonName(msg.finish_reason());
-  if (!finish.empty()) finish_reason_ = finish;
-  Json logprobs = Logprobs(msg);
+  if (!finish.empty()) choice.finish_reason = finish;
+  Json logprobs = Logprobs(choice, msg);
   if (!request_.stream) return "";
 
   std::string events;
   auto emit = [&](const Json& chunk) {
     events += "data: " + chunk.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
   };
+  const bool first = !choice.started;
+  choice.started = true;
   if (chat) {
-    if (!sent_role_) {
-      sent_role_ = true;
-      emit(Chunk({{"index", 0},
+    if (first) {
+      emit(Chunk({{"index", index},
                   {"delta", {{"role", "assistant"}, {"content", ""}}},
                   {"logprobs", nullptr},
                   {"finish_reason", nullptr}}));
     }
     if (!msg.text().empty() || (!logprobs.is_null() && !logprobs["content"].empty())) {
-      emit(Chunk({{"index", 0},
+      emit(Chunk({{"index", index},
                   {"delta", {{"content", msg.text()}}},
                   {"logprobs", logprobs},
                   {"finish_reason", nullptr}}));
     }
     if (!finish.empty()) {
-      emit(Chunk({{"index", 0},
+      emit(Chunk({{"index", index},
                   {"delta", Json::object()},
                   {"logprobs", nullptr},
                   {"finish_reason", finish}}));
     }
-  } else if (!msg.text().empty() || !finish.empty() || msg.token_ids_size() > 0) {
-    emit(Chunk({{"index", 0},
-                {"text", msg.text()},
-                {"logprobs", logprobs},
-                {"finish_reason", Nullable(finish)}}));
+  } else {
+    const std::string text = (first ? EchoText(index) : std::string()) + msg.text();
+    if (!text.empty() || !finish.empty() || msg.token_ids_size() > 0) {
+      emit(Chunk({{"index", index},
+                  {"text", text},
+                  {"logprobs", logprobs},
+                  {"finish_reason", Nullable(finish)}}));
+    }
   }
   return events;
 }
@@ -731,23 +789,27 @@ std::string ResponseBuilder::StreamError(const ApiError& error) {
 std::string ResponseBuilder::Body() const {
   const bool chat = request_.endpoint == Endpoint::kChatCompletions;
   const bool want_logprobs = request_.generate.sampling().logprobs();
-  Json choice;
-  if (chat) {
-    choice = {{"index", 0},
-              {"message", {{"role", "assistant"}, {"content", text_}}},
-              {"logprobs", want_logprobs ? logprobs_ : Json(nullptr)},
-              {"finish_reason", Nullable(finish_reason_)}};
-  } else {
-    choice = {{"index", 0},
-              {"text", text_},
-              {"logprobs", want_logprobs ? logprobs_ : Json(nullptr)},
-              {"finish_reason", Nullable(finish_reason_)}};
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& c = choices_[i];
+    const Json logprobs = want_logprobs ? c.logprobs : Json(nullptr);
+    if (chat) {
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"logprobs", logprobs},
+                         {"finish_reason", Nullable(c.finish_reason)}});
+    } else {
+      choices.push_back({{"index", i},
+                         {"text", EchoText(static_cast<int>(i)) + c.text},
+                         {"logprobs", logprobs},
+                         {"finish_reason", Nullable(c.finish_reason)}});
+    }
   }
   Json body = {{"id", id_},
                {"object", chat ? "chat.completion" : "text_completion"},
                {"created", created_},
                {"model", model_.id},
-               {"choices", Json::array({std::move(choice)})},
+               {"choices", std::move(choices)},
                {"usage", Usage()}};
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/chat_template/chat_template.h"
@@ -36,10 +37,19 @@ struct ServedModel {
   absl::StatusOr<TokenizerChatTemplate> chat_template = absl::NotFoundError("no chat template");
 };
 
+// Choices one request may ask for: prompts x n.
+inline constexpr int kMaxChoices = 64;
+
 // A request body, parsed.
 struct Request {
   Endpoint endpoint = Endpoint::kCompletions;
+  // The first choice's generation (the first prompt, seed as given); what the errors name.
   v1::GenerateRequest generate;
+  // Every choice, in OpenAI's order (prompt-major: index = prompt * n + i); choices[0] is
+  // `generate`, choice i of a prompt has seed ChoiceSeed(seed, i) (engine/sampler.h).
+  std::vector<v1::GenerateRequest> choices;
+  int n = 1;
+  bool echo = false;  // completions: the prompt's text before the completion
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // How the request named max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
@@ -75,15 +85,17 @@ ApiError ToApiError(const absl::Status& status, const Request* request);
 // {"error": {...}}
 std::string ErrorBody(const ApiError& error);
 
-// Turns the router's stream of GenerateResponse messages into OpenAI's answer: one JSON body
-// (Body) or server-sent events (Add's return value, then StreamEnd).
+// Turns the router's streams of GenerateResponse messages, one per choice, into OpenAI's
+// answer: one JSON body (Body) or server-sent events (Add's return value, then StreamEnd). Not
+// thread-safe: callers running choices concurrently serialize Add.
 class ResponseBuilder {
  public:
   ResponseBuilder(const Request& request, const ServedModel& model, int64_t created_unix);
 
-  // Adds one message of the stream; returns its server-sent events when streaming ("data: ...\n\n"
-  // lines; may be empty), "" otherwise.
-  std::string Add(const v1::GenerateResponse& msg);
+  // Adds one message of choice `index`'s stream; returns its server-sent events when streaming
+  // ("data: ...\n\n" lines; may be empty), "" otherwise.
+  std::string Add(int index, const v1::GenerateResponse& msg);
+  std::string Add(const v1::GenerateResponse& msg) { return Add(0, msg); }
   // The events after the last message: the usage chunk when asked for, then "data: [DONE]".
   std::string StreamEnd() const;
   // An error after the stream began, as one event (then StreamEnd is not sent).
@@ -92,23 +104,29 @@ class ResponseBuilder {
   std::string Body() const;
 
  private:
+  struct Choice {
+    std::string text;
+    std::string finish_reason;
+    int prompt_tokens = 0;
+    int completion_tokens = 0;
+    bool started = false;     // streaming: its first chunk (chat role, completions echo) sent
+    int64_t text_offset = 0;  // completions logprobs: bytes of token text so far
+    nlohmann::ordered_json logprobs;
+  };
+
   nlohmann::ordered_json Chunk(nlohmann::ordered_json choice) const;
   nlohmann::ordered_json Usage() const;
   // The logprobs of `msg` in this endpoint's shape (null when not asked for), appending to the
-  // accumulated ones for Body.
-  nlohmann::ordered_json Logprobs(const v1::GenerateResponse& msg);
+  // choice's accumulated ones for Body.
+  nlohmann::ordered_json Logprobs(Choice& choice, const v1::GenerateResponse& msg);
+  // Completions with echo: the prompt of choice `index` as text.
+  std::string EchoText(int index) const;
 
   const Request& request_;
   const ServedModel& model_;
   int64_t created_;
   std::string id_;
-  std::string text_;
-  std::string finish_reason_;
-  int prompt_tokens_ = 0;
-  int completion_tokens_ = 0;
-  bool sent_role_ = false;
-  int64_t text_offset_ = 0;  // completions logprobs: bytes of token text so far
-  nlohmann::ordered_json logprobs_;
+  std::vector<Choice> choices_;
 };
 
 // OpenAI's finish_reason for a Tandem one ("stop", "length"; the context limit is "length").

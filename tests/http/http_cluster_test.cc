@@ -17,6 +17,7 @@
 #include "engine/llama2c_tokenizer.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model_writer.h"
+#include "engine/sampler.h"
 #include "tests/http/http_client.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
@@ -165,6 +166,67 @@ TEST(HttpClusterTest, CompletionsAndChatGiveTheGrpcTokens) {
     EXPECT_EQ(s.finish, FinishName(want_chat.finish));
     EXPECT_TRUE(s.usage.is_null());  // not asked for
   }
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// n, several prompts, echo and the penalties over HTTP: choice i of each prompt is the gRPC
+// generation with seed ChoiceSeed(seed, i) and the same sampling, in JSON and in the stream.
+TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat"};
+  const int n = 3;
+  std::vector<std::string> want;  // prompt-major
+  for (const std::string& prompt : prompts) {
+    for (int i = 0; i < n; ++i) {
+      v1::GenerateRequest g;
+      g.set_text(prompt);
+      g.set_max_tokens(30);
+      v1::SamplingParams* sp = g.mutable_sampling();
+      sp->set_temperature(0.9f);
+      sp->set_seed(ChoiceSeed(11, i));
+      sp->set_presence_penalty(0.5f);
+      sp->set_frequency_penalty(0.3f);
+      sp->set_repetition_penalty(1.2f);
+      sp->set_min_tokens(30);
+      (*sp->mutable_logit_bias())[13] = -5.0f;
+      const testing::Streamed got = testing::Generate(c.generation(), g);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      want.push_back(prompt + got.text);
+    }
+  }
+  EXPECT_NE(want[0], want[1]);  // the choices differ
+  json body = {{"prompt", prompts},
+               {"n", n},
+               {"max_tokens", 30},
+               {"temperature", 0.9},
+               {"seed", 11},
+               {"echo", true},
+               {"presence_penalty", 0.5},
+               {"frequency_penalty", 0.3},
+               {"repetition_penalty", 1.2},
+               {"min_tokens", 30},
+               {"logit_bias", {{"13", -5}}}};
+  HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.Json();
+  ASSERT_EQ(j["choices"].size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["text"], want[i]) << "choice " << i;
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], 30 * want.size());
+
+  body["stream"] = true;
+  r = Curl(c.http(), "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  std::vector<std::string> streamed(want.size());
+  for (const json& e : SseEvents(r.body)) {
+    if (e == "[DONE]" || e["choices"].empty()) continue;
+    const json& ch = e["choices"][0];
+    streamed.at(ch["index"].get<size_t>()) += ch["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, want);
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
@@ -324,7 +386,7 @@ TEST(HttpClusterTest, ErrorsModelsAndHealth) {
   bad(R"({"prompt": "a", "top_k": -5})", "top_k");
   bad(R"({"prompt": "a", "max_tokens": 0})", "max_tokens");
   bad(R"({"prompt": "a", "max_tokens": 100000})", "max_tokens");
-  bad(R"({"prompt": "a", "n": 2})", "n");
+  bad(R"({"prompt": "a", "n": 100})", "n");
   bad(R"({"prompt": "a", "logprobs": 30})", "logprobs");
   bad(R"({"prompt": "a", "stop": 5})", "stop");
   bad(R"({"prompt": ""})", "prompt");

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/llama2c_tokenizer.h"
+#include "engine/sampler.h"
 #include "router/ingress.h"
 #include "tests/test_util.h"
 
@@ -116,6 +117,35 @@ TEST_F(OpenAiTest, ChatRendersTheTemplateAndTokenizesWithoutSpecialTokens) {
   EXPECT_EQ(r->generate.max_tokens(), 100);
 }
 
+// n and several prompts: every prompt n times, prompt-major, choice i seeded ChoiceSeed(seed, i).
+TEST_F(OpenAiTest, ChoicesAreEveryPromptNTimes) {
+  auto r = Parse(Endpoint::kCompletions,
+                 R"({"prompt": ["one", "two"], "n": 3, "seed": 5, "echo": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->choices.size(), 6u);
+  EXPECT_EQ(r->n, 3);
+  EXPECT_TRUE(r->echo);
+  for (int p = 0; p < 2; ++p) {
+    for (int i = 0; i < 3; ++i) {
+      const v1::GenerateRequest& c = r->choices[p * 3 + i];
+      EXPECT_EQ(c.text(), p == 0 ? "one" : "two");
+      EXPECT_EQ(c.sampling().seed(), ChoiceSeed(5, i));
+    }
+  }
+  EXPECT_EQ(r->choices[0].SerializeAsString(), r->generate.SerializeAsString());
+  EXPECT_EQ(ChoiceSeed(5, 0), 5u);
+  EXPECT_NE(ChoiceSeed(5, 1), ChoiceSeed(5, 2));
+  r = Parse(Endpoint::kCompletions, R"({"prompt": [[1, 2], [3]]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->choices.size(), 2u);
+  EXPECT_EQ(r->choices[1].tokens().ids_size(), 1);
+  r = Parse(Endpoint::kChatCompletions,
+            R"({"messages": [{"role": "user", "content": "x"}], "n": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->choices.size(), 2u);
+  EXPECT_EQ(r->choices[1].tokens().ids_size(), r->generate.tokens().ids_size());
+}
+
 // Each bad body: the HTTP status and the parameter named.
 TEST_F(OpenAiTest, BadFieldsAreNamed) {
   struct Case {
@@ -132,7 +162,8 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": "a", "model": 5})", 400, "model"},
       {kC, R"({})", 400, "prompt"},
       {kC, R"({"prompt": 5})", 400, "prompt"},
-      {kC, R"({"prompt": ["a", "b"]})", 400, "prompt"},
+      {kC, R"({"prompt": ["a", 5]})", 400, "prompt"},
+      {kC, R"({"prompt": [[1], []]})", 400, "prompt"},
       {kC, R"({"prompt": [1, "b"]})", 400, "prompt"},
       {kC, R"({"prompt": "a", "max_tokens": "3"})", 400, "max_tokens"},
       {kC, R"({"prompt": "a", "max_tokens": 1e20})", 400, "max_tokens"},
@@ -142,13 +173,17 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": "a", "seed": 1.5})", 400, "seed"},
       {kC, R"({"prompt": "a", "stop": 3})", 400, "stop"},
       {kC, R"({"prompt": "a", "stop": ["x", 3]})", 400, "stop"},
-      {kC, R"({"prompt": "a", "n": 2})", 400, "n"},
+      {kC, R"({"prompt": "a", "n": 0})", 400, "n"},
+      {kC, R"({"prompt": "a", "n": 65})", 400, "n"},
+      {kC, R"({"prompt": ["a", "b", "c"], "n": 22})", 400, "n"},
+      {kC, R"({"prompt": "a", "echo": "yes"})", 400, "echo"},
+      {kC, R"({"prompt": "a", "echo": true, "logprobs": 1})", 400, "echo"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", 400, "echo"},
       {kC, R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
       {kC, R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400, "stream_options"},
       {kC, R"({"prompt": "a", "stream": true, "stream_options": {"include_usage": 1}})", 400,
        "stream_options.include_usage"},
       {kC, R"({"prompt": "a", "logprobs": true})", 400, "logprobs"},
-      {kC, R"({"prompt": "a", "echo": true})", 400, "echo"},
       {kC, R"({"prompt": "a", "best_of": 2})", 400, "best_of"},
       {kC, R"({"prompt": "a", "presence_penalty": "x"})", 400, "presence_penalty"},
       {kC, R"({"prompt": "a", "frequency_penalty": [1]})", 400, "frequency_penalty"},
