@@ -352,6 +352,9 @@ void DecodeEngine::Loop() {
     if (metrics_) {
       metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
       metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+      size_t tokens = 0;
+      for (const SequenceChunk& chunk : batch) tokens += chunk.tokens.size();
+      metrics_->iteration_tokens.Observe(static_cast<double>(tokens));
     }
     lock.lock();
     ++steps_;

@@ -82,8 +82,10 @@ struct HttpServer::Impl {
     // Authentication before routing: every /v1 endpoint needs a key when the router has keys
     // (Router::Authorize, which gRPC uses too, counts refused completions as UNAUTHENTICATED
     // requests; /v1/models is not a request there).
-    if (path.starts_with("/v1/")) {
-      const bool generation = !path.starts_with("/v1/models");
+    // /metrics too: Prometheus sends the key as a bearer token (authorization in its scrape
+    // config).
+    if (path.starts_with("/v1/") || path == "/metrics") {
+      const bool generation = path.starts_with("/v1/") && !path.starts_with("/v1/models");
       const grpc::Status s =
           router->Authorize(std::string(req.Header("authorization")), generation);
       if (!s.ok()) return Reply(w, openai::ToApiError(s, nullptr));
@@ -95,6 +97,11 @@ struct HttpServer::Impl {
     };
     if (path == "/health") {
       if (method("GET")) Health(w);
+    } else if (path == "/metrics" && metrics != nullptr) {
+      // The process's whole registry, as on the metrics port (vLLM serves it on its API port).
+      if (method("GET")) {
+        w.Send(200, "text/plain; version=0.0.4; charset=utf-8", metrics->registry.Serialize());
+      }
     } else if (path == "/v1/models") {
       if (method("GET")) Models("", w);
     } else if (path.starts_with("/v1/models/") && path.size() > 11) {

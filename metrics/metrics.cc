@@ -49,6 +49,11 @@ const std::map<std::string, std::string>& HelpTexts() {
        "Router: in admission or prefill, no token sent yet. Prefill: queued, no chunk computed. "
        "Decode: admitted, not yet running."},
       {"tandem_prefill_batch_tokens", "Prefill: prompt tokens computed per step."},
+      {"tandem_iteration_tokens_total",
+       "Tokens computed per forward step (vLLM's iteration_tokens_total). Prefill: prompt "
+       "tokens. Decode: sampled and recomputed tokens."},
+      {"tandem_request_prompt_tokens", "Router: prompt tokens per successful request."},
+      {"tandem_request_generation_tokens", "Router: tokens generated per successful request."},
       {"tandem_prefill_step_seconds", "Prefill: duration of one forward step."},
       {"tandem_prefix_cache_queries_total",
        "Prefill: prompt tokens looked up in the prefix cache."},
@@ -168,7 +173,8 @@ MetricsRegistry::MetricsRegistry(std::string model)
     : model_(std::move(model)), registry_(std::make_shared<prometheus::Registry>()) {}
 
 prometheus::Labels MetricsRegistry::Labels(const std::string& role) const {
-  return {{"model", model_}, {"role", role}};
+  // model_name: vLLM's label for the same value, so its dashboards' queries select these series.
+  return {{"model", model_}, {"model_name", model_}, {"role", role}};
 }
 
 int MetricsRegistry::AddCollectHook(std::function<void()> hook) {
@@ -216,7 +222,11 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
       generation_tokens(NewCounter(r, labels, "tandem_generation_tokens_total")),
       num_requests_running(NewGauge(r, labels, "tandem_num_requests_running")),
       num_requests_waiting(NewGauge(r, labels, "tandem_num_requests_waiting")),
-      resumes(NewCounter(r, labels, "tandem_resumes_total")) {
+      resumes(NewCounter(r, labels, "tandem_resumes_total")),
+      request_prompt_tokens(
+          NewHistogram(r, labels, "tandem_request_prompt_tokens", CountBuckets())),
+      request_generation_tokens(
+          NewHistogram(r, labels, "tandem_request_generation_tokens", CountBuckets())) {
   for (size_t code = 0; code < kGrpcCodeNames.size(); ++code) {
     requests_by_code[code] = &requests_family.Add(With(labels, "status", kGrpcCodeNames[code]));
   }
@@ -253,6 +263,7 @@ PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
       queue_time(
           NewHistogram(r, labels, "tandem_request_queue_time_seconds", RequestLatencyBuckets())),
       batch_tokens(NewHistogram(r, labels, "tandem_prefill_batch_tokens", CountBuckets())),
+      iteration_tokens(NewHistogram(r, labels, "tandem_iteration_tokens_total", CountBuckets())),
       step_time(NewHistogram(r, labels, "tandem_prefill_step_seconds", TokenLatencyBuckets())),
       prefix_cache_queries(NewCounter(r, labels, "tandem_prefix_cache_queries_total")),
       prefix_cache_hits(NewCounter(r, labels, "tandem_prefix_cache_hits_total")),
@@ -269,6 +280,7 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       kv_leases_waiting(NewGauge(r, labels, "tandem_kv_leases_waiting")),
       kv_cache_usage(NewGauge(r, labels, "tandem_kv_cache_usage_perc")),
       batch_size(NewHistogram(r, labels, "tandem_decode_batch_size", CountBuckets())),
+      iteration_tokens(NewHistogram(r, labels, "tandem_iteration_tokens_total", CountBuckets())),
       step_time(NewHistogram(r, labels, "tandem_decode_step_seconds", TokenLatencyBuckets())),
       generation_tokens(NewCounter(r, labels, "tandem_generation_tokens_total")),
       kv_transfer_bytes(NewCounter(r, labels, "tandem_kv_transfer_bytes_total")),

@@ -96,16 +96,18 @@ struct RouterMetrics {
   prometheus::Family<prometheus::Counter>& routing_family;
   std::array<prometheus::Counter*, 17> requests_by_code;  // grpc::StatusCode 0..16
 
-  prometheus::Histogram& time_to_first_token;    // arrival to the first token sent
-  prometheus::Histogram& inter_token_latency;    // one per token after the first
-  prometheus::Histogram& time_per_output_token;  // per request: (e2e - ttft) / (n - 1)
-  prometheus::Histogram& e2e_request_latency;    // arrival to the last token, successes
-  prometheus::Histogram& queue_time;             // arrival to admission on a decode worker
-  prometheus::Counter& prompt_tokens;            // prompts of requests that got a first token
-  prometheus::Counter& generation_tokens;        // tokens streamed to clients
-  prometheus::Gauge& num_requests_running;       // past the first token, decoding
-  prometheus::Gauge& num_requests_waiting;       // admission and prefill, no token yet
-  prometheus::Counter& resumes;                  // attempts resumed after a worker/KV fault
+  prometheus::Histogram& time_to_first_token;        // arrival to the first token sent
+  prometheus::Histogram& inter_token_latency;        // one per token after the first
+  prometheus::Histogram& time_per_output_token;      // per request: (e2e - ttft) / (n - 1)
+  prometheus::Histogram& e2e_request_latency;        // arrival to the last token, successes
+  prometheus::Histogram& queue_time;                 // arrival to admission on a decode worker
+  prometheus::Counter& prompt_tokens;                // prompts of requests that got a first token
+  prometheus::Counter& generation_tokens;            // tokens streamed to clients
+  prometheus::Gauge& num_requests_running;           // past the first token, decoding
+  prometheus::Gauge& num_requests_waiting;           // admission and prefill, no token yet
+  prometheus::Counter& resumes;                      // attempts resumed after a worker/KV fault
+  prometheus::Histogram& request_prompt_tokens;      // per successful request
+  prometheus::Histogram& request_generation_tokens;  // per successful request
 };
 
 // A prefill worker.
@@ -117,6 +119,7 @@ struct PrefillMetrics {
   prometheus::Gauge& num_requests_running;    // prompts being computed or shipped
   prometheus::Histogram& queue_time;          // enqueue to the first chunk scheduled
   prometheus::Histogram& batch_tokens;        // prompt tokens computed per step
+  prometheus::Histogram& iteration_tokens;    // the same under vLLM's name
   prometheus::Histogram& step_time;           // seconds per forward step
   prometheus::Counter& prefix_cache_queries;  // prompt tokens looked up (as vLLM: tokens)
   prometheus::Counter& prefix_cache_hits;     // of those, tokens found in the cache
@@ -136,6 +139,7 @@ struct DecodeMetrics {
   prometheus::Gauge& kv_leases_waiting;     // open leases: KV arriving or not yet started
   prometheus::Gauge& kv_cache_usage;        // fraction of KV blocks in use, 0..1
   prometheus::Histogram& batch_size;        // requests per decode step
+  prometheus::Histogram& iteration_tokens;  // tokens computed per decode step (recomputes too)
   prometheus::Histogram& step_time;         // seconds per decode step
   prometheus::Counter& generation_tokens;   // tokens sampled by decode steps
   prometheus::Counter& kv_transfer_bytes;   // KV payload bytes accepted into leases

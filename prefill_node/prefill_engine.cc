@@ -269,6 +269,7 @@ void PrefillEngine::Loop() {
       int tokens = 0;
       for (const auto& w : work) tokens += w.count;
       metrics_->batch_tokens.Observe(tokens);
+      metrics_->iteration_tokens.Observe(tokens);
       metrics_->step_time.Observe(step_seconds);
     }
     lock.lock();

@@ -903,6 +903,8 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
         const double e2e = Since(t0);
         const int n = static_cast<int>(generated.size());
         metrics_->success(FinishReasonName(*finish)).Increment();
+        metrics_->request_prompt_tokens.Observe(static_cast<double>(greq.prompt.size()));
+        metrics_->request_generation_tokens.Observe(n);
         metrics_->e2e_request_latency.Observe(e2e);
         if (n > 1) metrics_->time_per_output_token.Observe((e2e - ttft) / (n - 1));
       }

@@ -230,6 +230,33 @@ TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
+// /metrics on the HTTP port is the router's registry, as its metrics port serves it, with vLLM's
+// model_name label and the per-request token histograms.
+TEST(HttpClusterTest, MetricsOnTheHttpPortWithVllmLabels) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  for (int max_tokens : {5, 9}) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", max_tokens}, {"ignore_eos", true}};
+    ASSERT_EQ(Curl(c.http(), "/v1/completions", body.dump()).status, 200);
+  }
+  const auto http = testing::Scrape(c.http());
+  const auto port = testing::Scrape(c.metrics()[0]);
+  ASSERT_FALSE(http.empty());
+  const std::map<std::string, std::string> vllm = {{"model_name", "stories260K"},
+                                                   {"role", "router"}};
+  EXPECT_EQ(testing::MetricValue(http, "tandem_request_generation_tokens_count", vllm), 2);
+  EXPECT_EQ(testing::MetricValue(http, "tandem_request_generation_tokens_sum", vllm), 14);
+  EXPECT_EQ(testing::MetricValue(http, "tandem_request_prompt_tokens_count", vllm), 2);
+  EXPECT_EQ(testing::MetricValue(http, "tandem_request_success_total", vllm),
+            testing::MetricValue(port, "tandem_request_success_total", vllm));
+  EXPECT_EQ(testing::MetricValue(http, "tandem_generation_tokens_total", vllm), 14);
+  // The decode worker's own endpoint has the per-step token histogram.
+  const auto decode = testing::Scrape(c.metrics()[2]);
+  EXPECT_GE(testing::MetricValue(decode, "tandem_iteration_tokens_total_count",
+                                 {{"role", "decode"}, {"model_name", "stories260K"}}),
+            12);
+}
+
 // Logprobs are the model's own distribution (log-softmax of the raw logits), so the generated
 // tokens' logprobs are what Score gives for the same sequence, whatever the temperature.
 TEST(HttpClusterTest, LogprobsAgreeWithGrpcAndScore) {
@@ -449,6 +476,9 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
     r = Curl(c.http(), path, b, {"Authorization: Bearer " + key});
     EXPECT_EQ(r.status, 200) << r.body;
   }
+  // /metrics on the HTTP port takes the key too (Prometheus sends it as a bearer token).
+  EXPECT_EQ(Curl(c.http(), "/metrics").status, 401);
+  EXPECT_EQ(Curl(c.http(), "/metrics", "", {"Authorization: Bearer " + key}).status, 200);
   // Malformed JSON without a key is 401 first: nothing is read before the key.
   EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
   EXPECT_EQ(Curl(c.http(), "/health").status, 200);
