@@ -11,7 +11,9 @@
    container ports exist, probes are native gRPC probes, the grace period outlasts the drain (--drain-timeout-ms),
    workers point at the router Service, the dashboard ConfigMap holds
    deploy/grafana/tandem-dashboard.json byte for byte, GPUs are requested only by the gpu
-   overlay's workers.
+   overlay's workers, every HorizontalPodAutoscaler targets a Deployment and scales on a
+   metric that a rule of deploy/prometheus-adapter/rules.yaml serves from a metric Tandem
+   exports for that role.
 4. yamllint (deploy/yamllint.yaml) over every YAML file under deploy/.
 5. deploy/docker/Dockerfile and .dockerignore: Debian has no Dockerfile linter (hadolint is not
    packaged), so check_dockerfile() below checks what a linter would and what this project
@@ -206,6 +208,10 @@ def check_schema(obj, where, problems):
         check_value(obj, SERVICE_MONITOR, where, problems)
         return
     version = api.split("/")[-1]
+    if (api, kind) == ("autoscaling/v2", "HorizontalPodAutoscaler"):
+        # autoscaling/v2 (GA in Kubernetes 1.23) is v2beta2's schema under a new version; the
+        # installed client predates it.
+        version = "v2beta2"
     name = version[:1].upper() + version[1:] + kind
     if model_class(name) is None:
         problems.add(where, f"no Kubernetes model for {api} {kind}")
@@ -265,6 +271,58 @@ def check_network_policies(where, policies, pod_labels, problems):
                     problems.add(where, f"{deployment}: port {port} is open beyond the cluster's "
                                         f"own pods (a NetworkPolicy rule without a part-of: "
                                         f"tandem podSelector)")
+
+
+def tandem_metric_names():
+    """The metric families Tandem exports: the keys of the help texts in metrics/metrics.cc."""
+    with open(os.path.join(ROOT, "metrics", "metrics.cc"), encoding="utf-8") as f:
+        return set(re.findall(r'\{"(tandem_[a-z_]+)",', f.read()))
+
+
+def adapter_rules():
+    """{custom metric name: (Tandem series, role)} served by deploy/prometheus-adapter."""
+    import yaml
+    with open(os.path.join(DEPLOY, "prometheus-adapter", "rules.yaml"), encoding="utf-8") as f:
+        config = yaml.safe_load(f)
+    out = {}
+    for rule in config.get("rules", []):
+        series = re.match(r"([a-z_:]+)\{", rule.get("seriesQuery", ""))
+        role = re.search(r'role="([a-z]+)"', rule.get("seriesQuery", ""))
+        name = rule.get("name", {}).get("as")
+        out[name] = (series.group(1) if series else None, role.group(1) if role else None)
+    return out
+
+
+def check_autoscalers(where, hpas, deployments, problems):
+    """Every HPA targets a Tandem Deployment and scales on custom metrics that an adapter rule
+    serves, from a metric Tandem exports for that Deployment's role."""
+    if not hpas:
+        return
+    rules = adapter_rules()
+    exported = tandem_metric_names()
+    for name, (series, role) in rules.items():
+        if series not in exported:
+            problems.add("deploy/prometheus-adapter/rules.yaml",
+                         f"{name}: {series} is not a metric Tandem exports")
+    roles = {"tandem-prefill": "prefill", "tandem-decode": "decode", "tandem-router": "router"}
+    for h in hpas:
+        w = f"{where}: HorizontalPodAutoscaler {h['metadata']['name']}"
+        target = h["spec"]["scaleTargetRef"]
+        if target.get("kind") != "Deployment" or target.get("name") not in deployments:
+            problems.add(w, f"scaleTargetRef {target.get('kind')}/{target.get('name')} is not a "
+                            f"Deployment of the overlay")
+            continue
+        for m in h["spec"].get("metrics", []):
+            if m.get("type") != "Pods":
+                problems.add(w, f"metric of type {m.get('type')}: only per-pod custom metrics")
+                continue
+            metric = m["pods"]["metric"]["name"]
+            if metric not in rules:
+                problems.add(w, f"{metric}: no rule in deploy/prometheus-adapter/rules.yaml "
+                                f"serves it")
+            elif rules[metric][1] != roles.get(target["name"]):
+                problems.add(w, f"{metric} is a {rules[metric][1]} metric, the target is "
+                                f"{target['name']}")
 
 
 def check_consistency(overlay, objs, problems):
@@ -427,6 +485,8 @@ def check_consistency(overlay, objs, problems):
     for d in deployments:
         if d not in covered:
             problems.add(where, f"Deployment {d} has no PodDisruptionBudget")
+    check_autoscalers(where, by_kind.get("HorizontalPodAutoscaler", []), deployments, problems)
+
     monitors = by_kind.get("ServiceMonitor", [])
     if not monitors:
         problems.add(where, "no ServiceMonitor")
@@ -741,6 +801,32 @@ def self_test(kubectl):
     for label, fn, needle in consistency_cases:
         expect(label, mutated(fn), needle)
 
+    # The autoscaling overlay: an HPA on a metric no adapter rule serves, on another role's
+    # metric, or aimed at no Deployment.
+    scaled, err = render(kubectl, os.path.join(K8S, "overlays", "autoscaling"))
+    if scaled is None:
+        failures.append("kubectl kustomize overlays/autoscaling: " + err)
+        scaled = []
+
+    def hpa(o, name):
+        return next(x for x in o if x["kind"] == "HorizontalPodAutoscaler" and
+                    x["metadata"]["name"] == name)
+
+    autoscaling_cases = [
+        ("unserved metric", lambda o: hpa(o, "tandem-decode")["spec"]["metrics"][0]["pods"]
+         ["metric"].update(name="tandem_decode_kv_usage"), "no rule in"),
+        ("another role's metric", lambda o: hpa(o, "tandem-prefill")["spec"]["metrics"][0]["pods"]
+         ["metric"].update(name="tandem_decode_requests_waiting"), "is a decode metric"),
+        ("no such target", lambda o: hpa(o, "tandem-decode")["spec"]["scaleTargetRef"].update(
+            name="tandem-decoder"), "is not a Deployment"),
+    ]
+    for label, fn, needle in autoscaling_cases if scaled else []:
+        o = copy.deepcopy(scaled)
+        fn(o)
+        p = Problems()
+        check_consistency("autoscaling", o, p)
+        expect(label, p, needle)
+
     with open(os.path.join(DEPLOY, "docker", "Dockerfile"), encoding="utf-8") as f:
         dockerfile = f.read()
     docker_cases = [
@@ -777,7 +863,8 @@ def self_test(kubectl):
 
     for f in failures:
         print("self-test: " + f)
-    n = len(schema_cases) + len(consistency_cases) + len(docker_cases) + 7
+    n = (len(schema_cases) + len(consistency_cases) + len(autoscaling_cases) + len(docker_cases) +
+         7)
     print(f"deploy validation self-test: {'FAILED' if failures else 'ok'} ({n} cases)")
     return 1 if failures else 0
 

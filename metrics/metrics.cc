@@ -49,6 +49,9 @@ const std::map<std::string, std::string>& HelpTexts() {
        "Router: in admission or prefill, no token sent yet. Prefill: queued, no chunk computed. "
        "Decode: admitted, not yet running."},
       {"tandem_prefill_batch_tokens", "Prefill: prompt tokens computed per step."},
+      {"tandem_prefill_tokens_waiting",
+       "Prefill: prompt tokens of queued and running prompts not computed yet (prefix-cache "
+       "hits excluded)."},
       {"tandem_iteration_tokens_total",
        "Tokens computed per forward step (vLLM's iteration_tokens_total). Prefill: prompt "
        "tokens. Decode: sampled and recomputed tokens."},
@@ -260,6 +263,7 @@ PrefillMetrics::PrefillMetrics(MetricsRegistry& r)
     : labels(r.Labels("prefill")),
       num_requests_waiting(NewGauge(r, labels, "tandem_num_requests_waiting")),
       num_requests_running(NewGauge(r, labels, "tandem_num_requests_running")),
+      prompt_tokens_waiting(NewGauge(r, labels, "tandem_prefill_tokens_waiting")),
       queue_time(
           NewHistogram(r, labels, "tandem_request_queue_time_seconds", RequestLatencyBuckets())),
       batch_tokens(NewHistogram(r, labels, "tandem_prefill_batch_tokens", CountBuckets())),

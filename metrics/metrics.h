@@ -117,6 +117,8 @@ struct PrefillMetrics {
   prometheus::Labels labels;                  // model, role="prefill"
   prometheus::Gauge& num_requests_waiting;    // prompts queued, no chunk computed yet
   prometheus::Gauge& num_requests_running;    // prompts being computed or shipped
+  prometheus::Gauge& prompt_tokens_waiting;   // prompt tokens of queued or running prompts not
+                                              // computed yet (the autoscaling signal)
   prometheus::Histogram& queue_time;          // enqueue to the first chunk scheduled
   prometheus::Histogram& batch_tokens;        // prompt tokens computed per step
   prometheus::Histogram& iteration_tokens;    // the same under vLLM's name

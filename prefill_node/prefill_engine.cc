@@ -128,7 +128,11 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
       return s;
     }
     jobs_[id] = job;
-    if (metrics_) metrics_->num_requests_waiting.Increment();
+    job->uncomputed = len - job->cached;
+    if (metrics_) {
+      metrics_->num_requests_waiting.Increment();
+      metrics_->prompt_tokens_waiting.Increment(static_cast<double>(job->uncomputed));
+    }
     work_cv_.notify_one();
     // Wait for the compute, watching for cancellation and the deadline.
     while (!job->done) {
@@ -147,7 +151,9 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
       (job->started == absl::Time() ? metrics_->num_requests_waiting
                                     : metrics_->num_requests_running)
           .Decrement();
+      metrics_->prompt_tokens_waiting.Decrement(static_cast<double>(job->uncomputed));
     }
+    job->uncomputed = 0;
   }
   if (!job->status.ok()) {
     sender_->Forget(target);
@@ -242,6 +248,9 @@ void PrefillEngine::Loop() {
           metrics_->queue_time.Observe(absl::ToDoubleSeconds(job->started - job->enqueued));
         }
       }
+      const int64_t computing = std::min<int64_t>(w.count, job->uncomputed);
+      job->uncomputed -= computing;
+      if (metrics_) metrics_->prompt_tokens_waiting.Decrement(static_cast<double>(computing));
       batch_jobs.push_back(job);
       batch.push_back({std::span<const int>(job->prompt).subspan(w.start, w.count), w.start,
                        job->blocks, false});

@@ -89,6 +89,7 @@ TEST_F(EngineMetricsTest, KnownSequenceMovesEveryCounterByItsAmount) {
   // Before any request every series exists and reads zero.
   EXPECT_EQ(Value("tandem_prompt_tokens_total", "prefill"), 0);
   EXPECT_EQ(Value("tandem_kv_cache_usage_perc", "decode"), 0);
+  EXPECT_EQ(Value("tandem_prefill_tokens_waiting", "prefill"), 0);
   EXPECT_EQ(Value("tandem_decode_step_seconds_count", "decode"), 0);
 
   const std::string long_text =
@@ -135,6 +136,8 @@ TEST_F(EngineMetricsTest, KnownSequenceMovesEveryCounterByItsAmount) {
   EXPECT_EQ(Value("tandem_kv_transfer_failures_total", "prefill"), 0);
   EXPECT_EQ(Value("tandem_num_requests_waiting", "prefill"), 0);
   EXPECT_EQ(Value("tandem_num_requests_running", "prefill"), 0);
+  EXPECT_EQ(Value("tandem_prefill_tokens_waiting", "prefill"), 0);  // every token computed
+  EXPECT_EQ(Value("tandem_iteration_tokens_total_sum", "prefill"), computed_tokens);
   // Every prompt token's K and V of every layer crossed, cached ones included (the decode
   // worker has none of them); the CPU cache holds fp32.
   const ModelConfig& c = model_->config();
