@@ -92,6 +92,10 @@ absl::Status ParseWorkloadSpec(const std::string& spec, bench::BenchConfig* c) {
   return absl::OkStatus();
 }
 
+bool PlanCandidate::Runnable() const {
+  return cluster.prefill_tp == 1 && (cluster.colocated || cluster.decode_tp == 1);
+}
+
 std::string PlanCandidate::Describe() const {
   if (cluster.colocated) {
     return absl::StrFormat("%d colocated (tp%d)", cluster.prefill, cluster.prefill_tp);
@@ -178,9 +182,7 @@ absl::StatusOr<PlanResult> SearchPlans(const ModelConfig& model, const HardwareP
         profile.name));
   }
   std::vector<int> tps = options.tp;
-  if (tps.empty()) {
-    for (int t = 1; t <= profile.max_tp; t *= 2) tps.push_back(t);
-  }
+  if (tps.empty()) tps = {1};
   for (int t : tps) {
     if (t < 1 || t > profile.max_tp) {
       return absl::InvalidArgumentError(
@@ -270,6 +272,13 @@ std::string FormatPlanTable(const PlanResult& r, int top) {
                            100 * s.slo_attainment);
   }
   if (r.ranked.empty()) out += "(no layout meets the SLOs at any rate searched)\n";
+  const int shown = std::min<int>(top, r.ranked.size());
+  if (std::any_of(r.ranked.begin(), r.ranked.begin() + shown,
+                  [](const PlanCandidate& c) { return !c.Runnable(); })) {
+    out +=
+        "tp > 1: modelled only, not runnable (Tandem workers do not implement tensor "
+        "parallelism)\n";
+  }
   return out;
 }
 
@@ -288,6 +297,7 @@ nlohmann::json PlanToJson(const PlanResult& r, int top) {
          {"gpus", c.gpus},
          {"max_rate", c.max_rate},
          {"goodput_per_gpu", c.goodput_per_gpu},
+         {"runnable", c.Runnable()},
          {"summary", bench::ToJson(c.summary)}});
   }
   return {{"ranked", ranked}, {"skipped", r.skipped}, {"simulations", r.simulations}};

@@ -30,10 +30,12 @@ absl::Status ParseWorkloadSpec(const std::string& spec, bench::BenchConfig* conf
 struct PlanOptions {
   int gpus = 8;             // budget: prefill + decode devices
   double attainment = 0.9;  // fraction of requests meeting both SLOs
-  std::vector<int> tp;      // degrees to try (empty: 1, 2, 4, ... up to the profile's max_tp)
-  bool colocated = true;    // also rank colocated instances, for comparison
-  int top = 10;             // layouts printed
-  double max_rate = 1e4;    // req/s: the search's ceiling
+  // Tensor-parallel degrees to try. Empty: 1 only, since no Tandem worker implements tensor
+  // parallelism; degrees above 1 are modelled (cost_model.h) and reported as not runnable.
+  std::vector<int> tp;
+  bool colocated = true;  // also rank colocated instances, for comparison
+  int top = 10;           // layouts printed
+  double max_rate = 1e4;  // req/s: the search's ceiling
   int bisection_steps = 7;
   double min_seconds = 30;  // each simulation sends at least this long at the tried rate
   int threads = 0;          // layouts simulated at once (0: one per core)
@@ -47,6 +49,8 @@ struct PlanCandidate {
   bench::BenchSummary summary;  // the simulated run at max_rate
   int simulations = 0;
   std::string Describe() const;
+  // Whether Tandem can run the layout: every worker on one device (no tensor parallelism).
+  bool Runnable() const;
 };
 
 struct PlanResult {

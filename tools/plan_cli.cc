@@ -7,9 +7,11 @@
 #include <fstream>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "planner/calibrate.h"
@@ -28,11 +30,17 @@ constexpr char kPlanUsage[] = R"(usage:
   tandem plan --model CONFIG --hardware PROFILE --workload SPEC
               --slo-ttft SECONDS --slo-tpot SECONDS [--gpus N] [--attainment F]
               [--tp 1,2,4,8] [--no-colocated] [--num-requests N] [--sim-seconds S] [--seed S]
-              [--top K] [--json FILE] [worker options]
-      Searches prefill/decode worker counts and tensor-parallel degrees within N GPUs
-      (default 8) for the highest request rate whose SLO attainment reaches F (0.9);
-      ranks the layouts by that rate per GPU, with predicted TTFT and TPOT. Each
-      simulation sends max(N (200), rate x S (30)) requests.
+              [--top K] [--json FILE] [--emit-kustomize DIR [--kustomize-base PATH]]
+              [worker options]
+      Searches prefill/decode worker counts within N GPUs (default 8) for the highest
+      request rate whose SLO attainment reaches F (0.9); ranks the layouts by that
+      rate per GPU, with predicted TTFT and TPOT. Each simulation sends
+      max(N (200), rate x S (30)) requests. Tensor parallelism is modelled only with
+      --tp (no Tandem worker implements it; such layouts are marked not runnable).
+      --emit-kustomize: writes DIR/kustomization.yaml and DIR/plan.yaml, an overlay
+      of PATH (default deploy/k8s/overlays/gpu) with the best runnable disaggregated
+      layout's replica counts, GPUs per worker and the worker flags the plan
+      assumed; `kubectl kustomize DIR` builds it.
   tandem plan simulate --model CONFIG --hardware PROFILE [--prefill N] [--decode M]
               [--colocated N] [--prefill-tp T] [--decode-tp T] [tandem bench workload flags]
               [--runs N] [--json FILE] [--steps FILE] [worker options]
@@ -77,8 +85,8 @@ int Fail(const absl::Status& s) {
 
 const std::set<std::string>& WorkerFlags() {
   static const auto* f = new std::set<std::string>{
-      "model",       "hardware", "block-size", "token-budget", "prefill-chunk",
-      "max-running", "kv-bytes", "link",       "dtype",        "json"};
+      "model",    "hardware", "block-size", "token-budget", "prefill-chunk", "max-running",
+      "kv-bytes", "link",     "dtype",      "json",         "kv-dtype"};
   return *f;
 }
 
@@ -106,6 +114,18 @@ absl::StatusOr<Common> ParseCommon(const Flags& f) {
       c.profile.weight_bytes = 2;
     } else {
       return absl::InvalidArgumentError("--dtype must be f32, bf16 or f16");
+    }
+  }
+  if (f.Has("kv-dtype")) {
+    const std::string d = f.Get("kv-dtype");
+    if (d == "f32") {
+      c.profile.kv_bytes = 4;
+    } else if (d == "bf16" || d == "f16") {
+      c.profile.kv_bytes = 2;
+    } else if (d == "fp8") {
+      c.profile.kv_bytes = 1;
+    } else {
+      return absl::InvalidArgumentError("--kv-dtype must be f32, bf16, f16 or fp8");
     }
   }
   if (f.Has("link")) {
@@ -416,10 +436,97 @@ int Calibrate(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `tandem plan --emit-kustomize DIR`: an overlay of `base` (a kustomization folder) that runs
+// `best`, the flags the plan assumed and the command that made it in its comments.
+absl::Status EmitKustomize(const std::string& dir, const std::string& base,
+                           const planner::PlanCandidate& best, const Flags& f,
+                           const std::string& command) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(fs::path(base) / "kustomization.yaml", ec)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--kustomize-base: %s has no kustomization.yaml (run from the repository root, or give "
+        "the path of deploy/k8s/overlays/gpu)",
+        base));
+  }
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--emit-kustomize: cannot create %s: %s", dir, ec.message()));
+  }
+  const std::string rel = fs::relative(fs::absolute(base), fs::absolute(dir), ec).string();
+  const planner::ClusterSpec& c = best.cluster;
+  const auto& s = best.summary;
+  std::string worker_flags = absl::StrFormat("--block-size %d", c.block_size);
+  if (f.Has("kv-dtype")) absl::StrAppend(&worker_flags, " --kv-dtype ", f.Get("kv-dtype"));
+  if (f.Has("dtype")) absl::StrAppend(&worker_flags, " --dtype ", f.Get("dtype"));
+  const std::string prefill_flags =
+      absl::StrFormat("--token-budget %d --prefill-chunk %d", c.prefill_scheduler.token_budget,
+                      c.prefill_scheduler.chunk_size);
+  std::string decode_flags =
+      absl::StrFormat("--max-running %d --lease-timeout-ms 60000", c.max_running);
+  if (c.decode_kv_bytes > 0) {
+    absl::StrAppend(&decode_flags, absl::StrFormat(" --kv-bytes %.0f", c.decode_kv_bytes));
+  }
+  std::string k = absl::StrFormat(
+      "# Written by: %s\n"
+      "# Layout %s: %.2f requests/s at the SLO attainment asked for (%.2f per GPU); predicted\n"
+      "# TTFT p90 %.1f ms, TPOT p90 %.2f ms. The worker flags below are the ones the plan\n"
+      "# assumed; the base's other settings stay. `kubectl kustomize` builds this folder.\n"
+      "apiVersion: kustomize.config.k8s.io/v1beta1\n"
+      "kind: Kustomization\n"
+      "bases:\n"
+      "  - %s\n"
+      "patchesStrategicMerge:\n"
+      "  - plan.yaml\n"
+      "configMapGenerator:\n"
+      "  - name: tandem-config\n"
+      "    behavior: merge\n"
+      "    literals:\n"
+      "      - TANDEM_WORKER_FLAGS=--device auto %s\n"
+      "      - TANDEM_PREFILL_FLAGS=%s\n"
+      "      - TANDEM_DECODE_FLAGS=%s\n",
+      command, best.Describe(), best.max_rate, best.goodput_per_gpu, s.ttft.p90 * 1e3,
+      s.tpot.p90 * 1e3, rel, worker_flags, prefill_flags, decode_flags);
+  std::string plan;
+  for (const auto& [name, container, replicas, tp] :
+       {std::tuple{"tandem-prefill", "prefill", c.prefill, c.prefill_tp},
+        std::tuple{"tandem-decode", "decode", c.decode, c.decode_tp}}) {
+    absl::StrAppend(&plan, plan.empty() ? "" : "---\n",
+                    absl::StrFormat("apiVersion: apps/v1\n"
+                                    "kind: Deployment\n"
+                                    "metadata:\n"
+                                    "  name: %s\n"
+                                    "spec:\n"
+                                    "  replicas: %d\n"
+                                    "  template:\n"
+                                    "    spec:\n"
+                                    "      containers:\n"
+                                    "        - name: %s\n"
+                                    "          resources:\n"
+                                    "            requests:\n"
+                                    "              nvidia.com/gpu: \"%d\"\n"
+                                    "            limits:\n"
+                                    "              nvidia.com/gpu: \"%d\"\n",
+                                    name, replicas, container, tp, tp));
+  }
+  for (const auto& [file, text] :
+       {std::pair{"kustomization.yaml", k}, std::pair{"plan.yaml", plan}}) {
+    const std::string path = (fs::path(dir) / file).string();
+    std::ofstream out(path);
+    out << text;
+    if (!out.good()) {
+      return absl::InternalError(absl::StrFormat("--emit-kustomize: writing %s failed", path));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int Plan(const std::vector<std::string>& args) {
   std::set<std::string> values = WorkerFlags();
   values.insert({"workload", "slo-ttft", "slo-tpot", "gpus", "attainment", "tp", "num-requests",
-                 "seed", "top", "sim-seconds", "input-len", "output-len", "arrival", "burstiness"});
+                 "seed", "top", "sim-seconds", "input-len", "output-len", "arrival", "burstiness",
+                 "emit-kustomize", "kustomize-base"});
   auto f = Flags::Parse(args, values, {"no-colocated", "no-prefix-cache"});
   if (!f.ok()) return Fail(f.status());
   auto common = ParseCommon(*f);
@@ -483,6 +590,25 @@ int Plan(const std::vector<std::string>& args) {
     j["gpus"] = o.gpus;
     if (absl::Status s = WriteJson(f->Get("json"), j); !s.ok()) return Fail(s);
     std::fprintf(stderr, "wrote %s\n", f->Get("json").c_str());
+  }
+  if (f->Has("emit-kustomize")) {
+    // The best layout Tandem can run as separate prefill and decode Deployments.
+    const auto best = std::find_if(
+        result->ranked.begin(), result->ranked.end(),
+        [](const planner::PlanCandidate& c) { return c.Runnable() && !c.cluster.colocated; });
+    if (best == result->ranked.end()) {
+      return Fail(absl::FailedPreconditionError(
+          "--emit-kustomize: no runnable disaggregated layout meets the SLOs"));
+    }
+    std::string command = "tandem plan";
+    for (const std::string& a : args) absl::StrAppend(&command, " ", a);
+    const std::string dir = f->Get("emit-kustomize");
+    if (absl::Status s = EmitKustomize(dir, f->Get("kustomize-base", "deploy/k8s/overlays/gpu"),
+                                       *best, *f, command);
+        !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("wrote %s: %s\n", dir.c_str(), best->Describe().c_str());
   }
   return 0;
 }

@@ -259,6 +259,90 @@ TEST(PlanCli, PlanPrintsARankedTable) {
   EXPECT_NE(r.out.find("1P(tp1) + 1D(tp1)"), std::string::npos) << r.out;
 }
 
+// Tensor parallelism is off unless asked for, and then marked as not runnable.
+TEST(PlanCli, TensorParallelLayoutsOnlyWhenAskedAndMarkedNotRunnable) {
+  const std::string args =
+      "plan --model llama-3-8b --hardware h100 --workload in=256,out=32 --slo-ttft 1 "
+      "--slo-tpot 0.05 --gpus 3 --no-colocated --sim-seconds 1 --num-requests 40";
+  CliRun r = Tandem(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("(tp2)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("not runnable"), std::string::npos) << r.out;
+  const std::string json = TempPath("tp.json");
+  r = Tandem(args + " --tp 1,2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(tp2)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("not runnable"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(*ReadFileToString(json));
+  for (const auto& c : j["ranked"]) {
+    EXPECT_EQ(c["runnable"], c["prefill_tp"] == 1 && c["decode_tp"] == 1) << c.dump();
+  }
+}
+
+// --emit-kustomize writes an overlay of the GPU overlay that kubectl builds, with the best
+// runnable layout's replicas, one GPU per worker and the worker flags the plan assumed.
+TEST(PlanCli, EmitKustomizeWritesAnOverlayKubectlBuilds) {
+  if (std::system("command -v kubectl >/dev/null 2>&1 && /usr/bin/python3 -c 'import yaml'") !=
+      0) {
+    GTEST_SKIP() << "needs kubectl and python3-yaml (scripts/setup.sh installs them)";
+  }
+  const std::string dir = TempPath("overlay");
+  const std::string json = TempPath("emit.json");
+  const CliRun r = Tandem(
+      "plan --model llama-3-8b --hardware h100 --workload in=512,out=128 --slo-ttft 1 "
+      "--slo-tpot 0.05 --gpus 4 --sim-seconds 2 --num-requests 60 --block-size 32 "
+      "--token-budget 4096 --max-running 128 --kv-dtype bf16 --json " +
+      json + " --emit-kustomize " + dir + " --kustomize-base " + testing::SourceDir() +
+      "/deploy/k8s/overlays/gpu");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The layout written is the best runnable disaggregated one of the ranking.
+  const auto plan = nlohmann::json::parse(*ReadFileToString(json));
+  nlohmann::json best;
+  for (const auto& c : plan["ranked"]) {
+    if (c["runnable"] && !c["colocated"]) {
+      best = c;
+      break;
+    }
+  }
+  ASSERT_FALSE(best.is_null()) << plan.dump();
+  EXPECT_NE(r.out.find("wrote " + dir + ": " + best["layout"].get<std::string>()),
+            std::string::npos)
+      << r.out;
+  const std::string built = TempPath("built.json");
+  ASSERT_EQ(std::system(("kubectl kustomize " + dir +
+                         " 2>/dev/null | /usr/bin/python3 -c 'import json, sys, yaml; "
+                         "print(json.dumps(list(yaml.safe_load_all(sys.stdin))))' > " + built)
+                            .c_str()),
+            0);
+  const auto objs = nlohmann::json::parse(*ReadFileToString(built));
+  int found = 0;
+  for (const auto& o : objs) {
+    if (o["kind"] == "Deployment" && o["metadata"]["name"] != "tandem-router") {
+      const bool prefill = o["metadata"]["name"] == "tandem-prefill";
+      EXPECT_EQ(o["spec"]["replicas"], best[prefill ? "prefill" : "decode"]) << o.dump();
+      const auto& limits = o["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"];
+      EXPECT_EQ(limits["nvidia.com/gpu"], "1");
+      ++found;
+    }
+    if (o["kind"] == "ConfigMap" &&
+        o["metadata"]["name"].get<std::string>().starts_with("tandem-config")) {
+      EXPECT_EQ(o["data"]["TANDEM_WORKER_FLAGS"], "--device auto --block-size 32 --kv-dtype bf16");
+      EXPECT_EQ(o["data"]["TANDEM_PREFILL_FLAGS"], "--token-budget 4096 --prefill-chunk 512");
+      EXPECT_EQ(o["data"]["TANDEM_DECODE_FLAGS"], "--max-running 128 --lease-timeout-ms 60000");
+      EXPECT_EQ(o["data"]["TANDEM_MODEL"], "/models/model");  // the base's, kept
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 3);
+  // A base that is not a kustomization is one clear error.
+  const CliRun bad = Tandem(
+      "plan --model llama-3-8b --hardware h100 --workload in=512,out=128 --slo-ttft 1 "
+      "--slo-tpot 0.05 --gpus 2 --sim-seconds 1 --num-requests 20 --emit-kustomize " +
+      dir + " --kustomize-base /nonexistent");
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--kustomize-base"), std::string::npos) << bad.err;
+}
+
 TEST(PlanCli, BadInputIsOneClearLine) {
   struct Case {
     std::string args, env, needle;
