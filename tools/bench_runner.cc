@@ -110,7 +110,10 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   }
   const Clock::time_point t0 = Clock::now();
   std::atomic<int> started{0}, finished{0}, failed{0};
+  // The progress line's throughput is the summary's: output tokens of measured (not warm-up)
+  // requests that completed, over the time since the first measured request was sent.
   std::atomic<int64_t> tokens{0};
+  std::atomic<double> first_measured{-1};  // seconds since t0
   std::atomic<bool> all_sent{false};
 
   // Progress on stderr.
@@ -119,21 +122,17 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   if (c.progress) {
     progress = std::thread([&] {
       const bool tty = ::isatty(2);
-      int64_t last_tokens = 0;
-      auto last = Clock::now();
       while (!stop_progress) {
         std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 500 : 5000));
-        const auto now = Clock::now();
-        const int64_t tk = tokens.load();
-        const double rate = (tk - last_tokens) / std::chrono::duration<double>(now - last).count();
-        last_tokens = tk;
-        last = now;
+        const double now = std::chrono::duration<double>(Clock::now() - t0).count();
+        const double since = first_measured.load();
+        const double rate = since >= 0 && now > since ? tokens.load() / (now - since) : 0;
         const int done = finished.load();
         const int bar = total > 0 ? 30 * done / total : 0;
-        std::fprintf(stderr, "%s[bench] [%s%s] %d/%d done, %d failed, %d in flight, %.0f tok/s%s",
-                     tty ? "\r" : "", std::string(bar, '#').c_str(),
-                     std::string(30 - bar, '.').c_str(), done, total, failed.load(),
-                     started.load() - done, rate, tty ? "   " : "\n");
+        std::fprintf(
+            stderr, "%s[bench] [%s%s] %d/%d done, %d failed, %d in flight, %.1f output tok/s%s",
+            tty ? "\r" : "", std::string(bar, '#').c_str(), std::string(30 - bar, '.').c_str(),
+            done, total, failed.load(), started.load() - done, rate, tty ? "   " : "\n");
       }
       if (tty) std::fputc('\n', stderr);
     });
@@ -142,8 +141,13 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   auto run_index = [&](int i) {
     ++started;
     RequestRecord& rec = run.records[i];
+    if (!rec.warmup) {
+      double unset = -1;
+      first_measured.compare_exchange_strong(
+          unset, std::chrono::duration<double>(Clock::now() - t0).count());
+    }
     RunOne(stubs[i % stubs.size()].get(), items[i], c, t0, &rec);
-    tokens += rec.output_tokens;
+    if (!rec.warmup && rec.ok()) tokens += rec.output_tokens;
     if (!rec.ok()) ++failed;
     ++finished;
   };
