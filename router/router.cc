@@ -518,6 +518,7 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     if (stopped) finish = FinishReason::kStop;
     return finish.has_value();
   };
+  double ttft = 0;  // router receipt to the first token sent
   auto finish_response = [&]() {
     if (*finish != FinishReason::kStop) {
       bool stopped = false;
@@ -533,12 +534,12 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
     t->set_prefill_seconds(first_presp.queue_seconds() + first_presp.compute_seconds() +
                            first_presp.kv_transfer_seconds());
     t->set_kv_transfer_seconds(first_presp.kv_transfer_seconds());
+    t->set_ttft_seconds(ttft);
     t->set_e2e_seconds(Since(t0));
   };
   // Sends `resp` to the client and counts its tokens: the first one for TTFT, every later one
   // for the inter-token latency (a message of k tokens spreads its wait over the k).
   absl::Time last_token_at;
-  double ttft = 0;
   auto write = [&]() {
     if (!call.write(resp)) return false;
     const int n = resp.token_ids_size();

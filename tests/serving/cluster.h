@@ -172,6 +172,7 @@ struct Streamed {
   std::string text;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   int messages = 0;
+  v1::Timings last_timings;  // the timings of the last message
 };
 
 // Runs one Generate call to the end.
@@ -187,6 +188,7 @@ inline Streamed Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& 
     out.tokens.insert(out.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
     out.text += resp.text();
     if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = resp.finish_reason();
+    out.last_timings = resp.timings();
   }
   out.status = reader->Finish();
   return out;

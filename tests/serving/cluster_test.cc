@@ -126,6 +126,10 @@ class ClusterTest : public ::testing::Test {
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
       EXPECT_EQ(got[i].tokens, expected[i % n]) << "case " << i % n;
+      // The last message's timings, as docs/api.md says: TTFT among them, within e2e.
+      const v1::Timings& t = got[i].last_timings;
+      EXPECT_GT(t.ttft_seconds(), 0) << "case " << i % n;
+      EXPECT_LE(t.ttft_seconds(), t.e2e_seconds()) << "case " << i % n;
     }
     EXPECT_TRUE(cluster.AllBlocksFree());
   }

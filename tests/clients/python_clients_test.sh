@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The Python examples of the README (examples/python/) against a real cluster, so they never
+# rot: a 1-prefill + 1-decode `tandem up` on stories260K, the official `openai` client on the
+# HTTP API and a client generated from proto/ by grpcio-tools on gRPC. Both ask for the same
+# seeded completion, which must come out identical. The clients live in a virtual environment
+# cached under ~/.cache/tandem/pyclients (pip install openai grpcio grpcio-tools); without
+# network access to PyPI the test is skipped (exit 77), saying so.
+#   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
+set -euo pipefail
+BIN=$(realpath "$1") SRC=$(realpath "$2") SHARED=$(realpath "$3")
+VENV=${TANDEM_PYCLIENTS_VENV:-$HOME/.cache/tandem/pyclients}
+WORK=$(mktemp -d)
+UP_PID=""
+cleanup() {
+  if [ -n "$UP_PID" ]; then kill -TERM "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+if ! "$VENV/bin/python" -c 'import openai, grpc_tools' 2>/dev/null; then
+  /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
+  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools >"$WORK/pip.log" 2>&1; then
+    echo "SKIP: cannot pip install openai grpcio grpcio-tools:"; tail -3 "$WORK/pip.log"; exit 77
+  fi
+fi
+PY="$VENV/bin/python"
+
+# The gRPC stubs, generated as the README says.
+(cd "$WORK" && "$PY" -m grpc_tools.protoc -I "$SRC/proto" --python_out=. --grpc_python_out=. \
+  "$SRC/proto/tandem/v1/generation.proto")
+
+MODEL="$SHARED/models/stories260K/stories260K.bin"
+cat >"$WORK/chat.jinja" <<'JINJA'
+{% for m in messages %}{{ m['role'] + ': ' + m['content'] | trim + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}
+JINJA
+"$BIN/tandem" up --model "$MODEL" --tokenizer "$SHARED/models/stories260K/tok512.bin" \
+  --chat-template "$WORK/chat.jinja" >"$WORK/up.out" 2>"$WORK/up.err" &
+UP_PID=$!
+for _ in $(seq 1 300); do
+  if grep -q '^http router=' "$WORK/up.out" && grep -q '^ready router=' "$WORK/up.out"; then break; fi
+  if ! kill -0 "$UP_PID" 2>/dev/null; then echo "tandem up exited:"; cat "$WORK/up.err"; exit 1; fi
+  sleep 0.1
+done
+GRPC=$(sed -n 's/^ready router=//p' "$WORK/up.out")
+HTTP=$(sed -n 's/^http router=//p' "$WORK/up.out")
+[ -n "$GRPC" ] && [ -n "$HTTP" ] || { echo "no router address:"; cat "$WORK/up.out" "$WORK/up.err"; exit 1; }
+
+(cd "$WORK" && PYTHONPATH="$WORK" "$PY" "$SRC/examples/python/grpc_client.py" "$GRPC") >"$WORK/grpc.txt"
+"$PY" "$SRC/examples/python/openai_client.py" "$HTTP" >"$WORK/openai.txt"
+echo "--- grpc_client.py"; cat "$WORK/grpc.txt"
+echo "--- openai_client.py"; cat "$WORK/openai.txt"
+
+fail=0
+grpc_completion=$(grep '^completion: ' "$WORK/grpc.txt")
+openai_completion=$(grep '^completion: ' "$WORK/openai.txt")
+[ "${#grpc_completion}" -gt 20 ] || { echo "FAIL: the gRPC completion is empty"; fail=1; }
+[ "$grpc_completion" = "$openai_completion" ] || { echo "FAIL: the two clients' completions differ"; fail=1; }
+grep -Eq '^finish: FINISH_REASON_LENGTH 24 tokens, TTFT [0-9]*\.[0-9]*[1-9]' "$WORK/grpc.txt" || { echo "FAIL: no finish line with a TTFT"; fail=1; }
+grep -Eq '^perplexity: [0-9]' "$WORK/grpc.txt" || { echo "FAIL: no perplexity"; fail=1; }
+grep -Eq '^chat: .{10,}' "$WORK/openai.txt" || { echo "FAIL: no chat answer"; fail=1; }
+exit $fail
