@@ -92,9 +92,9 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
       return Invalid("suffix", "is not supported");
   }
   if (endpoint == Endpoint::kChatCompletions) {
-    for (const char* key : {"tools", "functions"}) {
-      if (const Json* v = Field(body, key)) {
-        if (!v->is_array() || !v->empty()) return Invalid(key, "tool calling is not supported");
+    if (const Json* v = Field(body, "functions")) {
+      if (!v->is_array() || !v->empty()) {
+        return Invalid("functions", "the legacy functions API is not supported (use tools)");
       }
     }
     if (const Json* v = Field(body, "response_format")) {
@@ -185,7 +185,8 @@ absl::StatusOr<Json> Messages(const Json& body) {
 
 // The chat prompt: the model's template applied to the messages, tokenized without adding
 // special tokens (the template writes them), as transformers' apply_chat_template(tokenize=True).
-absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::GenerateRequest* out) {
+absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::GenerateRequest* out,
+                           bool* parse_tool_calls) {
   auto messages = Messages(body);
   if (!messages.ok()) return messages.status();
   bool add_generation_prompt = true;
@@ -198,6 +199,41 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
   if (const Json* v = Field(body, "chat_template_kwargs")) {
     if (!v->is_object()) return Invalid("chat_template_kwargs", "must be an object");
     extra = *v;
+  }
+  // tools reach the template as transformers passes them: the list of {"type": "function",
+  // "function": {...}} objects. tool_choice "none" renders none.
+  if (const Json* tools = Field(body, "tools"); tools != nullptr && !tools->empty()) {
+    if (!tools->is_array()) return Invalid("tools", "must be an array of tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const Json& t = (*tools)[i];
+      const std::string where = absl::StrFormat("tools[%d]", i);
+      const Json* type = t.is_object() ? Field(t, "type") : nullptr;
+      if (type == nullptr || *type != "function") {
+        return Invalid(where + ".type", "only \"function\" tools are supported");
+      }
+      const Json* fn = Field(t, "function");
+      const Json* name = fn != nullptr && fn->is_object() ? Field(*fn, "name") : nullptr;
+      if (name == nullptr || !name->is_string() || name->get<std::string>().empty()) {
+        return Invalid(where + ".function.name", "is required and must be a string");
+      }
+      if (const Json* params = Field(*fn, "parameters");
+          params != nullptr && !params->is_object()) {
+        return Invalid(where + ".function.parameters", "must be a JSON schema object");
+      }
+    }
+    std::string choice = "auto";
+    if (const Json* c = Field(body, "tool_choice")) {
+      if (!c->is_string() || (*c != "auto" && *c != "none")) {
+        return Invalid("tool_choice",
+                       "only \"auto\" and \"none\" are supported (forcing a call needs "
+                       "constrained decoding)");
+      }
+      choice = c->get<std::string>();
+    }
+    if (choice == "auto") {
+      extra["tools"] = *tools;
+      *parse_tool_calls = true;
+    }
   }
   if (!model.chat_template.ok()) {
     const absl::Status& s = model.chat_template.status();
@@ -377,7 +413,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
   v1::GenerateRequest& g = r.generate;
   std::vector<Json> prompts;
   if (chat) {
-    if (absl::Status s = SetChatPrompt(body, model, &g); !s.ok()) return s;
+    if (absl::Status s = SetChatPrompt(body, model, &g, &r.parse_tool_calls); !s.ok()) return s;
   } else {
     const Json* prompt = Field(body, "prompt");
     if (prompt == nullptr) return Invalid("prompt", "is required");
@@ -624,6 +660,66 @@ std::string ErrorBody(const ApiError& error) {
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+namespace {
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
+
+// The length of the longest suffix of `text` that is a proper prefix of `tag`.
+size_t PartialTag(std::string_view text, std::string_view tag) {
+  for (size_t n = std::min(text.size(), tag.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == tag.substr(0, n)) return n;
+  }
+  return 0;
+}
+}  // namespace
+
+std::string ToolCallParser::Add(std::string_view text) {
+  pending_.append(text);
+  std::string content;
+  while (true) {
+    if (!in_call_) {
+      const size_t open = pending_.find(kCallOpen);
+      if (open == std::string::npos) {
+        const size_t keep = PartialTag(pending_, kCallOpen);
+        content += pending_.substr(0, pending_.size() - keep);
+        pending_.erase(0, pending_.size() - keep);
+        return content;
+      }
+      content += pending_.substr(0, open);
+      pending_.erase(0, open + kCallOpen.size());
+      in_call_ = true;
+    }
+    const size_t close = pending_.find(kCallClose);
+    if (close == std::string::npos) return content;
+    const std::string body = pending_.substr(0, close);
+    Json call = Json::parse(body, nullptr, false);
+    const Json* name = call.is_object() ? Field(call, "name") : nullptr;
+    if (name != nullptr && name->is_string()) {
+      const Json* args = Field(call, "arguments");
+      if (args == nullptr) args = Field(call, "parameters");
+      const std::string arguments = args == nullptr     ? "{}"
+                                    : args->is_string() ? args->get<std::string>()
+                                                        : args->dump();
+      calls_.push_back({{"id", absl::StrFormat("call_%s_%d", id_prefix_, total_++)},
+                        {"type", "function"},
+                        {"function", {{"name", *name}, {"arguments", arguments}}}});
+    } else {
+      content += std::string(kCallOpen) + body + std::string(kCallClose);  // not a call: text
+    }
+    pending_.erase(0, close + kCallClose.size());
+    in_call_ = false;
+  }
+}
+
+std::string ToolCallParser::Flush() {
+  std::string rest = (in_call_ ? std::string(kCallOpen) : std::string()) + pending_;
+  pending_.clear();
+  in_call_ = false;
+  return rest;
+}
+
+std::vector<Json> ToolCallParser::TakeCalls() { return std::exchange(calls_, {}); }
+
 ResponseBuilder::ResponseBuilder(const Request& request, const ServedModel& model,
                                  int64_t created_unix)
     : request_(request), model_(model), created_(created_unix) {
@@ -725,7 +821,23 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
     choice.prompt_tokens = msg.usage().prompt_tokens();
     choice.completion_tokens = msg.usage().completion_tokens();
   }
-  const std::string finish = FinishReasonName(msg.finish_reason());
+  std::string finish = FinishReasonName(msg.finish_reason());
+  // Chat with tools: the text outside <tool_call> blocks is the content; the blocks are calls.
+  std::string content = msg.text();
+  std::vector<Json> calls;
+  if (chat && request_.parse_tool_calls) {
+    if (choice.tools == nullptr) {
+      choice.tools =
+          std::make_unique<ToolCallParser>(absl::StrFormat("%s_%d", msg.request_id(), index));
+    }
+    content = choice.tools->Add(msg.text());
+    if (!finish.empty()) content += choice.tools->Flush();
+    calls = choice.tools->TakeCalls();
+    for (const Json& c : calls) choice.tool_calls.push_back(c);
+    // A model that called tools and stopped waits for their results: OpenAI's "tool_calls".
+    if (finish == "stop" && choice.tools->total_calls() > 0) finish = "tool_calls";
+  }
+  choice.content += content;
   if (!finish.empty()) choice.finish_reason = finish;
   Json logprobs = Logprobs(choice, msg);
   if (!request_.stream) return "";
@@ -743,10 +855,18 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
                   {"logprobs", nullptr},
                   {"finish_reason", nullptr}}));
     }
-    if (!msg.text().empty() || (!logprobs.is_null() && !logprobs["content"].empty())) {
+    if (!content.empty() || (!logprobs.is_null() && !logprobs["content"].empty())) {
       emit(Chunk({{"index", index},
-                  {"delta", {{"content", msg.text()}}},
+                  {"delta", {{"content", content}}},
                   {"logprobs", logprobs},
+                  {"finish_reason", nullptr}}));
+    }
+    for (const Json& call : calls) {
+      Json delta_call = {{"index", choice.tool_calls.size() - calls.size() + (&call - &calls[0])}};
+      for (const auto& [k, v] : call.items()) delta_call[k] = v;
+      emit(Chunk({{"index", index},
+                  {"delta", {{"tool_calls", Json::array({std::move(delta_call)})}}},
+                  {"logprobs", nullptr},
                   {"finish_reason", nullptr}}));
     }
     if (!finish.empty()) {
@@ -794,8 +914,14 @@ std::string ResponseBuilder::Body() const {
     const Choice& c = choices_[i];
     const Json logprobs = want_logprobs ? c.logprobs : Json(nullptr);
     if (chat) {
+      Json message = {{"role", "assistant"}, {"content", c.content}};
+      if (!c.tool_calls.empty()) {
+        if (c.content.find_first_not_of(" \t\r\n") == std::string::npos)
+          message["content"] = nullptr;
+        message["tool_calls"] = c.tool_calls;
+      }
       choices.push_back({{"index", i},
-                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                         {"message", std::move(message)},
                          {"logprobs", logprobs},
                          {"finish_reason", Nullable(c.finish_reason)}});
     } else {

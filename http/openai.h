@@ -10,6 +10,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,9 @@ struct Request {
   std::vector<v1::GenerateRequest> choices;
   int n = 1;
   bool echo = false;  // completions: the prompt's text before the completion
+  // Chat with `tools` (and tool_choice "auto"): the output's <tool_call>{...}</tool_call> blocks
+  // become OpenAI's tool_calls (ToolCallParser).
+  bool parse_tool_calls = false;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   // How the request named max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
@@ -85,6 +89,31 @@ ApiError ToApiError(const absl::Status& status, const Request* request);
 // {"error": {...}}
 std::string ErrorBody(const ApiError& error);
 
+// Finds tool calls in generated text, as Hermes-style chat templates (Qwen2.5, Hermes, SmolLM3,
+// ...) ask models to write them: <tool_call>{"name": ..., "arguments": {...}}</tool_call>. Fed
+// the text piece by piece, it returns the text outside the blocks as soon as it cannot be the
+// start of a tag, and collects each block that parses as OpenAI's tool call
+// ({"id", "type": "function", "function": {"name", "arguments": JSON text}}). A block that does
+// not parse stays text.
+class ToolCallParser {
+ public:
+  explicit ToolCallParser(std::string id_prefix) : id_prefix_(std::move(id_prefix)) {}
+  // The content to show now.
+  std::string Add(std::string_view text);
+  // At the end: the text held back (an unterminated block included).
+  std::string Flush();
+  // The calls completed since the last call, and how many there were in all.
+  std::vector<nlohmann::ordered_json> TakeCalls();
+  int total_calls() const { return total_; }
+
+ private:
+  std::string id_prefix_;
+  std::string pending_;  // text not yet returned: a possible tag start, or an open block's body
+  bool in_call_ = false;
+  int total_ = 0;
+  std::vector<nlohmann::ordered_json> calls_;
+};
+
 // Turns the router's streams of GenerateResponse messages, one per choice, into OpenAI's
 // answer: one JSON body (Body) or server-sent events (Add's return value, then StreamEnd). Not
 // thread-safe: callers running choices concurrently serialize Add.
@@ -112,6 +141,9 @@ class ResponseBuilder {
     bool started = false;     // streaming: its first chunk (chat role, completions echo) sent
     int64_t text_offset = 0;  // completions logprobs: bytes of token text so far
     nlohmann::ordered_json logprobs;
+    std::unique_ptr<ToolCallParser> tools;  // with Request::parse_tool_calls
+    std::string content;                    // chat with tools: the text outside tool calls
+    nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();
   };
 
   nlohmann::ordered_json Chunk(nlohmann::ordered_json choice) const;

@@ -210,7 +210,14 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
        400, "max_completion_tokens"},
       {kChat,
        R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]})", 400,
-       "tools"},
+       "tools[0].function.name"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "x"}]})", 400,
+       "tools[0].type"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "tools": 5})", 400, "tools"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "tool_choice"},
       {kChat,
        R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
        400, "response_format"},
@@ -426,6 +433,90 @@ TEST_F(OpenAiTest, ChatResponsesInBothShapes) {
   EXPECT_EQ(body["choices"][0]["logprobs"]["content"].size(), 3u);
   EXPECT_EQ(body["usage"]["prompt_tokens"], 4);
   EXPECT_EQ(body["usage"]["completion_tokens"], 3);
+}
+
+TEST(ToolCallParserTest, BlocksBecomeCallsWhereverTheTextIsCut) {
+  const std::string text =
+      "Let me check. <tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"now\"}</tool_call> <tool_call>not "
+      "json</tool_call> a < b <tool";
+  // Every split of the text into two pieces gives the same content and calls.
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ToolCallParser p("r");
+    std::string content = p.Add(text.substr(0, cut));
+    content += p.Add(text.substr(cut));
+    content += p.Flush();
+    const auto calls = p.TakeCalls();
+    ASSERT_EQ(calls.size(), 2u) << cut;
+    EXPECT_EQ(calls[0]["id"], "call_r_0");
+    EXPECT_EQ(calls[0]["type"], "function");
+    EXPECT_EQ(calls[0]["function"]["name"], "get_weather");
+    EXPECT_EQ(calls[0]["function"]["arguments"], R"({"city":"Paris"})");
+    EXPECT_EQ(calls[1]["function"]["name"], "now");
+    EXPECT_EQ(calls[1]["function"]["arguments"], "{}");
+    EXPECT_EQ(content, "Let me check. \n <tool_call>not json</tool_call> a < b <tool") << cut;
+    EXPECT_EQ(p.total_calls(), 2);
+  }
+  // Text that might start a tag is held back until it cannot.
+  ToolCallParser p("r");
+  EXPECT_EQ(p.Add("ok <tool_"), "ok ");
+  EXPECT_EQ(p.Add("x"), "<tool_x");
+  EXPECT_EQ(p.Add("<tool_call>{\"name\": \"f\""), "");
+  EXPECT_EQ(p.Flush(), "<tool_call>{\"name\": \"f\"");  // unterminated: text
+}
+
+TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
+  model_.chat_template = TokenizerChatTemplate::FromConfig(Json{
+      {"chat_template",
+       "{% if tools %}{% for t in tools %}tool {{ t['function']['name'] }}\n{% endfor %}{% endif "
+       "%}{% for m in messages %}{{ m['role'] + ': ' + m['content'] + '\n' }}{% endfor %}"}}
+                                                               .dump());
+  ASSERT_TRUE(model_.chat_template.ok());
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+         {"type": "object", "properties": {"city": {"type": "string"}}}}}])";
+  auto r = Parse(Endpoint::kChatCompletions,
+                 R"({"messages": [{"role": "user", "content": "hi"}], )" + tools + "}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->parse_tool_calls);
+  const std::string prompt = tokenizer_->Decode(
+      std::vector<int>(r->generate.tokens().ids().begin(), r->generate.tokens().ids().end()));
+  EXPECT_NE(prompt.find("tool get_weather\nuser: hi\n"), std::string::npos) << prompt;
+  // tool_choice "none": no tools rendered, nothing parsed.
+  auto none = Parse(
+      Endpoint::kChatCompletions,
+      R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "none", )" + tools + "}");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->parse_tool_calls);
+  EXPECT_LT(none->generate.tokens().ids_size(), r->generate.tokens().ids_size());
+
+  auto stop = [](std::string text) {
+    v1::GenerateResponse m = Message({300}, std::move(text), true);
+    m.set_finish_reason(v1::FINISH_REASON_STOP);
+    return m;
+  };
+  ResponseBuilder whole(*r, model_, 1700000000);
+  whole.Add(Message({300}, "<tool_call>{\"name\": \"get_weather\", ", false));
+  whole.Add(stop("\"arguments\": {\"city\": \"Paris\"}}</tool_call>"));
+  const Json body = Json::parse(whole.Body());
+  const Json& message = body["choices"][0]["message"];
+  EXPECT_TRUE(message["content"].is_null()) << body.dump();
+  ASSERT_EQ(message["tool_calls"].size(), 1u);
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+
+  r->stream = true;
+  ResponseBuilder streamed(*r, model_, 1700000000);
+  std::vector<Json> events = Events(streamed.Add(Message({300}, "Sure. <tool_", false)));
+  ASSERT_EQ(events.size(), 2u);  // the role, then the content before the (possible) tag
+  EXPECT_EQ(events[1]["choices"][0]["delta"]["content"], "Sure. ");
+  events = Events(streamed.Add(stop("call>{\"name\": \"get_weather\"}</tool_call>")));
+  ASSERT_EQ(events.size(), 2u);  // the call, then the finish reason
+  const Json& call = events[0]["choices"][0]["delta"]["tool_calls"][0];
+  EXPECT_EQ(call["index"], 0);
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
 }
 
 TEST_F(OpenAiTest, CompletionResponsesInBothShapes) {
