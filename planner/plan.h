@@ -13,7 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
 #include "planner/simulator.h"
-#include "tools/loadgen.h"
+#include "planner/workload.h"
 
 namespace tandem::planner {
 

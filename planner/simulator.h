@@ -1,5 +1,5 @@
 // A deterministic discrete-event simulator of a Tandem cluster. Requests arrive from the same
-// generators `tandem bench` uses (tools/loadgen.h); the router's WorkerRegistry picks the
+// generators `tandem bench` uses (planner/workload.h); the router's WorkerRegistry picks the
 // workers (heartbeats refresh its view of their load, as in the real router); every prefill
 // worker drives a real PrefillScheduler and BlockPool (prefix cache included), every decode
 // worker a real DecodeScheduler; the cost model times each step and each KV transfer. Workers
@@ -19,7 +19,7 @@
 #include "engine/model_config.h"
 #include "engine/scheduler.h"
 #include "planner/cost_model.h"
-#include "tools/loadgen.h"
+#include "planner/workload.h"
 
 namespace tandem::planner {
 

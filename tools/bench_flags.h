@@ -8,7 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "tools/flags.h"
-#include "tools/loadgen.h"
+#include "planner/workload.h"
 
 namespace tandem {
 

@@ -28,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 
 // Runs one request to the end and fills `rec`.
 void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
-            Clock::time_point t0, RequestRecord* rec) {
+            const std::string& api_key, Clock::time_point t0, RequestRecord* rec) {
   auto since = [t0] { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   v1::GenerateRequest req;
   if (!w.prompt.empty()) {
@@ -45,7 +45,7 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(c.timeout * 1000)));
-  AddApiKey(c.security.api_key, &ctx);
+  AddApiKey(api_key, &ctx);
   rec->sent = since();
   auto reader = stub->Generate(&ctx, req);
   v1::GenerateResponse resp;
@@ -72,9 +72,9 @@ void RunOne(v1::Generation::Stub* stub, const WorkItem& w, const BenchConfig& c,
 
 }  // namespace
 
-absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
+absl::StatusOr<BenchRun> RunBench(const BenchConfig& c, const ClientSecurity& security) {
   if (absl::Status s = c.Validate(); !s.ok()) return s;
-  auto credentials = ClientChannelCredentials(c.security.tls);
+  auto credentials = ClientChannelCredentials(security.tls);
   if (!credentials.ok()) return credentials.status();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
@@ -89,7 +89,7 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
   {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    AddApiKey(c.security.api_key, &ctx);
+    AddApiKey(security.api_key, &ctx);
     grpc::Status s = stubs[0]->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
     if (!s.ok()) {
       return absl::UnavailableError(absl::StrFormat("router %s: %s", c.router, s.error_message()));
@@ -146,7 +146,7 @@ absl::StatusOr<BenchRun> RunBench(const BenchConfig& c) {
       first_measured.compare_exchange_strong(
           unset, std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    RunOne(stubs[i % stubs.size()].get(), items[i], c, t0, &rec);
+    RunOne(stubs[i % stubs.size()].get(), items[i], c, security.api_key, t0, &rec);
     if (!rec.warmup && rec.ok()) tokens += rec.output_tokens;
     if (!rec.ok()) ++failed;
     ++finished;

@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
+#include "planner/workload.h"
 #include "rpc/tls.h"
-#include "tools/loadgen.h"
 
 namespace tandem::bench {
 
@@ -19,7 +19,8 @@ struct BenchRun {
   nlohmann::json ToJson() const;  // config, summary and per-request records
 };
 
-absl::StatusOr<BenchRun> RunBench(const BenchConfig& config);
+// `security`: TLS files and the API key (kept out of the config, which goes into the JSON).
+absl::StatusOr<BenchRun> RunBench(const BenchConfig& config, const ClientSecurity& security = {});
 
 }  // namespace tandem::bench
 

@@ -16,7 +16,7 @@
 #include "planner/parallel.h"
 #include "planner/simulator.h"
 #include "tools/bench_runner.h"
-#include "tools/loadgen.h"
+#include "planner/workload.h"
 #include "tools/remote.h"
 #include "tools/server_process.h"
 

@@ -415,8 +415,7 @@ int Bench(const std::vector<std::string>& args) {
   bench::BenchConfig c = *config;
   c.router = f->Get("router");
   c.progress = !f->Has("no-progress");
-  c.security = ClientSecurityFrom(*f);
-  auto run = bench::RunBench(c);
+  auto run = bench::RunBench(c, ClientSecurityFrom(*f));
   if (!run.ok()) return Fail(run.status());
   std::printf("%s", bench::FormatSummary(run->summary).c_str());
   if (f->Has("json")) {

@@ -1,8 +1,9 @@
-// The pieces of `tandem bench` that need no network: arrival processes, prompt/output length
+// Workloads and their measurement, without a network: arrival processes, prompt/output length
 // distributions, per-request records, latency statistics, goodput, the JSON report and the SVG
-// comparison chart. Everything random is seeded, so a run repeats.
-#ifndef TANDEM_TOOLS_LOADGEN_H_
-#define TANDEM_TOOLS_LOADGEN_H_
+// comparison chart. The capacity planner's simulator and `tandem bench` (tools/bench_runner.h,
+// which sends them to a router) share them. Everything random is seeded, so a run repeats.
+#ifndef TANDEM_PLANNER_WORKLOAD_H_
+#define TANDEM_PLANNER_WORKLOAD_H_
 
 #include <cstdint>
 #include <map>
@@ -13,7 +14,6 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "rpc/tls.h"
 
 namespace tandem::bench {
 
@@ -138,8 +138,7 @@ struct BenchConfig {
   double timeout = 600;     // per request, seconds
   int max_inflight = 1024;  // open loop: sends wait beyond this
   Slo slo;
-  bool progress = true;     // live line on stderr
-  ClientSecurity security;  // TLS files and the API key (not written to the JSON)
+  bool progress = true;  // live line on stderr
 
   absl::Status Validate() const;
   nlohmann::json ToJson() const;
@@ -162,4 +161,4 @@ absl::StatusOr<std::string> RenderReportSvg(const std::vector<nlohmann::json>& r
 
 }  // namespace tandem::bench
 
-#endif  // TANDEM_TOOLS_LOADGEN_H_
+#endif  // TANDEM_PLANNER_WORKLOAD_H_

@@ -1,4 +1,4 @@
-#include "tools/loadgen.h"
+#include "planner/workload.h"
 
 #include <gtest/gtest.h>
 
