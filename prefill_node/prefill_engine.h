@@ -90,7 +90,7 @@ class PrefillEngine {
     uint64_t id;
     std::vector<int> prompt;
     SamplingParams sampling;
-    int output_tokens = 0;  // GenerationRequest::output_tokens
+    int output_tokens = 0;   // GenerationRequest::output_tokens
     int64_t uncomputed = 0;  // prompt tokens not computed yet (metrics: prompt_tokens_waiting)
     KvTarget target;
     std::vector<int> blocks;

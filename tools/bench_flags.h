@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "tools/flags.h"
 #include "planner/workload.h"
+#include "tools/flags.h"
 
 namespace tandem {
 

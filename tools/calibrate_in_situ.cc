@@ -15,8 +15,8 @@
 #include "planner/calibrate.h"
 #include "planner/parallel.h"
 #include "planner/simulator.h"
-#include "tools/bench_runner.h"
 #include "planner/workload.h"
+#include "tools/bench_runner.h"
 #include "tools/remote.h"
 #include "tools/server_process.h"
 

@@ -282,8 +282,7 @@ TEST(PlanCli, TensorParallelLayoutsOnlyWhenAskedAndMarkedNotRunnable) {
 // --emit-kustomize writes an overlay of the GPU overlay that kubectl builds, with the best
 // runnable layout's replicas, one GPU per worker and the worker flags the plan assumed.
 TEST(PlanCli, EmitKustomizeWritesAnOverlayKubectlBuilds) {
-  if (std::system("command -v kubectl >/dev/null 2>&1 && /usr/bin/python3 -c 'import yaml'") !=
-      0) {
+  if (std::system("command -v kubectl >/dev/null 2>&1 && /usr/bin/python3 -c 'import yaml'") != 0) {
     GTEST_SKIP() << "needs kubectl and python3-yaml (scripts/setup.sh installs them)";
   }
   const std::string dir = TempPath("overlay");
@@ -311,7 +310,8 @@ TEST(PlanCli, EmitKustomizeWritesAnOverlayKubectlBuilds) {
   const std::string built = TempPath("built.json");
   ASSERT_EQ(std::system(("kubectl kustomize " + dir +
                          " 2>/dev/null | /usr/bin/python3 -c 'import json, sys, yaml; "
-                         "print(json.dumps(list(yaml.safe_load_all(sys.stdin))))' > " + built)
+                         "print(json.dumps(list(yaml.safe_load_all(sys.stdin))))' > " +
+                         built)
                             .c_str()),
             0);
   const auto objs = nlohmann::json::parse(*ReadFileToString(built));
