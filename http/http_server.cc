@@ -97,7 +97,11 @@ struct HttpServer::Impl {
     };
     if (path == "/health") {
       if (method("GET")) Health(w);
-    } else if (path == "/metrics" && metrics != nullptr) {
+    } else if (path == "/metrics" && (!options.serve_metrics || metrics == nullptr)) {
+      Reply(w, Error(404,
+                     "GET /metrics: off on this port (start the router with --http-metrics, "
+                     "or scrape its --metrics-port)"));
+    } else if (path == "/metrics") {
       // The process's whole registry, as on the metrics port (vLLM serves it on its API port).
       if (method("GET")) {
         w.Send(200, "text/plain; version=0.0.4; charset=utf-8", metrics->registry.Serialize());

@@ -25,6 +25,9 @@ struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
   int threads = 64;  // requests served at once (a streaming request holds one)
+  // GET /metrics: the router's Prometheus registry on this port, as vLLM serves it (behind the
+  // API keys when the router has them). Off by default: it names workers and their load.
+  bool serve_metrics = false;
   // Each request's deadline (DEADLINE_EXCEEDED: HTTP 504); infinite: none.
   absl::Duration request_timeout = absl::InfiniteDuration();
   size_t max_body_bytes = size_t{16} << 20;

@@ -68,6 +68,7 @@ router:   --internal-port 0 (the registry workers register with: give workers --
           --http-port 0 (OpenAI-compatible HTTP API on --host; 0 = pick a free port)
           --http-threads 64  --http-timeout-ms 0 (0 = no deadline)  --chat-template PATH
           --served-model-name NAME (default: the model's file or folder name)
+          --http-metrics (also serve /metrics on the HTTP port, behind the API keys if any)
 workers:  --router HOST:PORT (the router's internal port; HOST may resolve to several routers:
           all are registered with, re-resolved every 10 s)  --worker-id ID  --block-size 16
           --num-blocks N (0 = from --kv-bytes)  --kv-bytes BYTES
@@ -139,7 +140,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
        "forget-after-ms", "http-port", "http-threads", "http-timeout-ms", "chat-template",
        "served-model-name", "nccl-device", "internal-port", "cluster-secret-file", "kv-dtype",
        "kv-admission", "kv-watermark", "dtype"},
-      {"no-prefix-cache"});
+      {"no-prefix-cache", "http-metrics"});
   // clang-format on
   if (!f.ok()) return Fail(std::string(f.status().message()));
   const std::string role = fixed_role ? fixed_role : f->Get("role", "all");
@@ -204,6 +205,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
   HttpServerOptions http_options;
   http_options.host = f->Get("host", "127.0.0.1");
   http_options.port = static_cast<int>(*http_port);
+  http_options.serve_metrics = f->Has("http-metrics");
   http_options.tls = {f->Get("tls-cert"), f->Get("tls-key"), f->Get("tls-ca")};
   http_options.threads = static_cast<int>(std::min<int64_t>(*http_threads, 1 << 14));
   if (*http_timeout_ms < 0) return Fail("--http-timeout-ms must be >= 0");
