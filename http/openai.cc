@@ -83,10 +83,6 @@ constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 // Parameters Tandem does not implement: accepted only at their neutral value, so that a client
 // never gets an answer computed without what it asked for.
 absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
-  if (const Json* v = Field(body, "best_of")) {
-    if (!v->is_number_integer() || v->get<int64_t>() != 1)
-      return Invalid("best_of", "only 1 is supported");
-  }
   if (const Json* v = Field(body, "suffix")) {
     if (!v->is_string() || !v->get<std::string>().empty())
       return Invalid("suffix", "is not supported");
@@ -403,6 +399,15 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (!x.ok()) return x.status();
     n = static_cast<int>(*x);
   }
+  int best_of = n;
+  if (const Json* v = Field(body, "best_of")) {
+    if (chat) return Invalid("best_of", "is a completions parameter");
+    auto x = GetInt(*v, "best_of", 1, kMaxChoices);
+    if (!x.ok()) return x.status();
+    if (*x < n)
+      return Invalid("best_of", absl::StrFormat("must be at least n (%d), got %d", n, *x));
+    best_of = static_cast<int>(*x);
+  }
   if (const Json* v = Field(body, "echo")) {
     if (chat) return Invalid("echo", "is a completions parameter");
     auto b = GetBool(*v, "echo");
@@ -420,9 +425,10 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     auto list = PromptList(*prompt);
     if (!list.ok()) return list.status();
     prompts = *std::move(list);
-    if (prompts.size() * n > static_cast<size_t>(kMaxChoices)) {
-      return Invalid("n", absl::StrFormat("%d prompts x n = %d gives more than %d choices",
-                                          prompts.size(), n, kMaxChoices));
+    if (prompts.size() * best_of > static_cast<size_t>(kMaxChoices)) {
+      return Invalid(best_of > n ? "best_of" : "n",
+                     absl::StrFormat("%d prompts x %d gives more than %d choices", prompts.size(),
+                                     best_of, kMaxChoices));
     }
     if (absl::Status s = SetPrompt(prompts[0], &g); !s.ok()) return s;
   }
@@ -546,10 +552,13 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
 
   if (r.echo && s->logprobs()) return Invalid("echo", "with logprobs is not supported");
 
-  // The choices: every prompt n times, choice i of a prompt with seed ChoiceSeed(seed, i).
+  // The choices: every prompt best_of (n) times, choice i of a prompt with seed
+  // ChoiceSeed(seed, i). Picking the best needs every candidate's log-probabilities.
+  r.want_logprobs = s->logprobs();
+  if (best_of > n) s->set_logprobs(true);
   if (chat) prompts.push_back(Json());
   for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < best_of; ++i) {
       v1::GenerateRequest c = g;
       if (!chat && p > 0) {
         c.clear_input();
@@ -560,11 +569,13 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     }
   }
   r.n = n;
+  r.best_of = best_of;
 
   if (const Json* v = Field(body, "stream")) {
     auto b = GetBool(*v, "stream");
     if (!b.ok()) return b.status();
     r.stream = *b;
+    if (r.stream && best_of > n) return Invalid("best_of", "cannot be streamed (best_of > n)");
   }
   if (const Json* v = Field(body, "stream_options")) {
     if (!r.stream) return Invalid("stream_options", "is only allowed when stream is true");
@@ -740,7 +751,7 @@ Json ResponseBuilder::Usage() const {
   // The prompt once per prompt (its n choices share it), the completions of every choice.
   int prompt = 0, completion = 0;
   for (size_t i = 0; i < choices_.size(); ++i) {
-    if (i % request_.n == 0) prompt += choices_[i].prompt_tokens;
+    if (i % request_.best_of == 0) prompt += choices_[i].prompt_tokens;
     completion += choices_[i].completion_tokens;
   }
   return {{"prompt_tokens", prompt},
@@ -768,7 +779,7 @@ std::string ResponseBuilder::EchoText(int index) const {
 }
 
 Json ResponseBuilder::Logprobs(Choice& choice, const v1::GenerateResponse& msg) {
-  if (!request_.generate.sampling().logprobs()) return nullptr;
+  if (!request_.generate.sampling().logprobs()) return nullptr;  // neither asked nor best_of
   const Tokenizer& tok = *model_.tokenizer;
   if (request_.endpoint == Endpoint::kChatCompletions) {
     Json content = Json::array();
@@ -906,11 +917,38 @@ std::string ResponseBuilder::StreamError(const ApiError& error) {
   return "data: " + ErrorBody(error) + "\n\n";
 }
 
+namespace {
+// The completions' cumulative log-probability: best_of's ranking.
+double CumulativeLogprob(const Json& logprobs) {
+  double sum = 0;
+  if (logprobs.is_object() && logprobs.contains("token_logprobs")) {
+    for (const Json& l : logprobs["token_logprobs"]) sum += l.get<double>();
+  }
+  return sum;
+}
+}  // namespace
+
 std::string ResponseBuilder::Body() const {
   const bool chat = request_.endpoint == Endpoint::kChatCompletions;
-  const bool want_logprobs = request_.generate.sampling().logprobs();
+  const bool want_logprobs = request_.want_logprobs;
+  // The choices returned: all, or with best_of > n the n most likely candidates of each
+  // prompt (ties: the earlier one), in order of likelihood.
+  std::vector<size_t> order;
+  const size_t group = static_cast<size_t>(std::max(1, request_.best_of));
+  for (size_t p = 0; p < choices_.size(); p += group) {
+    std::vector<size_t> candidates;
+    for (size_t i = p; i < std::min(choices_.size(), p + group); ++i) candidates.push_back(i);
+    if (request_.best_of > request_.n) {
+      std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
+        return CumulativeLogprob(choices_[a].logprobs) > CumulativeLogprob(choices_[b].logprobs);
+      });
+      candidates.resize(std::min(candidates.size(), static_cast<size_t>(request_.n)));
+    }
+    order.insert(order.end(), candidates.begin(), candidates.end());
+  }
   Json choices = Json::array();
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  for (size_t out = 0; out < order.size(); ++out) {
+    const size_t i = order[out];
     const Choice& c = choices_[i];
     const Json logprobs = want_logprobs ? c.logprobs : Json(nullptr);
     if (chat) {
@@ -920,12 +958,12 @@ std::string ResponseBuilder::Body() const {
           message["content"] = nullptr;
         message["tool_calls"] = c.tool_calls;
       }
-      choices.push_back({{"index", i},
+      choices.push_back({{"index", out},
                          {"message", std::move(message)},
                          {"logprobs", logprobs},
                          {"finish_reason", Nullable(c.finish_reason)}});
     } else {
-      choices.push_back({{"index", i},
+      choices.push_back({{"index", out},
                          {"text", EchoText(static_cast<int>(i)) + c.text},
                          {"logprobs", logprobs},
                          {"finish_reason", Nullable(c.finish_reason)}});

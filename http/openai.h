@@ -50,7 +50,11 @@ struct Request {
   // `generate`, choice i of a prompt has seed ChoiceSeed(seed, i) (engine/sampler.h).
   std::vector<v1::GenerateRequest> choices;
   int n = 1;
-  bool echo = false;  // completions: the prompt's text before the completion
+  // Completions' best_of: each prompt has this many candidates (choices holds them all), of
+  // which the n with the highest cumulative log-probability are returned. best_of == n: all.
+  int best_of = 1;
+  bool want_logprobs = false;  // the client asked for logprobs (best_of > n computes them anyway)
+  bool echo = false;           // completions: the prompt's text before the completion
   // Chat with `tools` (and tool_choice "auto"): the output's <tool_call>{...}</tool_call> blocks
   // become OpenAI's tool_calls (ToolCallParser).
   bool parse_tool_calls = false;

@@ -169,7 +169,7 @@ TEST(HttpClusterTest, CompletionsAndChatGiveTheGrpcTokens) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
-// n, several prompts, echo and the penalties over HTTP: choice i of each prompt is the gRPC
+// n, best_of, several prompts, echo and the penalties over HTTP: choice i of each prompt is the gRPC
 // generation with seed ChoiceSeed(seed, i) and the same sampling, in JSON and in the stream.
 TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
   Cluster c(1, 1);
@@ -227,6 +227,38 @@ TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
     streamed.at(ch["index"].get<size_t>()) += ch["text"].get<std::string>();
   }
   EXPECT_EQ(streamed, want);
+
+  // best_of 3, n 1: the gRPC candidate (seed ChoiceSeed(5, i)) with the highest cumulative
+  // log-probability.
+  std::string best;
+  double best_logprob = -1e300;
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest g;
+    g.set_text(prompts[0]);
+    g.set_max_tokens(20);
+    g.mutable_sampling()->set_temperature(1.0f);
+    g.mutable_sampling()->set_seed(ChoiceSeed(5, i));
+    g.mutable_sampling()->set_logprobs(true);
+    grpc::ClientContext ctx;
+    auto reader = c.generation()->Generate(&ctx, g);
+    v1::GenerateResponse m;
+    std::string text;
+    double logprob = 0;
+    while (reader->Read(&m)) {
+      text += m.text();
+      for (const auto& l : m.logprobs()) logprob += l.logprob();
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    if (logprob > best_logprob) best_logprob = logprob, best = text;
+  }
+  json pick = {{"prompt", prompts[0]}, {"max_tokens", 20}, {"temperature", 1.0},
+               {"seed", 5},            {"best_of", 3}};
+  r = Curl(c.http(), "/v1/completions", pick.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  j = r.Json();
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_EQ(j["choices"][0]["text"], best);
+  EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
   EXPECT_TRUE(c.AllBlocksFree());
 }
 

@@ -184,7 +184,10 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": "a", "stream": true, "stream_options": {"include_usage": 1}})", 400,
        "stream_options.include_usage"},
       {kC, R"({"prompt": "a", "logprobs": true})", 400, "logprobs"},
-      {kC, R"({"prompt": "a", "best_of": 2})", 400, "best_of"},
+      {kC, R"({"prompt": "a", "n": 3, "best_of": 2})", 400, "best_of"},
+      {kC, R"({"prompt": "a", "best_of": 3, "stream": true})", 400, "best_of"},
+      {kC, R"({"prompt": ["a", "b"], "best_of": 40})", 400, "best_of"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "best_of": 2})", 400, "best_of"},
       {kC, R"({"prompt": "a", "presence_penalty": "x"})", 400, "presence_penalty"},
       {kC, R"({"prompt": "a", "frequency_penalty": [1]})", 400, "frequency_penalty"},
       {kC, R"({"prompt": "a", "repetition_penalty": true})", 400, "repetition_penalty"},
@@ -517,6 +520,32 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
   EXPECT_EQ(call["index"], 0);
   EXPECT_EQ(call["function"]["name"], "get_weather");
   EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
+}
+
+// best_of: every candidate generated with its logprobs, the n most likely returned in order,
+// logprobs only when asked.
+TEST_F(OpenAiTest, BestOfReturnsTheMostLikelyCandidates) {
+  auto r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "n": 2, "best_of": 3, "seed": 4})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->choices.size(), 3u);
+  EXPECT_TRUE(r->choices[2].sampling().logprobs());
+  EXPECT_EQ(r->choices[2].sampling().seed(), ChoiceSeed(4, 2));
+  EXPECT_FALSE(r->want_logprobs);
+  ResponseBuilder b(*r, model_, 1700000000);
+  const float logprob[3] = {-3.0f, -1.0f, -2.0f};
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateResponse m = Message({300}, "text" + std::to_string(i), true);
+    m.mutable_logprobs(0)->set_logprob(logprob[i]);
+    b.Add(i, m);
+  }
+  const Json body = Json::parse(b.Body());
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][0]["text"], "text1");
+  EXPECT_EQ(body["choices"][0]["index"], 0);
+  EXPECT_EQ(body["choices"][1]["text"], "text2");
+  EXPECT_TRUE(body["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(body["usage"]["completion_tokens"], 9);  // every candidate's tokens
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 4);      // the prompt once
 }
 
 TEST_F(OpenAiTest, CompletionResponsesInBothShapes) {
