@@ -210,22 +210,26 @@ TANDEM_AVX2 void GemvRowsAvx2(const float* x, const WeightRef& w, const float* b
   }
 }
 
+// Weight rows per chunk of the vector paths (AVX2 and AVX-512). Decode (n <= 3): about 4
+// chunks per thread, long sequential streams with some balancing (at least 64 rows, 192 KB of
+// f32 weights for stories110M). Prefill: 96-row chunks, each going once through every x block.
+int64_t RowChunk(int n, int64_t rows, ThreadPool* pool) {
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  return n <= 3 ? std::max<int64_t>(64, rows / (4 * threads)) : 32 * kTileRows;
+}
+
 template <DType D>
 void MatmulAvx2(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                 ThreadPool* pool) {
-  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t grain = RowChunk(n, w.rows, pool);
   if (n <= 3) {
-    // About 4 chunks per thread: long sequential streams, still some balancing (at least 64
-    // rows, 192 KB of f32 weights for stories110M).
-    const int64_t grain = std::max<int64_t>(64, w.rows / (4 * threads));
     ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
       if (n == 1) GemvRowsAvx2<D, 1>(x, w, bias, y, r0, r1);
       if (n == 2) GemvRowsAvx2<D, 2>(x, w, bias, y, r0, r1);
       if (n == 3) GemvRowsAvx2<D, 3>(x, w, bias, y, r0, r1);
     });
   } else {
-    // 96-row chunks: each goes once through every x block.
-    ParallelFor(pool, w.rows, 32 * kTileRows,
+    ParallelFor(pool, w.rows, grain,
                 [&](int64_t r0, int64_t r1) { GemmRowsAvx2<D>(x, w, bias, y, w.rows, n, r0, r1); });
   }
 }
@@ -252,11 +256,8 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
   const Isa isa = ActiveIsa();
   const bool floats = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
   if (isa == Isa::kAvx512 && floats) {
-    // The AVX2 path's work split: decode rows in long streams, prefill in 96-row chunks.
-    const int threads = pool != nullptr ? pool->num_threads() : 1;
-    const int64_t grain = n <= 3 ? std::max<int64_t>(64, w.rows / (4 * threads)) : 96;
     const Avx512Kernels& k = ActiveAvx512Kernels();
-    return ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
+    return ParallelFor(pool, w.rows, RowChunk(n, w.rows, pool), [&](int64_t r0, int64_t r1) {
       k.matmul_rows(x, w, bias, y, w.rows, n, r0, r1);
     });
   }

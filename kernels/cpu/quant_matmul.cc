@@ -300,15 +300,18 @@ void RowsScalar(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBl
   }
 }
 
+// The decode path's rows on `isa` (kAvx512: the AVX-512 kernels, avx512.h).
 template <DType T>
-void RunRows(bool avx2, const WeightRef& w, const ActBlock* acts, const float* bias, float* y,
-             int n, ThreadPool* pool) {
+void RunRows(Isa isa, const WeightRef& w, const ActBlock* acts, const float* bias, float* y, int n,
+             ThreadPool* pool) {
   const int64_t blocks = w.cols / kActBlock, row_bytes = RowBytes(w.dtype, w.cols);
   const auto* data = static_cast<const uint8_t*>(w.data);
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   const int64_t grain = std::max<int64_t>(16, w.rows / (4 * threads));
   ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
-    if (avx2) {
+    if (isa == Isa::kAvx512) {
+      ActiveAvx512Kernels().quant_rows(w, acts, bias, y, w.rows, n, r0, r1);
+    } else if (isa == Isa::kAvx2) {
       RowsAvx2<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
     } else {
       RowsScalar<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
@@ -384,15 +387,8 @@ void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, floa
       }
     }
   });
-  if (isa == Isa::kAvx512) {
-    const Avx512Kernels& k = ActiveAvx512Kernels();
-    const int threads = pool != nullptr ? pool->num_threads() : 1;
-    return ParallelFor(
-        pool, w.rows, std::max<int64_t>(16, w.rows / (4 * threads)),
-        [&](int64_t r0, int64_t r1) { k.quant_rows(w, acts, bias, y, w.rows, n, r0, r1); });
-  }
   ForQuantType(w.dtype,
-               [&](auto t) { RunRows<decltype(t)::value>(avx2, w, acts, bias, y, n, pool); });
+               [&](auto t) { RunRows<decltype(t)::value>(isa, w, acts, bias, y, n, pool); });
 }
 
 }  // namespace tandem::cpu
