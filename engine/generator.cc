@@ -55,13 +55,7 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tokens: must be >= 1, got %d", r.max_tokens));
   }
-  if (absl::Status s = r.sampling.Validate(); !s.ok()) return s;
-  for (const auto& [id, bias] : r.sampling.logit_bias) {
-    if (id < 0 || id >= config.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "logit_bias: token id %d is outside the vocabulary [0, %d)", id, config.vocab_size));
-    }
-  }
+  if (absl::Status s = r.sampling.Validate(config.vocab_size); !s.ok()) return s;
   if (r.output_tokens < 0 || r.output_tokens >= static_cast<int64_t>(r.prompt.size())) {
     return absl::InvalidArgumentError(absl::StrFormat("output_tokens: must be in [0, %d), got %d",
                                                       r.prompt.size(), r.output_tokens));
@@ -88,10 +82,15 @@ std::optional<FinishReason> CheckFinish(const ModelConfig& config, const Generat
   return std::nullopt;
 }
 
+SamplingHistory HistoryOf(std::span<const int> tokens, size_t prompt_tokens,
+                          const ModelConfig& config) {
+  const size_t prompt = std::min(tokens.size(), prompt_tokens);
+  return {tokens.first(prompt), tokens.subspan(prompt), config.eos_token_ids};
+}
+
 SamplingHistory HistoryOf(const GenerationRequest& r, std::span<const int> tokens,
                           const ModelConfig& config) {
-  const size_t prompt = std::min(tokens.size(), r.prompt.size() - r.output_tokens);
-  return {tokens.first(prompt), tokens.subspan(prompt), config.eos_token_ids};
+  return HistoryOf(tokens, r.prompt.size() - r.output_tokens, config);
 }
 
 Generator::Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOptions options)

@@ -107,6 +107,9 @@ std::optional<FinishReason> CheckFinish(const ModelConfig& config, const Generat
 // generated ids) is `tokens`.
 SamplingHistory HistoryOf(const GenerationRequest& r, std::span<const int> tokens,
                           const ModelConfig& config);
+// The same for a sequence whose first `prompt_tokens` ids are the prompt proper.
+SamplingHistory HistoryOf(std::span<const int> tokens, size_t prompt_tokens,
+                          const ModelConfig& config);
 
 // Checks a request against the model (prompt ids in the vocabulary, prompt within the
 // context, sampling values, logit_bias ids, min_tokens within max_tokens, max_tokens,

@@ -8,7 +8,7 @@
 
 namespace tandem {
 
-absl::Status SamplingParams::Validate() const {
+absl::Status SamplingParams::Validate(int vocab_size) const {
   if (!std::isfinite(temperature) || temperature < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("temperature must be a finite number >= 0, got %g", temperature));
@@ -46,6 +46,10 @@ absl::Status SamplingParams::Validate() const {
     if (!(bias >= -100.0f && bias <= 100.0f)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "logit_bias: the bias of token %d must be in [-100, 100], got %g", id, bias));
+    }
+    if (vocab_size > 0 && (id < 0 || id >= vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "logit_bias: token id %d is outside the vocabulary [0, %d)", id, vocab_size));
     }
     ids.push_back(id);
   }

@@ -35,9 +35,9 @@ struct SamplingParams {
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
   // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs], a penalty or bias out of its range
-  // or not finite, min_tokens < 0, more than kMaxLogitBias biases, or the same id twice.
-  // Token ids against the vocabulary are the request's check (ValidateRequest).
-  absl::Status Validate() const;
+  // or not finite, min_tokens < 0, more than kMaxLogitBias biases, the same id twice, or (with
+  // vocab_size > 0) a logit_bias id outside [0, vocab_size).
+  absl::Status Validate(int vocab_size = 0) const;
   // Whether any logit processor is on (the logits then differ from the model's).
   bool HasLogitProcessors() const;
 };

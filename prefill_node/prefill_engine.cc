@@ -293,11 +293,8 @@ void PrefillEngine::Loop() {
         continue;
       } else {
         std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-        const std::span<const int> seq(job.prompt);
-        const size_t prompt_part = seq.size() - job.output_tokens;
-        job.first_token =
-            Sample(row, job.sampling, job.prompt.size(),
-                   {seq.first(prompt_part), seq.subspan(prompt_part), c.eos_token_ids});
+        job.first_token = Sample(row, job.sampling, job.prompt.size(),
+                                 HistoryOf(job.prompt, job.prompt.size() - job.output_tokens, c));
         if (job.sampling.logprobs) {
           job.first_logprobs = ComputeLogprobs(row, job.first_token, job.sampling.top_logprobs);
         }

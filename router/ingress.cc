@@ -85,15 +85,8 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
   }
   out.max_tokens = req.max_tokens();
   // The logit processors: the engine's checks, named as the request's fields.
-  if (absl::Status v = s.Validate(); !v.ok()) {
+  if (absl::Status v = s.Validate(config.vocab_size); !v.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("sampling.", v.message()));
-  }
-  for (const auto& [id, bias] : s.logit_bias) {
-    if (id < 0 || id >= config.vocab_size) {
-      return Invalid(
-          "sampling.logit_bias",
-          absl::StrFormat("token id %d is outside the vocabulary [0, %d)", id, config.vocab_size));
-    }
   }
   if (s.min_tokens > out.max_tokens) {
     return Invalid("sampling.min_tokens", absl::StrFormat("%d is more than max_tokens (%d)",
