@@ -826,7 +826,6 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
   if (index < 0 || index >= static_cast<int>(choices_.size())) return "";
   Choice& choice = choices_[index];
   if (id_.empty()) id_ = (chat ? "chatcmpl-" : "cmpl-") + msg.request_id();
-  choice.text += msg.text();
   choice.completion_tokens += msg.token_ids_size();
   if (msg.has_usage()) {
     choice.prompt_tokens = msg.usage().prompt_tokens();
@@ -848,7 +847,7 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
     // A model that called tools and stopped waits for their results: OpenAI's "tool_calls".
     if (finish == "stop" && choice.tools->total_calls() > 0) finish = "tool_calls";
   }
-  choice.content += content;
+  choice.text += content;
   if (!finish.empty()) choice.finish_reason = finish;
   Json logprobs = Logprobs(choice, msg);
   if (!request_.stream) return "";
@@ -872,9 +871,10 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
                   {"logprobs", logprobs},
                   {"finish_reason", nullptr}}));
     }
-    for (const Json& call : calls) {
-      Json delta_call = {{"index", choice.tool_calls.size() - calls.size() + (&call - &calls[0])}};
-      for (const auto& [k, v] : call.items()) delta_call[k] = v;
+    const size_t first_call = choice.tool_calls.size() - calls.size();
+    for (size_t k = 0; k < calls.size(); ++k) {
+      Json delta_call = {{"index", first_call + k}};
+      for (const auto& [key, v] : calls[k].items()) delta_call[key] = v;
       emit(Chunk({{"index", index},
                   {"delta", {{"tool_calls", Json::array({std::move(delta_call)})}}},
                   {"logprobs", nullptr},
@@ -939,9 +939,10 @@ std::string ResponseBuilder::Body() const {
     std::vector<size_t> candidates;
     for (size_t i = p; i < std::min(choices_.size(), p + group); ++i) candidates.push_back(i);
     if (request_.best_of > request_.n) {
-      std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-        return CumulativeLogprob(choices_[a].logprobs) > CumulativeLogprob(choices_[b].logprobs);
-      });
+      std::vector<double> score(choices_.size());
+      for (size_t i : candidates) score[i] = CumulativeLogprob(choices_[i].logprobs);
+      std::stable_sort(candidates.begin(), candidates.end(),
+                       [&](size_t a, size_t b) { return score[a] > score[b]; });
       candidates.resize(std::min(candidates.size(), static_cast<size_t>(request_.n)));
     }
     order.insert(order.end(), candidates.begin(), candidates.end());
@@ -952,10 +953,9 @@ std::string ResponseBuilder::Body() const {
     const Choice& c = choices_[i];
     const Json logprobs = want_logprobs ? c.logprobs : Json(nullptr);
     if (chat) {
-      Json message = {{"role", "assistant"}, {"content", c.content}};
+      Json message = {{"role", "assistant"}, {"content", c.text}};
       if (!c.tool_calls.empty()) {
-        if (c.content.find_first_not_of(" \t\r\n") == std::string::npos)
-          message["content"] = nullptr;
+        if (c.text.find_first_not_of(" \t\r\n") == std::string::npos) message["content"] = nullptr;
         message["tool_calls"] = c.tool_calls;
       }
       choices.push_back({{"index", out},

@@ -138,7 +138,7 @@ class ResponseBuilder {
 
  private:
   struct Choice {
-    std::string text;
+    std::string text;  // generated text (chat with tools: outside the tool calls)
     std::string finish_reason;
     int prompt_tokens = 0;
     int completion_tokens = 0;
@@ -146,7 +146,6 @@ class ResponseBuilder {
     int64_t text_offset = 0;  // completions logprobs: bytes of token text so far
     nlohmann::ordered_json logprobs;
     std::unique_ptr<ToolCallParser> tools;  // with Request::parse_tool_calls
-    std::string content;                    // chat with tools: the text outside tool calls
     nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();
   };
 

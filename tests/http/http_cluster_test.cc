@@ -169,8 +169,8 @@ TEST(HttpClusterTest, CompletionsAndChatGiveTheGrpcTokens) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
-// n, best_of, several prompts, echo and the penalties over HTTP: choice i of each prompt is the gRPC
-// generation with seed ChoiceSeed(seed, i) and the same sampling, in JSON and in the stream.
+// n, best_of, several prompts, echo and the penalties over HTTP: choice i of each prompt is the
+// gRPC generation with seed ChoiceSeed(seed, i) and the same sampling, in JSON and in the stream.
 TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.ready());
@@ -251,8 +251,11 @@ TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
     ASSERT_TRUE(reader->Finish().ok());
     if (logprob > best_logprob) best_logprob = logprob, best = text;
   }
-  json pick = {{"prompt", prompts[0]}, {"max_tokens", 20}, {"temperature", 1.0},
-               {"seed", 5},            {"best_of", 3}};
+  json pick = {{"prompt", prompts[0]},
+               {"max_tokens", 20},
+               {"temperature", 1.0},
+               {"seed", 5},
+               {"best_of", 3}};
   r = Curl(c.http(), "/v1/completions", pick.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   j = r.Json();
