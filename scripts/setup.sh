@@ -17,6 +17,8 @@ PACKAGES=(
   prometheus
   clang-format
   python3-kubernetes yamllint iproute2
+  # scripts/container_check.sh: builds the image without a Docker daemon, base from debootstrap.
+  podman debootstrap
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes, llvm-symbolizer for stack traces.
   clang-14 libclang-rt-14-dev llvm-14
 )

@@ -5,6 +5,7 @@
 #   TANDEM_CUDA AUTO|ON|OFF  build the CUDA library (default AUTO: when nvcc exists)
 #   JOBS        parallel build/test jobs (default: number of cores)
 #   TANDEM_SKIP_SANITIZE=1  skip the sanitizer step (unit tests under ASan + UBSan, fuzzing)
+#   TANDEM_SKIP_CONTAINER=1 skip the container check (scripts/container_check.sh)
 #   TANDEM_FUZZ_SECONDS     seconds per fuzz target in that step (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,12 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTANDEM_SMOLLM2_GGUF="$SMOLLM2"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure
+
+# The container check: the CPU image built from deploy/docker/Dockerfile and run as the
+# Kubernetes manifests run it.
+if [ "${TANDEM_SKIP_CONTAINER:-0}" != 1 ]; then
+  bash scripts/container_check.sh
+fi
 
 # The sanitizer step: the parsers' and data structures' unit tests built by clang with ASan +
 # UBSan (build-fuzz/, no gRPC code) and every fuzz target for a few seconds.
