@@ -21,8 +21,9 @@ const char* DTypeTag(DType t) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    default:  // safetensors files here hold f32, f16 or bf16 tensors
+      return "?";
   }
-  return "?";
 }
 }  // namespace
 

@@ -328,6 +328,8 @@ void PagedAttention(const float* q, const KvLayerRef& c, const PagedAttentionArg
       return PagedAttentionAvx2<DType::kF16>(q, c, a, out, pool);
     case DType::kFp8E4M3:
       return PagedAttentionAvx2<DType::kFp8E4M3>(q, c, a, out, pool);
+    default:  // a KV cache holds one of the four types above (KvCache refuses the others)
+      return;
   }
 }
 

@@ -142,12 +142,15 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   EXPECT_NEAR(sj["summary"]["ttft_s"]["p50"].get<double>(), p50, 1e-9);
 
   // --refit fits the report's measured workloads again without a cluster: the fit is
-  // deterministic, so the same code gives the same profile, field for field.
+  // deterministic, so the same code gives the same profile, field for field. (This and the
+  // refits below keep the report's sharing of the host: one candidate fitted, not the search's
+  // 23, which is the same fit as the search's choice, so the same profile; the search itself is
+  // what the calibration above ran.)
   const std::string refitted = TempPath("refit.json");
   const std::string refit_report = TempPath("refit_report.json");
   const CliRun refit =
       Tandem("plan calibrate --refit " + report + " --model " + testing::Stories260K() + " --out " +
-             refitted + " --report " + refit_report);
+             refitted + " --report " + refit_report + " --keep-sharing");
   ASSERT_EQ(refit.exit_code, 0) << refit.err;
   EXPECT_EQ(refit.err.find("[tandem-server]"), std::string::npos) << "started a cluster";
   std::ifstream again(refitted);
@@ -156,9 +159,7 @@ TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   const nlohmann::json rr = nlohmann::json::parse(again_report);
   EXPECT_EQ(rr["in_situ"]["workloads"], r["in_situ"]["workloads"]);
 
-  // Several reports: one fit to their mean. The same report twice is the report itself. (This
-  // and the refits below keep the report's sharing of the host: one candidate fitted, not the
-  // search's 23, which is the same fit as the search's choice, so the same profile.)
+  // Several reports: one fit to their mean. The same report twice is the report itself.
   const CliRun merged = Tandem("plan calibrate --refit " + report + " --refit " + report +
                                " --model " + testing::Stories260K() + " --out " + refitted +
                                " --report " + refit_report + " --keep-sharing");
