@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/dtype.h"
 #include "kernels/quant.h"
 

@@ -24,6 +24,7 @@
 #include "kernels/cpu/avx512.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/quant.h"
 
 namespace tandem::cpu {
@@ -82,23 +83,6 @@ inline void StoreTile(const float out[NR][NT], const float* bias, bool accumulat
   }
 }
 
-// The next tile's rows, depth block [k0, k1): each token group prefetches its share, so that
-// they are in cache when that tile starts instead of arriving at the latency of three short
-// streams (batched decode reads every weight from memory once per step).
-struct NextTile {
-  const char* rows[kTileRows];  // at k0
-  int64_t share = 0;            // bytes per row per token group, a multiple of 64
-
-  void Prefetch(int group) const {
-    if (share == 0) return;
-    for (int i = 0; i < kTileRows; ++i) {
-      for (int64_t b = 0; b < share; b += 64) {
-        _mm_prefetch(rows[i] + group * share + b, _MM_HINT_T0);
-      }
-    }
-  }
-};
-
 template <DType D, int NT>
 TANDEM_AVX2 void TileAt(const void* const* w, const float* x, int64_t ldx, int64_t depth,
                         const float* bias, bool accumulate, float* y, int64_t ldy, int t0,
@@ -132,13 +116,8 @@ TANDEM_AVX2 void GemmRowsAvx2(const float* x, const WeightRef& w, const float* b
           rows[i] = static_cast<const char*>(w.data) + (r + std::min(i, nr - 1)) * row_bytes +
                     k0 * kEsize;
         }
-        NextTile next;
-        if (r + 2 * kTileRows <= r1) {
-          for (int i = 0; i < kTileRows; ++i) {
-            next.rows[i] = static_cast<const char*>(rows[i]) + kTileRows * row_bytes;
-          }
-          next.share = (depth * kEsize / 64 + groups - 1) / groups * 64;
-        }
+        NextTile<kTileRows> next;
+        next.Set(rows, r, r1, row_bytes, depth * kEsize, groups);
         int t = tb, g = 0;
         for (; t + kTileTokens <= te; t += kTileTokens, ++g) {
           next.Prefetch(g);

@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/dtype.h"
 #include "kernels/quant.h"
 #include "tests/kernels/isa_paths.h"
