@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/tile_prefetch.h"

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/quant_blocks.h"
