@@ -17,6 +17,7 @@
 #   TANDEM_IMAGE         the image's tag (default localhost/tandem:cpu)
 #   DEMO_MODEL           the build argument (default 0: the model is mounted from
 #                        scripts/fetch_model.sh's folder, as a Kubernetes volume would be)
+#   CONTAINER_BUILD_NICE the image build's nice level (default 0; scripts/test.sh: 19)
 #   VARIANT=cuda         the CUDA image instead (docs/deploy.md's CUDA command; its nvidia/cuda
 #                        base images are pulled, so it needs a machine that can pull them)
 set -euo pipefail
@@ -60,7 +61,7 @@ fi
 
 # 2. The image, with the build arguments of docs/deploy.md's command for the variant.
 step "podman build $image ($((SECONDS - started)) s)"
-if ! podman build --isolation=chroot --format docker -f deploy/docker/Dockerfile -t "$image" \
+if ! nice -n "${CONTAINER_BUILD_NICE:-0}" podman build --isolation=chroot --format docker -f deploy/docker/Dockerfile -t "$image" \
     "${build_args[@]}" --build-arg DEMO_MODEL="${DEMO_MODEL:-0}" . >"$work/build.log" 2>&1; then
   tail -40 "$work/build.log" >&2
   echo "container_check: FAIL: the image does not build (log above)" >&2

@@ -55,17 +55,33 @@ rm -rf "$SEEDS"
 mkdir -p "$FINDINGS" "$BUILD_DIR/fuzz-logs"
 "$BUILD_DIR/bin/fuzz_seeds" "$SEEDS"
 
+# One target: libFuzzer runs it on one thread for SECONDS_PER_TARGET, its exit status kept
+# beside its log. JOBS targets run at once.
+fuzz_target() {
+  local t=$1 rc=0
+  mkdir -p "$BUILD_DIR/fuzz-corpus/$t"
+  echo "fuzz: $t for ${SECONDS_PER_TARGET}s" >&2
+  "$BUILD_DIR/bin/$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$FINDINGS/$t-" "$BUILD_DIR/fuzz-corpus/$t" \
+    "$SEEDS/$t" >"$BUILD_DIR/fuzz-logs/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$BUILD_DIR/fuzz-logs/$t.rc"
+}
+running=0
+for t in $TARGETS; do
+  fuzz_target "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$JOBS" ]; then
+    wait -n
+    running=$((running - 1))
+  fi
+done
+wait
+
 failed=()
 summary=()
 for t in $TARGETS; do
-  corpus="$BUILD_DIR/fuzz-corpus/$t"
   log="$BUILD_DIR/fuzz-logs/$t.log"
-  mkdir -p "$corpus"
-  echo "fuzz: $t for ${SECONDS_PER_TARGET}s" >&2
-  rc=0
-  "$BUILD_DIR/bin/$t" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$FINDINGS/$t-" "$corpus" "$SEEDS/$t" >"$log" 2>&1 ||
-    rc=$?
+  rc=$(cat "$BUILD_DIR/fuzz-logs/$t.rc")
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
