@@ -108,10 +108,12 @@ def check_contents(image):
 class Cluster:
     """The Deployments of the manifests, one pod each, on loopback addresses of their own."""
 
-    def __init__(self, image, manifests_file, models, work):
+    def __init__(self, image, manifests_file, models, work, claims):
         self.image = image
         self.work = work
         self.models = models
+        self.claims = claims  # PersistentVolumeClaim name -> the host folder that backs it
+        self.name = os.path.splitext(os.path.basename(manifests_file))[0]
         docs = [d for d in yaml.safe_load_all(open(manifests_file)) if d]
         self.configmaps = {d["metadata"]["name"]: d.get("data", {})
                            for d in docs if d["kind"] == "ConfigMap"}
@@ -197,7 +199,7 @@ class Cluster:
     def mount_volumes(self):
         """Per pod: its volumes under a root of its own (a read-only bind of the image)."""
         for pod in self.pods:
-            root = os.path.join(self.work, "pods", pod["name"])
+            root = os.path.join(self.work, "pods", self.name, pod["name"])
             os.makedirs(root, exist_ok=True)
             sh("mount", "--bind", self.image.rootfs, root)
             for sub in ("proc", "dev"):
@@ -218,6 +220,11 @@ class Cluster:
                     sh("mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", target)
                 elif "secret" in v:
                     self.mount_secret(v["secret"], target, fs_group)
+                elif "persistentVolumeClaim" in v:
+                    claim = v["persistentVolumeClaim"]["claimName"]
+                    if claim not in self.claims:
+                        fail(f"{pod['name']}: no folder given for the claim {claim} (--claim)")
+                    sh("mount", "--bind", "-o", "ro", self.claims[claim], target)
                 else:
                     fail(f"{pod['name']}: volume {vm['name']} is of a kind the check lacks: {v}")
             if pod["container"].get("securityContext", {}).get("readOnlyRootFilesystem"):
@@ -251,7 +258,7 @@ class Cluster:
             env = self.env_of(pod)
             full, env = self.image.command(pod["root"], argv, env, f"{uid}:{gid}", groups,
                                            c.get("workingDir"))
-            out = open(os.path.join(self.work, pod["name"] + ".log"), "w")
+            out = open(os.path.join(self.work, f"{self.name}-{pod['name']}.log"), "w")
             pod["proc"] = subprocess.Popen(full, env=env, stdout=out, stderr=subprocess.STDOUT)
             log(f"started {pod['name']} at {pod['ip']}: {' '.join(argv)}")
 
@@ -283,10 +290,11 @@ class Cluster:
 
     def dump(self, pod):
         log(f"--- {pod['name']} log ---")
-        print(open(os.path.join(self.work, pod["name"] + ".log")).read()[-4000:], file=sys.stderr)
+        print(open(os.path.join(self.work, f"{self.name}-{pod['name']}.log")).read()[-4000:], file=sys.stderr)
 
-    def requests(self):
-        """One request over gRPC (the image's tandem CLI) and one over HTTP, through tandem-api."""
+    def requests(self, chat):
+        """One request over gRPC (the image's tandem CLI) and one over HTTP, through tandem-api;
+        with `chat`, also a question through the OpenAI chat API."""
         router, grpc_port = self.service_port("tandem-api", 7000)
         _, http_port = self.service_port("tandem-api", 8000)
         end = time.time() + 60
@@ -314,6 +322,18 @@ class Cluster:
         if not text.strip() or resp["usage"]["completion_tokens"] <= 0:
             fail(f"HTTP completion through tandem-api is empty: {resp}")
         log(f"HTTP /v1/completions ({model}): {text!r}")
+        if not chat:
+            return
+        body = json.dumps({"model": model, "max_tokens": 24, "temperature": 0,
+                           "messages": [{"role": "user",
+                                         "content": "What is the capital of France?"}]}).encode()
+        req = urllib.request.Request(base + "/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        resp = json.load(urllib.request.urlopen(req, timeout=120))
+        answer = resp["choices"][0]["message"]["content"]
+        if not answer or not answer.strip():
+            fail(f"HTTP chat completion through tandem-api is empty: {resp}")
+        log(f"HTTP /v1/chat/completions ({model}): {answer!r}")
 
     def stop(self):
         """SIGTERM, as the kubelet sends it: every pod drains and exits 0 within its grace period."""
@@ -337,7 +357,7 @@ def default_command(image, work, models):
     hc = image.healthcheck
     if not hc or not hc.get("Test") or hc["Test"][0] not in ("CMD", "CMD-SHELL"):
         fail(f"the image has no HEALTHCHECK command (build with --format docker): {hc}")
-    root = os.path.join(work, "pods", "default")
+    root = os.path.join(work, "pods", "default-command")
     os.makedirs(root, exist_ok=True)
     sh("mount", "--bind", image.rootfs, root)
     sh("mount", "-t", "proc", "proc", os.path.join(root, "proc"))
@@ -382,25 +402,34 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rootfs", required=True)
     ap.add_argument("--image-config", required=True)
-    ap.add_argument("--manifests", required=True)
+    ap.add_argument("--manifests", action="append", default=[],
+                    help="kustomize output of an overlay: a cluster run and asked for completions")
+    ap.add_argument("--chat-manifests", action="append", default=[],
+                    help="the same, also asked a question through the chat API")
+    ap.add_argument("--claim", action="append", default=[],
+                    help="NAME=DIR: the host folder behind the PersistentVolumeClaim NAME")
     ap.add_argument("--models", required=True)
     ap.add_argument("--work", required=True)
     a = ap.parse_args()
+    claims = dict(c.split("=", 1) for c in a.claim)
     sh("ip", "link", "set", "lo", "up")
     sh("mount", "--make-rprivate", "/")
     image = Image(os.path.abspath(a.rootfs), a.image_config)
     check_contents(image)
-    cluster = Cluster(image, a.manifests, a.models, os.path.abspath(a.work))
-    cluster.mount_volumes()
-    try:
-        cluster.start()
-        cluster.wait_ready()
-        cluster.requests()
-        cluster.stop()
-    finally:
-        for pod in cluster.pods:
-            if pod["proc"] and pod["proc"].poll() is None:
-                pod["proc"].kill()
+    runs = [(m, False) for m in a.manifests] + [(m, True) for m in a.chat_manifests]
+    for manifests, chat in runs:  # one cluster at a time, on the same addresses
+        log(f"cluster of {os.path.basename(manifests)}")
+        cluster = Cluster(image, manifests, a.models, os.path.abspath(a.work), claims)
+        cluster.mount_volumes()
+        try:
+            cluster.start()
+            cluster.wait_ready()
+            cluster.requests(chat)
+            cluster.stop()
+        finally:
+            for pod in cluster.pods:
+                if pod["proc"] and pod["proc"].poll() is None:
+                    pod["proc"].kill()
     default_command(image, os.path.abspath(a.work), a.models)
 
 

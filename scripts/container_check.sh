@@ -10,8 +10,10 @@
 #      benchmarks or fault injection), then a 1 router + 1 prefill + 1 decode cluster started
 #      from the image with the command, arguments, environment, volumes and user of
 #      `kubectl kustomize deploy/k8s/overlays/cpu-demo` (only addresses rewritten to loopback),
-#      a request over gRPC and one over the OpenAI HTTP API, a graceful stop, and the image's
-#      default command with its HEALTHCHECK.
+#      a request over gRPC and one over the OpenAI HTTP API, a graceful stop; then the same for
+#      the cpu-smollm2 overlay (the default chat model mounted from its claim, backed by
+#      scripts/fetch_model.sh --smollm2's cache folder) with a question through the chat API;
+#      and the image's default command with its HEALTHCHECK.
 # Runs as root (re-runs itself through sudo otherwise). CI runs it from scripts/test.sh.
 #   CONTAINER_CHECK_DIR  scratch folder (default: a new one under /tmp, removed at the end)
 #   TANDEM_IMAGE         the image's tag (default localhost/tandem:cpu)
@@ -75,12 +77,21 @@ mkdir -p "$work/rootfs"
 podman export "$cid" | tar -x -C "$work/rootfs"
 podman rm "$cid" >/dev/null 2>&1
 podman image inspect "$image" >"$work/image.json"
-kubectl kustomize deploy/k8s/overlays/cpu-demo >"$work/manifests.yaml" 2>"$work/kustomize.log" ||
-  { cat "$work/kustomize.log" >&2; exit 1; }
+for overlay in cpu-demo cpu-smollm2; do
+  kubectl kustomize "deploy/k8s/overlays/$overlay" >"$work/$overlay.yaml" 2>"$work/kustomize.log" ||
+    { cat "$work/kustomize.log" >&2; exit 1; }
+done
 models="$(bash scripts/fetch_model.sh --shared-dir)/models"
+# The chat model's overlay mounts the GGUF from the claim tandem-models: its cache folder.
+clusters=(--manifests "$work/cpu-demo.yaml")
+if smollm2="$(bash scripts/fetch_model.sh --smollm2)"; then
+  clusters+=(--chat-manifests "$work/cpu-smollm2.yaml" --claim "tandem-models=$(dirname "$smollm2")")
+else
+  step "SmolLM2 could not be fetched: the cpu-smollm2 overlay is not run"
+fi
 
 step "running the image as the manifests do ($((SECONDS - started)) s)"
 unshare --net --mount --fork /usr/bin/python3 scripts/container_check.py \
   --rootfs "$work/rootfs" --image-config "$work/image.json" \
-  --manifests "$work/manifests.yaml" --models "$models" --work "$work"
+  "${clusters[@]}" --models "$models" --work "$work"
 step "ok ($((SECONDS - started)) s)"
