@@ -3,8 +3,9 @@
 
 Called inside a fresh network and mount namespace (unshare --net --mount), as root. From the
 kustomize output it takes, per Deployment, the container's command and arguments, environment
-(ConfigMap envFrom, values, the pod IP and name), volumes (emptyDir, Secret), user and group,
-read-only root filesystem and startup probe; every pod gets a loopback address of its own
+(ConfigMap envFrom, values, the pod IP and name), volumes (emptyDir, Secret, a claim backed by
+a host folder given with --claim), user and group, read-only root filesystem and startup probe;
+every pod gets a loopback address of its own
 (127.0.0.11, ...) so that the manifests' ports stay as written. Only addresses are rewritten:
 0.0.0.0 becomes the pod's address and a Service name the address of the pod behind it.
 Exits 1 naming the first check that fails.
@@ -45,12 +46,27 @@ def sh(*argv):
     return r
 
 
-def mount_model(root, models):
-    """The demo model, mounted read-only where an image built with DEMO_MODEL=0 lacks it."""
+def mount_root(rootfs, root, models):
+    """A container's root at `root`: a bind of the image with /proc and /dev, and the demo model
+    mounted read-only where an image built with DEMO_MODEL=0 lacks it."""
+    os.makedirs(root, exist_ok=True)
+    sh("mount", "--bind", rootfs, root)
+    sh("mount", "-t", "proc", "proc", os.path.join(root, "proc"))
+    sh("mount", "--rbind", "/dev", os.path.join(root, "dev"))
     model_dir = os.path.join(root, "opt/tandem/models/stories260K")
     if not os.path.exists(os.path.join(model_dir, "stories260K.bin")):
         os.makedirs(model_dir, exist_ok=True)
         sh("mount", "--bind", "-o", "ro", os.path.join(models, "stories260K"), model_dir)
+
+
+def tail_of(path):
+    return open(path).read()[-4000:]
+
+
+def post_json(url, body, timeout):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(req, timeout=timeout))
 
 
 class Image:
@@ -65,7 +81,7 @@ class Image:
         self.user = c.get("User") or "0:0"
         self.entrypoint = c.get("Entrypoint") or []
         self.cmd = c.get("Cmd") or []
-        self.healthcheck = cfg.get("Healthcheck") or c.get("Healthcheck")
+        self.healthcheck = cfg.get("Healthcheck")
 
     def command(self, root, argv, env, user, groups, workdir=None):
         """argv run inside root (the image) as user:group, from workdir, with exactly env."""
@@ -200,13 +216,7 @@ class Cluster:
         """Per pod: its volumes under a root of its own (a read-only bind of the image)."""
         for pod in self.pods:
             root = os.path.join(self.work, "pods", self.name, pod["name"])
-            os.makedirs(root, exist_ok=True)
-            sh("mount", "--bind", self.image.rootfs, root)
-            for sub in ("proc", "dev"):
-                os.makedirs(os.path.join(root, sub), exist_ok=True)
-            sh("mount", "-t", "proc", "proc", os.path.join(root, "proc"))
-            sh("mount", "--rbind", "/dev", os.path.join(root, "dev"))
-            mount_model(root, self.models)
+            mount_root(self.image.rootfs, root, self.models)
             spec = pod["spec"]
             fs_group = spec.get("securityContext", {}).get("fsGroup")
             volumes = {v["name"]: v for v in spec.get("volumes", [])}
@@ -258,7 +268,7 @@ class Cluster:
             env = self.env_of(pod)
             full, env = self.image.command(pod["root"], argv, env, f"{uid}:{gid}", groups,
                                            c.get("workingDir"))
-            out = open(os.path.join(self.work, f"{self.name}-{pod['name']}.log"), "w")
+            out = open(self.log_path(pod), "w")
             pod["proc"] = subprocess.Popen(full, env=env, stdout=out, stderr=subprocess.STDOUT)
             log(f"started {pod['name']} at {pod['ip']}: {' '.join(argv)}")
 
@@ -288,9 +298,12 @@ class Cluster:
                                        f"{sc.get('runAsUser')}:{sc.get('runAsGroup')}", [])
         return subprocess.run(full, env=env, capture_output=True, text=True, timeout=timeout)
 
+    def log_path(self, pod):
+        return os.path.join(self.work, f"{self.name}-{pod['name']}.log")
+
     def dump(self, pod):
         log(f"--- {pod['name']} log ---")
-        print(open(os.path.join(self.work, f"{self.name}-{pod['name']}.log")).read()[-4000:], file=sys.stderr)
+        print(tail_of(self.log_path(pod)), file=sys.stderr)
 
     def requests(self, chat):
         """One request over gRPC (the image's tandem CLI) and one over HTTP, through tandem-api;
@@ -313,23 +326,18 @@ class Cluster:
         base = f"http://{router['ip']}:{http_port}"
         models = json.load(urllib.request.urlopen(base + "/v1/models", timeout=30))
         model = models["data"][0]["id"]
-        body = json.dumps({"model": model, "prompt": "Once upon a time", "max_tokens": 16,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(base + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        resp = json.load(urllib.request.urlopen(req, timeout=60))
+        resp = post_json(base + "/v1/completions", {"model": model, "prompt": "Once upon a time",
+                                                    "max_tokens": 16, "temperature": 0}, 60)
         text = resp["choices"][0]["text"]
         if not text.strip() or resp["usage"]["completion_tokens"] <= 0:
             fail(f"HTTP completion through tandem-api is empty: {resp}")
         log(f"HTTP /v1/completions ({model}): {text!r}")
         if not chat:
             return
-        body = json.dumps({"model": model, "max_tokens": 24, "temperature": 0,
-                           "messages": [{"role": "user",
-                                         "content": "What is the capital of France?"}]}).encode()
-        req = urllib.request.Request(base + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        resp = json.load(urllib.request.urlopen(req, timeout=120))
+        question = {"role": "user", "content": "What is the capital of France?"}
+        resp = post_json(base + "/v1/chat/completions", {"model": model, "max_tokens": 24,
+                                                         "temperature": 0, "messages": [question]},
+                         120)
         answer = resp["choices"][0]["message"]["content"]
         if not answer or not answer.strip():
             fail(f"HTTP chat completion through tandem-api is empty: {resp}")
@@ -358,13 +366,10 @@ def default_command(image, work, models):
     if not hc or not hc.get("Test") or hc["Test"][0] not in ("CMD", "CMD-SHELL"):
         fail(f"the image has no HEALTHCHECK command (build with --format docker): {hc}")
     root = os.path.join(work, "pods", "default-command")
-    os.makedirs(root, exist_ok=True)
-    sh("mount", "--bind", image.rootfs, root)
-    sh("mount", "-t", "proc", "proc", os.path.join(root, "proc"))
-    sh("mount", "--rbind", "/dev", os.path.join(root, "dev"))
-    mount_model(root, models)
+    mount_root(image.rootfs, root, models)
     full, env = image.command(root, image.entrypoint + image.cmd, dict(image.env), image.user, [])
-    out = open(os.path.join(work, "default.log"), "w")
+    log_path = os.path.join(work, "default.log")
+    out = open(log_path, "w")
     proc = subprocess.Popen(full, env=env, stdout=out, stderr=subprocess.STDOUT)
     test = hc["Test"][1:] if hc["Test"][0] == "CMD" else ["/bin/sh", "-c", hc["Test"][1]]
     # Docker's timing: checks every Interval after a StartPeriod during which failures do not count.
@@ -376,7 +381,7 @@ def default_command(image, work, models):
     try:
         while True:
             if proc.poll() is not None:
-                print(open(os.path.join(work, "default.log")).read()[-4000:], file=sys.stderr)
+                print(tail_of(log_path), file=sys.stderr)
                 fail(f"the image's default command exited with {proc.returncode}")
             r = image.run(root, test, timeout=hc.get("Timeout", 30e9) * ns + 5)
             if r.returncode == 0:

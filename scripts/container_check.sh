@@ -25,7 +25,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" -ne 0 ]; then exec sudo -E bash "$0" "$@"; fi
-root="$(pwd)"
 variant="${VARIANT:-cpu}"
 image="${TANDEM_IMAGE:-localhost/tandem:$variant}"
 case "$variant" in
@@ -63,8 +62,9 @@ fi
 
 # 2. The image, with the build arguments of docs/deploy.md's command for the variant.
 step "podman build $image ($((SECONDS - started)) s)"
-if ! nice -n "${CONTAINER_BUILD_NICE:-0}" podman build --isolation=chroot --format docker -f deploy/docker/Dockerfile -t "$image" \
-    "${build_args[@]}" --build-arg DEMO_MODEL="${DEMO_MODEL:-0}" . >"$work/build.log" 2>&1; then
+if ! nice -n "${CONTAINER_BUILD_NICE:-0}" podman build --isolation=chroot --format docker \
+    -f deploy/docker/Dockerfile -t "$image" "${build_args[@]}" \
+    --build-arg DEMO_MODEL="${DEMO_MODEL:-0}" . >"$work/build.log" 2>&1; then
   tail -40 "$work/build.log" >&2
   echo "container_check: FAIL: the image does not build (log above)" >&2
   exit 1
