@@ -143,48 +143,52 @@ class QuantMatmulTest : public ::testing::TestWithParam<QuantCase> {};
 // integers, summed in another order).
 TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
   const DType t = GetParam().dtype;
-  const int64_t rows = 40, cols = 512;
   ThreadPool pool(3);
-  for (int n : {1, 3, 4, 7, 70}) {
-    SCOPED_TRACE(GgmlName(t) + " n=" + std::to_string(n));
-    const std::vector<float> w = Random(rows * cols, 11 + n, 0.05f);
-    const std::vector<float> x = Random(n * cols, 19 + n);
-    const std::vector<float> bias = Random(rows, 5);
-    std::vector<uint8_t> wq(rows * RowBytes(t, cols));
-    for (int64_t r = 0; r < rows; ++r) {
-      QuantizeRow(t, w.data() + r * cols, wq.data() + r * RowBytes(t, cols), cols);
-    }
-    std::vector<float> wd(rows * cols);
-    DequantizeRow(t, wq.data(), wd.data(), rows * cols);
-    const WeightRef quant{t, wq.data(), rows, cols};
-    const WeightRef dequant{DType::kF32, wd.data(), rows, cols};
+  // Rows in whole groups of 4 (decode reduces 4 rows together) or not, an even number of blocks
+  // or not (an odd last block where the type allows it: K-quant rows are whole super-blocks).
+  const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  const std::pair<int64_t, int64_t> shapes[] = {{40, 512}, {42, 512}, {43, k_quant ? 768 : 544}};
+  for (const auto& [rows, cols] : shapes)
+    for (int n : {1, 2, 3, 4, 7, 70}) {
+      SCOPED_TRACE(GgmlName(t) + " n=" + std::to_string(n) + " cols=" + std::to_string(cols));
+      const std::vector<float> w = Random(rows * cols, 11 + n, 0.05f);
+      const std::vector<float> x = Random(n * cols, 19 + n);
+      const std::vector<float> bias = Random(rows, 5);
+      std::vector<uint8_t> wq(rows * RowBytes(t, cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        QuantizeRow(t, w.data() + r * cols, wq.data() + r * RowBytes(t, cols), cols);
+      }
+      std::vector<float> wd(rows * cols);
+      DequantizeRow(t, wq.data(), wd.data(), rows * cols);
+      const WeightRef quant{t, wq.data(), rows, cols};
+      const WeightRef dequant{DType::kF32, wd.data(), rows, cols};
 
-    std::vector<float> ref(n * rows), twin(n * rows), got(n * rows);
-    {
-      testing_isa::ScopedIsa scalar({cpu::Isa::kScalar, false});
-      cpu::Matmul(x.data(), dequant, bias.data(), ref.data(), n);
-      cpu::Matmul(x.data(), quant, bias.data(), twin.data(), n);
-    }
-    {
-      testing_isa::ScopedIsa isa(GetParam().path);
-      ASSERT_TRUE(isa.ok());
-      cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
-    }
+      std::vector<float> ref(n * rows), twin(n * rows), got(n * rows);
+      {
+        testing_isa::ScopedIsa scalar({cpu::Isa::kScalar, false});
+        cpu::Matmul(x.data(), dequant, bias.data(), ref.data(), n);
+        cpu::Matmul(x.data(), quant, bias.data(), twin.data(), n);
+      }
+      {
+        testing_isa::ScopedIsa isa(GetParam().path);
+        ASSERT_TRUE(isa.ok());
+        cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
+      }
 
-    // With AVX2 or AVX-512 from kQuantGemmTokens tokens on, tiles are dequantized and multiplied in
-    // float32: the dequantized reference up to summation order. Otherwise the integer products
-    // are exact and only float summation order differs from the twin.
-    const bool gemm = GetParam().path.isa != cpu::Isa::kScalar && n >= cpu::kQuantGemmTokens;
-    const std::vector<float>& same = gemm ? ref : twin;
-    double ref_rms = 0, act_err = 0;
-    for (size_t i = 0; i < ref.size(); ++i) {
-      ref_rms += ref[i] * ref[i];
-      act_err += (twin[i] - ref[i]) * (twin[i] - ref[i]);
-      ASSERT_NEAR(got[i], same[i], 1e-4f * (1 + std::abs(same[i]))) << "element " << i;
+      // With AVX2 or AVX-512 from kQuantGemmTokens tokens on, tiles are dequantized and multiplied
+      // in float32: the dequantized reference up to summation order. Otherwise the integer products
+      // are exact and only float summation order differs from the twin.
+      const bool gemm = GetParam().path.isa != cpu::Isa::kScalar && n >= cpu::kQuantGemmTokens;
+      const std::vector<float>& same = gemm ? ref : twin;
+      double ref_rms = 0, act_err = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ref_rms += ref[i] * ref[i];
+        act_err += (twin[i] - ref[i]) * (twin[i] - ref[i]);
+        ASSERT_NEAR(got[i], same[i], 1e-4f * (1 + std::abs(same[i]))) << "element " << i;
+      }
+      // Activations to ~14 bits: about 0.5 / 16256 relative error per element, averaging down.
+      EXPECT_LT(std::sqrt(act_err / ref_rms), 1e-4);
     }
-    // Activations to ~14 bits: about 0.5 / 16256 relative error per element, averaging down.
-    EXPECT_LT(std::sqrt(act_err / ref_rms), 1e-4);
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest, ::testing::ValuesIn(QuantCases()),
