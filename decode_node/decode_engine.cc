@@ -82,8 +82,11 @@ DecodeEngine::~DecodeEngine() {
   if (loop_.joinable()) loop_.join();
 }
 
-absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(const GenerationRequest& request) {
+absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(GenerationRequest request) {
   const ModelConfig& c = model_->config();
+  if (absl::Status s = AttachConstraint(options_.constraints.get(), &request.sampling); !s.ok()) {
+    return s;
+  }
   if (absl::Status s = ValidateRequest(request, c, nullptr); !s.ok()) return s;
   const int prompt_len = static_cast<int>(request.prompt.size());
   const int total =

@@ -61,6 +61,9 @@ struct DecodeEngineOptions {
   // When set, makes the receiver instead of MakeKvReceiver(transport, listen): the nccl
   // transport (kv_transfer/nccl/nccl_transport.h), whose endpoint is set later (SetKvEndpoint).
   std::function<absl::StatusOr<std::unique_ptr<KvReceiver>>(KvSink*)> make_receiver;
+  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
+  // without it a request asking for structured output is refused.
+  std::shared_ptr<OutputConstraints> constraints;
   // How long Start waits for a lease's last chunks to be delivered. Transports without an ACK
   // (nccl) finish the prefill's send once the bytes arrived, a moment before they are unpacked.
   absl::Duration kv_settle_timeout = absl::ZeroDuration();
@@ -84,7 +87,7 @@ class DecodeEngine final : public KvSink {
   // Validates `request` (INVALID_ARGUMENT naming the field), reserves the prompt's blocks
   // (RESOURCE_EXHAUSTED when admitting would eat into the watermark, or when the request could
   // not fit even in an empty cache) and opens a lease for the prompt KV.
-  absl::StatusOr<Admission> Admit(const GenerationRequest& request);
+  absl::StatusOr<Admission> Admit(GenerationRequest request);
 
   // Joins the running batch with the first token (sampled by the prefill worker). The lease's
   // KV must be complete (FAILED_PRECONDITION otherwise).

@@ -65,6 +65,17 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
                                                       r.sampling.min_tokens,
                                                       r.max_tokens + r.output_tokens));
   }
+  if (!r.sampling.json_schema.empty()) {
+    if (r.ignore_eos) {
+      return absl::InvalidArgumentError("ignore_eos: cannot be combined with json_schema");
+    }
+    if (r.sampling.min_tokens > 0) {
+      return absl::InvalidArgumentError("min_tokens: cannot be combined with json_schema");
+    }
+    if (r.sampling.constraint == nullptr) {
+      return absl::FailedPreconditionError("json_schema: not compiled for this model");
+    }
+  }
   if (!r.stop_strings.empty() && tokenizer == nullptr) {
     return absl::InvalidArgumentError("stop_strings: need a tokenizer");
   }
@@ -120,6 +131,21 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   stats_ = GenerationStats();
   if (absl::Status s = options_.Validate(); !s.ok()) return s;
   const ModelConfig& config = model_->config();
+  // Requests asking for structured output get their constraint compiled for this model.
+  std::vector<GenerationRequest> attached;
+  for (const GenerationRequest& r : requests) {
+    if (!r.sampling.json_schema.empty() && r.sampling.constraint == nullptr) {
+      attached.assign(requests.begin(), requests.end());
+      for (size_t i = 0; i < attached.size(); ++i) {
+        if (absl::Status s = AttachConstraint(options_.constraints.get(), &attached[i].sampling);
+            !s.ok()) {
+          return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
+        }
+      }
+      requests = attached;
+      break;
+    }
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     if (absl::Status s = ValidateRequest(requests[i], config, tokenizer_); !s.ok()) {
       return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));

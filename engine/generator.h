@@ -6,6 +6,7 @@
 #define TANDEM_ENGINE_GENERATOR_H_
 
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 #include "engine/block_pool.h"
 #include "engine/kv_cache.h"
 #include "engine/model.h"
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
 
@@ -61,6 +63,9 @@ struct GeneratorOptions {
   // Not owned. When set, steps run on it (e.g. the CUDA device model) with its own KV cache:
   // block_size, num_blocks and max_kv_bytes above are then unused.
   ModelRunner* runner = nullptr;
+  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
+  // without it a request asking for structured output is refused.
+  std::shared_ptr<OutputConstraints> constraints;
 
   absl::Status Validate() const;
 };

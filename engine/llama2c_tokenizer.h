@@ -33,6 +33,8 @@ class Llama2cTokenizer final : public Tokenizer {
   int vocab_size() const override { return static_cast<int>(pieces_.size()); }
   int bos_id() const override { return 1; }
   std::vector<int> eos_ids() const override { return {2}; }
+  // <unk>, BOS and EOS.
+  bool IsSpecial(int id) const override { return id >= 0 && id <= 2; }
   const std::string& piece(int id) const { return pieces_[id]; }
 
  private:

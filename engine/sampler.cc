@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
+#include "engine/output_constraint.h"
 
 namespace tandem {
 
@@ -62,7 +63,7 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
 
 bool SamplingParams::HasLogitProcessors() const {
   return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
-         min_tokens > 0 || !logit_bias.empty();
+         min_tokens > 0 || !logit_bias.empty() || !json_schema.empty() || constraint != nullptr;
 }
 
 void ProcessLogits(std::span<float> logits, const SamplingParams& p, const SamplingHistory& h) {
@@ -99,6 +100,7 @@ void ProcessLogits(std::span<float> logits, const SamplingParams& p, const Sampl
       if (valid(id)) logits[id] = -INFINITY;
     }
   }
+  if (p.constraint != nullptr) p.constraint->Mask(h.output, h.eos_ids, logits);
 }
 
 TokenLogprobs ComputeLogprobs(std::span<const float> logits, int token, int top_n) {

@@ -6,13 +6,17 @@
 #define TANDEM_ENGINE_SAMPLER_H_
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 
 namespace tandem {
+
+class OutputConstraint;  // engine/output_constraint.h
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy (the first maximum wins)
@@ -32,6 +36,13 @@ struct SamplingParams {
   float repetition_penalty = 1;  // in (0, 10]: seen tokens' positive logits ÷ it, negative × it
   int min_tokens = 0;            // >= 0: the EOS ids are excluded until this many are generated
   std::vector<std::pair<int, float>> logit_bias;  // (token id, bias in [-100, 100]) added
+
+  // Structured output: a JSON Schema as JSON text (kJsonObjectSchema for OpenAI's json_object);
+  // empty for none. The output is then one JSON value valid against it, then EOS
+  // (engine/output_constraint.h). Where tokens are sampled, `constraint` must hold it compiled
+  // for the model's vocabulary: the engines attach it when they admit a request.
+  std::string json_schema;
+  std::shared_ptr<const OutputConstraint> constraint;
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
   // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs], a penalty or bias out of its range
@@ -56,7 +67,8 @@ struct SamplingHistory {
 // Applies p's processors to `logits` in place, in this order: logit_bias; repetition_penalty
 // over every distinct token of prompt and output; frequency_penalty x count and
 // presence_penalty over the distinct tokens of output; then, while output has fewer than
-// min_tokens tokens, the EOS ids to -infinity. A no-op when !p.HasLogitProcessors().
+// min_tokens tokens, the EOS ids to -infinity; last, with a constraint, every token that cannot
+// continue the output under the JSON Schema to -infinity. A no-op when !p.HasLogitProcessors().
 void ProcessLogits(std::span<float> logits, const SamplingParams& p, const SamplingHistory& h);
 
 inline constexpr int kMaxTopLogprobs = 20;

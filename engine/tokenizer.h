@@ -31,6 +31,9 @@ class Tokenizer {
   // -1 when the format has none.
   virtual int bos_id() const = 0;
   virtual std::vector<int> eos_ids() const = 0;
+  // Control tokens (BOS, EOS, chat markers such as "<|im_start|>"): never text a constrained
+  // output may contain (engine/output_constraint.h).
+  virtual bool IsSpecial(int /*id*/) const { return false; }
 };
 
 // Streams text for a growing sequence of ids without ever emitting half a UTF-8 character, and

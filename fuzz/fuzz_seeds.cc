@@ -94,6 +94,25 @@ void HfConfig() {
   }
 }
 
+// Schemas of every supported kind, each followed by a NUL and a few choice bytes.
+void JsonSchemas() {
+  const char* schemas[] = {
+      R"({"type": "object"})",
+      R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+          "age": {"type": "integer"}}, "required": ["name"], "additionalProperties": false})",
+      R"({"type": "array", "items": {"enum": ["a", 1, null, true]}, "minItems": 1})",
+      R"({"anyOf": [{"type": "number"}, {"type": "string"}, {"const": {"k": [1]}}]})",
+      R"({"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
+          "$ref": "#/$defs/t"})",
+      R"(true)",
+  };
+  int i = 0;
+  for (const char* s : schemas) {
+    Write("json_schema_fuzzer", "schema" + std::to_string(i++),
+          std::string(s) + std::string(1, '\0') + "\x01\x07\x13\x42\x99\xff\x10\x33");
+  }
+}
+
 // The tokenizer.json with only the vocabulary entries of ids below `keep` and the merges among
 // them (json, not ordered_json: the latter's linear key lookups take minutes on 150k entries).
 std::string Shrink(const std::string& text, int keep) {
@@ -279,6 +298,7 @@ int main(int argc, char** argv) {
   Safetensors();
   Gguf();
   HfConfig();
+  JsonSchemas();
   Tokenizers();
   ChatTemplates();
   HttpRequests();

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "http/json_limits.h"
 
@@ -93,12 +94,37 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
         return Invalid("functions", "the legacy functions API is not supported (use tools)");
       }
     }
-    if (const Json* v = Field(body, "response_format")) {
-      const Json* type = v->is_object() ? Field(*v, "type") : nullptr;
-      if (type == nullptr || !type->is_string() || type->get<std::string>() != "text")
-        return Invalid("response_format", "only {\"type\": \"text\"} is supported");
-    }
   }
+  return absl::OkStatus();
+}
+
+// response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+// "json_schema": {"name": ..., "schema": {...}, "strict": ...}} (OpenAI's shapes), on both
+// endpoints as vLLM has it. The schema travels as JSON text; the router compiles it.
+absl::Status SetResponseFormat(const Json& v, v1::SamplingParams* s) {
+  const Json* type = v.is_object() ? Field(v, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) {
+    return Invalid("response_format", "must be an object with a string \"type\"");
+  }
+  const std::string t = type->get<std::string>();
+  if (t == "text") return absl::OkStatus();
+  if (t == "json_object") {
+    s->set_json_schema(kJsonObjectSchema);
+    return absl::OkStatus();
+  }
+  if (t != "json_schema") {
+    return Invalid("response_format.type",
+                   "must be \"text\", \"json_object\" or \"json_schema\", got \"" + t + "\"");
+  }
+  const Json* spec = Field(v, "json_schema");
+  if (spec == nullptr || !spec->is_object()) {
+    return Invalid("response_format.json_schema", "must be an object with a \"schema\"");
+  }
+  const Json* schema = Field(*spec, "schema");
+  if (schema == nullptr || !(schema->is_object() || schema->is_boolean())) {
+    return Invalid("response_format.json_schema.schema", "must be a JSON Schema object");
+  }
+  s->set_json_schema(schema->dump());
   return absl::OkStatus();
 }
 
@@ -263,6 +289,7 @@ std::string OpenAiParam(std::string_view field, const Request* r) {
   }
   if (field == "max_tokens") return r != nullptr ? r->max_tokens_param : "max_tokens";
   if (field == "sampling.top_logprobs") return chat ? "top_logprobs" : "logprobs";
+  if (field == "sampling.json_schema") return "response_format";
   if (field.starts_with("sampling.")) return std::string(field.substr(9));
   return std::string(field);
 }
@@ -510,6 +537,9 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
       if (!b.ok()) return b.status();
       (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(*b);
     }
+  }
+  if (const Json* v = Field(body, "response_format")) {
+    if (absl::Status st = SetResponseFormat(*v, s); !st.ok()) return st;
   }
 
   if (chat) {

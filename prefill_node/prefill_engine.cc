@@ -80,6 +80,9 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   GenerationRequest check;
   check.prompt = prompt;
   check.sampling = sampling;
+  if (absl::Status s = AttachConstraint(options_.constraints.get(), &check.sampling); !s.ok()) {
+    return s;
+  }
   check.output_tokens = output_tokens;
   check.max_tokens = model_->config().max_seq_len;  // the decode worker checks the real one
   if (absl::Status s = ValidateRequest(check, model_->config(), nullptr); !s.ok()) return s;
@@ -88,7 +91,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   const int bs = options_.block_size;
   auto job = std::make_shared<Job>();
   job->id = request_id;
-  job->sampling = sampling;
+  job->sampling = check.sampling;
   job->output_tokens = output_tokens;
   job->target = target;
   job->enqueued = absl::Now();

@@ -21,6 +21,7 @@
 #include "engine/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
@@ -39,6 +40,9 @@ struct PrefillEngineOptions {
   // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
   // (engine/model_runner.h), capacities from num_blocks, block_size and the scheduler.
   std::string device = "cpu";
+  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
+  // without it a request asking for structured output is refused.
+  std::shared_ptr<OutputConstraints> constraints;
 
   absl::Status Validate() const;
 };

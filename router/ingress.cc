@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "rpc/grpc_util.h"
+#include "structured/json_schema.h"
 
 namespace tandem {
 namespace {
@@ -91,6 +92,18 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
   if (s.min_tokens > out.max_tokens) {
     return Invalid("sampling.min_tokens", absl::StrFormat("%d is more than max_tokens (%d)",
                                                           s.min_tokens, out.max_tokens));
+  }
+  if (!s.json_schema.empty()) {
+    if (static_cast<int>(s.json_schema.size()) > limits.max_json_schema_bytes) {
+      return Invalid("sampling.json_schema",
+                     absl::StrFormat("longer than %d bytes", limits.max_json_schema_bytes));
+    }
+    if (auto schema = structured::JsonSchema::Compile(s.json_schema); !schema.ok()) {
+      return Invalid("sampling.json_schema", std::string(schema.status().message()));
+    }
+    if (s.min_tokens > 0)
+      return Invalid("sampling.min_tokens", "cannot be combined with json_schema");
+    if (req.ignore_eos()) return Invalid("ignore_eos", "cannot be combined with json_schema");
   }
   if (req.stop_size() > limits.max_stop_strings) {
     return Invalid("stop", absl::StrFormat("at most %d strings", limits.max_stop_strings));

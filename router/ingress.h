@@ -15,6 +15,7 @@ struct IngressLimits {
   int max_stop_strings = 16;
   int max_stop_string_bytes = 256;
   int max_request_id_bytes = 256;
+  int max_json_schema_bytes = 65536;
   int max_text_bytes = 4 << 20;
 };
 

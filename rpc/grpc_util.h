@@ -41,6 +41,7 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.min_tokens = p.min_tokens();
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order is unspecified
+  s.json_schema = p.json_schema();
   return s;
 }
 
@@ -57,6 +58,7 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_repetition_penalty(s.repetition_penalty);
   p.set_min_tokens(s.min_tokens);
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
+  p.set_json_schema(s.json_schema);
   return p;
 }
 

@@ -25,7 +25,8 @@ SECONDS_PER_TARGET=${1:-20}
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${JOBS:-$(nproc)}
 ALL_TARGETS="safetensors_fuzzer gguf_fuzzer llama2c_fuzzer hf_config_fuzzer tokenizer_json_fuzzer
-  tokenizer_encode_fuzzer ingress_fuzzer kv_wire_fuzzer chat_template_fuzzer http_request_fuzzer"
+  tokenizer_encode_fuzzer ingress_fuzzer kv_wire_fuzzer chat_template_fuzzer http_request_fuzzer
+  json_schema_fuzzer"
 TARGETS=${FUZZ_TARGETS:-$ALL_TARGETS}
 
 bash scripts/setup.sh

@@ -16,7 +16,7 @@ PACKAGES=(
   curl
   prometheus
   clang-format
-  python3-kubernetes yamllint iproute2
+  python3-kubernetes python3-jsonschema yamllint iproute2
   # scripts/container_check.sh: builds the image without a Docker daemon, base from debootstrap.
   podman debootstrap
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes, llvm-symbolizer for stack traces.

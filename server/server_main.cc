@@ -26,6 +26,7 @@
 #include "engine/kv_cache.h"
 #include "engine/load_tokenizer.h"
 #include "engine/model.h"
+#include "engine/output_constraint.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"
 #include "kv_transfer/kv_auth.h"
@@ -346,6 +347,28 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     model = std::move(*m);
   }
 
+  // Structured output: workers compile requests' JSON Schemas for the model's vocabulary, which
+  // takes the tokenizer (found as the router finds it). Without one such requests are refused
+  // (FAILED_PRECONDITION) and everything else is served as before.
+  std::shared_ptr<OutputConstraints> constraints;
+  if (is_prefill || is_decode) {
+    const ModelConfig& mc = model->config();
+    std::string tok_path = f->Get("tokenizer");
+    if (tok_path.empty()) {
+      if (auto found = FindTokenizerFor(model_path, mc.vocab_size); found.ok()) tok_path = *found;
+    }
+    if (!tok_path.empty()) {
+      auto tok = LoadTokenizer(tok_path, mc.architecture == "llama2c" ? mc.vocab_size : 0);
+      if (!tok.ok()) return Fail(std::string(tok.status().message()));
+      constraints =
+          std::make_shared<OutputConstraints>(std::shared_ptr<const Tokenizer>(std::move(*tok)));
+    } else {
+      std::fprintf(stderr,
+                   "[tandem-server] no tokenizer found beside the model: requests for structured "
+                   "output (response_format) will be refused\n");
+    }
+  }
+
   std::unique_ptr<Router> router;
   openai::ServedModel served;
   if (is_router) {
@@ -437,6 +460,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     po.faults = *faults;
     po.device = device;
     po.kv_dtype = *kv_dtype;
+    po.constraints = constraints;
     auto p = PrefillEngine::Create(model.get(), sender.get(), po, prefill_metrics.get());
     if (!p.ok()) return Fail(std::string(p.status().message()));
     prefill = std::move(*p);
@@ -459,6 +483,7 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     dopt.kv_dtype = *kv_dtype;
     dopt.admission = *admission;
     dopt.watermark = *watermark;
+    dopt.constraints = constraints;
     if (kv_transport == "tcp") {
       auto auth = MakeKvAuth(secret, *tls, /*receiver=*/true);
       if (!auth.ok()) return Fail(std::string(auth.status().message()));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
 #include "engine/gguf.h"
@@ -22,10 +23,12 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/model_writer.h"
+#include "engine/output_constraint.h"
 #include "engine/tokenizer/hf_tokenizer.h"
 #include "kernels/backend_loader.h"
 #include "kernels/quant.h"
 #include "nlohmann/json.hpp"
+#include "structured/json_schema.h"
 #include "tools/bench_flags.h"
 #include "tools/bench_runner.h"
 #include "tools/flags.h"
@@ -43,10 +46,13 @@ commands:
            [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]
            [--min-tokens N] [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
            [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
+           [--json-object | --json-schema SCHEMA|@FILE]
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
       when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
       q6_k; default: as stored). --kv-dtype: the KV cache (auto: f32).
+      --json-schema: the output is one JSON value valid against the schema (JSON
+      text, or @FILE to read it from FILE); --json-object: any JSON object.
   score --model PATH [--tokenizer PATH] --text TEXT [--dtype DTYPE]
         [--kv-dtype auto|f32|bf16|f16|fp8]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
@@ -178,8 +184,9 @@ int Generate(const std::vector<std::string>& args) {
                          "presence-penalty",
                          "frequency-penalty",
                          "repetition-penalty",
-                         "min-tokens"},
-                        {"ignore-eos"});
+                         "min-tokens",
+                         "json-schema"},
+                        {"ignore-eos", "json-object"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
   GenerationRequest req;
@@ -218,6 +225,23 @@ int Generate(const std::vector<std::string>& args) {
   req.sampling.min_tokens = static_cast<int>(std::clamp<int64_t>(*min_tokens, -1, 1 << 30));
   req.stop_strings = f->GetAll("stop");
   req.ignore_eos = f->Has("ignore-eos");
+  if (f->Has("json-object") && f->Has("json-schema")) {
+    return Fail(absl::InvalidArgumentError("--json-object and --json-schema: pick one"));
+  }
+  if (f->Has("json-object")) req.sampling.json_schema = kJsonObjectSchema;
+  if (f->Has("json-schema")) {
+    std::string schema = f->Get("json-schema");
+    if (schema.starts_with("@")) {
+      auto text = ReadFileToString(schema.substr(1));
+      if (!text.ok()) return Fail(text.status());
+      schema = *text;
+    }
+    if (auto compiled = structured::JsonSchema::Compile(schema); !compiled.ok()) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("--json-schema: ", compiled.status().message())));
+    }
+    req.sampling.json_schema = schema;
+  }
   if (absl::Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
   opts.block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
   opts.prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
@@ -277,6 +301,9 @@ int Generate(const std::vector<std::string>& args) {
     runner = std::move(*r);
     opts.runner = runner.get();
   }
+  // The tokenizer outlives the generator: a non-owning handle for the constraints.
+  opts.constraints = std::make_shared<OutputConstraints>(
+      std::shared_ptr<const Tokenizer>(loaded->tokenizer.get(), [](const Tokenizer*) {}));
   Generator gen(loaded->model.get(), loaded->tokenizer.get(), opts);
   auto out = gen.Generate({&req, 1}, [](int, int, std::string_view text) {
     std::fwrite(text.data(), 1, text.size(), stdout);

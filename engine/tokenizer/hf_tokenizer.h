@@ -75,7 +75,7 @@ class HfTokenizer final : public Tokenizer {
   const std::string* IdToToken(int id) const;
   // The id of a token string (added tokens first), or -1.
   int TokenToId(std::string_view token) const;
-  bool IsSpecial(int id) const;
+  bool IsSpecial(int id) const override;
   // From tokenizer_config.json; false when absent.
   bool clean_up_tokenization_spaces() const { return clean_up_tokenization_spaces_; }
 

@@ -18,6 +18,7 @@
 #include "engine/load_tokenizer.h"
 #include "engine/model_writer.h"
 #include "engine/sampler.h"
+#include "structured/json_matcher.h"
 #include "tests/http/http_client.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
@@ -262,6 +263,84 @@ TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
   ASSERT_EQ(j["choices"].size(), 1u);
   EXPECT_EQ(j["choices"][0]["text"], best);
   EXPECT_TRUE(j["choices"][0]["logprobs"].is_null());
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// response_format json_schema and json_object on both endpoints: the text is the gRPC text for
+// the same schema, one JSON value that validates (structured/ has the schema checks against the
+// jsonschema package), streamed or not; an unsupported schema is a 400 naming response_format.
+TEST(HttpClusterTest, ResponseFormatGivesTheGrpcTokensAsValidJson) {
+  testing::TempDir dir;
+  Cluster c(1, 1, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
+  ASSERT_TRUE(c.ready());
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "title": {"type": "string", "maxLength": 10}, "pages": {"type": "integer"},
+      "tags": {"type": "array", "items": {"enum": ["cat", "dog", "sun"]}, "maxItems": 3}},
+      "required": ["title", "pages", "tags"], "additionalProperties": false})");
+  const std::string prompt = "Once upon a time";
+  for (float temperature : {0.0f, 0.8f}) {
+    v1::GenerateRequest g;
+    g.set_text(prompt);
+    g.set_max_tokens(150);
+    g.mutable_sampling()->set_temperature(temperature);
+    g.mutable_sampling()->set_seed(3);
+    g.mutable_sampling()->set_json_schema(schema.dump());
+    const testing::Streamed want = testing::Generate(c.generation(), g);
+    ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+    EXPECT_EQ(want.finish, v1::FINISH_REASON_STOP) << want.text << " " << want.tokens.size();
+    const auto compiled = *structured::JsonSchema::Compile(schema.dump());
+    structured::JsonMatcher m(compiled->root());
+    EXPECT_TRUE(m.Feed(want.text) && m.Complete()) << want.text;
+    const json value = json::parse(want.text, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << want.text;
+    EXPECT_TRUE(value["pages"].is_number_integer()) << want.text;
+
+    json body = {
+        {"prompt", prompt},
+        {"max_tokens", 150},
+        {"temperature", temperature},
+        {"seed", 3},
+        {"response_format",
+         {{"type", "json_schema"}, {"json_schema", {{"name", "book"}, {"schema", schema}}}}}};
+    HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["choices"][0]["text"], want.text);
+    EXPECT_EQ(r.Json()["choices"][0]["finish_reason"], "stop");
+    body["stream"] = true;
+    r = Curl(c.http(), "/v1/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string streamed;
+    for (const json& e : SseEvents(r.body)) {
+      if (e == "[DONE]" || e["choices"].empty()) continue;
+      streamed += e["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(streamed, want.text);
+  }
+
+  // json_object through the chat API: any object.
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Tell a story"}}}},
+               {"max_tokens", 200},
+               {"temperature", 0.7},
+               {"seed", 1},
+               {"response_format", {{"type", "json_object"}}}};
+  HttpReply r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json choice = r.Json()["choices"][0];
+  if (choice["finish_reason"] == "stop") {
+    const std::string content = choice["message"]["content"];
+    EXPECT_TRUE(json::parse(content, nullptr, false).is_object()) << content;
+  } else {  // out of tokens: still a prefix of an object
+    structured::JsonMatcher m(structured::JsonSchema::AnyObject()->root());
+    EXPECT_TRUE(m.Feed(choice["message"]["content"].get<std::string>()));
+  }
+
+  chat["response_format"] = {
+      {"type", "json_schema"},
+      {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"minimum", 1}}}}}};
+  r = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "response_format") << r.body;
+  EXPECT_NE(r.body.find("minimum"), std::string::npos) << r.body;
   EXPECT_TRUE(c.AllBlocksFree());
 }
 

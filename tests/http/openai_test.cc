@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/llama2c_tokenizer.h"
+#include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "router/ingress.h"
 #include "tests/test_util.h"
@@ -89,6 +90,23 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->generate.tokens().ids(1), 6);
   EXPECT_EQ(r->generate.sampling().seed(), ~uint64_t{0});
+
+  // response_format: the schema travels as JSON text; json_object is any object; text is none.
+  r = Parse(Endpoint::kChatCompletions,
+            R"({"messages": [{"role": "user", "content": "a"}], "response_format": {
+                "type": "json_schema", "json_schema": {"name": "p", "strict": true,
+                "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(
+      nlohmann::json::parse(r->generate.sampling().json_schema()),
+      nlohmann::json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}})"));
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "a", "response_format": {"type": "json_object"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.sampling().json_schema(), kJsonObjectSchema);
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "response_format": {"type": "text"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.sampling().json_schema(), "");
 }
 
 TEST_F(OpenAiTest, ChatRendersTheTemplateAndTokenizesWithoutSpecialTokens) {
@@ -222,8 +240,18 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
            "tools": [{"type": "function", "function": {"name": "f"}}]})",
        400, "tool_choice"},
       {kChat,
-       R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "json_object"}})",
-       400, "response_format"},
+       R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}})",
+       400, "response_format.type"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "response_format": "json"})", 400,
+       "response_format"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}],
+           "response_format": {"type": "json_schema"}})",
+       400, "response_format.json_schema"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}],
+           "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})",
+       400, "response_format.json_schema.schema"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "chat_template_kwargs": 1})", 400,
        "chat_template_kwargs"},
   };
@@ -286,6 +314,13 @@ TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
       {Endpoint::kCompletions, R"({"prompt": "a", "min_tokens": 17})", "min_tokens"},
       {Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"600": 1}})", "logit_bias"},
       {Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 200}})", "logit_bias"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "response_format": {"type": "json_schema",
+           "json_schema": {"schema": {"type": "string", "pattern": "x"}}}})",
+       "response_format"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "response_format": {"type": "json_object"}, "min_tokens": 2})",
+       "min_tokens"},
       {Endpoint::kChatCompletions,
        R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
        "top_logprobs"},

@@ -1,7 +1,8 @@
 // End to end with real processes on loopback: the engine alone, --role=all, 1 prefill + 1
 // decode, 2 prefill + 3 decode with 32 concurrent requests, and a decode worker under KV
 // pressure (preempting) all give the same tokens, greedy and seeded, with and without the logit
-// processors (penalties, logit_bias, min_tokens); so does a bf16 KV cache
+// processors (penalties, logit_bias, min_tokens) and with structured output (json_schema); so
+// does a bf16 KV cache
 // against the engine with a bf16 cache, and a worker of another KV dtype is refused; cancel and
 // deadline free every block; bad fields get INVALID_ARGUMENT naming them.
 #include "tests/serving/cluster.h"
@@ -13,13 +14,22 @@
 #include "engine/generator.h"
 #include "engine/llama2c_tokenizer.h"
 #include "engine/model.h"
+#include "engine/output_constraint.h"
+#include "nlohmann/json.hpp"
 #include "rpc/grpc_util.h"
+#include "structured/json_matcher.h"
 #include "tests/metrics/metrics_text.h"
 
 namespace tandem {
 namespace {
 
 using testing::Cluster;
+
+constexpr char kPersonSchema[] = R"({"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 12}, "age": {"type": "integer"},
+    "happy": {"type": "boolean"}}, "required": ["name", "age", "happy"],
+    "additionalProperties": false})";
+constexpr int kJsonCases = 2;
 
 struct Case {
   std::string prompt;
@@ -43,9 +53,15 @@ std::vector<Case> Cases() {
     cases.push_back({c["prompt"], Plain(0.0f, 1.0f), n});
     cases.push_back({c["prompt"], Plain(0.8f, 0.9f), 80});
   }
-  // The logit processors (appended: the cases above keep their indices), greedy and sampled,
-  // with a min_tokens past where the greedy story ends at EOS.
   const std::string prompt = ref["greedy"][1]["prompt"];
+  // Structured output, greedy and sampled (kJsonCases of them, before the processor cases).
+  for (float temperature : {0.0f, 0.9f}) {
+    SamplingParams json = Plain(temperature, 0.95f);
+    json.json_schema = kPersonSchema;
+    cases.push_back({prompt, json, 120});
+  }
+  // The logit processors (appended last), greedy and sampled, with a min_tokens past where the
+  // greedy story ends at EOS.
   SamplingParams greedy = Plain(0.0f, 1.0f);
   greedy.repetition_penalty = 1.3f;
   greedy.logit_bias = {{1, 30.0f}, {300, -4.0f}};  // 1 ends a story (BOS, as in run.c)
@@ -74,7 +90,7 @@ std::vector<std::vector<int>> Expected(const std::vector<Case>& cases,
                                        DType kv_dtype = DType::kF32) {
   auto backend = MakeCpuBackend();
   auto model = std::move(*Model::Load(testing::Stories260K(), backend.get()));
-  auto tok = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+  std::shared_ptr<const Tokenizer> tok = *Llama2cTokenizer::Load(testing::Tok512(), 512);
   std::vector<GenerationRequest> reqs;
   for (const auto& c : cases) {
     GenerationRequest r;
@@ -86,6 +102,7 @@ std::vector<std::vector<int>> Expected(const std::vector<Case>& cases,
   }
   GeneratorOptions options;
   options.kv_dtype = kv_dtype;
+  options.constraints = std::make_shared<OutputConstraints>(tok);
   Generator gen(model.get(), tok.get(), options);
   auto out = gen.Generate(reqs);
   std::vector<std::vector<int>> tokens;
@@ -154,6 +171,29 @@ TEST_F(ClusterTest, LogitProcessorCasesChangeTheOutput) {
   EXPECT_GE((*expected_)[n - 2].size(), 40u);
   EXPECT_EQ((*expected_)[n - 2].back(), 1) << "EOS once min_tokens allows it";
   EXPECT_LT(got[2].size(), 40u) << "without min_tokens the biased EOS comes early";
+}
+
+// The structured-output cases end in EOS after one JSON value that fits the schema (the
+// schema's own checks are in tests/structured/, against the jsonschema package).
+TEST_F(ClusterTest, StructuredOutputIsOneValidValue) {
+  auto tok = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+  const auto schema = *structured::JsonSchema::Compile(kPersonSchema);
+  const size_t first = cases_->size() - 2 - kJsonCases;
+  for (size_t i = first; i < first + kJsonCases; ++i) {
+    std::vector<int> tokens = (*expected_)[i];
+    ASSERT_FALSE(tokens.empty());
+    EXPECT_EQ(tokens.back(), 1) << "case " << i << " ends in the model's EOS (BOS, as in run.c)";
+    tokens.pop_back();
+    const std::string text = tok->Decode(tokens);
+    structured::JsonMatcher m(schema->root());
+    EXPECT_TRUE(m.Feed(text) && m.Complete()) << text;
+    const auto value = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << text;
+    EXPECT_TRUE(value["name"].is_string() && value["name"].get<std::string>().size() <= 12);
+    EXPECT_TRUE(value["age"].is_number_integer()) << text;
+    EXPECT_TRUE(value["happy"].is_boolean()) << text;
+    EXPECT_EQ(value.size(), 3u) << text;
+  }
 }
 
 TEST_F(ClusterTest, ColocatedRoleAllMatchesEngine) {
@@ -316,6 +356,18 @@ TEST_F(ClusterTest, InvalidFieldsAreNamedAndServersKeepServing) {
        [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[-1] = 1; }},
       {"sampling.logit_bias",
        [](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 101; }},
+      {"sampling.json_schema",
+       [](auto& r) {
+         r.mutable_sampling()->set_json_schema(R"({"type": "string", "pattern": "a"})");
+       }},
+      {"sampling.json_schema", [](auto& r) { r.mutable_sampling()->set_json_schema("{"); }},
+      {"sampling.json_schema",
+       [](auto& r) { r.mutable_sampling()->set_json_schema(std::string(70000, ' ')); }},
+      {"ignore_eos",
+       [](auto& r) {
+         r.mutable_sampling()->set_json_schema("true");
+         r.set_ignore_eos(true);
+       }},
       {"stop", [](auto& r) { r.add_stop(""); }},
       {"request_id", [](auto& r) { r.set_request_id(std::string(1000, 'x')); }},
   };

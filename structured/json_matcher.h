@@ -1,0 +1,84 @@
+// A byte-at-a-time recognizer of the JSON texts a schema (structured/json_schema.h) accepts: a
+// pushdown automaton whose stack holds one frame per open value. Feed() says whether a byte can
+// come next; Complete() whether the text so far is one whole valid value. Every text it accepts
+// and calls complete parses as JSON and validates against the schema.
+//
+// What it generates within the schema: no whitespace before or after the value, and between
+// tokens runs of at most a newline and four spaces per enclosing container (kMaxWhitespace
+// bytes at most), so that a model can indent but cannot stall in whitespace; object keys in the
+// schema's order, numbers of at most 15 integer digits, 15 fraction digits and 2 exponent digits,
+// strings of valid UTF-8 with no raw control characters and no \u escapes of surrogates, and values
+// nested at most kMaxDepth deep.
+//
+// A matcher is a plain value (a fixed array of frames): copying one is cheap, which the token
+// mask (structured/token_mask.h) relies on.
+#ifndef TANDEM_STRUCTURED_JSON_MATCHER_H_
+#define TANDEM_STRUCTURED_JSON_MATCHER_H_
+
+#include <cstdint>
+#include <string_view>
+
+#include "structured/json_schema.h"
+
+namespace tandem::structured {
+
+class JsonMatcher {
+ public:
+  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxWhitespace = 24;
+
+  // Expecting one value of `root` (which must outlive the matcher).
+  explicit JsonMatcher(const SchemaNode* root);
+
+  // Consumes `byte` if it can come next and returns true; returns false (and the matcher is then
+  // in an unspecified state: copy it first to try a byte) if it cannot.
+  bool Feed(unsigned char byte);
+  bool Feed(std::string_view bytes);
+
+  // The text so far is a whole value: the text may end here.
+  bool Complete() const;
+  // Nothing more may follow: the value is closed and cannot be extended.
+  bool Done() const { return depth_ == 0; }
+  // Inside a string with no length limit, between characters: every byte that is plain string
+  // content (no quote, backslash or control byte; UTF-8 whole characters) is accepted, whatever
+  // the position. The token mask's fast path.
+  bool InFreeString() const;
+
+  JsonMatcher(const JsonMatcher& other) { *this = other; }
+  JsonMatcher& operator=(const JsonMatcher& other);
+
+ private:
+  enum class Frame : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
+  enum class Step { kTaken, kRejected, kEnded };  // kEnded: the frame is complete; pass the byte up
+
+  struct State {
+    const SchemaNode* node;
+    Frame frame;
+    uint8_t phase;
+    uint8_t whitespace;  // bytes in the current whitespace run
+    uint8_t pending;     // UTF-8 continuation bytes still expected (strings)
+    int32_t count;       // members, items, characters, bytes, or matched literal bytes
+    int32_t a, b;        // per frame: candidate range, last lead byte, key bookkeeping
+    uint64_t keys;       // kObject: the candidate properties of a key being matched
+  };
+
+  Step FeedValue(State& s, unsigned char c);
+  Step FeedObject(State& s, unsigned char c);
+  Step FeedArray(State& s, unsigned char c);
+  Step FeedString(State& s, unsigned char c);
+  Step FeedNumber(State& s, unsigned char c);
+  Step FeedLiteral(State& s, unsigned char c);
+  Step Whitespace(State& s, unsigned char c);
+  // Replaces frame `s` (a kValue) by the value `node` begun with byte c.
+  Step Begin(State& s, const SchemaNode* node, unsigned char c);
+  bool Push(const State& s);
+  bool LiteralComplete(const State& s) const;
+  bool NumberComplete(const State& s) const;
+
+  State stack_[kMaxDepth];
+  int depth_ = 0;
+};
+
+}  // namespace tandem::structured
+
+#endif  // TANDEM_STRUCTURED_JSON_MATCHER_H_

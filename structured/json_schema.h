@@ -1,0 +1,100 @@
+// JSON Schema compiled for constrained decoding (OpenAI's response_format json_schema and
+// json_object): a graph of value nodes that JsonMatcher (structured/json_matcher.h) walks one
+// byte at a time, so that every text it accepts is one JSON value valid against the schema.
+//
+// What is supported, and how each keyword is generated:
+//   type              object, array, string, number, integer, boolean, null, or a list of them
+//   properties        keys in the schema's order; a property not in `required` may be left out
+//   required          names declared in `properties`
+//   additionalProperties  false or true; a schema for the values of an object without
+//                     `properties` (an object with `properties` only ever gets those)
+//   items, minItems, maxItems, minLength, maxLength, enum, const
+//   anyOf, oneOf      alternatives that begin differently (an object and a string, say), which
+//                     the first byte of the value tells apart
+//   $ref              to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed)
+//   annotations       title, description, default, examples, format, $schema, $id, $comment,
+//                     deprecated, readOnly, writeOnly: accepted and not enforced (JSON Schema
+//                     treats `format` as an annotation by default)
+// Anything else (pattern, minimum, maximum, multipleOf, allOf, not, if, patternProperties, ...)
+// is an INVALID_ARGUMENT naming the keyword and where it is, never silently ignored.
+#ifndef TANDEM_STRUCTURED_JSON_SCHEMA_H_
+#define TANDEM_STRUCTURED_JSON_SCHEMA_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tandem::structured {
+
+enum class Kind {
+  kAny,  // any JSON value
+  kObject,
+  kArray,
+  kString,
+  kNumber,
+  kInteger,
+  kLiteral,  // one of `literals` (enum, const, true/false/null)
+  kUnion,    // one of `alternatives`, told apart by their first byte
+};
+
+struct SchemaNode {
+  Kind kind = Kind::kAny;
+
+  // kObject. With `closed`, exactly the declared properties may appear, in their order; without,
+  // any keys, each value matching `values`.
+  struct Property {
+    std::string key;  // the key as JSON text, quotes included: "\"name\""
+    const SchemaNode* value = nullptr;
+    bool required = false;
+  };
+  bool closed = false;
+  std::vector<Property> properties;
+  const SchemaNode* values = nullptr;
+
+  // kArray.
+  const SchemaNode* items = nullptr;
+  int min_items = 0;
+  int max_items = -1;  // -1: no limit
+
+  // kString: lengths in characters (code points).
+  int min_length = 0;
+  int max_length = -1;
+
+  // kLiteral: the values as compact JSON texts, sorted and distinct.
+  std::vector<std::string> literals;
+
+  // kUnion.
+  std::vector<const SchemaNode*> alternatives;
+};
+
+// Whether `byte` can begin a value of `node` (a kUnion: of any alternative).
+bool CanStartWith(const SchemaNode& node, unsigned char byte);
+
+class JsonSchema {
+ public:
+  // A JSON Schema as JSON text. INVALID_ARGUMENT naming the keyword and its JSON pointer for
+  // anything not supported (see above), for malformed JSON, and for limits: at most kMaxNodes
+  // schema nodes, 64 properties per object, 256 enum values.
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema_json);
+  // OpenAI's json_object: any JSON object.
+  static std::shared_ptr<const JsonSchema> AnyObject();
+
+  const SchemaNode* root() const { return root_; }
+
+  static constexpr int kMaxNodes = 4096;
+
+ private:
+  friend class SchemaCompiler;
+  std::vector<std::unique_ptr<SchemaNode>> nodes_;
+  const SchemaNode* root_ = nullptr;
+};
+
+// The shared nodes for any JSON value and for true/false/null.
+const SchemaNode* AnyValueNode();
+
+}  // namespace tandem::structured
+
+#endif  // TANDEM_STRUCTURED_JSON_SCHEMA_H_

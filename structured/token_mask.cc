@@ -1,0 +1,103 @@
+#include "structured/token_mask.h"
+
+#include <algorithm>
+
+namespace tandem::structured {
+namespace {
+
+// Whether `s` is whole UTF-8 characters with no quote, backslash or control byte: text that may
+// stand anywhere inside a JSON string, in one piece. Lead and continuation ranges as in
+// JsonMatcher (no overlong forms, no surrogates, nothing past U+10FFFF).
+bool PlainStringContent(const std::string& s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == '"' || c == '\\') return false;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int more = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      more = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      more = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      more = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + more >= s.size()) return false;
+    for (int k = 1; k <= more; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) return false;
+    }
+    i += more + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
+TokenMask::TokenMask(std::vector<std::string> token_bytes) : bytes_(std::move(token_bytes)) {
+  for (int id = 0; id < static_cast<int>(bytes_.size()); ++id) {
+    const std::string& b = bytes_[id];
+    if (b.empty()) continue;
+    by_first_byte_[static_cast<unsigned char>(b[0])].push_back(id);
+    (PlainStringContent(b) ? plain_ : other_).push_back(id);
+  }
+}
+
+bool TokenMask::Advance(JsonMatcher* state, int id) const {
+  if (id < 0 || id >= vocab_size() || bytes_[id].empty()) return false;
+  return state->Feed(bytes_[id]);
+}
+
+void TokenMask::Allowed(const JsonMatcher& state, std::span<const int> eos_ids,
+                        std::vector<uint8_t>* allowed) const {
+  allowed->assign(bytes_.size(), 0);
+  auto set_eos = [&](uint8_t value) {
+    for (int id : eos_ids) {
+      if (id >= 0 && id < vocab_size()) (*allowed)[id] = value;
+    }
+  };
+  if (state.Done()) return set_eos(1);
+  bool any = false;
+  JsonMatcher trial = state;
+  if (state.InFreeString()) {
+    for (int id : plain_) (*allowed)[id] = 1;
+    any = !plain_.empty();
+    for (int id : other_) {
+      trial = state;
+      if (trial.Feed(bytes_[id])) {
+        (*allowed)[id] = 1;
+        any = true;
+      }
+    }
+  } else {
+    JsonMatcher first = state;
+    for (int b = 0; b < 256; ++b) {
+      const std::vector<int>& group = by_first_byte_[b];
+      if (group.empty()) continue;
+      first = state;
+      if (!first.Feed(static_cast<unsigned char>(b))) continue;
+      for (int id : group) {
+        trial = first;
+        if (trial.Feed(std::string_view(bytes_[id]).substr(1))) {
+          (*allowed)[id] = 1;
+          any = true;
+        }
+      }
+    }
+  }
+  // EOS ends the text: allowed where the value is complete (or nothing else can come), never
+  // as content.
+  set_eos(state.Complete() || !any ? 1 : 0);
+}
+
+}  // namespace tandem::structured
