@@ -14,7 +14,7 @@ OutputConstraint::OutputConstraint(std::shared_ptr<const structured::JsonSchema>
 
 void OutputConstraint::Mask(std::span<const int> output, std::span<const int> eos_ids,
                             std::span<float> logits) const {
-  structured::JsonMatcher matcher(schema_->root());
+  structured::JsonMatcher matcher(*schema_);
   bool consistent = true;
   for (int id : output) {
     if (!mask_->Advance(&matcher, id)) {
@@ -49,23 +49,25 @@ std::shared_ptr<const structured::TokenMask> OutputConstraints::Vocabulary() {
 }
 
 absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForSchema(
-    const std::string& schema) {
+    const std::string& schema, const std::string& prefix, const std::string& suffix) {
+  const std::string key =
+      absl::StrCat(prefix.size(), ":", prefix, suffix.size(), ":", suffix, schema);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = cache_.find(schema); it != cache_.end()) return it->second;
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   }
-  auto compiled = structured::JsonSchema::Compile(schema);
+  auto compiled = structured::JsonSchema::Compile(schema, prefix, suffix);
   if (!compiled.ok()) return compiled.status();
   std::lock_guard<std::mutex> lock(mu_);
   auto constraint = std::make_shared<const OutputConstraint>(*compiled, Vocabulary());
   if (cache_.size() >= kCachedSchemas) cache_.clear();
-  cache_[schema] = constraint;
+  cache_[key] = constraint;
   return constraint;
 }
 
 absl::Status OutputConstraints::Attach(SamplingParams* p) {
   if (p->json_schema.empty()) return absl::OkStatus();
-  auto c = ForSchema(p->json_schema);
+  auto c = ForSchema(p->json_schema, p->json_prefix, p->json_suffix);
   if (!c.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("json_schema: ", c.status().message()));
   }

@@ -56,9 +56,12 @@ class OutputConstraints {
  public:
   explicit OutputConstraints(std::shared_ptr<const Tokenizer> tokenizer);
 
-  // INVALID_ARGUMENT (from the schema compiler) naming what is not supported.
-  absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForSchema(const std::string& schema);
-  // Sets p->constraint from p->json_schema; nothing when that is empty.
+  // INVALID_ARGUMENT (from the schema compiler) naming what is not supported. `prefix` and
+  // `suffix`: text around the value (structured/json_schema.h).
+  absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForSchema(const std::string& schema,
+                                                                    const std::string& prefix = "",
+                                                                    const std::string& suffix = "");
+  // Sets p->constraint from p->json_schema (and its prefix and suffix); nothing when it is empty.
   absl::Status Attach(SamplingParams* p);
 
   static constexpr size_t kCachedSchemas = 64;

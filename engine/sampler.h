@@ -42,6 +42,10 @@ struct SamplingParams {
   // (engine/output_constraint.h). Where tokens are sampled, `constraint` must hold it compiled
   // for the model's vocabulary: the engines attach it when they admit a request.
   std::string json_schema;
+  // With json_schema: text the output starts with before the value and ends with after it
+  // (a forced tool call's "<tool_call>\n" and "\n</tool_call>").
+  std::string json_prefix;
+  std::string json_suffix;
   std::shared_ptr<const OutputConstraint> constraint;
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside

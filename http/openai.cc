@@ -18,11 +18,16 @@
 #include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "http/json_limits.h"
+#include "structured/json_schema.h"
 
 namespace tandem::openai {
 namespace {
 
 using Json = nlohmann::ordered_json;
+
+// The Hermes/Qwen tool-call block.
+constexpr std::string_view kCallOpen = "<tool_call>";
+constexpr std::string_view kCallClose = "</tool_call>";
 
 absl::Status Invalid(absl::string_view param, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat(param, ": ", why));
@@ -98,6 +103,43 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
   return absl::OkStatus();
 }
 
+// A forced tool call (tool_choice "required" or a named function): the output is one Hermes
+// block, "<tool_call>\n" {"name": ..., "arguments": {...}} "\n</tool_call>", which the tool-call
+// parser then returns as the call. With one candidate the arguments follow its `parameters`
+// schema (its $defs and definitions moved to the top, where their references point); with
+// several, the name is one of theirs and the arguments any object.
+absl::Status ForceToolCall(const std::vector<const Json*>& functions, v1::SamplingParams* s) {
+  Json schema = {
+      {"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
+  if (functions.size() == 1) {
+    const Json& fn = *functions[0];
+    Json params = {{"type", "object"}};
+    if (const Json* p = Field(fn, "parameters")) params = *p;
+    for (const char* defs : {"$defs", "definitions"}) {
+      if (params.contains(defs)) {
+        schema[defs] = params[defs];
+        params.erase(defs);
+      }
+    }
+    if (params.dump().find(R"("$ref":"#")") != std::string::npos) {
+      return Invalid("tool_choice", "a forced function's parameters may not refer to \"#\"");
+    }
+    schema["properties"] = {{"name", {{"const", fn["name"]}}}, {"arguments", params}};
+  } else {
+    Json names = Json::array();
+    for (const Json* fn : functions) names.push_back((*fn)["name"]);
+    schema["properties"] = {{"name", {{"enum", names}}}, {"arguments", {{"type", "object"}}}};
+  }
+  if (auto compiled = structured::JsonSchema::Compile(schema.dump()); !compiled.ok()) {
+    return Invalid("tool_choice",
+                   absl::StrCat("the forced function's parameters: ", compiled.status().message()));
+  }
+  s->set_json_schema(schema.dump());
+  s->set_json_prefix(std::string(kCallOpen) + "\n");
+  s->set_json_suffix("\n" + std::string(kCallClose));
+  return absl::OkStatus();
+}
+
 // response_format: {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
 // "json_schema": {"name": ..., "schema": {...}, "strict": ...}} (OpenAI's shapes), on both
 // endpoints as vLLM has it. The schema travels as JSON text; the router compiles it.
@@ -108,6 +150,9 @@ absl::Status SetResponseFormat(const Json& v, v1::SamplingParams* s) {
   }
   const std::string t = type->get<std::string>();
   if (t == "text") return absl::OkStatus();
+  if (!s->json_schema().empty()) {
+    return Invalid("response_format", "cannot be combined with a forced tool_choice");
+  }
   if (t == "json_object") {
     s->set_json_schema(kJsonObjectSchema);
     return absl::OkStatus();
@@ -244,18 +289,38 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
       }
     }
     std::string choice = "auto";
+    std::vector<const Json*> forced;  // the functions a forced call may name
     if (const Json* c = Field(body, "tool_choice")) {
-      if (!c->is_string() || (*c != "auto" && *c != "none")) {
+      if (c->is_string() && (*c == "auto" || *c == "none" || *c == "required")) {
+        choice = c->get<std::string>();
+        if (choice == "required") {
+          for (const Json& t : *tools) forced.push_back(&t["function"]);
+        }
+      } else if (const Json* fn = c->is_object() ? Field(*c, "function") : nullptr;
+                 fn != nullptr && fn->is_object() && Field(*fn, "name") != nullptr) {
+        choice = "function";
+        for (const Json& t : *tools) {
+          if (t["function"]["name"] == (*fn)["name"]) forced.push_back(&t["function"]);
+        }
+        if (forced.empty()) {
+          return Invalid("tool_choice.function.name", "names no function in tools");
+        }
+      } else {
         return Invalid("tool_choice",
-                       "only \"auto\" and \"none\" are supported (forcing a call needs "
-                       "constrained decoding)");
+                       "must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}");
       }
-      choice = c->get<std::string>();
     }
-    if (choice == "auto") {
+    if (choice != "none") {
       extra["tools"] = *tools;
       *parse_tool_calls = true;
     }
+    if (!forced.empty()) {
+      if (absl::Status s = ForceToolCall(forced, out->mutable_sampling()); !s.ok()) return s;
+    }
+  } else if (const Json* c = Field(body, "tool_choice");
+             c != nullptr && !(c->is_string() && (*c == "auto" || *c == "none"))) {
+    return Invalid("tool_choice", "forcing a call needs tools");
   }
   if (!model.chat_template.ok()) {
     const absl::Status& s = model.chat_template.status();
@@ -702,8 +767,6 @@ std::string ErrorBody(const ApiError& error) {
 }
 
 namespace {
-constexpr std::string_view kCallOpen = "<tool_call>";
-constexpr std::string_view kCallClose = "</tool_call>";
 
 // The length of the longest suffix of `text` that is a proper prefix of `tag`.
 size_t PartialTag(std::string_view text, std::string_view tag) {

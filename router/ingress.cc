@@ -93,12 +93,24 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
     return Invalid("sampling.min_tokens", absl::StrFormat("%d is more than max_tokens (%d)",
                                                           s.min_tokens, out.max_tokens));
   }
+  if (s.json_schema.empty() && !(s.json_prefix.empty() && s.json_suffix.empty())) {
+    return Invalid(s.json_prefix.empty() ? "sampling.json_suffix" : "sampling.json_prefix",
+                   "needs sampling.json_schema");
+  }
+  for (const auto& [field, text] :
+       {std::pair<const char*, const std::string*>{"sampling.json_prefix", &s.json_prefix},
+        {"sampling.json_suffix", &s.json_suffix}}) {
+    if (static_cast<int>(text->size()) > limits.max_json_text_bytes) {
+      return Invalid(field, absl::StrFormat("longer than %d bytes", limits.max_json_text_bytes));
+    }
+  }
   if (!s.json_schema.empty()) {
     if (static_cast<int>(s.json_schema.size()) > limits.max_json_schema_bytes) {
       return Invalid("sampling.json_schema",
                      absl::StrFormat("longer than %d bytes", limits.max_json_schema_bytes));
     }
-    if (auto schema = structured::JsonSchema::Compile(s.json_schema); !schema.ok()) {
+    if (auto schema = structured::JsonSchema::Compile(s.json_schema, s.json_prefix, s.json_suffix);
+        !schema.ok()) {
       return Invalid("sampling.json_schema", std::string(schema.status().message()));
     }
     if (s.min_tokens > 0)

@@ -16,6 +16,7 @@ struct IngressLimits {
   int max_stop_string_bytes = 256;
   int max_request_id_bytes = 256;
   int max_json_schema_bytes = 65536;
+  int max_json_text_bytes = 256;  // json_prefix, json_suffix
   int max_text_bytes = 4 << 20;
 };
 

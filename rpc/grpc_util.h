@@ -42,6 +42,8 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
   std::sort(s.logit_bias.begin(), s.logit_bias.end());  // map order is unspecified
   s.json_schema = p.json_schema();
+  s.json_prefix = p.json_prefix();
+  s.json_suffix = p.json_suffix();
   return s;
 }
 
@@ -59,6 +61,8 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_min_tokens(s.min_tokens);
   for (const auto& [id, bias] : s.logit_bias) (*p.mutable_logit_bias())[id] = bias;
   p.set_json_schema(s.json_schema);
+  p.set_json_prefix(s.json_prefix);
+  p.set_json_suffix(s.json_suffix);
   return p;
 }
 

@@ -81,6 +81,19 @@ JsonMatcher::JsonMatcher(const SchemaNode* root) {
   depth_ = 1;
 }
 
+// The suffix waits under the value and the prefix sits on top: literal frames, each closed
+// once its one literal is matched.
+JsonMatcher::JsonMatcher(const JsonSchema& schema) {
+  depth_ = 0;
+  if (schema.suffix() != nullptr) {
+    stack_[depth_++] = State{schema.suffix(), Frame::kLiteral, 0, 0, 0, 0, 0, 1, 0};
+  }
+  stack_[depth_++] = State{schema.root(), Frame::kValue, 0, 0, 0, 0, 0, 0, 0};
+  if (schema.prefix() != nullptr) {
+    stack_[depth_++] = State{schema.prefix(), Frame::kLiteral, 0, 0, 0, 0, 0, 1, 0};
+  }
+}
+
 JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
   depth_ = other.depth_;
   for (int i = 0; i < depth_; ++i) stack_[i] = other.stack_[i];
@@ -151,10 +164,22 @@ JsonMatcher::Step JsonMatcher::Whitespace(State& s, unsigned char c) {
     s.whitespace = 0;
     return Step::kEnded;  // not whitespace: the caller goes on with c
   }
-  // Room for a newline and four spaces of indent per enclosing container, none before the root.
-  const int enclosing = static_cast<int>(&s - stack_) + (s.frame == Frame::kValue ? 0 : 1);
-  const int limit = enclosing == 0 ? 0 : std::min(kMaxWhitespace, 1 + 4 * enclosing);
-  if (s.whitespace >= limit) return Step::kRejected;
+  // A run is one space, or a newline and an indent of at most four spaces per enclosing
+  // container; nothing before the root value. kSpaceRun marks a run begun with a space.
+  constexpr uint8_t kSpaceRun = 0x80;
+  int enclosing = s.frame == Frame::kObject || s.frame == Frame::kArray ? 1 : 0;
+  for (const State* f = stack_; f < &s; ++f) {
+    enclosing += f->frame == Frame::kObject || f->frame == Frame::kArray ? 1 : 0;
+  }
+  if (enclosing == 0 || c == '\t' || c == '\r') return Step::kRejected;
+  if (s.whitespace == 0) {
+    s.whitespace = c == ' ' ? (kSpaceRun | 1) : 1;
+    return Step::kTaken;
+  }
+  const int limit = std::min(kMaxWhitespace, 1 + 4 * enclosing);
+  if (c != ' ' || (s.whitespace & kSpaceRun) != 0 || s.whitespace >= limit) {
+    return Step::kRejected;
+  }
   ++s.whitespace;
   return Step::kTaken;
 }

@@ -4,8 +4,9 @@
 // and calls complete parses as JSON and validates against the schema.
 //
 // What it generates within the schema: no whitespace before or after the value, and between
-// tokens runs of at most a newline and four spaces per enclosing container (kMaxWhitespace
-// bytes at most), so that a model can indent but cannot stall in whitespace; object keys in the
+// tokens either one space or a newline and an indent of at most four spaces per enclosing
+// container (kMaxWhitespace bytes at most), so that a model can indent but cannot stall in
+// whitespace; object keys in the
 // schema's order, numbers of at most 15 integer digits, 15 fraction digits and 2 exponent digits,
 // strings of valid UTF-8 with no raw control characters and no \u escapes of surrogates, and values
 // nested at most kMaxDepth deep.
@@ -29,6 +30,8 @@ class JsonMatcher {
 
   // Expecting one value of `root` (which must outlive the matcher).
   explicit JsonMatcher(const SchemaNode* root);
+  // Expecting the schema's prefix, one value of its root, then its suffix.
+  explicit JsonMatcher(const JsonSchema& schema);
 
   // Consumes `byte` if it can come next and returns true; returns false (and the matcher is then
   // in an unspecified state: copy it first to try a byte) if it cannot.

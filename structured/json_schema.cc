@@ -420,8 +420,9 @@ class SchemaCompiler {
   std::map<std::string, SchemaNode*> refs_;
 };
 
-absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(
-    std::string_view schema_json) {
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view schema_json,
+                                                                      std::string_view prefix,
+                                                                      std::string_view suffix) {
   Json doc = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
   auto schema = std::make_shared<JsonSchema>();
@@ -429,6 +430,14 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(
   auto root = compiler.Compile(doc, "", 0);
   if (!root.ok()) return root.status();
   schema->root_ = *root;
+  auto text = [&](std::string_view t) -> const SchemaNode* {
+    if (t.empty()) return nullptr;
+    schema->nodes_.push_back(
+        std::make_unique<SchemaNode>(LiteralNode({std::string(t.data(), t.size())})));
+    return schema->nodes_.back().get();
+  };
+  schema->prefix_ = text(prefix);
+  schema->suffix_ = text(suffix);
   return schema;
 }
 

@@ -78,11 +78,18 @@ class JsonSchema {
   // A JSON Schema as JSON text. INVALID_ARGUMENT naming the keyword and its JSON pointer for
   // anything not supported (see above), for malformed JSON, and for limits: at most kMaxNodes
   // schema nodes, 64 properties per object, 256 enum values.
-  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema_json);
+  // With `prefix` or `suffix`, the text is prefix, the value, suffix (a tool call's tags around
+  // its JSON, say).
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema_json,
+                                                                   std::string_view prefix = {},
+                                                                   std::string_view suffix = {});
   // OpenAI's json_object: any JSON object.
   static std::shared_ptr<const JsonSchema> AnyObject();
 
   const SchemaNode* root() const { return root_; }
+  // kLiteral nodes of one literal each, or null.
+  const SchemaNode* prefix() const { return prefix_; }
+  const SchemaNode* suffix() const { return suffix_; }
 
   static constexpr int kMaxNodes = 4096;
 
@@ -90,6 +97,8 @@ class JsonSchema {
   friend class SchemaCompiler;
   std::vector<std::unique_ptr<SchemaNode>> nodes_;
   const SchemaNode* root_ = nullptr;
+  const SchemaNode* prefix_ = nullptr;
+  const SchemaNode* suffix_ = nullptr;
 };
 
 // The shared nodes for any JSON value and for true/false/null.

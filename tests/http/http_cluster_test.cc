@@ -268,7 +268,8 @@ TEST(HttpClusterTest, ChoicesPromptsEchoAndPenaltiesGiveTheGrpcTokens) {
 
 // response_format json_schema and json_object on both endpoints: the text is the gRPC text for
 // the same schema, one JSON value that validates (structured/ has the schema checks against the
-// jsonschema package), streamed or not; an unsupported schema is a 400 naming response_format.
+// jsonschema package), streamed or not; a forced tool_choice gives one call with valid
+// arguments; an unsupported schema is a 400 naming response_format.
 TEST(HttpClusterTest, ResponseFormatGivesTheGrpcTokensAsValidJson) {
   testing::TempDir dir;
   Cluster c(1, 1, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
@@ -332,6 +333,45 @@ TEST(HttpClusterTest, ResponseFormatGivesTheGrpcTokensAsValidJson) {
   } else {  // out of tokens: still a prefix of an object
     structured::JsonMatcher m(structured::JsonSchema::AnyObject()->root());
     EXPECT_TRUE(m.Feed(choice["message"]["content"].get<std::string>()));
+  }
+
+  // A forced tool call: one call to the named function whose arguments fit its parameters,
+  // streamed or not, whatever the model would have said.
+  json tool_chat = json::parse(R"({
+      "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
+      "max_tokens": 300, "temperature": 0.7, "seed": 2,
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+          "type": "object", "properties": {"city": {"type": "string", "maxLength": 12},
+          "days": {"type": "integer"}}, "required": ["city", "days"]}}}],
+      "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+  for (bool stream : {false, true}) {
+    tool_chat["stream"] = stream;
+    r = Curl(c.http(), "/v1/chat/completions", tool_chat.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json call;
+    std::string finish;
+    if (stream) {
+      for (const json& e : SseEvents(r.body)) {
+        if (e == "[DONE]" || e["choices"].empty()) continue;
+        const json& ch = e["choices"][0];
+        if (ch["delta"].contains("tool_calls")) call = ch["delta"]["tool_calls"][0];
+        if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+      }
+    } else {
+      const json reply = r.Json();
+      const json& ch = reply["choices"][0];
+      ASSERT_EQ(ch["message"]["tool_calls"].size(), 1u) << r.body;
+      EXPECT_TRUE(ch["message"]["content"].is_null()) << r.body;
+      call = ch["message"]["tool_calls"][0];
+      finish = ch["finish_reason"];
+    }
+    EXPECT_EQ(finish, "tool_calls") << r.body;
+    ASSERT_TRUE(call.is_object()) << r.body;
+    EXPECT_EQ(call["function"]["name"], "get_weather") << r.body;
+    const json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+    ASSERT_TRUE(args.is_object()) << r.body;
+    EXPECT_TRUE(args["city"].is_string()) << r.body;
+    EXPECT_TRUE(args["days"].is_number_integer()) << r.body;
   }
 
   chat["response_format"] = {

@@ -11,6 +11,7 @@
 #include "engine/output_constraint.h"
 #include "engine/sampler.h"
 #include "router/ingress.h"
+#include "structured/json_matcher.h"
 #include "tests/test_util.h"
 
 namespace tandem::openai {
@@ -236,9 +237,26 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
        "tools[0].type"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "tools": 5})", 400, "tools"},
       {kChat,
-       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "always",
            "tools": [{"type": "function", "function": {"name": "f"}}]})",
        400, "tool_choice"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required"})", 400,
+       "tool_choice"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "tool_choice.function.name"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f", "parameters":
+           {"type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}]})",
+       400, "tool_choice"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "response_format": {"type": "json_object"},
+           "tools": [{"type": "function", "function": {"name": "f"}}]})",
+       400, "response_format"},
       {kChat,
        R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": "xml"}})",
        400, "response_format.type"},
@@ -527,6 +545,47 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->parse_tool_calls);
   EXPECT_LT(none->generate.tokens().ids_size(), r->generate.tokens().ids_size());
+
+  // A forced call: one Hermes block whose JSON names the function, with its parameters' schema
+  // (the $defs moved to the top); "required" with several tools: any of their names.
+  auto forced = Parse(Endpoint::kChatCompletions,
+                      R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice":
+                {"type": "function", "function": {"name": "get_weather"}}, )" +
+                          tools + "}");
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_TRUE(forced->parse_tool_calls);
+  const v1::SamplingParams& fs = forced->generate.sampling();
+  EXPECT_EQ(fs.json_prefix(), "<tool_call>\n");
+  EXPECT_EQ(fs.json_suffix(), "\n</tool_call>");
+  const auto schema =
+      *structured::JsonSchema::Compile(fs.json_schema(), fs.json_prefix(), fs.json_suffix());
+  auto matches = [&](const std::string& text) {
+    structured::JsonMatcher m(*schema);
+    return m.Feed(text) && m.Complete();
+  };
+  EXPECT_TRUE(
+      matches("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+              "\"Paris\"}}\n</tool_call>"));
+  EXPECT_FALSE(matches("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(matches("{\"name\": \"get_weather\", \"arguments\": {}}"));
+  auto required = Parse(
+      Endpoint::kChatCompletions,
+      R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
+          {"type": "function", "function": {"name": "a"}},
+          {"type": "function", "function": {"name": "b", "parameters": {"$defs": {"n":
+           {"type": "integer"}}, "type": "object", "properties": {"k": {"$ref": "#/$defs/n"}}}}}]})");
+  ASSERT_TRUE(required.ok()) << required.status();
+  const Json rs = Json::parse(required->generate.sampling().json_schema());
+  EXPECT_EQ(rs["properties"]["name"]["enum"], Json::parse(R"(["a", "b"])"));
+  auto one = Parse(
+      Endpoint::kChatCompletions,
+      R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
+          {"type": "function", "function": {"name": "b", "parameters": {"$defs": {"n":
+           {"type": "integer"}}, "type": "object", "properties": {"k": {"$ref": "#/$defs/n"}}}}}]})");
+  ASSERT_TRUE(one.ok()) << one.status();
+  const Json os = Json::parse(one->generate.sampling().json_schema());
+  EXPECT_EQ(os["$defs"]["n"]["type"], "integer");
+  EXPECT_FALSE(os["properties"]["arguments"].contains("$defs"));
 
   auto stop = [](std::string text) {
     v1::GenerateResponse m = Message({300}, std::move(text), true);

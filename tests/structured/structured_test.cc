@@ -139,9 +139,12 @@ TEST(JsonMatcherTest, AcceptsValidTextsAndRejectsInvalidOnes) {
   const auto person = MustCompile(Schemas()[2]);
   EXPECT_TRUE(Accepts(*person, R"({"name": "Bo", "age": 7})"));
   EXPECT_TRUE(Accepts(*person, "{\n    \"name\" : \"B\xc3\xa9\",\n    \"age\": -12\n}"));
-  EXPECT_FALSE(Accepts(*person, "{      \"name\": \"Bo\", \"age\": 7}"));  // 6 spaces
-  EXPECT_FALSE(Accepts(*person, R"({"name": "Bo"})"));                     // age is required
-  EXPECT_FALSE(Accepts(*person, R"({"name": "Bo", "age": 7, "z": 1})"));   // closed
+  EXPECT_FALSE(Accepts(*person, "{\n      \"name\": \"Bo\", \"age\": 7}"));  // indent 6
+  EXPECT_FALSE(Accepts(*person, "{  \"name\": \"Bo\", \"age\": 7}"));        // two spaces
+  EXPECT_FALSE(Accepts(*person, "{\n\n\"name\": \"Bo\", \"age\": 7}"));      // two newlines
+  EXPECT_FALSE(Accepts(*person, "{\t\"name\": \"Bo\", \"age\": 7}"));
+  EXPECT_FALSE(Accepts(*person, R"({"name": "Bo"})"));                    // age is required
+  EXPECT_FALSE(Accepts(*person, R"({"name": "Bo", "age": 7, "z": 1})"));  // closed
   EXPECT_FALSE(Accepts(*person, R"({"name": 1, "age": 7})"));
   EXPECT_FALSE(Accepts(*person, R"({"name": "0123456789abc", "age": 7})"));  // maxLength 12
   EXPECT_FALSE(Accepts(*person, R"({"name": "Bo", "age": 7.5})"));
