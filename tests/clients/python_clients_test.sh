@@ -2,7 +2,8 @@
 # The Python examples of the README (examples/python/) against a real cluster, so they never
 # rot: a 1-prefill + 1-decode `tandem up` on stories260K, the official `openai` client on the
 # HTTP API and a client generated from proto/ by grpcio-tools on gRPC. Both ask for the same
-# seeded completion, which must come out identical. The clients live in a virtual environment
+# seeded completion, which must come out identical; the openai client also gets JSON fitting a
+# schema (response_format) and a forced tool call. The clients live in a virtual environment
 # cached under ~/.cache/tandem/pyclients (pip install openai grpcio grpcio-tools); without
 # network access to PyPI the test is skipped (exit 77), saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
@@ -58,4 +59,6 @@ openai_completion=$(grep '^completion: ' "$WORK/openai.txt")
 grep -Eq '^finish: FINISH_REASON_LENGTH 24 tokens, TTFT [0-9]*\.[0-9]*[1-9]' "$WORK/grpc.txt" || { echo "FAIL: no finish line with a TTFT"; fail=1; }
 grep -Eq '^perplexity: [0-9]' "$WORK/grpc.txt" || { echo "FAIL: no perplexity"; fail=1; }
 grep -Eq '^chat: .{10,}' "$WORK/openai.txt" || { echo "FAIL: no chat answer"; fail=1; }
+grep -Eq '^json: \{"name": ".*", "age": -?[0-9]+\}$' "$WORK/openai.txt" || { echo "FAIL: no JSON answer fitting the schema"; fail=1; }
+grep -Eq '^tool: get_weather \{"city": ".*"\}$' "$WORK/openai.txt" || { echo "FAIL: no forced tool call"; fail=1; }
 exit $fail
