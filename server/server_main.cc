@@ -98,6 +98,21 @@ stdout when serving, and a router then "http HOST:PORT" (the OpenAI-compatible A
 SIGINT/SIGTERM drain and stop it (exit 0).
 )";
 
+// The tokenizer --tokenizer names, or else the one found beside the model; its path goes to
+// *path (left empty when none was named or found).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadModelTokenizer(const std::string& flag,
+                                                              const std::string& model_path,
+                                                              const ModelConfig& config,
+                                                              std::string* path) {
+  *path = flag;
+  if (path->empty()) {
+    auto found = FindTokenizerFor(model_path, config.vocab_size);
+    if (!found.ok()) return found.status();
+    *path = *found;
+  }
+  return LoadTokenizer(*path, config.architecture == "llama2c" ? config.vocab_size : 0);
+}
+
 int Fail(const std::string& msg) {
   std::fprintf(stderr, "tandem-server: %s\n", msg.c_str());
   return 2;
@@ -347,40 +362,13 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     model = std::move(*m);
   }
 
-  // Structured output: workers compile requests' JSON Schemas for the model's vocabulary, which
-  // takes the tokenizer (found as the router finds it). Without one such requests are refused
-  // (FAILED_PRECONDITION) and everything else is served as before.
-  std::shared_ptr<OutputConstraints> constraints;
-  if (is_prefill || is_decode) {
-    const ModelConfig& mc = model->config();
-    std::string tok_path = f->Get("tokenizer");
-    if (tok_path.empty()) {
-      if (auto found = FindTokenizerFor(model_path, mc.vocab_size); found.ok()) tok_path = *found;
-    }
-    if (!tok_path.empty()) {
-      auto tok = LoadTokenizer(tok_path, mc.architecture == "llama2c" ? mc.vocab_size : 0);
-      if (!tok.ok()) return Fail(std::string(tok.status().message()));
-      constraints =
-          std::make_shared<OutputConstraints>(std::shared_ptr<const Tokenizer>(std::move(*tok)));
-    } else {
-      std::fprintf(stderr,
-                   "[tandem-server] no tokenizer found beside the model: requests for structured "
-                   "output (response_format) will be refused\n");
-    }
-  }
-
   std::unique_ptr<Router> router;
   openai::ServedModel served;
   if (is_router) {
     auto config = LoadModelConfig(model_path);
     if (!config.ok()) return Fail(std::string(config.status().message()));
-    std::string tok_path = f->Get("tokenizer");
-    if (tok_path.empty()) {
-      auto found = FindTokenizerFor(model_path, config->vocab_size);
-      if (!found.ok()) return Fail(std::string(found.status().message()));
-      tok_path = *found;
-    }
-    auto tok = LoadTokenizer(tok_path, config->architecture == "llama2c" ? config->vocab_size : 0);
+    std::string tok_path;
+    auto tok = LoadModelTokenizer(f->Get("tokenizer"), model_path, *config, &tok_path);
     if (!tok.ok()) return Fail(std::string(tok.status().message()));
     RouterOptions ro;
     ro.model_name = model_path;
@@ -419,6 +407,31 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
         std::fprintf(stderr,
                      "[tandem-server] chat template unusable, chat requests will fail: %s\n",
                      std::string(served.chat_template.status().message()).c_str());
+      }
+    }
+  }
+
+  // Structured output: workers compile requests' JSON Schemas for the model's vocabulary, which
+  // takes the tokenizer (under --role=all the router's; otherwise found as the router finds it).
+  // Without one such requests are refused (FAILED_PRECONDITION) and everything else is served
+  // as before.
+  std::shared_ptr<OutputConstraints> constraints;
+  if (is_prefill || is_decode) {
+    if (router != nullptr) {  // outlives the engines: declared before them
+      constraints = std::make_shared<OutputConstraints>(
+          std::shared_ptr<const Tokenizer>(&router->tokenizer(), [](const Tokenizer*) {}));
+    } else {
+      std::string tok_path;
+      auto tok = LoadModelTokenizer(f->Get("tokenizer"), model_path, model->config(), &tok_path);
+      if (tok.ok()) {
+        constraints =
+            std::make_shared<OutputConstraints>(std::shared_ptr<const Tokenizer>(std::move(*tok)));
+      } else if (!tok_path.empty()) {
+        return Fail(std::string(tok.status().message()));
+      } else {
+        std::fprintf(stderr,
+                     "[tandem-server] no tokenizer found beside the model: requests for "
+                     "structured output (response_format) will be refused\n");
       }
     }
   }

@@ -77,7 +77,7 @@ const SchemaNode* AnyOf(unsigned char c) {
 }  // namespace
 
 JsonMatcher::JsonMatcher(const SchemaNode* root) {
-  stack_[0] = State{root, Frame::kValue, 0, 0, 0, 0, 0, 0, 0};
+  stack_[0] = NewFrame(root);
   depth_ = 1;
 }
 
@@ -86,12 +86,26 @@ JsonMatcher::JsonMatcher(const SchemaNode* root) {
 JsonMatcher::JsonMatcher(const JsonSchema& schema) {
   depth_ = 0;
   if (schema.suffix() != nullptr) {
-    stack_[depth_++] = State{schema.suffix(), Frame::kLiteral, 0, 0, 0, 0, 0, 1, 0};
+    stack_[depth_++] = LiteralFrame(schema.suffix());
   }
-  stack_[depth_++] = State{schema.root(), Frame::kValue, 0, 0, 0, 0, 0, 0, 0};
+  stack_[depth_++] = NewFrame(schema.root());
   if (schema.prefix() != nullptr) {
-    stack_[depth_++] = State{schema.prefix(), Frame::kLiteral, 0, 0, 0, 0, 0, 1, 0};
+    stack_[depth_++] = LiteralFrame(schema.prefix());
   }
+}
+
+JsonMatcher::State JsonMatcher::NewFrame(const SchemaNode* node, Frame frame, uint8_t phase) {
+  State s{};
+  s.node = node;
+  s.frame = frame;
+  s.phase = phase;
+  return s;
+}
+
+JsonMatcher::State JsonMatcher::LiteralFrame(const SchemaNode* node) {
+  State s = NewFrame(node, Frame::kLiteral);
+  s.b = static_cast<int32_t>(node->literals.size());
+  return s;
 }
 
 JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
@@ -197,23 +211,22 @@ JsonMatcher::Step JsonMatcher::Begin(State& s, const SchemaNode* node, unsigned 
     }
     case Kind::kObject:
       if (c != '{') return Step::kRejected;
-      s = State{node, Frame::kObject, kObjOpen, 0, 0, 0, 0, 0, 0};
+      s = NewFrame(node, Frame::kObject, kObjOpen);
       return Step::kTaken;
     case Kind::kArray:
       if (c != '[') return Step::kRejected;
-      s = State{node, Frame::kArray, kArrOpen, 0, 0, 0, 0, 0, 0};
+      s = NewFrame(node, Frame::kArray, kArrOpen);
       return Step::kTaken;
     case Kind::kString:
       if (c != '"') return Step::kRejected;
-      s = State{node, Frame::kString, kStrChar, 0, 0, 0, 0, 0, 0};
+      s = NewFrame(node, Frame::kString, kStrChar);
       return Step::kTaken;
     case Kind::kNumber:
     case Kind::kInteger:
-      s = State{node, Frame::kNumber, kNumStart, 0, 0, 0, 0, 0, 0};
+      s = NewFrame(node, Frame::kNumber, kNumStart);
       return FeedNumber(s, c);
     case Kind::kLiteral:
-      s = State{node, Frame::kLiteral, 0, 0, 0, 0, 0, static_cast<int32_t>(node->literals.size()),
-                0};
+      s = LiteralFrame(node);
       return FeedLiteral(s, c);
     case Kind::kUnion:
       for (const SchemaNode* alternative : node->alternatives) {
@@ -239,8 +252,7 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
     if (!n.closed) {
       s.phase = kObjColon;
       ++s.count;
-      return Push(State{nullptr, Frame::kString, kStrChar, 0, 0, 0, 0, 0, 0}) ? Step::kTaken
-                                                                              : Step::kRejected;
+      return Push(NewFrame(nullptr, Frame::kString, kStrChar)) ? Step::kTaken : Step::kRejected;
     }
     uint64_t keys = 0;
     for (int j = s.count; j < declared; ++j) {
@@ -290,8 +302,7 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
       if (c != ':') return Step::kRejected;
       s.phase = kObjAfter;
       const SchemaNode* value = n.closed ? n.properties[s.b].value : n.values;
-      return Push(State{value, Frame::kValue, 0, 0, 0, 0, 0, 0, 0}) ? Step::kTaken
-                                                                    : Step::kRejected;
+      return Push(NewFrame(value)) ? Step::kTaken : Step::kRejected;
     }
     case kObjAfter:
       if (c == ',' && (!n.closed || s.count < declared)) {
@@ -315,7 +326,7 @@ JsonMatcher::Step JsonMatcher::FeedArray(State& s, unsigned char c) {
     if (n.max_items == 0 || !CanStartWith(*n.items, c)) return Step::kRejected;
     ++s.count;
     s.phase = kArrAfter;
-    if (!Push(State{n.items, Frame::kValue, 0, 0, 0, 0, 0, 0, 0})) return Step::kRejected;
+    if (!Push(NewFrame(n.items))) return Step::kRejected;
     return FeedValue(stack_[depth_ - 1], c);
   };
   switch (s.phase) {

@@ -54,6 +54,8 @@ class JsonMatcher {
   enum class Frame : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
   enum class Step { kTaken, kRejected, kEnded };  // kEnded: the frame is complete; pass the byte up
 
+  // No default member initializers, so that the stack of a copied matcher is not zeroed first:
+  // frames come from NewFrame and LiteralFrame.
   struct State {
     const SchemaNode* node;
     Frame frame;
@@ -64,6 +66,9 @@ class JsonMatcher {
     int32_t a, b;        // per frame: candidate range, last lead byte, key bookkeeping
     uint64_t keys;       // kObject: the candidate properties of a key being matched
   };
+  // A frame of `node` with every counter at zero; a kLiteral frame over all of node's literals.
+  static State NewFrame(const SchemaNode* node, Frame frame = Frame::kValue, uint8_t phase = 0);
+  static State LiteralFrame(const SchemaNode* node);
 
   Step FeedValue(State& s, unsigned char c);
   Step FeedObject(State& s, unsigned char c);

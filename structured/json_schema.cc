@@ -206,6 +206,22 @@ class SchemaCompiler {
     return static_cast<int>(v.get<int64_t>());
   }
 
+  // s[min_key] into *lo (0 when absent) and s[max_key] into *hi (-1, no limit, when absent);
+  // INVALID_ARGUMENT for a bad count or a max below the min.
+  static absl::Status Bounds(const Json& s, const char* min_key, const char* max_key,
+                             const std::string& path, int* lo, int* hi) {
+    auto min = Count(s, min_key, path);
+    if (!min.ok()) return min.status();
+    auto max = Count(s, max_key, path);
+    if (!max.ok()) return max.status();
+    *lo = std::max(*min, 0);
+    *hi = *max;
+    if (*hi >= 0 && *hi < *lo) {
+      return Invalid(absl::StrCat(path, "/", max_key), absl::StrCat("is less than ", min_key));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<const SchemaNode*> Typed(const Json& s, const std::string& type,
                                           const std::string& path, int depth) {
     SchemaNode n;
@@ -265,25 +281,15 @@ class SchemaCompiler {
         if (!v.ok()) return v.status();
         n.items = *v;
       }
-      auto lo = Count(s, "minItems", path);
-      auto hi = Count(s, "maxItems", path);
-      if (!lo.ok()) return lo.status();
-      if (!hi.ok()) return hi.status();
-      n.min_items = std::max(*lo, 0);
-      n.max_items = *hi;
-      if (n.max_items >= 0 && n.max_items < n.min_items) {
-        return Invalid(path + "/maxItems", "is less than minItems");
+      if (absl::Status b = Bounds(s, "minItems", "maxItems", path, &n.min_items, &n.max_items);
+          !b.ok()) {
+        return b;
       }
     } else if (type == "string") {
       n.kind = Kind::kString;
-      auto lo = Count(s, "minLength", path);
-      auto hi = Count(s, "maxLength", path);
-      if (!lo.ok()) return lo.status();
-      if (!hi.ok()) return hi.status();
-      n.min_length = std::max(*lo, 0);
-      n.max_length = *hi;
-      if (n.max_length >= 0 && n.max_length < n.min_length) {
-        return Invalid(path + "/maxLength", "is less than minLength");
+      if (absl::Status b = Bounds(s, "minLength", "maxLength", path, &n.min_length, &n.max_length);
+          !b.ok()) {
+        return b;
       }
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? Kind::kNumber : Kind::kInteger;
