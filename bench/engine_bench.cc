@@ -31,8 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
-#include "engine/model_writer.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/machine_probe.h"
 #include "kernels/cpu/simd.h"

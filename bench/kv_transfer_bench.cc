@@ -31,9 +31,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/block_pool.h"
-#include "engine/kv_cache.h"
-#include "engine/model_config.h"
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_config.h"
 #include "kv_transfer/crc32c.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
@@ -227,19 +227,24 @@ double BestGbPerSecond(uint64_t bytes, int reps, Fn fn) {
   return bytes / best / 1e9;
 }
 
-int Main(int argc, char** argv) {
+struct BenchFlags {
   int prompts = 20;
   int chunk_tokens = kTokens;
   std::vector<DType> dtypes;
   std::string out = std::string(TANDEM_SOURCE_DIR) + "/bench/results/kv_transfer_bench.json";
+};
+
+// Reads the flags into `flags` (every KV dtype when --dtypes names none); false (with a message)
+// on a bad one.
+bool ParseFlags(int argc, char** argv, BenchFlags* flags) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string_view flag = argv[i];
     if (flag == "--prompts") {
-      prompts = std::atoi(argv[i + 1]);
+      flags->prompts = std::atoi(argv[i + 1]);
     } else if (flag == "--chunk_tokens") {
-      chunk_tokens = std::atoi(argv[i + 1]);
+      flags->chunk_tokens = std::atoi(argv[i + 1]);
     } else if (flag == "--out") {
-      out = argv[i + 1];
+      flags->out = argv[i + 1];
     } else if (flag == "--dtypes") {
       for (const std::string& name :
            std::vector<std::string>(absl::StrSplit(argv[i + 1], ',', absl::SkipEmpty()))) {
@@ -247,34 +252,50 @@ int Main(int argc, char** argv) {
         if (!d.ok() || name == "auto") {
           std::fprintf(stderr, "--dtypes: f32, bf16, f16 or fp8, not %s\n",
                        std::string(name).c_str());
-          return 2;
+          return false;
         }
-        dtypes.push_back(*d);
+        flags->dtypes.push_back(*d);
       }
     } else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
-      return 2;
+      return false;
     }
   }
-  if (prompts <= 0 || chunk_tokens <= 0 || chunk_tokens > kTokens) {
+  if (flags->prompts <= 0 || flags->chunk_tokens <= 0 || flags->chunk_tokens > kTokens) {
     std::fprintf(stderr, "--prompts must be > 0 and --chunk_tokens in [1, %d]\n", kTokens);
-    return 2;
+    return false;
   }
-  if (dtypes.empty()) dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3};
+  if (flags->dtypes.empty()) {
+    flags->dtypes = {DType::kF32, DType::kBF16, DType::kF16, DType::kFp8E4M3};
+  }
+  return true;
+}
 
+// The parts alone on one f32 layer of the prompt, GB/s.
+struct PartFigures {
+  size_t layer_bytes = 0;
+  double crc_hw = 0;  // 0 without the hardware instruction
+  double crc_sw = 0;
+  double gather = 0;
+  double scatter = 0;
+};
+
+PartFigures MeasureParts() {
+  PartFigures parts;
   const KvCache src = MakeCache(kTokens / kSrcBlock, kSrcBlock);
   std::vector<int> table(kTokens / kSrcBlock);
   std::iota(table.begin(), table.end(), 0);
   const std::string layer = *GatherKv(src, 0, table, 0, kTokens);  // 3 MiB
+  parts.layer_bytes = layer.size();
   volatile uint32_t sink_crc = 0;
-  const double crc_hw =
+  parts.crc_hw =
       Crc32cHardwareAvailable()
           ? BestGbPerSecond(layer.size(), 20,
                             [&] { sink_crc = Crc32cHardwareExtend(0, layer.data(), layer.size()); })
           : 0;
-  const double crc_sw = BestGbPerSecond(
+  parts.crc_sw = BestGbPerSecond(
       layer.size(), 20, [&] { sink_crc = Crc32cSoftwareExtend(0, layer.data(), layer.size()); });
-  const double gather = BestGbPerSecond(layer.size(), 20, [&] {
+  parts.gather = BestGbPerSecond(layer.size(), 20, [&] {
     std::string p = *GatherKv(src, 0, table, 0, kTokens);
     sink_crc = p[0];
   });
@@ -282,21 +303,34 @@ int Main(int argc, char** argv) {
   std::vector<int> dst_table(kTokens / kDstBlock);
   std::iota(dst_table.begin(), dst_table.end(), 0);
   const KvChunkHeader h = MakeKvChunkHeader(src, 1, 0, 0, kTokens);
-  const double scatter = BestGbPerSecond(
-      layer.size(), 20, [&] { ScatterKv(layer, h, dst_table, &dst).IgnoreError(); });
+  parts.scatter = BestGbPerSecond(layer.size(), 20,
+                                  [&] { ScatterKv(layer, h, dst_table, &dst).IgnoreError(); });
+  return parts;
+}
 
-  // Every KV dtype over tcp and local.
-  struct PerDtype {
-    DType dtype;
-    Shipped tcp, local;
-  };
+struct PerDtype {
+  DType dtype;
+  Shipped tcp, local;
+};
+
+// The transports end to end: every KV dtype over tcp and local, then f32 over tcp, local, NCCL's
+// fake communicator and real NCCL (when two GPUs and libtandem_nccl.so are there).
+struct EndToEnd {
   std::vector<PerDtype> per_dtype;
-  for (DType d : dtypes) {
-    per_dtype.push_back({d, Ship(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens, d),
-                         Ship(Plain("local", "kv-bench"), prompts, chunk_tokens, d)});
+  double tcp = 0, local = 0, nccl_fake = 0;  // GB/s
+  std::optional<double> nccl;
+  std::string nccl_skip;  // why `nccl` is empty
+};
+
+EndToEnd MeasureEndToEnd(const BenchFlags& flags) {
+  const int prompts = flags.prompts, chunk_tokens = flags.chunk_tokens;
+  EndToEnd e;
+  for (DType d : flags.dtypes) {
+    e.per_dtype.push_back({d, Ship(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens, d),
+                           Ship(Plain("local", "kv-bench"), prompts, chunk_tokens, d)});
   }
-  const double tcp = ShipGbPerSecond(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens);
-  const double local = ShipGbPerSecond(Plain("local", "kv-bench"), prompts, chunk_tokens);
+  e.tcp = ShipGbPerSecond(Plain("tcp", "127.0.0.1:0"), prompts, chunk_tokens);
+  e.local = ShipGbPerSecond(Plain("local", "kv-bench"), prompts, chunk_tokens);
   testing::FakeNccl fake;
   auto fake_parts = [&fake] {
     NcclTransportParts p;
@@ -304,46 +338,51 @@ int Main(int argc, char** argv) {
     p.staging = MakeHostKvStaging();
     return p;
   };
-  const double nccl_fake = ShipGbPerSecond(Nccl(fake_parts, fake_parts), prompts, chunk_tokens);
+  e.nccl_fake = ShipGbPerSecond(Nccl(fake_parts, fake_parts), prompts, chunk_tokens);
   // Real NCCL: prefill on GPU 1, decode on GPU 0.
-  std::optional<double> nccl;
-  std::string nccl_skip;
   absl::StatusOr<const TandemNcclApi*> api = LoadNcclApi();
   if (!api.ok()) {
-    nccl_skip = std::string(api.status().message());
+    e.nccl_skip = std::string(api.status().message());
   } else if ((*api)->device_count() < 2) {
-    nccl_skip = absl::StrFormat("needs 2 GPUs, %d visible", (*api)->device_count());
+    e.nccl_skip = absl::StrFormat("needs 2 GPUs, %d visible", (*api)->device_count());
   } else {
     auto on = [](int device) { return [device] { return *LoadNcclTransport(device); }; };
-    nccl = ShipGbPerSecond(Nccl(on(1), on(0)), prompts, chunk_tokens);
+    e.nccl = ShipGbPerSecond(Nccl(on(1), on(0)), prompts, chunk_tokens);
   }
+  return e;
+}
 
-  const double prompt_mib = double{kLayers} * layer.size() / (1 << 20);
+// Prints the table of figures.
+void PrintFigures(const BenchFlags& flags, const PartFigures& parts, const EndToEnd& e) {
+  const double prompt_mib = double{kLayers} * parts.layer_bytes / (1 << 20);
   std::printf(
       "kv_transfer_bench: %d layers x width %d x %d tokens f32 = %.1f MiB per prompt, "
       "%d-token chunks, %d prompts\n",
-      kLayers, kKvHeads * kHeadDim, kTokens, prompt_mib, chunk_tokens, prompts);
-  std::printf("  tcp loopback end to end   %6.2f GB/s\n", tcp);
-  std::printf("  local end to end          %6.2f GB/s\n", local);
-  std::printf("  nccl fake comm, host stage %5.2f GB/s\n", nccl_fake);
-  if (nccl) {
-    std::printf("  nccl GPU1->GPU0 end to end %5.2f GB/s\n", *nccl);
+      kLayers, kKvHeads * kHeadDim, kTokens, prompt_mib, flags.chunk_tokens, flags.prompts);
+  std::printf("  tcp loopback end to end   %6.2f GB/s\n", e.tcp);
+  std::printf("  local end to end          %6.2f GB/s\n", e.local);
+  std::printf("  nccl fake comm, host stage %5.2f GB/s\n", e.nccl_fake);
+  if (e.nccl) {
+    std::printf("  nccl GPU1->GPU0 end to end %5.2f GB/s\n", *e.nccl);
   } else {
-    std::printf("  nccl GPU1->GPU0 end to end skipped: %s\n", nccl_skip.c_str());
+    std::printf("  nccl GPU1->GPU0 end to end skipped: %s\n", e.nccl_skip.c_str());
   }
   std::printf("  per KV dtype: bytes per prompt, then tcp and local GB/s and prompts/s\n");
-  for (const PerDtype& d : per_dtype) {
+  for (const PerDtype& d : e.per_dtype) {
     std::printf(
         "    %-5s %6.2f MiB   tcp %6.2f GB/s %7.1f prompts/s   local %6.2f GB/s %7.1f "
         "prompts/s\n",
         std::string(DTypeName(d.dtype)).c_str(), d.tcp.bytes_per_prompt / 1048576.0, d.tcp.gb_per_s,
         d.tcp.prompts_per_s, d.local.gb_per_s, d.local.prompts_per_s);
   }
-  std::printf("  crc32c sse4.2             %6.2f GB/s\n", crc_hw);
-  std::printf("  crc32c software           %6.2f GB/s\n", crc_sw);
-  std::printf("  gather (block 16)         %6.2f GB/s\n", gather);
-  std::printf("  scatter (block 32)        %6.2f GB/s\n", scatter);
+  std::printf("  crc32c sse4.2             %6.2f GB/s\n", parts.crc_hw);
+  std::printf("  crc32c software           %6.2f GB/s\n", parts.crc_sw);
+  std::printf("  gather (block 16)         %6.2f GB/s\n", parts.gather);
+  std::printf("  scatter (block 32)        %6.2f GB/s\n", parts.scatter);
+}
 
+// The figures as the JSON the benchmark writes.
+nlohmann::json FiguresJson(const BenchFlags& flags, const PartFigures& parts, const EndToEnd& e) {
   nlohmann::json j;
   j["benchmark"] = "kv_transfer_bench";
   j["hardware_concurrency"] = std::thread::hardware_concurrency();
@@ -351,22 +390,22 @@ int Main(int argc, char** argv) {
                 {"width", kKvHeads * kHeadDim},
                 {"tokens", kTokens},
                 {"dtype", "f32"},
-                {"bytes_per_prompt", kLayers * layer.size()},
+                {"bytes_per_prompt", kLayers * parts.layer_bytes},
                 {"sender_block_size", kSrcBlock},
                 {"receiver_block_size", kDstBlock}};
-  j["chunk_tokens"] = chunk_tokens;
-  j["prompts"] = prompts;
-  j["gb_per_s"] = {{"tcp_end_to_end", tcp},
-                   {"local_end_to_end", local},
-                   {"crc32c_sse42", crc_hw},
-                   {"crc32c_software", crc_sw},
-                   {"gather", gather},
-                   {"scatter", scatter},
-                   {"nccl_fake_host_staging_end_to_end", nccl_fake}};
+  j["chunk_tokens"] = flags.chunk_tokens;
+  j["prompts"] = flags.prompts;
+  j["gb_per_s"] = {{"tcp_end_to_end", e.tcp},
+                   {"local_end_to_end", e.local},
+                   {"crc32c_sse42", parts.crc_hw},
+                   {"crc32c_software", parts.crc_sw},
+                   {"gather", parts.gather},
+                   {"scatter", parts.scatter},
+                   {"nccl_fake_host_staging_end_to_end", e.nccl_fake}};
   j["gb_per_s"]["nccl_gpu1_to_gpu0_end_to_end"] =
-      nccl ? nlohmann::json(*nccl) : nlohmann::json(nullptr);
-  if (!nccl) j["nccl_skipped"] = nccl_skip;
-  for (const PerDtype& d : per_dtype) {
+      e.nccl ? nlohmann::json(*e.nccl) : nlohmann::json(nullptr);
+  if (!e.nccl) j["nccl_skipped"] = e.nccl_skip;
+  for (const PerDtype& d : e.per_dtype) {
     j["per_kv_dtype"][std::string(DTypeName(d.dtype))] = {
         {"bytes_per_prompt", d.tcp.bytes_per_prompt},
         {"tcp_gb_per_s", d.tcp.gb_per_s},
@@ -375,8 +414,18 @@ int Main(int argc, char** argv) {
         {"local_prompts_per_s", d.local.prompts_per_s}};
   }
   j["units"] = "GB/s = 1e9 payload bytes per second";
-  std::ofstream(out) << j.dump(2) << "\n";
-  std::printf("wrote %s\n", out.c_str());
+  return j;
+}
+
+int Main(int argc, char** argv) {
+  BenchFlags flags;
+  if (!ParseFlags(argc, argv, &flags)) return 2;
+  const PartFigures parts = MeasureParts();
+  const EndToEnd e = MeasureEndToEnd(flags);
+  PrintFigures(flags, parts, e);
+  const nlohmann::json j = FiguresJson(flags, parts, e);
+  std::ofstream(flags.out) << j.dump(2) << "\n";
+  std::printf("wrote %s\n", flags.out.c_str());
   return 0;
 }
 

@@ -22,9 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/hf_tokenizer.h"
-#include "engine/tokenizer/unicode.h"
+#include "bench/tokenizer_texts.h"
 #include "nlohmann/json.hpp"
+#include "text/tokenizer/hf_tokenizer.h"
+#include "text/tokenizer/unicode.h"
 
 namespace {
 
@@ -34,26 +35,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-std::string VectorsText(const std::string& dir, size_t target_bytes) {
-  std::string unit;
-  for (const char* name : {"qwen3", "mistral"}) {
-    const auto vectors = nlohmann::json::parse(ReadFile(dir + "/" + name + ".vectors.json"));
-    for (const auto& v : vectors) {
-      unit += v["text"].get<std::string>();
-      unit += "\n";
-    }
-  }
-  std::string text;
-  while (text.size() < target_bytes) text += unit;
-  return text;
-}
+using tandem::bench::VectorsText;
 
 std::string UniqueWordsText(size_t target_bytes) {
   static constexpr std::pair<uint32_t, uint32_t> kAlphabets[] = {{'a', 'z'},       {0x430, 0x44F},

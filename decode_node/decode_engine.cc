@@ -5,8 +5,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "kv_transfer/kv_pack.h"
+#include "kv_transfer/runner_kv.h"
 
 namespace tandem {
 
@@ -135,7 +136,7 @@ absl::Status DecodeEngine::Accept(const KvChunkHeader& h, std::span<const char> 
   if (!blocks.ok()) return blocks.status();
   // Copy the table: ScatterKv must not see it change, and OnChunk may invalidate the span.
   const std::vector<int> table(blocks->begin(), blocks->end());
-  if (absl::Status s = runner_->UnpackKv(payload, h, table); !s.ok()) return s;
+  if (absl::Status s = UnpackRunnerKv(*runner_, payload, h, table); !s.ok()) return s;
   absl::Status s = leases_.OnChunk(h);
   if (s.ok() && metrics_)
     metrics_->kv_transfer_bytes.Increment(static_cast<double>(payload.size()));

@@ -25,10 +25,10 @@
 #include "absl/time/time.h"
 #include "engine/fault_injection.h"
 #include "engine/generator.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"
 #include "metrics/metrics.h"
@@ -41,7 +41,8 @@ struct DecodeEngineOptions {
   int max_running = 256;
   // Blocks are taken as tokens arrive: admission leaves this fraction of the cache free for
   // running sequences to grow into; when it runs out, the newest sequences are preempted and
-  // later recomputed here, at most `recompute_budget` tokens per step (engine/scheduler.h).
+  // later recomputed here, at most `recompute_budget` tokens per step
+  // (engine/scheduling/scheduler.h).
   double watermark = 0.01;
   int recompute_budget = 512;
   // kReserve: blocks for prompt + max_tokens at admission, never preempted.
@@ -61,8 +62,9 @@ struct DecodeEngineOptions {
   // When set, makes the receiver instead of MakeKvReceiver(transport, listen): the nccl
   // transport (kv_transfer/nccl/nccl_transport.h), whose endpoint is set later (SetKvEndpoint).
   std::function<absl::StatusOr<std::unique_ptr<KvReceiver>>(KvSink*)> make_receiver;
-  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
-  // without it a request asking for structured output is refused.
+  // Compiles requests' json_schema for the model's vocabulary
+  // (engine/sampling/output_constraint.h); without it a request asking for structured output is
+  // refused.
   std::shared_ptr<OutputConstraints> constraints;
   // How long Start waits for a lease's last chunks to be delivered. Transports without an ACK
   // (nccl) finish the prefill's send once the bytes arrived, a moment before they are unpacked.

@@ -36,14 +36,14 @@ K8S = os.path.join(DEPLOY, "k8s")
 SKIP = 77
 
 # After SIGTERM, tandem-server drains for up to --drain-timeout-ms (its default is read from
-# server/server_main.cc), then stops within about a second and says goodbye to the routers:
+# server/server_config.h), then stops within about a second and says goodbye to the routers:
 # the grace period must exceed the drain by this margin.
 GRACE_MARGIN_SECONDS = 5
 
 
 def default_drain_seconds():
-    with open(os.path.join(ROOT, "server", "server_main.cc"), encoding="utf-8") as f:
-        m = re.search(r'GetInt\("drain-timeout-ms", (\d+)\)', f.read())
+    with open(os.path.join(ROOT, "server", "server_config.h"), encoding="utf-8") as f:
+        m = re.search(r'int64_t drain_timeout_ms = (\d+);', f.read())
     return int(m.group(1)) / 1000 if m else None
 ROUTER_SERVICE = "tandem-router"
 PUBLIC_SERVICE = "tandem-api"
@@ -346,7 +346,7 @@ def check_consistency(overlay, objs, problems):
 
     drain = default_drain_seconds()
     if drain is None:
-        problems.add(where, "cannot find the --drain-timeout-ms default in server/server_main.cc")
+        problems.add(where, "cannot find the --drain-timeout-ms default in server/server_config.h")
         drain = 0
     config_text = " ".join(str(v) for c in configmaps.values() if c["metadata"]["name"]
                            .startswith("tandem-config") for v in c.get("data", {}).values())

@@ -5,11 +5,12 @@
 #include <cmath>
 #include <deque>
 #include <optional>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/model_runner.h"
-#include "engine/stop.h"
+#include "engine/sampling/stop.h"
 
 namespace tandem {
 
@@ -109,6 +110,8 @@ Generator::Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOp
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
 struct Seq {
   int index = 0;
   const GenerationRequest* req = nullptr;
@@ -122,61 +125,244 @@ struct Seq {
 
 int BlocksFor(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
 
+// Compiles the constraints of requests asking for structured output (in a copy of the requests
+// kept in `attached`, which `*requests` then views), then validates every request.
+absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
+                             OutputConstraints* constraints, const ModelConfig& config,
+                             const Tokenizer* tokenizer, std::vector<GenerationRequest>* attached) {
+  // Requests asking for structured output get their constraint compiled for this model.
+  for (const GenerationRequest& r : *requests) {
+    if (!r.sampling.json_schema.empty() && r.sampling.constraint == nullptr) {
+      attached->assign(requests->begin(), requests->end());
+      for (size_t i = 0; i < attached->size(); ++i) {
+        if (absl::Status s = AttachConstraint(constraints, &(*attached)[i].sampling); !s.ok()) {
+          return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
+        }
+      }
+      *requests = *attached;
+      break;
+    }
+  }
+  for (size_t i = 0; i < requests->size(); ++i) {
+    if (absl::Status s = ValidateRequest((*requests)[i], config, tokenizer); !s.ok()) {
+      return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The KV blocks of a cache sized for `requests` (num_blocks 0): enough for every prompt and its
+// max_tokens within the context length, capped by max_kv_bytes, at least one.
+int BlocksForRequests(std::span<const GenerationRequest> requests, const ModelConfig& config,
+                      const GeneratorOptions& options, int bs) {
+  int num_blocks = 0;
+  for (const auto& r : requests) {
+    const int64_t len =
+        std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, config.max_seq_len);
+    num_blocks += BlocksFor(static_cast<int>(len), bs);
+  }
+  num_blocks = std::min(
+      num_blocks, KvCacheSpec::For(config, bs, options.kv_dtype).BlocksIn(options.max_kv_bytes));
+  return std::max(num_blocks, 1);
+}
+
+// The scheduler's state over one Generate call: every sequence, the queues, the KV blocks and
+// the outputs.
+struct BatchState {
+  BatchState(int num_blocks, Clock::time_point start) : pool(num_blocks), start(start) {}
+
+  BlockPool pool;
+  std::vector<GenerationOutput> outputs;
+  std::vector<Seq> seqs;
+  std::deque<int> waiting;
+  std::vector<int> running;  // in admission order
+  bool first_token_seen = false;
+  Clock::time_point start;
+};
+
+// Gives a sequence's KV blocks back; it will be recomputed from scratch if it runs again.
+absl::Status Release(BlockPool* pool, Seq* s) {
+  absl::Status st = pool->Free(s->blocks);
+  s->blocks.clear();
+  s->num_computed = 0;
+  return st;
+}
+
+// Ends a sequence with `reason`, emitting the text still held back when `flush_text`.
+absl::Status Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush_text,
+                    const Generator::TokenCallback& on_token) {
+  Seq& s = *seq;
+  GenerationOutput& out = state->outputs[s.index];
+  out.finish = reason;
+  if (flush_text && s.decoder) {
+    bool stopped = false;
+    std::string tail = s.stop->Add(s.decoder->Flush(), &stopped);
+    if (!stopped) tail += s.stop->Flush();
+    out.text += tail;
+    if (!tail.empty() && on_token) on_token(s.index, -1, tail);
+  }
+  return Release(&state->pool, seq);
+}
+
+// Admits waiting sequences (FIFO) while their computed-so-far tokens fit.
+absl::Status AdmitWaiting(BatchState* batch, int max_batch, int bs, int num_blocks) {
+  BatchState& state = *batch;
+  while (!state.waiting.empty() && static_cast<int>(state.running.size()) < max_batch) {
+    Seq& s = state.seqs[state.waiting.front()];
+    const int need = BlocksFor(static_cast<int>(s.tokens.size()), bs);
+    if (need > num_blocks) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "request %d: needs %d KV blocks, the cache has %d", s.index, need, num_blocks));
+    }
+    if (!state.pool.CanAllocate(need)) break;
+    auto blocks = state.pool.Allocate(need);
+    if (!blocks.ok()) return blocks.status();
+    s.blocks = *blocks;
+    state.running.push_back(state.waiting.front());
+    state.waiting.pop_front();
+  }
+  if (state.running.empty()) {
+    return absl::ResourceExhaustedError("KV cache too small for the next request");
+  }
+  return absl::OkStatus();
+}
+
+// Schedules one step: decodes first (one token each), then prefill chunks under the token
+// budget. Fills the sequences to run and their chunk lengths.
+absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, int bs,
+                          GenerationStats* stats, std::vector<int>* scheduled,
+                          std::vector<int>* chunk_len) {
+  BatchState& state = *batch;
+  std::vector<int>& running = state.running;
+  int budget = options.max_step_tokens;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t r = 0; r < running.size(); ++r) {
+      const int id = running[r];
+      Seq& s = state.seqs[id];
+      int n = static_cast<int>(s.tokens.size()) - s.num_computed;
+      const bool is_decode = n == 1 && s.num_computed > 0;
+      if (is_decode != (pass == 0)) continue;
+      if (options.prefill_chunk > 0) n = std::min(n, options.prefill_chunk);
+      n = std::min(n, budget);
+      if (n <= 0) continue;
+      // Grow the block table; preempt the most recently admitted sequences if needed.
+      const int need = BlocksFor(s.num_computed + n, bs) - static_cast<int>(s.blocks.size());
+      bool preempted_self = false;
+      while (need > 0 && !state.pool.CanAllocate(need)) {
+        const int victim = running.back();
+        // Never preempt a sequence already scheduled in this step.
+        if (std::find(scheduled->begin(), scheduled->end(), victim) != scheduled->end()) break;
+        running.pop_back();
+        if (absl::Status st = Release(&state.pool, &state.seqs[victim]); !st.ok()) return st;
+        state.waiting.push_front(victim);
+        ++stats->preemptions;
+        if (victim == id) {
+          preempted_self = true;
+          break;
+        }
+      }
+      if (preempted_self) break;
+      if (need > 0) {
+        auto more = state.pool.Allocate(need);
+        if (!more.ok()) continue;  // everything left is scheduled: wait for the next step
+        s.blocks.insert(s.blocks.end(), more->begin(), more->end());
+      }
+      scheduled->push_back(id);
+      chunk_len->push_back(n);
+      budget -= n;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// After a forward call over `scheduled`: advances each sequence by its chunk and, for those whose
+// prompt is now all computed, samples the next token from `logits`, emits it and checks whether
+// the sequence is done. Finished sequences leave `running`.
+absl::Status SampleStep(BatchState* batch, const ModelConfig& config,
+                        const std::vector<int>& scheduled, const std::vector<int>& chunk_len,
+                        const std::vector<float>& logits, const Generator::TokenCallback& on_token,
+                        GenerationStats* stats) {
+  BatchState& state = *batch;
+  std::vector<int> done;
+  for (size_t i = 0; i < scheduled.size(); ++i) {
+    Seq& s = state.seqs[scheduled[i]];
+    s.num_computed += chunk_len[i];
+    if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
+    std::span<const float> row(logits.data() + i * config.vocab_size, config.vocab_size);
+    const int token =
+        Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
+    s.tokens.push_back(token);
+    ++s.generated;
+    ++stats->generated_tokens;
+    GenerationOutput& out = state.outputs[s.index];
+    out.tokens.push_back(token);
+    if (s.req->sampling.logprobs) {
+      out.logprobs.push_back(ComputeLogprobs(row, token, s.req->sampling.top_logprobs));
+    }
+    if (!state.first_token_seen && s.index == 0) {
+      state.first_token_seen = true;
+      stats->first_token_seconds =
+          std::chrono::duration<double>(Clock::now() - state.start).count();
+    }
+    std::optional<FinishReason> reason =
+        CheckFinish(config, *s.req, token, s.generated, static_cast<int>(s.tokens.size()));
+    const bool is_eos = reason == FinishReason::kStop;
+    bool stopped_by_string = false;
+    if (is_eos) {
+      if (on_token) on_token(s.index, token, "");
+    } else {
+      std::string emit;
+      if (s.decoder) {
+        emit = s.stop->Add(s.decoder->Add(token), &stopped_by_string);
+        out.text += emit;
+      }
+      if (on_token) on_token(s.index, token, emit);
+      if (stopped_by_string) reason = FinishReason::kStop;
+    }
+    if (reason) {
+      if (absl::Status st = Finish(&state, &s, *reason, !is_eos && !stopped_by_string, on_token);
+          !st.ok()) {
+        return st;
+      }
+      done.push_back(s.index);
+    }
+  }
+  if (!done.empty()) {
+    std::erase_if(state.running,
+                  [&](int id) { return std::find(done.begin(), done.end(), id) != done.end(); });
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     std::span<const GenerationRequest> requests, const TokenCallback& on_token) {
-  using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   stats_ = GenerationStats();
   if (absl::Status s = options_.Validate(); !s.ok()) return s;
   const ModelConfig& config = model_->config();
-  // Requests asking for structured output get their constraint compiled for this model.
   std::vector<GenerationRequest> attached;
-  for (const GenerationRequest& r : requests) {
-    if (!r.sampling.json_schema.empty() && r.sampling.constraint == nullptr) {
-      attached.assign(requests.begin(), requests.end());
-      for (size_t i = 0; i < attached.size(); ++i) {
-        if (absl::Status s = AttachConstraint(options_.constraints.get(), &attached[i].sampling);
-            !s.ok()) {
-          return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
-        }
-      }
-      requests = attached;
-      break;
-    }
-  }
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (absl::Status s = ValidateRequest(requests[i], config, tokenizer_); !s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("request %d: %s", i, s.message()));
-    }
+  if (absl::Status s =
+          PrepareRequests(&requests, options_.constraints.get(), config, tokenizer_, &attached);
+      !s.ok()) {
+    return s;
   }
   ModelRunner* runner = options_.runner;
   const int bs = runner != nullptr ? runner->block_size() : options_.block_size;
   int num_blocks = runner != nullptr ? runner->num_blocks() : options_.num_blocks;
-  if (num_blocks == 0) {
-    for (const auto& r : requests) {
-      const int64_t len = std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens,
-                                            config.max_seq_len);
-      num_blocks += BlocksFor(static_cast<int>(len), bs);
-    }
-    num_blocks =
-        std::min(num_blocks,
-                 KvCacheSpec::For(config, bs, options_.kv_dtype).BlocksIn(options_.max_kv_bytes));
-    num_blocks = std::max(num_blocks, 1);
-  }
+  if (num_blocks == 0) num_blocks = BlocksForRequests(requests, config, options_, bs);
   absl::StatusOr<KvCache> cache = absl::FailedPreconditionError("the runner holds the cache");
   if (runner == nullptr) {
     cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes, options_.kv_dtype);
     if (!cache.ok()) return cache.status();
   }
-  BlockPool pool(num_blocks);
+  BatchState state(num_blocks, start);
 
-  std::vector<GenerationOutput> outputs(requests.size());
-  std::vector<Seq> seqs(requests.size());
-  std::deque<int> waiting;
+  state.outputs.resize(requests.size());
+  state.seqs.resize(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) {
-    Seq& s = seqs[i];
+    Seq& s = state.seqs[i];
     s.index = static_cast<int>(i);
     s.req = &requests[i];
     s.tokens = requests[i].prompt;
@@ -184,98 +370,26 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       s.decoder.emplace(tokenizer_, requests[i].prompt);
       s.stop.emplace(requests[i].stop_strings);
     }
-    waiting.push_back(static_cast<int>(i));
+    state.waiting.push_back(static_cast<int>(i));
     stats_.prompt_tokens += static_cast<int64_t>(requests[i].prompt.size());
   }
-  std::vector<int> running;  // in admission order
-  bool first_token_seen = false;
-
-  auto release = [&](Seq& s) -> absl::Status {
-    absl::Status st = pool.Free(s.blocks);
-    s.blocks.clear();
-    s.num_computed = 0;
-    return st;
-  };
-  auto finish = [&](Seq& s, FinishReason reason, bool flush_text) -> absl::Status {
-    GenerationOutput& out = outputs[s.index];
-    out.finish = reason;
-    if (flush_text && s.decoder) {
-      bool stopped = false;
-      std::string tail = s.stop->Add(s.decoder->Flush(), &stopped);
-      if (!stopped) tail += s.stop->Flush();
-      out.text += tail;
-      if (!tail.empty() && on_token) on_token(s.index, -1, tail);
-    }
-    return release(s);
-  };
 
   std::vector<float> logits;
-  while (!waiting.empty() || !running.empty()) {
-    // Admit waiting sequences (FIFO) while their computed-so-far tokens fit.
-    while (!waiting.empty() && static_cast<int>(running.size()) < options_.max_batch) {
-      Seq& s = seqs[waiting.front()];
-      const int need = BlocksFor(static_cast<int>(s.tokens.size()), bs);
-      if (need > num_blocks) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "request %d: needs %d KV blocks, the cache has %d", s.index, need, num_blocks));
-      }
-      if (!pool.CanAllocate(need)) break;
-      auto blocks = pool.Allocate(need);
-      if (!blocks.ok()) return blocks.status();
-      s.blocks = *blocks;
-      running.push_back(waiting.front());
-      waiting.pop_front();
+  while (!state.waiting.empty() || !state.running.empty()) {
+    if (absl::Status st = AdmitWaiting(&state, options_.max_batch, bs, num_blocks); !st.ok()) {
+      return st;
     }
-    if (running.empty()) {
-      return absl::ResourceExhaustedError("KV cache too small for the next request");
-    }
-
-    // Schedule: decodes first (one token each), then prefill chunks under the token budget.
     std::vector<int> scheduled;
     std::vector<int> chunk_len;
-    int budget = options_.max_step_tokens;
-    for (int pass = 0; pass < 2; ++pass) {
-      for (size_t r = 0; r < running.size(); ++r) {
-        const int id = running[r];
-        Seq& s = seqs[id];
-        int n = static_cast<int>(s.tokens.size()) - s.num_computed;
-        const bool is_decode = n == 1 && s.num_computed > 0;
-        if (is_decode != (pass == 0)) continue;
-        if (options_.prefill_chunk > 0) n = std::min(n, options_.prefill_chunk);
-        n = std::min(n, budget);
-        if (n <= 0) continue;
-        // Grow the block table; preempt the most recently admitted sequences if needed.
-        const int need = BlocksFor(s.num_computed + n, bs) - static_cast<int>(s.blocks.size());
-        bool preempted_self = false;
-        while (need > 0 && !pool.CanAllocate(need)) {
-          const int victim = running.back();
-          // Never preempt a sequence already scheduled in this step.
-          if (std::find(scheduled.begin(), scheduled.end(), victim) != scheduled.end()) break;
-          running.pop_back();
-          if (absl::Status st = release(seqs[victim]); !st.ok()) return st;
-          waiting.push_front(victim);
-          ++stats_.preemptions;
-          if (victim == id) {
-            preempted_self = true;
-            break;
-          }
-        }
-        if (preempted_self) break;
-        if (need > 0) {
-          auto more = pool.Allocate(need);
-          if (!more.ok()) continue;  // everything left is scheduled: wait for the next step
-          s.blocks.insert(s.blocks.end(), more->begin(), more->end());
-        }
-        scheduled.push_back(id);
-        chunk_len.push_back(n);
-        budget -= n;
-      }
+    if (absl::Status st = ScheduleStep(&state, options_, bs, &stats_, &scheduled, &chunk_len);
+        !st.ok()) {
+      return st;
     }
     if (scheduled.empty()) continue;
 
     std::vector<SequenceChunk> batch(scheduled.size());
     for (size_t i = 0; i < scheduled.size(); ++i) {
-      Seq& s = seqs[scheduled[i]];
+      Seq& s = state.seqs[scheduled[i]];
       batch[i].tokens = std::span<const int>(s.tokens).subspan(s.num_computed, chunk_len[i]);
       batch[i].start_pos = s.num_computed;
       batch[i].block_table = s.blocks;
@@ -284,56 +398,12 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
                                         : model_->Forward(batch, &*cache, &logits);
     if (!st.ok()) return st;
     ++stats_.steps;
-
-    std::vector<int> done;
-    for (size_t i = 0; i < scheduled.size(); ++i) {
-      Seq& s = seqs[scheduled[i]];
-      s.num_computed += chunk_len[i];
-      if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
-      std::span<const float> row(logits.data() + i * config.vocab_size, config.vocab_size);
-      const int token =
-          Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
-      s.tokens.push_back(token);
-      ++s.generated;
-      ++stats_.generated_tokens;
-      GenerationOutput& out = outputs[s.index];
-      out.tokens.push_back(token);
-      if (s.req->sampling.logprobs) {
-        out.logprobs.push_back(ComputeLogprobs(row, token, s.req->sampling.top_logprobs));
-      }
-      if (!first_token_seen && s.index == 0) {
-        first_token_seen = true;
-        stats_.first_token_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-      }
-      std::optional<FinishReason> reason =
-          CheckFinish(config, *s.req, token, s.generated, static_cast<int>(s.tokens.size()));
-      const bool is_eos = reason == FinishReason::kStop;
-      bool stopped_by_string = false;
-      if (is_eos) {
-        if (on_token) on_token(s.index, token, "");
-      } else {
-        std::string emit;
-        if (s.decoder) {
-          emit = s.stop->Add(s.decoder->Add(token), &stopped_by_string);
-          out.text += emit;
-        }
-        if (on_token) on_token(s.index, token, emit);
-        if (stopped_by_string) reason = FinishReason::kStop;
-      }
-      if (reason) {
-        if (absl::Status st = finish(s, *reason, !is_eos && !stopped_by_string); !st.ok())
-          return st;
-        done.push_back(s.index);
-      }
-    }
-    if (!done.empty()) {
-      std::erase_if(running,
-                    [&](int id) { return std::find(done.begin(), done.end(), id) != done.end(); });
-    }
+    st = SampleStep(&state, config, scheduled, chunk_len, logits, on_token, &stats_);
+    if (!st.ok()) return st;
   }
-  if (!pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
+  if (!state.pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
   stats_.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return outputs;
+  return std::move(state.outputs);
 }
 
 absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/block_pool.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
-#include "engine/output_constraint.h"
-#include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/sampling/output_constraint.h"
+#include "engine/sampling/sampler.h"
+#include "text/tokenizer.h"
 
 namespace tandem {
 
@@ -59,11 +59,11 @@ struct GeneratorOptions {
                                // sequence per step (chunked prefill)
   int max_step_tokens = 8192;  // token budget of one forward call
   int64_t max_kv_bytes = int64_t{8} << 30;
-  DType kv_dtype = DType::kF32;  // the KV cache (engine/kv_cache.h)
+  DType kv_dtype = DType::kF32;  // the KV cache (engine/kv/kv_cache.h)
   // Not owned. When set, steps run on it (e.g. the CUDA device model) with its own KV cache:
   // block_size, num_blocks and max_kv_bytes above are then unused.
   ModelRunner* runner = nullptr;
-  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
+  // Compiles requests' json_schema for the model's vocabulary (engine/sampling/output_constraint.h);
   // without it a request asking for structured output is refused.
   std::shared_ptr<OutputConstraints> constraints;
 

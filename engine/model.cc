@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "engine/gguf.h"
+#include "formats/gguf.h"
 #include "kernels/quant.h"
 
 namespace tandem {

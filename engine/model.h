@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/kv_cache.h"
-#include "engine/mapped_file.h"
-#include "engine/model_config.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_config.h"
+#include "formats/mapped_file.h"
 #include "kernels/backend.h"
 
 namespace tandem {
@@ -114,7 +114,7 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
 class GgufFile;
-// GGUF file (engine/gguf.h): architectures llama, mistral and qwen2; from a path or a file
+// GGUF file (formats/gguf.h): architectures llama, mistral and qwen2; from a path or a file
 // already read.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);

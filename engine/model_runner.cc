@@ -4,9 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "engine/cuda/step_plan.h"
 #include "kernels/backend_loader.h"
-#include "kernels/cuda/step_plan.h"
-#include "kv_transfer/kv_pack.h"
 
 namespace tandem {
 namespace {
@@ -21,18 +20,8 @@ class CpuModelRunner : public ModelRunner {
                        const std::function<void(int)>& on_layer_kv) override {
     return model_->Forward(batch, &cache_, logits, on_layer_kv);
   }
-  absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table, int token_start,
-                                     int token_count) override {
-    return GatherKv(cache_, layer, block_table, token_start, token_count);
-  }
-  KvChunkHeader MakeHeader(uint64_t request_id, int layer, int token_start,
-                           int token_count) const override {
-    return MakeKvChunkHeader(cache_, request_id, layer, token_start, token_count);
-  }
-  absl::Status UnpackKv(std::span<const char> payload, const KvChunkHeader& h,
-                        std::span<const int> block_table) override {
-    return ScatterKv(payload, h, block_table, &cache_);
-  }
+  KvCache* host_kv_cache() override { return &cache_; }
+  int kv_width() const override { return static_cast<int>(cache_.width()); }
 
  private:
   const Model* model_;
@@ -86,38 +75,21 @@ class CudaModelRunner : public ModelRunner {
     return RunMarshalled(rows, row_params_.data(), nullptr, tokens->data());
   }
 
-  absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table, int token_start,
-                                     int token_count) override {
-    if (token_count <= 0 || token_start < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("kv chunk: bad token range start %d count %d", token_start, token_count));
-    }
-    std::string out(2 * static_cast<size_t>(token_count) * config_.kv_dim() * sizeof(float), '\0');
+  int kv_width() const override { return config_.kv_dim(); }
+  absl::Status CopyKvOut(int layer, std::span<const int> block_table, int token_start,
+                         int token_count, float* out) override {
     if (int rc = api_->model_pack_kv(model_, layer, block_table.data(),
                                      static_cast<int>(block_table.size()), token_start, token_count,
-                                     reinterpret_cast<float*>(out.data()))) {
+                                     out)) {
       return CudaError(api_, rc, "kv chunk (cuda pack)");
     }
-    return out;
+    return absl::OkStatus();
   }
-  KvChunkHeader MakeHeader(uint64_t request_id, int layer, int token_start,
-                           int token_count) const override {
-    return MakeKvChunkHeader(config_.kv_dim(), request_id, layer, token_start, token_count);
-  }
-  absl::Status UnpackKv(std::span<const char> payload, const KvChunkHeader& h,
-                        std::span<const int> block_table) override {
-    if (absl::Status s = CheckKvChunk(h, config_.kv_dim()); !s.ok()) return s;
-    if (h.token_count == 0 || h.token_count > (1u << 30) || h.token_start > (1u << 30)) {
-      return absl::InvalidArgumentError("kv chunk: bad token range");
-    }
-    if (absl::Status s = CheckKvPayload(h, payload.size()); !s.ok()) return s;
-    // The payload is not necessarily float-aligned: copy it.
-    std::vector<float> wire(payload.size() / sizeof(float));
-    std::memcpy(wire.data(), payload.data(), payload.size());
-    if (int rc = api_->model_unpack_kv(model_, static_cast<int>(h.layer), block_table.data(),
-                                       static_cast<int>(block_table.size()),
-                                       static_cast<int>(h.token_start),
-                                       static_cast<int>(h.token_count), wire.data())) {
+  absl::Status CopyKvIn(int layer, std::span<const int> block_table, int token_start,
+                        int token_count, const float* in) override {
+    if (int rc = api_->model_unpack_kv(model_, layer, block_table.data(),
+                                       static_cast<int>(block_table.size()), token_start,
+                                       token_count, in)) {
       return CudaError(api_, rc, "kv chunk (cuda unpack)");
     }
     return absl::OkStatus();

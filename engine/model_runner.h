@@ -1,5 +1,5 @@
 // What the prefill and decode engines run a model on: the forward pass plus the paged KV cache
-// it writes, with the cache's KV packing for transfer. Two implementations:
+// it writes, exposed for KV transfer to pack. Two implementations:
 //   - the CPU runner: Model::Forward over a host KvCache (the reference; unchanged behaviour);
 //   - the CUDA runner: the device-resident model of libtandem_cuda.so (kernels/cuda/
 //     cuda_api.h model_*), weights and KV cache on the GPU, loaded at run time.
@@ -15,10 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
-#include "kv_transfer/wire.h"
+#include "engine/sampling/sampler.h"
 
 namespace tandem {
 
@@ -36,9 +35,9 @@ class ModelRunner {
   virtual absl::Status Forward(std::span<const SequenceChunk> batch, std::vector<float>* logits,
                                const std::function<void(int layer)>& on_layer_kv = nullptr) = 0;
 
-  // Forward, then each logit row sampled where the logits are (engine/sampler.h Sample with
-  // params[row] at positions[row]): only the tokens come back. For runners whose logits live on
-  // a device (samples_on_device()); the others answer UNIMPLEMENTED.
+  // Forward, then each logit row sampled where the logits are (engine/sampling/sampler.h Sample
+  // with params[row] at positions[row]): only the tokens come back. For runners whose logits live
+  // on a device (samples_on_device()); the others answer UNIMPLEMENTED.
   virtual bool samples_on_device() const { return false; }
   virtual absl::Status ForwardSample(std::span<const SequenceChunk> batch,
                                      std::span<const SamplingParams> params,
@@ -47,13 +46,22 @@ class ModelRunner {
     return absl::UnimplementedError("this runner samples on the host from the logits");
   }
 
-  // GatherKv / MakeKvChunkHeader / ScatterKv (kv_transfer/kv_pack.h) over the runner's cache.
-  virtual absl::StatusOr<std::string> PackKv(int layer, std::span<const int> block_table,
-                                             int token_start, int token_count) = 0;
-  virtual KvChunkHeader MakeHeader(uint64_t request_id, int layer, int token_start,
-                                   int token_count) const = 0;
-  virtual absl::Status UnpackKv(std::span<const char> payload, const KvChunkHeader& h,
-                                std::span<const int> block_table) = 0;
+  // The runner's KV cache, for KV transfer to pack and unpack (kv_transfer/runner_kv.h).
+  // A cache in host memory is handed out as is; a device cache is float32 of kv_width() elements
+  // per token row, reached by copies.
+  virtual KvCache* host_kv_cache() { return nullptr; }
+  virtual int kv_width() const = 0;
+  // Device caches: K rows then V rows [2, token_count, kv_width()] of tokens [token_start,
+  // token_start + token_count) of `layer` through `block_table`, copied out of (into) the cache.
+  // INVALID_ARGUMENT for a layer, range or block outside the cache, before anything is copied.
+  virtual absl::Status CopyKvOut(int layer, std::span<const int> block_table, int token_start,
+                                 int token_count, float* out) {
+    return absl::UnimplementedError("this runner's KV cache is in host memory");
+  }
+  virtual absl::Status CopyKvIn(int layer, std::span<const int> block_table, int token_start,
+                                int token_count, const float* in) {
+    return absl::UnimplementedError("this runner's KV cache is in host memory");
+  }
 };
 
 // The CPU runner over `model` (which must outlive it) and `cache`.
@@ -67,7 +75,7 @@ struct CudaRunnerOptions {
   int max_seqs = 64;            // sequences per step
   int max_logit_rows = 0;       // logit rows per step (all_logits chunks); 0: max_seqs
   bool use_graphs = true;       // decode-only steps as CUDA graphs per batch bucket
-  // The KV cache dtype (engine/kv_cache.h). The CUDA device model keeps f32 and refuses others.
+  // The KV cache dtype (engine/kv/kv_cache.h). The CUDA device model keeps f32 and refuses others.
   DType kv_dtype = DType::kF32;
 
   absl::Status Validate() const;

@@ -1,12 +1,12 @@
-// Fuzzes the Jinja2 chat-template engine (engine/chat_template/chat_template.h): the input is a
+// Fuzzes the Jinja2 chat-template engine (text/chat_template/chat_template.h): the input is a
 // template; one that parses is rendered with a small chat (a system, user, assistant and tool
 // message, tools, add_generation_prompt) under tight limits. Any error must be a status.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-#include "engine/chat_template/chat_template.h"
 #include "nlohmann/json.hpp"
+#include "text/chat_template/chat_template.h"
 
 namespace {
 

@@ -13,13 +13,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/mapped_file.h"
-#include "engine/safetensors.h"
-#include "engine/tokenizer/hf_tokenizer.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
 #include "kv_transfer/wire.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.pb.h"
 #include "tests/engine/gguf_writer.h"
+#include "text/tokenizer/hf_tokenizer.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-// Fuzzes the GGUF reader (engine/gguf.h) with whole files held in memory: the header, typed
+// Fuzzes the GGUF reader (formats/gguf.h) with whole files held in memory: the header, typed
 // metadata (strings, arrays, nested arrays), tensor infos and the data. Every tensor the parser
 // accepts must lie inside the file (its first and last bytes are read so ASan would catch one
 // that does not, and a known quantized type's first block is dequantized); the model config
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/mapped_file.h"
 #include "engine/model.h"
+#include "formats/gguf.h"
+#include "formats/mapped_file.h"
 #include "kernels/quant.h"
+#include "text/gguf_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto file = tandem::MappedFile::FromString(

@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "router/ingress.h"
 #include "tandem/v1/generation.pb.h"
+#include "text/load_tokenizer.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "engine/mapped_file.h"
 #include "engine/model.h"
+#include "formats/mapped_file.h"
 
 namespace {
 

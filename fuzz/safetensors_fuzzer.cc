@@ -1,4 +1,4 @@
-// Fuzzes the safetensors parser (engine/safetensors.h) with whole files held in memory: the
+// Fuzzes the safetensors parser (formats/safetensors.h) with whole files held in memory: the
 // 8-byte header length, the JSON header and the tensor data. Every tensor the parser accepts
 // must lie inside the file; its first and last bytes are read so ASan would catch a view that
 // does not.
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/mapped_file.h"
-#include "engine/safetensors.h"
+#include "formats/mapped_file.h"
+#include "formats/safetensors.h"
 #include "kernels/dtype.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

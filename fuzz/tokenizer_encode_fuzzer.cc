@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer/hf_tokenizer.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer/hf_tokenizer.h"
 
 namespace {
 

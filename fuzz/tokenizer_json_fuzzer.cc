@@ -1,4 +1,4 @@
-// Fuzzes tokenizer.json loading (engine/tokenizer/hf_tokenizer.h FromJson) and then uses what
+// Fuzzes tokenizer.json loading (text/tokenizer/hf_tokenizer.h FromJson) and then uses what
 // loaded: encodes a few texts (added tokens, byte fallback, Unicode, whitespace runs) and
 // decodes ids around the vocabulary, each way the server does (Encode, Decode with options,
 // IncrementalDecoder).
@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/tokenizer.h"
-#include "engine/tokenizer/hf_tokenizer.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer/hf_tokenizer.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "engine/mapped_file.h"
+#include "formats/mapped_file.h"
 #include "http/http_listener.h"
 #include "router/router.h"
 #include "security/secure_socket.h"

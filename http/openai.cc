@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/output_constraint.h"
-#include "engine/sampler.h"
+#include "engine/sampling/output_constraint.h"
+#include "engine/sampling/sampler.h"
 #include "http/json_limits.h"
 #include "structured/json_schema.h"
 
@@ -457,10 +457,8 @@ void LogUnknownFields(const Json& body) {
   }
 }
 
-}  // namespace
-
-absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
-                                     const ServedModel& model, uint64_t random_seed) {
+// The request body as a JSON object, within the JSON size and nesting limits.
+absl::StatusOr<Json> ParseBody(std::string_view body_text) {
   if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
   Json body;
   try {
@@ -471,20 +469,12 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
   }
   if (!body.is_object())
     return absl::InvalidArgumentError("the request body must be a JSON object");
-  LogUnknownFields(body);
-  Request r;
-  r.endpoint = endpoint;
-  const bool chat = endpoint == Endpoint::kChatCompletions;
+  return body;
+}
 
-  if (const Json* v = Field(body, "model")) {
-    if (!v->is_string()) return Invalid("model", "must be a string");
-    if (v->get<std::string>() != model.id) {
-      return absl::NotFoundError(
-          absl::StrFormat("model: the model '%s' does not exist (this server has '%s')",
-                          v->get<std::string>(), model.id));
-    }
-  }
-  if (absl::Status s = CheckUnsupported(body, endpoint); !s.ok()) return s;
+// n, and completions' best_of and echo (left as they are when absent).
+absl::Status ParseChoiceCounts(const Json& body, bool chat, int* n_out, int* best_of_out,
+                               bool* echo) {
   int n = 1;
   if (const Json* v = Field(body, "n")) {
     auto x = GetInt(*v, "n", 1, kMaxChoices);
@@ -504,46 +494,81 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     if (chat) return Invalid("echo", "is a completions parameter");
     auto b = GetBool(*v, "echo");
     if (!b.ok()) return b.status();
-    r.echo = *b;
+    *echo = *b;
   }
+  *n_out = n;
+  *best_of_out = best_of;
+  return absl::OkStatus();
+}
 
-  v1::GenerateRequest& g = r.generate;
-  std::vector<Json> prompts;
+// The input of r->generate: chat's messages through the chat template, or the first of
+// completions' prompts (all of which go to `prompts`).
+absl::Status SetInput(const Json& body, const ServedModel& model, bool chat, int n, int best_of,
+                      Request* r, std::vector<Json>* prompts) {
+  v1::GenerateRequest& g = r->generate;
   if (chat) {
-    if (absl::Status s = SetChatPrompt(body, model, &g, &r.parse_tool_calls); !s.ok()) return s;
+    if (absl::Status s = SetChatPrompt(body, model, &g, &r->parse_tool_calls); !s.ok()) return s;
   } else {
     const Json* prompt = Field(body, "prompt");
     if (prompt == nullptr) return Invalid("prompt", "is required");
     auto list = PromptList(*prompt);
     if (!list.ok()) return list.status();
-    prompts = *std::move(list);
-    if (prompts.size() * best_of > static_cast<size_t>(kMaxChoices)) {
+    *prompts = *std::move(list);
+    if (prompts->size() * best_of > static_cast<size_t>(kMaxChoices)) {
       return Invalid(best_of > n ? "best_of" : "n",
-                     absl::StrFormat("%d prompts x %d gives more than %d choices", prompts.size(),
+                     absl::StrFormat("%d prompts x %d gives more than %d choices", prompts->size(),
                                      best_of, kMaxChoices));
     }
-    if (absl::Status s = SetPrompt(prompts[0], &g); !s.ok()) return s;
+    if (absl::Status s = SetPrompt((*prompts)[0], &g); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
 
+// max_tokens (or chat's max_completion_tokens) of r->generate, whose input is set.
+absl::Status SetMaxTokens(const Json& body, const ServedModel& model, bool chat, Request* r) {
+  v1::GenerateRequest& g = r->generate;
   // max_tokens: OpenAI's default is 16 for completions; chat runs to the end of the context
   // (bounded by chat_default_max_tokens).
   const Json* max_tokens = nullptr;
   if (chat) max_tokens = Field(body, "max_completion_tokens");
   if (max_tokens != nullptr) {
-    r.max_tokens_param = "max_completion_tokens";
+    r->max_tokens_param = "max_completion_tokens";
   } else {
     max_tokens = Field(body, "max_tokens");
   }
   if (max_tokens != nullptr) {
-    auto n = GetInt(*max_tokens, r.max_tokens_param, kInt32Min, kInt32Max);
+    auto n = GetInt(*max_tokens, r->max_tokens_param, kInt32Min, kInt32Max);
     if (!n.ok()) return n.status();
     g.set_max_tokens(static_cast<int32_t>(*n));
   } else {
     const int rest = model.max_context - g.tokens().ids_size();
     g.set_max_tokens(chat ? std::clamp(rest, 1, model.chat_default_max_tokens) : 16);
   }
+  return absl::OkStatus();
+}
 
-  v1::SamplingParams* s = g.mutable_sampling();
+// logit_bias: token ids (as strings) to biases.
+absl::Status SetLogitBias(const Json& v, v1::SamplingParams* s) {
+  if (!v.is_object()) {
+    return Invalid("logit_bias", absl::StrCat("must be an object, got ", TypeName(v)));
+  }
+  for (const auto& [key, bias] : v.items()) {
+    int64_t id = -1;
+    if (key.empty() || key.size() > 10 ||
+        !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        (id = std::stoll(key)) > kInt32Max) {
+      return Invalid("logit_bias", "keys must be token ids (non-negative integers as strings)");
+    }
+    auto b = GetNumber(bias, "logit_bias");
+    if (!b.ok()) return b.status();
+    (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(*b);
+  }
+  return absl::OkStatus();
+}
+
+// The sampling parameters: temperature, top_p, top_k, seed (`random_seed` when absent), the
+// logit processors and response_format.
+absl::Status SetSampling(const Json& body, uint64_t random_seed, v1::SamplingParams* s) {
   if (const Json* v = Field(body, "temperature")) {
     auto t = GetNumber(*v, "temperature");
     if (!t.ok()) return t.status();
@@ -571,7 +596,7 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     s->set_seed(random_seed);
   }
 
-  // The logit processors (engine/sampler.h); the router checks the ranges and ids.
+  // The logit processors (engine/sampling/sampler.h); the router checks the ranges and ids.
   for (auto [key, setter] :
        {std::pair{"presence_penalty", &v1::SamplingParams::set_presence_penalty},
         std::pair{"frequency_penalty", &v1::SamplingParams::set_frequency_penalty},
@@ -588,25 +613,16 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     s->set_min_tokens(static_cast<int32_t>(*n));
   }
   if (const Json* v = Field(body, "logit_bias")) {
-    if (!v->is_object()) {
-      return Invalid("logit_bias", absl::StrCat("must be an object, got ", TypeName(*v)));
-    }
-    for (const auto& [key, bias] : v->items()) {
-      int64_t id = -1;
-      if (key.empty() || key.size() > 10 ||
-          !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
-          (id = std::stoll(key)) > kInt32Max) {
-        return Invalid("logit_bias", "keys must be token ids (non-negative integers as strings)");
-      }
-      auto b = GetNumber(bias, "logit_bias");
-      if (!b.ok()) return b.status();
-      (*s->mutable_logit_bias())[static_cast<int32_t>(id)] = static_cast<float>(*b);
-    }
+    if (absl::Status st = SetLogitBias(*v, s); !st.ok()) return st;
   }
   if (const Json* v = Field(body, "response_format")) {
     if (absl::Status st = SetResponseFormat(*v, s); !st.ok()) return st;
   }
+  return absl::OkStatus();
+}
 
+// Chat's logprobs and top_logprobs, or completions' logprobs (alternatives per token).
+absl::Status SetLogprobs(const Json& body, bool chat, v1::SamplingParams* s) {
   if (chat) {
     if (const Json* v = Field(body, "logprobs")) {
       auto b = GetBool(*v, "logprobs");
@@ -626,14 +642,18 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
     s->set_logprobs(true);
     s->set_top_logprobs(static_cast<int32_t>(*n));
   }
+  return absl::OkStatus();
+}
 
+// stop (one string or a list) and ignore_eos.
+absl::Status SetStop(const Json& body, v1::GenerateRequest* g) {
   if (const Json* v = Field(body, "stop")) {
     if (v->is_string()) {
-      g.add_stop(v->get<std::string>());
+      g->add_stop(v->get<std::string>());
     } else if (v->is_array()) {
       for (const Json& x : *v) {
         if (!x.is_string()) return Invalid("stop", "must be a string or a list of strings");
-        g.add_stop(x.get<std::string>());
+        g->add_stop(x.get<std::string>());
       }
     } else {
       return Invalid("stop", "must be a string or a list of strings");
@@ -642,14 +662,19 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
   if (const Json* v = Field(body, "ignore_eos")) {
     auto b = GetBool(*v, "ignore_eos");
     if (!b.ok()) return b.status();
-    g.set_ignore_eos(*b);
+    g->set_ignore_eos(*b);
   }
+  return absl::OkStatus();
+}
 
-  if (r.echo && s->logprobs()) return Invalid("echo", "with logprobs is not supported");
-
+// Fills r->choices from r->generate: every prompt best_of times (chat has one prompt, the one
+// r->generate holds).
+absl::Status AddChoices(bool chat, int n, int best_of, std::vector<Json> prompts, Request* r) {
+  v1::GenerateRequest& g = r->generate;
+  v1::SamplingParams* s = g.mutable_sampling();
   // The choices: every prompt best_of (n) times, choice i of a prompt with seed
   // ChoiceSeed(seed, i). Picking the best needs every candidate's log-probabilities.
-  r.want_logprobs = s->logprobs();
+  r->want_logprobs = s->logprobs();
   if (best_of > n) s->set_logprobs(true);
   if (chat) prompts.push_back(Json());
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -660,27 +685,74 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
         if (absl::Status st = SetPrompt(prompts[p], &c); !st.ok()) return st;
       }
       c.mutable_sampling()->set_seed(ChoiceSeed(g.sampling().seed(), i));
-      r.choices.push_back(std::move(c));
+      r->choices.push_back(std::move(c));
     }
   }
-  r.n = n;
-  r.best_of = best_of;
+  return absl::OkStatus();
+}
 
+// stream and stream_options.
+absl::Status SetStreaming(const Json& body, int n, int best_of, Request* r) {
   if (const Json* v = Field(body, "stream")) {
     auto b = GetBool(*v, "stream");
     if (!b.ok()) return b.status();
-    r.stream = *b;
-    if (r.stream && best_of > n) return Invalid("best_of", "cannot be streamed (best_of > n)");
+    r->stream = *b;
+    if (r->stream && best_of > n) return Invalid("best_of", "cannot be streamed (best_of > n)");
   }
   if (const Json* v = Field(body, "stream_options")) {
-    if (!r.stream) return Invalid("stream_options", "is only allowed when stream is true");
+    if (!r->stream) return Invalid("stream_options", "is only allowed when stream is true");
     if (!v->is_object()) return Invalid("stream_options", "must be an object");
     if (const Json* u = Field(*v, "include_usage")) {
       auto b = GetBool(*u, "stream_options.include_usage");
       if (!b.ok()) return b.status();
-      r.include_usage = *b;
+      r->include_usage = *b;
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
+                                     const ServedModel& model, uint64_t random_seed) {
+  absl::StatusOr<Json> parsed = ParseBody(body_text);
+  if (!parsed.ok()) return parsed.status();
+  const Json& body = *parsed;
+  LogUnknownFields(body);
+  Request r;
+  r.endpoint = endpoint;
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+
+  if (const Json* v = Field(body, "model")) {
+    if (!v->is_string()) return Invalid("model", "must be a string");
+    if (v->get<std::string>() != model.id) {
+      return absl::NotFoundError(
+          absl::StrFormat("model: the model '%s' does not exist (this server has '%s')",
+                          v->get<std::string>(), model.id));
+    }
+  }
+  if (absl::Status s = CheckUnsupported(body, endpoint); !s.ok()) return s;
+  int n = 1;
+  int best_of = 1;
+  if (absl::Status s = ParseChoiceCounts(body, chat, &n, &best_of, &r.echo); !s.ok()) return s;
+
+  std::vector<Json> prompts;
+  if (absl::Status s = SetInput(body, model, chat, n, best_of, &r, &prompts); !s.ok()) return s;
+  if (absl::Status s = SetMaxTokens(body, model, chat, &r); !s.ok()) return s;
+
+  v1::GenerateRequest& g = r.generate;
+  v1::SamplingParams* s = g.mutable_sampling();
+  if (absl::Status st = SetSampling(body, random_seed, s); !st.ok()) return st;
+  if (absl::Status st = SetLogprobs(body, chat, s); !st.ok()) return st;
+  if (absl::Status st = SetStop(body, &g); !st.ok()) return st;
+
+  if (r.echo && s->logprobs()) return Invalid("echo", "with logprobs is not supported");
+
+  if (absl::Status st = AddChoices(chat, n, best_of, std::move(prompts), &r); !st.ok()) return st;
+  r.n = n;
+  r.best_of = best_of;
+
+  if (absl::Status st = SetStreaming(body, n, best_of, &r); !st.ok()) return st;
   return r;
 }
 

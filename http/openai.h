@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/chat_template/chat_template.h"
-#include "engine/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tandem/v1/generation.pb.h"
+#include "text/chat_template/chat_template.h"
+#include "text/tokenizer.h"
 
 namespace tandem::openai {
 
@@ -47,7 +47,7 @@ struct Request {
   // The first choice's generation (the first prompt, seed as given); what the errors name.
   v1::GenerateRequest generate;
   // Every choice, in OpenAI's order (prompt-major: index = prompt * n + i); choices[0] is
-  // `generate`, choice i of a prompt has seed ChoiceSeed(seed, i) (engine/sampler.h).
+  // `generate`, choice i of a prompt has seed ChoiceSeed(seed, i) (engine/sampling/sampler.h).
   std::vector<v1::GenerateRequest> choices;
   int n = 1;
   // Completions' best_of: each prompt has this many candidates (choices holds them all), of

@@ -1,6 +1,6 @@
 // CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of every KV frame. Uses the
 // SSE4.2 crc32 instruction when the CPU has it, else a table-driven software path; both give the
-// same value.
+// same value. Written here because the Debian Abseil (20220623) has no absl/crc.
 #ifndef TANDEM_KV_TRANSFER_CRC32C_H_
 #define TANDEM_KV_TRANSFER_CRC32C_H_
 

@@ -1,7 +1,7 @@
 // Copies KV rows between a paged cache and the contiguous wire layout of one chunk. These are
 // the CPU twins of the CUDA pack/unpack kernels.
 //
-// Paged side (engine/kv_cache.h): per layer K and V each [num_blocks, block_size, width] of the
+// Paged side (engine/kv/kv_cache.h): per layer K and V each [num_blocks, block_size, width] of the
 // cache dtype; token t of a sequence lives in block block_table[t / block_size], row
 // t % block_size. Wire side (kv_transfer/wire.h): K [token_count, width] then V [token_count,
 // width], then (fp8) the scales.
@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/kv_cache.h"
 #include "kv_transfer/wire.h"
 
 namespace tandem {

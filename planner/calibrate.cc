@@ -11,9 +11,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/machine_probe.h"
 

@@ -12,8 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
-#include "engine/model_writer.h"
 #include "planner/parallel.h"
 
 namespace tandem::planner {

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "engine/block_pool.h"
+#include "engine/kv/block_pool.h"
 #include "router/registry.h"
 
 namespace tandem::planner {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model_config.h"
-#include "engine/scheduler.h"
+#include "engine/loaders/model_config.h"
+#include "engine/scheduling/scheduler.h"
 #include "planner/cost_model.h"
 #include "planner/workload.h"
 
@@ -36,8 +36,8 @@ struct ClusterSpec {
   int block_size = 16;
   PrefillScheduler::Options prefill_scheduler;
   int max_running = 256;
-  // The decode workers' on-demand blocks (engine/scheduler.h): the watermark admission keeps
-  // free, and the tokens of preempted sequences recomputed per step.
+  // The decode workers' on-demand blocks (engine/scheduling/scheduler.h): the watermark admission
+  // keeps free, and the tokens of preempted sequences recomputed per step.
   double decode_watermark = 0.01;
   int recompute_budget = 512;
   bool prefix_cache = true;

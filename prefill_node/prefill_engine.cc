@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
 #include "kv_transfer/kv_pack.h"
+#include "kv_transfer/runner_kv.h"
 
 namespace tandem {
 
@@ -193,9 +194,9 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
 }
 
 absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count) {
-  auto payload = runner_->PackKv(layer, job.blocks, start, count);
+  auto payload = PackRunnerKv(*runner_, layer, job.blocks, start, count);
   if (!payload.ok()) return payload.status();
-  KvChunkHeader h = runner_->MakeHeader(job.id, layer, start, count);
+  KvChunkHeader h = MakeRunnerKvHeader(*runner_, job.id, layer, start, count);
   const size_t bytes = payload->size();
   if (job.first_send == absl::InfinitePast()) job.first_send = absl::Now();
   absl::Status s = sender_->Send(job.target, h, std::move(*payload));

@@ -16,14 +16,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/block_pool.h"
 #include "engine/fault_injection.h"
-#include "engine/kv_cache.h"
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
-#include "engine/output_constraint.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "engine/sampling/output_constraint.h"
+#include "engine/sampling/sampler.h"
+#include "engine/scheduling/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 
@@ -40,8 +40,9 @@ struct PrefillEngineOptions {
   // "cpu": the model's CPU forward pass over a host KV cache; "cuda": the device model
   // (engine/model_runner.h), capacities from num_blocks, block_size and the scheduler.
   std::string device = "cpu";
-  // Compiles requests' json_schema for the model's vocabulary (engine/output_constraint.h);
-  // without it a request asking for structured output is refused.
+  // Compiles requests' json_schema for the model's vocabulary
+  // (engine/sampling/output_constraint.h); without it a request asking for structured output is
+  // refused.
   std::shared_ptr<OutputConstraints> constraints;
 
   absl::Status Validate() const;

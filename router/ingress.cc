@@ -15,7 +15,7 @@ absl::Status Invalid(std::string_view field, std::string_view why) {
   return absl::InvalidArgumentError(absl::StrFormat("%s: %s", field, why));
 }
 
-// One definition of well-formed UTF-8 for the whole project (engine/tokenizer.h).
+// One definition of well-formed UTF-8 for the whole project (text/tokenizer.h).
 bool ValidUtf8(std::string_view s) { return ToValidUtf8(s) == s; }
 
 }  // namespace

@@ -5,9 +5,9 @@
 
 #include "absl/status/statusor.h"
 #include "engine/generator.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
+#include "engine/loaders/model_config.h"
 #include "tandem/v1/generation.pb.h"
+#include "text/tokenizer.h"
 
 namespace tandem {
 

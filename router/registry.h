@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace tandem {
 

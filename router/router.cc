@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "engine/block_pool.h"
-#include "engine/stop.h"
+#include "engine/kv/block_pool.h"
+#include "engine/sampling/stop.h"
 #include "rpc/grpc_util.h"
 
 namespace tandem {
@@ -437,154 +437,42 @@ bool WorkerFault(const grpc::Status& s) {
 
 }  // namespace
 
-// One request, over as many attempts as faults require. An attempt admits `prompt + tokens
-// streamed so far` on a decode worker, prefills it on a prefill worker and relays the decode
-// worker's tokens; when a worker dies or the KV transfer fails, the next attempt resumes after
-// the last token the client has, on workers that have not failed this request. Sampling is
-// keyed by (seed, position), so the resumed tokens are the ones the failed worker would have
-// produced.
-grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCall& call) {
-  const absl::Time t0 = absl::Now();
-  if (draining_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "router is draining (shutting down); send to another replica");
-  }
-  auto parsed = ValidateGenerateRequest(req, config_, *tokenizer_, options_.limits);
-  if (!parsed.ok()) return ToGrpc(parsed.status());
-  const GenerationRequest& greq = *parsed;
-  const int prompt_len = static_cast<int>(greq.prompt.size());
+namespace router_internal {
 
-  std::string request_id = req.request_id();
-  if (request_id.empty()) request_id = absl::StrFormat("req-%d", next_request_++);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (static_cast<int>(in_flight_.size()) >= options_.max_in_flight) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrFormat("router: %d requests in flight (the limit); retry after "
-                                          "%d ms",
-                                          options_.max_in_flight, options_.retry_after_ms));
-    }
-    if (!in_flight_.insert(request_id).second) {
-      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          absl::StrFormat("request_id: \"%s\" is already in flight", request_id));
-    }
-  }
-  struct InFlightGuard {
-    Router* r;
-    std::string id;
-    ~InFlightGuard() {
-      {
-        std::lock_guard<std::mutex> lock(r->mu_);
-        r->in_flight_.erase(id);
-      }
-      r->room_cv_.notify_all();
-    }
-  } in_flight_guard{this, request_id};
-  PhaseGauges phase(metrics_);
-  CancelWatcher watcher(cancel_hub_.get(), call.cancelled);
-  // The client's own timer fires first and cancels the stream; our copy of its deadline (sent
-  // as a relative timeout) lands a little later. A cancel that close to the deadline is the
-  // deadline.
-  auto client_gone = [&]() -> grpc::Status {
-    if (absl::Now() + absl::Milliseconds(50) >= call.deadline) {
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
-    }
-    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-  };
-  auto is_gone = [&] {
-    return watcher.cancelled() || (call.cancelled && call.cancelled()) ||
-           absl::Now() >= call.deadline;
-  };
+using DecodeStream = grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>;
 
-  // What the client has been sent (or is about to be): it survives the attempts.
-  IncrementalDecoder detok(tokenizer_.get(), greq.prompt);
-  StopStringMatcher stop(greq.stop_strings);
-  std::vector<int> generated;
-  std::optional<FinishReason> finish;
-  v1::GenerateResponse resp;
-  absl::Time admitted_at;
-  v1::PrefillResponse first_presp;  // the first attempt's prefill (for the timings)
-  // Adds one token (and its logprobs, when asked for) to `resp`; returns true when the request
-  // ends with it.
-  auto add_token = [&](int token, const v1::TokenLogprobs* logprobs) {
-    generated.push_back(token);
-    const int n = static_cast<int>(generated.size());
-    resp.add_token_ids(token);
-    if (logprobs != nullptr && greq.sampling.logprobs) *resp.add_logprobs() = *logprobs;
-    finish = CheckFinish(config_, greq, token, n, prompt_len + n);
-    if (finish == FinishReason::kStop) return true;  // EOS: no text
-    bool stopped = false;
-    resp.mutable_text()->append(stop.Add(detok.Add(token), &stopped));
-    if (stopped) finish = FinishReason::kStop;
-    return finish.has_value();
-  };
-  double ttft = 0;  // router receipt to the first token sent
-  auto finish_response = [&]() {
-    if (*finish != FinishReason::kStop) {
-      bool stopped = false;
-      std::string tail = stop.Add(detok.Flush(), &stopped);
-      if (!stopped) tail += stop.Flush();
-      resp.mutable_text()->append(tail);
-    }
-    resp.set_finish_reason(ToProto(*finish));
-    resp.mutable_usage()->set_prompt_tokens(prompt_len);
-    resp.mutable_usage()->set_completion_tokens(static_cast<int>(generated.size()));
-    v1::Timings* t = resp.mutable_timings();
-    t->set_queue_seconds(absl::ToDoubleSeconds(admitted_at - t0));
-    t->set_prefill_seconds(first_presp.queue_seconds() + first_presp.compute_seconds() +
-                           first_presp.kv_transfer_seconds());
-    t->set_kv_transfer_seconds(first_presp.kv_transfer_seconds());
-    t->set_ttft_seconds(ttft);
-    t->set_e2e_seconds(Since(t0));
-  };
-  // Sends `resp` to the client and counts its tokens: the first one for TTFT, every later one
-  // for the inter-token latency (a message of k tokens spreads its wait over the k).
-  absl::Time last_token_at;
-  auto write = [&]() {
-    if (!call.write(resp)) return false;
-    const int n = resp.token_ids_size();
-    resp.Clear();
-    resp.set_request_id(request_id);
-    if (metrics_ == nullptr || n == 0) return true;
-    const absl::Time now = absl::Now();
-    if (last_token_at == absl::Time()) {
-      metrics_->time_to_first_token.Observe(ttft);
-      phase.Running();  // the first message holds the first token only
-    } else {
-      const double each = absl::ToDoubleSeconds(now - last_token_at) / n;
-      for (int i = 0; i < n; ++i) metrics_->inter_token_latency.Observe(each);
-    }
-    last_token_at = now;
-    metrics_->generation_tokens.Increment(n);
-    return true;
-  };
-  resp.set_request_id(request_id);
+// One request, over as many attempts as faults require, as a transaction with named states:
+//   kAdmit    wait (bounded) for healthy workers, then admit `prompt + tokens streamed so far` on
+//             a decode worker, which leases KV blocks for it;
+//   kPrefill  a prefill worker computes the prompt's KV into that lease and the first token;
+//   kStream   relay the decode worker's tokens to the client;
+//   kResume   after a worker death or a failed KV transfer, back off and start a new attempt
+//             after the last token the client has, on workers that have not failed this
+//             request (sampling is keyed by (seed, position), so the resumed tokens are the
+//             ones the failed worker would have produced);
+//   kFinish   the last message written, the metrics recorded.
+// The router's lock is taken only around registry and queue bookkeeping.
+class GenerateTransaction {
+ public:
+  enum class State { kAdmit, kPrefill, kStream, kResume, kFinish };
 
-  // Workers that failed this request: not picked again for it.
-  std::set<std::string> failed_decode, failed_prefill;
-  auto report = [&](const std::string& worker, std::set<std::string>* failed) {
-    failed->insert(worker);
-    std::lock_guard<std::mutex> lock(mu_);
-    registry_.ReportFailure(worker, absl::Now());
-  };
+  GenerateTransaction(Router* router, const v1::GenerateRequest& req, const StreamCall& call)
+      : r_(router), req_(req), call_(call), t0_(absl::Now()) {}
+  ~GenerateTransaction();
 
-  // One attempt. OK: the request finished and its last message is written. Otherwise the
-  // status says why (Resumable() ones may be retried, unless `final` is set: the request already
-  // waited its bounded time for workers).
-  bool final = false;
-  auto attempt = [&]() -> grpc::Status {
-    std::vector<int> prompt = greq.prompt;
-    prompt.insert(prompt.end(), generated.begin(), generated.end());
-    const int len = static_cast<int>(prompt.size());
-    const int remaining = greq.max_tokens - static_cast<int>(generated.size());
-    const int total_tokens =
-        static_cast<int>(std::min<int64_t>(int64_t{len} + remaining, config_.max_seq_len));
+  grpc::Status Run();
 
-    // 0. A role with no healthy worker (one stalled or restarting) is waited for, in the same
-    //    bounded queue as requests waiting for room: a stall delays requests, it does not fail
-    //    them.
-    const absl::Time queue_until = std::min(call.deadline, absl::Now() + options_.queue_timeout);
-    // Holds a place in the wait queue while the request waits for workers or room.
+ private:
+  // What one attempt holds; destroyed (the decode stream closed, the queue place given back)
+  // when the attempt ends.
+  struct Attempt {
+    explicit Attempt(Router* r) : queued{r} {}
+    std::vector<int> prompt;  // the request's prompt + the tokens already streamed
+    int len = 0;
+    int remaining = 0;     // tokens still allowed
+    int total_tokens = 0;  // what the request may reach: prompt + remaining, within the context
+    absl::Time queue_until;
+    // A place in the router's wait queue, taken while the request waits for workers or room.
     struct QueueSlot {
       Router* r;
       bool held = false;
@@ -593,155 +481,20 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
         std::lock_guard<std::mutex> lock(r->mu_);
         --r->waiting_for_room_;
       }
-    } queued{this};
-    // Under mu_: takes a place in the queue (once); RESOURCE_EXHAUSTED when it is full.
-    auto enqueue = [&]() -> grpc::Status {
-      if (queued.held) return grpc::Status::OK;
-      if (waiting_for_room_ >= options_.max_queued) {
-        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                            absl::StrFormat("no decode worker has room and %d requests are queued "
-                                            "(the limit); retry after %d ms",
-                                            options_.max_queued, options_.retry_after_ms));
-      }
-      ++waiting_for_room_;
-      queued.held = true;
-      return grpc::Status::OK;
-    };
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      for (;;) {
-        const absl::Time now = absl::Now();
-        const bool prefill = registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
-        const bool decode = registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
-        if (prefill && decode) break;
-        if (grpc::Status s = enqueue(); !s.ok()) return s;
-        if (is_gone()) return client_gone();
-        if (now >= queue_until) {
-          final = true;
-          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
-                                              prefill ? "decode" : "prefill",
-                                              absl::FormatDuration(options_.queue_timeout)));
-        }
-        room_cv_.wait_for(lock, std::chrono::milliseconds(20));
-      }
-    }
-
-    // 1. Admission on a decode worker: the stream that lives as long as the request there.
-    //    With no room anywhere the request waits (bounded) for room to free up.
-    std::set<std::string> tried = failed_decode;
+    } queued;
     std::unique_ptr<grpc::ClientContext> d_ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>>
-        d_stream;
+    std::unique_ptr<DecodeStream> d_stream;
     std::string decode_id;
     KvTarget target;
-    grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
-    // Workers refused for room in this round; cleared when the request waits for room.
-    int unavailable = 0;
-    bool widened = false;
-    while (!d_stream) {
-      std::optional<std::string> pick;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        const absl::Time now = absl::Now();
-        // A request that could not fit in any decode worker's whole cache never will.
-        if (const int64_t most = registry_.LargestDecodeTokens(now);
-            most > 0 && most < total_tokens) {
-          final = true;
-          return grpc::Status(
-              grpc::StatusCode::RESOURCE_EXHAUSTED,
-              absl::StrFormat("the request may reach %d tokens (prompt and max_tokens); the "
-                              "largest decode worker's KV cache holds %d",
-                              total_tokens, most));
-        }
-        pick = registry_.PickDecode(len, total_tokens, now, tried);
-        if (!pick && !widened && !failed_decode.empty()) {
-          // Every worker with room failed this request once: a transient fault is retried
-          // anywhere (the registry ejects a worker that keeps failing).
-          widened = true;
-          tried.clear();
-          pick = registry_.PickDecode(len, total_tokens, now, tried);
-        }
-        if (!pick) {
-          // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
-          // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
-          // queue.
-          const bool none_healthy = registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
-          if (grpc::Status s = enqueue(); !s.ok()) return s;
-          if (is_gone()) return client_gone();
-          if (now >= queue_until) {
-            if (none_healthy) {
-              final = true;
-              return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                  "no healthy decode worker within the queue timeout");
-            }
-            return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                absl::StrFormat("no decode worker had room within the queue "
-                                                "timeout; retry after %d ms",
-                                                options_.retry_after_ms));
-          }
-          room_cv_.wait_for(lock, std::chrono::milliseconds(20));
-          tried = failed_decode;
-          continue;
-        }
-      }
-      tried.insert(*pick);
-      if (metrics_) metrics_->routing_decisions(*pick, "decode").Increment();
-      auto address = AddressOf(*pick);
-      if (!address) continue;
-      auto c = std::make_unique<grpc::ClientContext>();
-      c->set_deadline(absl::ToChronoTime(call.deadline));
-      Prove(c.get(), internal_method::kDecode);
-      watcher.Watch(c.get());
-      auto stream = v1::DecodeWorker::NewStub(ChannelFor(*address))->Decode(c.get());
-      v1::DecodeClientMessage admit;
-      v1::DecodeAdmit* a = admit.mutable_admit();
-      a->set_request_id(request_id);
-      a->mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
-      *a->mutable_sampling() = ToProto(greq.sampling);
-      a->set_max_tokens(remaining);
-      a->set_ignore_eos(greq.ignore_eos);
-      a->set_output_tokens(static_cast<int>(generated.size()));
-      v1::DecodeServerMessage reply;
-      grpc::Status refused;
-      if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
-        target = tandem::FromProto(reply.admitted().kv_target());
-        // A prefill worker sends the prompt's KV where the target says: only to the KV
-        // endpoint this decode worker registered, never to an address of its choosing.
-        refused = CheckKvTarget(*pick, target);
-        if (refused.ok()) {
-          d_ctx = std::move(c);
-          d_stream = std::move(stream);
-          decode_id = *pick;
-          std::lock_guard<std::mutex> lock(mu_);
-          registry_.ReportSuccess(*pick);
-          break;
-        }
-        c->TryCancel();
-      }
-      stream->WritesDone();
-      grpc::Status s = stream->Finish();
-      if (!refused.ok()) s = refused;
-      watcher.Unwatch(c.get());
-      if (is_gone()) return client_gone();
-      last_error =
-          s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
-      if (s.ok() || WorkerFault(s)) {
-        report(*pick, &failed_decode);
-        if (++unavailable >= options_.decode_attempts) return last_error;
-      } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-        return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
-      }
-    }
-    if (!d_stream) return last_error;
-    if (admitted_at == absl::Time()) {
-      admitted_at = absl::Now();
-      if (metrics_) metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at - t0));
-    }
-    // Every exit from here closes the decode stream; cancelling it frees the blocks there.
+    v1::PrefillResponse presp;
+    // Closes the decode stream on every exit once admitted; cancelling it frees the blocks
+    // there.
     struct StreamCloser {
+      StreamCloser(grpc::ClientContext* c, DecodeStream* s, CancelWatcher* w) : c(c), s(s), w(w) {}
+      StreamCloser(const StreamCloser&) = delete;
+      StreamCloser& operator=(const StreamCloser&) = delete;
       grpc::ClientContext* c;
-      grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>* s;
+      DecodeStream* s;
       CancelWatcher* w;
       bool finished = false;
       ~StreamCloser() {
@@ -751,187 +504,572 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
         }
         w->Unwatch(c);
       }
-    } closer{d_ctx.get(), d_stream.get(), &watcher};
-    // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
-    // abandoned: its stream is cancelled and the request resumed elsewhere.
-    watcher.WatchWorker(d_ctx.get(), [this, id = decode_id] {
-      std::lock_guard<std::mutex> lock(mu_);
-      const WorkerEntry* w = registry_.Find(id);
-      return w == nullptr || (!registry_.Healthy(*w, absl::Now()) && !w->draining());
-    });
-
-    // 2. Prefill into the lease.
-    const int bs = [&] {
-      std::lock_guard<std::mutex> lock(mu_);
-      return registry_.PrefillBlockSize();
-    }();
-    std::vector<uint64_t> hashes;
-    if (bs > 0) {
-      uint64_t parent = 0;
-      for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
-        hashes.push_back(parent);
-      }
-    }
-    std::optional<std::string> prefill_id;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      prefill_id = registry_.PickPrefill(hashes, absl::Now(), failed_prefill);
-      if (!prefill_id) prefill_id = registry_.PickPrefill(hashes, absl::Now(), {});
-    }
-    if (!prefill_id) {
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
-    }
-    if (metrics_) metrics_->routing_decisions(*prefill_id, "prefill").Increment();
-    auto p_address = AddressOf(*prefill_id);
-    if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
-    v1::PrefillRequest preq;
-    preq.set_request_id(request_id);
-    preq.mutable_prompt_ids()->Add(prompt.begin(), prompt.end());
-    *preq.mutable_sampling() = ToProto(greq.sampling);
-    *preq.mutable_kv_target() = ToProto(target);
-    preq.set_output_tokens(static_cast<int>(generated.size()));
-    v1::PrefillResponse presp;
-    grpc::ClientContext p_ctx;
-    // The prefill, KV transfer included, must finish within the prefill timeout: a stalled
-    // worker is given up on and the request resumed elsewhere.
-    p_ctx.set_deadline(
-        absl::ToChronoTime(std::min(call.deadline, absl::Now() + options_.prefill_timeout)));
-    Prove(&p_ctx, internal_method::kPrefill);
-    watcher.Watch(&p_ctx);
-    grpc::Status ps =
-        v1::PrefillWorker::NewStub(ChannelFor(*p_address))->Prefill(&p_ctx, preq, &presp);
-    watcher.Unwatch(&p_ctx);
-    if (is_gone()) return client_gone();
-    if (!ps.ok()) {
-      // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what
-      // it sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame
-      // here; a dead decode worker is found at the next admission).
-      if (WorkerFault(ps) || ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        report(*prefill_id, &failed_prefill);
-      }
-      return ps;
-    }
-    if (presp.first_token() < 0 || presp.first_token() >= config_.vocab_size) {
-      report(*prefill_id, &failed_prefill);
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrFormat("prefill worker %s answered token id %d, outside the "
-                                          "vocabulary",
-                                          *prefill_id, presp.first_token()));
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      registry_.ReportSuccess(*prefill_id);
-    }
-    if (generated.empty()) {
-      first_presp = presp;
-      if (metrics_) metrics_->prompt_tokens.Increment(prompt_len);
-    }
-
-    // 3. Stream: the first token from the prefill, the rest from the decode worker.
-    const bool first_ever = generated.empty();
-    const bool done_at_first = add_token(presp.first_token(), &presp.first_logprobs());
-    if (first_ever) {
-      ttft = Since(t0);
-      resp.mutable_timings()->set_ttft_seconds(ttft);
-    }
-    if (done_at_first) {
-      finish_response();
-      if (!write()) return client_gone();
-      return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
-    }
-    if (!write()) return client_gone();
-    auto decode_broke = [&](grpc::Status s) {
-      if (is_gone()) return client_gone();
-      if (watcher.abandoned(d_ctx.get())) {
-        report(decode_id, &failed_decode);
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            absl::StrFormat("decode worker %s turned unhealthy", decode_id));
-      }
-      if (s.ok()) {
-        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
-      }
-      if (WorkerFault(s)) report(decode_id, &failed_decode);
-      return s;
     };
-    v1::DecodeClientMessage start;
-    start.mutable_start()->set_first_token(presp.first_token());
-    if (!d_stream->Write(start)) {
-      closer.finished = true;
-      return decode_broke(d_stream->Finish());
-    }
-    v1::DecodeServerMessage msg;
-    while (d_stream->Read(&msg)) {
-      bool ended = false;
-      if (msg.has_tokens()) {
-        const v1::DecodeTokens& t = msg.tokens();
-        for (int id : t.ids()) {
-          if (id < 0 || id >= config_.vocab_size) {
-            // Nothing of this message was sent: the request resumes after what the client has.
-            resp.Clear();
-            resp.set_request_id(request_id);
-            report(decode_id, &failed_decode);
-            return grpc::Status(
-                grpc::StatusCode::UNAVAILABLE,
-                absl::StrFormat("decode worker %s sent token id %d, outside the vocabulary",
-                                decode_id, id));
-          }
-        }
-        for (int i = 0; i < t.ids_size() && !ended; ++i) {
-          ended = add_token(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
-        }
-      } else if (msg.has_finished()) {
-        // The decode worker ended on the same conditions the router checks; trust its reason
-        // only if the router had not already ended.
-        if (!finish) finish = FinishReason::kLength;
-        ended = true;
-      }
-      if (ended) {
-        finish_response();
-        if (!write()) return client_gone();
-        return grpc::Status::OK;
-      }
-      if (resp.token_ids_size() > 0 && !write()) return client_gone();
-    }
-    closer.finished = true;
-    return decode_broke(d_stream->Finish());
+    std::optional<StreamCloser> closer;
   };
 
+  grpc::Status Begin();
+  grpc::Status RunAttempt();
+  grpc::Status Enqueue(Attempt& a);  // under r_->mu_
+  grpc::Status WaitForWorkers(Attempt& a);
+  grpc::Status Admit(Attempt& a);
+  // One admission try on decode worker `pick`: OK and the stream in `a`, or why not (*vanished:
+  // the worker left the registry).
+  grpc::Status TryAdmit(Attempt& a, const std::string& pick, bool* vanished);
+  grpc::Status Prefill(Attempt& a);
+  grpc::Status Stream(Attempt& a);
+  grpc::Status DecodeBroke(Attempt& a, grpc::Status s);
+  // The next state after a failed attempt: kResume, or the final status in *final_status.
+  bool PrepareResume(const grpc::Status& s, int resumes, grpc::Status* final_status);
+  void RecordSuccess();
+
+  // Adds one token (and its logprobs, when asked for) to the pending response; true when the
+  // request ends with it.
+  bool AddToken(int token, const v1::TokenLogprobs* logprobs);
+  void FinishResponse();
+  // Sends the pending response and counts its tokens: the first one for TTFT, every later one
+  // for the inter-token latency (a message of k tokens spreads its wait over the k).
+  bool Write();
+  void ClearResponse();
+  // The client's own timer fires first and cancels the stream; our copy of its deadline (sent as
+  // a relative timeout) lands a little later. A cancel that close to the deadline is the
+  // deadline.
+  grpc::Status ClientGone() const;
+  bool IsGone();
+  // A worker that failed this request: not picked again for it, and reported to the registry.
+  void Report(const std::string& worker, std::set<std::string>* failed);
+
+  Router* const r_;
+  const v1::GenerateRequest& req_;
+  const StreamCall& call_;
+  const absl::Time t0_;
+  State state_ = State::kAdmit;
+  std::optional<GenerationRequest> greq_;
+  int prompt_len_ = 0;
+  std::string request_id_;
+  bool in_flight_ = false;
+  std::optional<PhaseGauges> phase_;
+  std::optional<CancelWatcher> watcher_;
+  // What the client has been sent (or is about to be): it survives the attempts.
+  std::optional<IncrementalDecoder> detok_;
+  std::optional<StopStringMatcher> stop_;
+  std::vector<int> generated_;
+  std::optional<FinishReason> finish_;
+  v1::GenerateResponse resp_;
+  absl::Time admitted_at_;
+  v1::PrefillResponse first_presp_;  // the first attempt's prefill (for the timings)
+  double ttft_ = 0;                  // router receipt to the first token sent
+  absl::Time last_token_at_;
+  std::set<std::string> failed_decode_, failed_prefill_;
+  // Set when an attempt failed after the request already waited its bounded time for workers:
+  // not resumed.
+  bool final_ = false;
+};
+
+GenerateTransaction::~GenerateTransaction() {
+  if (!in_flight_) return;
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    r_->in_flight_.erase(request_id_);
+  }
+  r_->room_cv_.notify_all();
+}
+
+grpc::Status GenerateTransaction::Run() {
+  if (grpc::Status s = Begin(); !s.ok()) return s;
   for (int resumes = 0;; ++resumes) {
-    grpc::Status s = attempt();
+    grpc::Status s = RunAttempt();
     if (s.ok()) {
-      if (metrics_) {
-        const double e2e = Since(t0);
-        const int n = static_cast<int>(generated.size());
-        metrics_->success(FinishReasonName(*finish)).Increment();
-        metrics_->request_prompt_tokens.Observe(static_cast<double>(greq.prompt.size()));
-        metrics_->request_generation_tokens.Observe(n);
-        metrics_->e2e_request_latency.Observe(e2e);
-        if (n > 1) metrics_->time_per_output_token.Observe((e2e - ttft) / (n - 1));
-      }
+      state_ = State::kFinish;
+      RecordSuccess();
       return s;
     }
-    if (is_gone()) return client_gone();
-    if (!Resumable(s) || final) return s;
-    if (resumes >= options_.max_resumes) {
-      return grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
-                                                          s.error_message(), resumes));
-    }
-    // An attempt fails only between writes: every token in `generated` reached the client, and
-    // the resumed prompt ends with the last of them.
-    resp.Clear();
-    resp.set_request_id(request_id);
-    finish.reset();
-    if (metrics_) metrics_->resumes.Increment();
-    // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
-    // heartbeat to be routable again.
-    const absl::Time resume_at =
-        std::min(call.deadline, absl::Now() + absl::Milliseconds(100 << std::min(resumes, 3)));
-    while (absl::Now() < resume_at && !is_gone()) absl::SleepFor(absl::Milliseconds(10));
-    if (is_gone()) return client_gone();
-    std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id.c_str(),
-                 static_cast<int>(generated.size()), s.error_message().c_str());
+    grpc::Status final_status;
+    if (!PrepareResume(s, resumes, &final_status)) return final_status;
   }
+}
+
+// Validation and a place among the requests in flight.
+grpc::Status GenerateTransaction::Begin() {
+  if (r_->draining_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "router is draining (shutting down); send to another replica");
+  }
+  auto parsed = ValidateGenerateRequest(req_, r_->config_, *r_->tokenizer_, r_->options_.limits);
+  if (!parsed.ok()) return ToGrpc(parsed.status());
+  greq_ = std::move(*parsed);
+  prompt_len_ = static_cast<int>(greq_->prompt.size());
+  request_id_ = req_.request_id();
+  if (request_id_.empty()) request_id_ = absl::StrFormat("req-%d", r_->next_request_++);
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    if (static_cast<int>(r_->in_flight_.size()) >= r_->options_.max_in_flight) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrFormat("router: %d requests in flight (the limit); retry after "
+                                          "%d ms",
+                                          r_->options_.max_in_flight, r_->options_.retry_after_ms));
+    }
+    if (!r_->in_flight_.insert(request_id_).second) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrFormat("request_id: \"%s\" is already in flight", request_id_));
+    }
+    in_flight_ = true;
+  }
+  phase_.emplace(r_->metrics_);
+  watcher_.emplace(r_->cancel_hub_.get(), call_.cancelled);
+  detok_.emplace(r_->tokenizer_.get(), greq_->prompt);
+  stop_.emplace(greq_->stop_strings);
+  resp_.set_request_id(request_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::RunAttempt() {
+  Attempt a(r_);
+  a.prompt = greq_->prompt;
+  a.prompt.insert(a.prompt.end(), generated_.begin(), generated_.end());
+  a.len = static_cast<int>(a.prompt.size());
+  a.remaining = greq_->max_tokens - static_cast<int>(generated_.size());
+  a.total_tokens =
+      static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
+  a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
+  state_ = State::kAdmit;
+  if (grpc::Status s = WaitForWorkers(a); !s.ok()) return s;
+  if (grpc::Status s = Admit(a); !s.ok()) return s;
+  state_ = State::kPrefill;
+  if (grpc::Status s = Prefill(a); !s.ok()) return s;
+  state_ = State::kStream;
+  return Stream(a);
+}
+
+grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
+  if (a.queued.held) return grpc::Status::OK;
+  if (r_->waiting_for_room_ >= r_->options_.max_queued) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("no decode worker has room and %d requests are queued "
+                                        "(the limit); retry after %d ms",
+                                        r_->options_.max_queued, r_->options_.retry_after_ms));
+  }
+  ++r_->waiting_for_room_;
+  a.queued.held = true;
+  return grpc::Status::OK;
+}
+
+// A role with no healthy worker (one stalled or restarting) is waited for, in the same bounded
+// queue as requests waiting for room: a stall delays requests, it does not fail them.
+grpc::Status GenerateTransaction::WaitForWorkers(Attempt& a) {
+  std::unique_lock<std::mutex> lock(r_->mu_);
+  for (;;) {
+    const absl::Time now = absl::Now();
+    const bool prefill = r_->registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
+    const bool decode = r_->registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
+    if (prefill && decode) return grpc::Status::OK;
+    if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+    if (IsGone()) return ClientGone();
+    if (now >= a.queue_until) {
+      final_ = true;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
+                                          prefill ? "decode" : "prefill",
+                                          absl::FormatDuration(r_->options_.queue_timeout)));
+    }
+    r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+}
+
+// Admission on a decode worker: the stream that lives as long as the request there. With no
+// room anywhere the request waits (bounded) for room to free up.
+grpc::Status GenerateTransaction::Admit(Attempt& a) {
+  std::set<std::string> tried = failed_decode_;
+  grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
+  int unavailable = 0;  // workers that failed in this round
+  bool widened = false;
+  while (!a.d_stream) {
+    std::optional<std::string> pick;
+    {
+      std::unique_lock<std::mutex> lock(r_->mu_);
+      const absl::Time now = absl::Now();
+      // A request that could not fit in any decode worker's whole cache never will.
+      if (const int64_t most = r_->registry_.LargestDecodeTokens(now);
+          most > 0 && most < a.total_tokens) {
+        final_ = true;
+        return grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrFormat("the request may reach %d tokens (prompt and max_tokens); the "
+                            "largest decode worker's KV cache holds %d",
+                            a.total_tokens, most));
+      }
+      pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+      if (!pick && !widened && !failed_decode_.empty()) {
+        // Every worker with room failed this request once: a transient fault is retried
+        // anywhere (the registry ejects a worker that keeps failing).
+        widened = true;
+        tried.clear();
+        pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+      }
+      if (!pick) {
+        // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
+        // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
+        // queue.
+        const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
+        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+        if (IsGone()) return ClientGone();
+        if (now >= a.queue_until) {
+          if (none_healthy) {
+            final_ = true;
+            return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                "no healthy decode worker within the queue timeout");
+          }
+          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                              absl::StrFormat("no decode worker had room within the queue "
+                                              "timeout; retry after %d ms",
+                                              r_->options_.retry_after_ms));
+        }
+        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+        tried = failed_decode_;
+        continue;
+      }
+    }
+    tried.insert(*pick);
+    bool vanished = false;
+    grpc::Status s = TryAdmit(a, *pick, &vanished);
+    if (a.d_stream) break;
+    if (vanished) continue;
+    if (IsGone()) return ClientGone();
+    last_error =
+        s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
+    if (s.ok() || WorkerFault(s)) {
+      Report(*pick, &failed_decode_);
+      if (++unavailable >= r_->options_.decode_attempts) return last_error;
+    } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
+    }
+  }
+  if (admitted_at_ == absl::Time()) {
+    admitted_at_ = absl::Now();
+    if (r_->metrics_) {
+      r_->metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
+    }
+  }
+  a.closer.emplace(a.d_ctx.get(), a.d_stream.get(), &*watcher_);
+  // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
+  // abandoned: its stream is cancelled and the request resumed elsewhere.
+  watcher_->WatchWorker(a.d_ctx.get(), [r = r_, id = a.decode_id] {
+    std::lock_guard<std::mutex> lock(r->mu_);
+    const WorkerEntry* w = r->registry_.Find(id);
+    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
+  });
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, bool* vanished) {
+  if (r_->metrics_) r_->metrics_->routing_decisions(pick, "decode").Increment();
+  auto address = r_->AddressOf(pick);
+  if (!address) {
+    *vanished = true;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
+  }
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(absl::ToChronoTime(call_.deadline));
+  r_->Prove(c.get(), internal_method::kDecode);
+  watcher_->Watch(c.get());
+  auto stream = v1::DecodeWorker::NewStub(r_->ChannelFor(*address))->Decode(c.get());
+  v1::DecodeClientMessage admit;
+  v1::DecodeAdmit* m = admit.mutable_admit();
+  m->set_request_id(request_id_);
+  m->mutable_prompt_ids()->Add(a.prompt.begin(), a.prompt.end());
+  *m->mutable_sampling() = ToProto(greq_->sampling);
+  m->set_max_tokens(a.remaining);
+  m->set_ignore_eos(greq_->ignore_eos);
+  m->set_output_tokens(static_cast<int>(generated_.size()));
+  v1::DecodeServerMessage reply;
+  grpc::Status refused;
+  if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
+    KvTarget target = tandem::FromProto(reply.admitted().kv_target());
+    // A prefill worker sends the prompt's KV where the target says: only to the KV endpoint
+    // this decode worker registered, never to an address of its choosing.
+    refused = r_->CheckKvTarget(pick, target);
+    if (refused.ok()) {
+      a.target = target;
+      a.d_ctx = std::move(c);
+      a.d_stream = std::move(stream);
+      a.decode_id = pick;
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      r_->registry_.ReportSuccess(pick);
+      return grpc::Status::OK;
+    }
+    c->TryCancel();
+  }
+  stream->WritesDone();
+  grpc::Status s = stream->Finish();
+  if (!refused.ok()) s = refused;
+  watcher_->Unwatch(c.get());
+  return s;
+}
+
+// Prefill into the lease: the prompt's KV is sent to the decode worker, the first token comes
+// back.
+grpc::Status GenerateTransaction::Prefill(Attempt& a) {
+  const int bs = [&] {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    return r_->registry_.PrefillBlockSize();
+  }();
+  std::vector<uint64_t> hashes;
+  if (bs > 0) {
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * bs <= a.len - 1; ++b) {
+      parent = HashBlockTokens(parent, std::span<const int>(a.prompt).subspan(b * bs, bs));
+      hashes.push_back(parent);
+    }
+  }
+  std::optional<std::string> prefill_id;
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), failed_prefill_);
+    if (!prefill_id) prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), {});
+  }
+  if (!prefill_id) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+  if (r_->metrics_) r_->metrics_->routing_decisions(*prefill_id, "prefill").Increment();
+  auto p_address = r_->AddressOf(*prefill_id);
+  if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
+  v1::PrefillRequest preq;
+  preq.set_request_id(request_id_);
+  preq.mutable_prompt_ids()->Add(a.prompt.begin(), a.prompt.end());
+  *preq.mutable_sampling() = ToProto(greq_->sampling);
+  *preq.mutable_kv_target() = ToProto(a.target);
+  preq.set_output_tokens(static_cast<int>(generated_.size()));
+  grpc::ClientContext p_ctx;
+  // The prefill, KV transfer included, must finish within the prefill timeout: a stalled worker
+  // is given up on and the request resumed elsewhere.
+  p_ctx.set_deadline(
+      absl::ToChronoTime(std::min(call_.deadline, absl::Now() + r_->options_.prefill_timeout)));
+  r_->Prove(&p_ctx, internal_method::kPrefill);
+  watcher_->Watch(&p_ctx);
+  grpc::Status ps =
+      v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address))->Prefill(&p_ctx, preq, &a.presp);
+  watcher_->Unwatch(&p_ctx);
+  if (IsGone()) return ClientGone();
+  if (!ps.ok()) {
+    // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what it
+    // sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame here;
+    // a dead decode worker is found at the next admission).
+    if (WorkerFault(ps) || ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      Report(*prefill_id, &failed_prefill_);
+    }
+    return ps;
+  }
+  if (a.presp.first_token() < 0 || a.presp.first_token() >= r_->config_.vocab_size) {
+    Report(*prefill_id, &failed_prefill_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("prefill worker %s answered token id %d, outside the "
+                                        "vocabulary",
+                                        *prefill_id, a.presp.first_token()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    r_->registry_.ReportSuccess(*prefill_id);
+  }
+  if (generated_.empty()) {
+    first_presp_ = a.presp;
+    if (r_->metrics_) r_->metrics_->prompt_tokens.Increment(prompt_len_);
+  }
+  return grpc::Status::OK;
+}
+
+// The first token from the prefill, the rest from the decode worker.
+grpc::Status GenerateTransaction::Stream(Attempt& a) {
+  const bool first_ever = generated_.empty();
+  const bool done_at_first = AddToken(a.presp.first_token(), &a.presp.first_logprobs());
+  if (first_ever) {
+    ttft_ = Since(t0_);
+    resp_.mutable_timings()->set_ttft_seconds(ttft_);
+  }
+  if (done_at_first) {
+    FinishResponse();
+    if (!Write()) return ClientGone();
+    return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
+  }
+  if (!Write()) return ClientGone();
+  v1::DecodeClientMessage start;
+  start.mutable_start()->set_first_token(a.presp.first_token());
+  if (!a.d_stream->Write(start)) {
+    a.closer->finished = true;
+    return DecodeBroke(a, a.d_stream->Finish());
+  }
+  v1::DecodeServerMessage msg;
+  while (a.d_stream->Read(&msg)) {
+    bool ended = false;
+    if (msg.has_tokens()) {
+      const v1::DecodeTokens& t = msg.tokens();
+      for (int id : t.ids()) {
+        if (id < 0 || id >= r_->config_.vocab_size) {
+          // Nothing of this message was sent: the request resumes after what the client has.
+          ClearResponse();
+          Report(a.decode_id, &failed_decode_);
+          return grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrFormat("decode worker %s sent token id %d, outside the vocabulary",
+                              a.decode_id, id));
+        }
+      }
+      for (int i = 0; i < t.ids_size() && !ended; ++i) {
+        ended = AddToken(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
+      }
+    } else if (msg.has_finished()) {
+      // The decode worker ended on the same conditions the router checks; trust its reason only
+      // if the router had not already ended.
+      if (!finish_) finish_ = FinishReason::kLength;
+      ended = true;
+    }
+    if (ended) {
+      FinishResponse();
+      if (!Write()) return ClientGone();
+      return grpc::Status::OK;
+    }
+    if (resp_.token_ids_size() > 0 && !Write()) return ClientGone();
+  }
+  a.closer->finished = true;
+  return DecodeBroke(a, a.d_stream->Finish());
+}
+
+grpc::Status GenerateTransaction::DecodeBroke(Attempt& a, grpc::Status s) {
+  if (IsGone()) return ClientGone();
+  if (watcher_->abandoned(a.d_ctx.get())) {
+    Report(a.decode_id, &failed_decode_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("decode worker %s turned unhealthy", a.decode_id));
+  }
+  if (s.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
+  }
+  if (WorkerFault(s)) Report(a.decode_id, &failed_decode_);
+  return s;
+}
+
+bool GenerateTransaction::PrepareResume(const grpc::Status& s, int resumes,
+                                        grpc::Status* final_status) {
+  if (IsGone()) {
+    *final_status = ClientGone();
+    return false;
+  }
+  if (!Resumable(s) || final_) {
+    *final_status = s;
+    return false;
+  }
+  if (resumes >= r_->options_.max_resumes) {
+    *final_status = grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
+                                                                 s.error_message(), resumes));
+    return false;
+  }
+  state_ = State::kResume;
+  // An attempt fails only between writes: every token in `generated_` reached the client, and
+  // the resumed prompt ends with the last of them.
+  ClearResponse();
+  finish_.reset();
+  if (r_->metrics_) r_->metrics_->resumes.Increment();
+  // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
+  // heartbeat to be routable again.
+  const absl::Time resume_at =
+      std::min(call_.deadline, absl::Now() + absl::Milliseconds(100 << std::min(resumes, 3)));
+  while (absl::Now() < resume_at && !IsGone()) absl::SleepFor(absl::Milliseconds(10));
+  if (IsGone()) {
+    *final_status = ClientGone();
+    return false;
+  }
+  std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id_.c_str(),
+               static_cast<int>(generated_.size()), s.error_message().c_str());
+  return true;
+}
+
+void GenerateTransaction::RecordSuccess() {
+  RouterMetrics* m = r_->metrics_;
+  if (m == nullptr) return;
+  const double e2e = Since(t0_);
+  const int n = static_cast<int>(generated_.size());
+  m->success(FinishReasonName(*finish_)).Increment();
+  m->request_prompt_tokens.Observe(static_cast<double>(greq_->prompt.size()));
+  m->request_generation_tokens.Observe(n);
+  m->e2e_request_latency.Observe(e2e);
+  if (n > 1) m->time_per_output_token.Observe((e2e - ttft_) / (n - 1));
+}
+
+bool GenerateTransaction::AddToken(int token, const v1::TokenLogprobs* logprobs) {
+  generated_.push_back(token);
+  const int n = static_cast<int>(generated_.size());
+  resp_.add_token_ids(token);
+  if (logprobs != nullptr && greq_->sampling.logprobs) *resp_.add_logprobs() = *logprobs;
+  finish_ = CheckFinish(r_->config_, *greq_, token, n, prompt_len_ + n);
+  if (finish_ == FinishReason::kStop) return true;  // EOS: no text
+  bool stopped = false;
+  resp_.mutable_text()->append(stop_->Add(detok_->Add(token), &stopped));
+  if (stopped) finish_ = FinishReason::kStop;
+  return finish_.has_value();
+}
+
+void GenerateTransaction::FinishResponse() {
+  if (*finish_ != FinishReason::kStop) {
+    bool stopped = false;
+    std::string tail = stop_->Add(detok_->Flush(), &stopped);
+    if (!stopped) tail += stop_->Flush();
+    resp_.mutable_text()->append(tail);
+  }
+  resp_.set_finish_reason(ToProto(*finish_));
+  resp_.mutable_usage()->set_prompt_tokens(prompt_len_);
+  resp_.mutable_usage()->set_completion_tokens(static_cast<int>(generated_.size()));
+  v1::Timings* t = resp_.mutable_timings();
+  t->set_queue_seconds(absl::ToDoubleSeconds(admitted_at_ - t0_));
+  t->set_prefill_seconds(first_presp_.queue_seconds() + first_presp_.compute_seconds() +
+                         first_presp_.kv_transfer_seconds());
+  t->set_kv_transfer_seconds(first_presp_.kv_transfer_seconds());
+  t->set_ttft_seconds(ttft_);
+  t->set_e2e_seconds(Since(t0_));
+}
+
+bool GenerateTransaction::Write() {
+  if (!call_.write(resp_)) return false;
+  const int n = resp_.token_ids_size();
+  ClearResponse();
+  RouterMetrics* m = r_->metrics_;
+  if (m == nullptr || n == 0) return true;
+  const absl::Time now = absl::Now();
+  if (last_token_at_ == absl::Time()) {
+    m->time_to_first_token.Observe(ttft_);
+    phase_->Running();  // the first message holds the first token only
+  } else {
+    const double each = absl::ToDoubleSeconds(now - last_token_at_) / n;
+    for (int i = 0; i < n; ++i) m->inter_token_latency.Observe(each);
+  }
+  last_token_at_ = now;
+  m->generation_tokens.Increment(n);
+  return true;
+}
+
+void GenerateTransaction::ClearResponse() {
+  resp_.Clear();
+  resp_.set_request_id(request_id_);
+}
+
+grpc::Status GenerateTransaction::ClientGone() const {
+  if (absl::Now() + absl::Milliseconds(50) >= call_.deadline) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
+bool GenerateTransaction::IsGone() {
+  return watcher_->cancelled() || (call_.cancelled && call_.cancelled()) ||
+         absl::Now() >= call_.deadline;
+}
+
+void GenerateTransaction::Report(const std::string& worker, std::set<std::string>* failed) {
+  failed->insert(worker);
+  std::lock_guard<std::mutex> lock(r_->mu_);
+  r_->registry_.ReportFailure(worker, absl::Now());
+}
+
+}  // namespace router_internal
+
+grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCall& call) {
+  return router_internal::GenerateTransaction(this, req, call).Run();
 }
 
 grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,

@@ -18,8 +18,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "engine/model_config.h"
-#include "engine/tokenizer.h"
+#include "engine/loaders/model_config.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 #include "router/ingress.h"
@@ -28,12 +27,14 @@
 #include "rpc/internal_auth.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
+#include "text/tokenizer.h"
 
 namespace tandem {
 
 namespace router_internal {
 class CancelHub;
-}
+class GenerateTransaction;
+}  // namespace router_internal
 
 struct RouterOptions {
   std::string model_name;
@@ -123,7 +124,8 @@ class Router {
   grpc::Status ListWorkers(v1::ListWorkersResponse* resp);
 
  private:
-  // Generate without the per-status count.
+  friend class router_internal::GenerateTransaction;
+  // Generate without the per-status count: one GenerateTransaction.
   grpc::Status RunGenerate(const v1::GenerateRequest& req, const StreamCall& call);
   // Sets the per-worker health gauges (a collect hook: health changes with time).
   void UpdateWorkerMetrics();

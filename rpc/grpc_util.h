@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "engine/generator.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
+#include "engine/sampling/sampler.h"
+#include "engine/scheduling/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
 #include "tandem/v1/generation.pb.h"
 #include "tandem/v1/worker.pb.h"

@@ -11,6 +11,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   nlohmann-json3-dev
+  libcli11-dev
+  # The reference the tokenizer regex engine is tested against (tests/text/tokenizer/).
+  libonig-dev
   libsimde-dev
   openssl libssl-dev
   curl
@@ -43,4 +46,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 else
   echo "setup: all packages present" >&2
+fi
+
+# lizard (PyPI), which scripts/check_layout.py measures function lengths with, in a virtual
+# environment of its own (Debian has no package of it).
+TOOLS_VENV=${TANDEM_TOOLS_VENV:-$HOME/.cache/tandem/tools-venv}
+if ! "$TOOLS_VENV/bin/python" -c 'import lizard' 2>/dev/null; then
+  echo "setup: installing lizard into $TOOLS_VENV" >&2
+  /usr/bin/python3 -m venv "$TOOLS_VENV"
+  "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check lizard==1.24.3
 fi

@@ -39,6 +39,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTANDEM_CUDA="${TANDEM_CUDA:-AUTO}" -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" \
   -DTANDEM_SMOLLM2_GGUF="$SMOLLM2"
 cmake --build "$BUILD_DIR" -j "$JOBS"
+# The layout rules (docs/development.md): folders without a cycle, no function over 150 lines.
+"${TANDEM_TOOLS_VENV:-$HOME/.cache/tandem/tools-venv}/bin/python" scripts/check_layout.py
 ctest --test-dir "$BUILD_DIR" -j "$JOBS" --output-on-failure
 
 # The sanitizer step: the parsers' and data structures' unit tests built by clang with ASan +

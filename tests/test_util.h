@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "engine/mapped_file.h"
+#include "formats/mapped_file.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::testing {

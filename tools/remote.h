@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 #include "rpc/tls.h"
 
 namespace tandem {

@@ -17,18 +17,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
-#include "engine/gguf.h"
-#include "engine/kv_cache.h"
-#include "engine/load_tokenizer.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
-#include "engine/model_writer.h"
-#include "engine/output_constraint.h"
-#include "engine/tokenizer/hf_tokenizer.h"
+#include "engine/sampling/output_constraint.h"
+#include "formats/gguf.h"
 #include "kernels/backend_loader.h"
 #include "kernels/quant.h"
 #include "nlohmann/json.hpp"
 #include "structured/json_schema.h"
+#include "text/load_tokenizer.h"
+#include "text/tokenizer/hf_tokenizer.h"
 #include "tools/bench_flags.h"
 #include "tools/bench_runner.h"
 #include "tools/flags.h"
@@ -159,129 +159,106 @@ ClientSecurity ClientSecurityFrom(const Flags& f) {
   return s;
 }
 
-int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model",
-                         "tokenizer",
-                         "prompt",
-                         "max-tokens",
-                         "temperature",
-                         "top-k",
-                         "top-p",
-                         "seed",
-                         "stop",
-                         "block-size",
-                         "prefill-chunk",
-                         "device",
-                         "router",
-                         "timeout",
-                         "dtype",
-                         "tls-ca",
-                         "tls-cert",
-                         "tls-key",
-                         "api-key",
-                         "kv-dtype",
-                         "presence-penalty",
-                         "frequency-penalty",
-                         "repetition-penalty",
-                         "min-tokens",
-                         "json-schema"},
-                        {"ignore-eos", "json-object"});
-  if (!f.ok()) return Fail(f.status());
-  if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
-  GenerationRequest req;
-  GeneratorOptions opts;
-  auto max_tokens = f->GetInt("max-tokens", 256);
-  auto temperature = f->GetDouble("temperature", 1.0);
-  auto top_k = f->GetInt("top-k", 0);
-  auto top_p = f->GetDouble("top-p", 1.0);
-  auto seed = f->GetInt("seed", 0);
-  auto presence = f->GetDouble("presence-penalty", 0.0);
-  auto frequency = f->GetDouble("frequency-penalty", 0.0);
-  auto repetition = f->GetDouble("repetition-penalty", 1.0);
-  auto min_tokens = f->GetInt("min-tokens", 0);
+// The request and engine options of `tandem generate`'s flags.
+absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, GeneratorOptions* opts) {
+  GenerationRequest& r = *req;
+  auto max_tokens = f.GetInt("max-tokens", 256);
+  auto temperature = f.GetDouble("temperature", 1.0);
+  auto top_k = f.GetInt("top-k", 0);
+  auto top_p = f.GetDouble("top-p", 1.0);
+  auto seed = f.GetInt("seed", 0);
+  auto presence = f.GetDouble("presence-penalty", 0.0);
+  auto frequency = f.GetDouble("frequency-penalty", 0.0);
+  auto repetition = f.GetDouble("repetition-penalty", 1.0);
+  auto min_tokens = f.GetInt("min-tokens", 0);
   for (const auto* d : {&presence, &frequency, &repetition}) {
-    if (!d->ok()) return Fail(d->status());
+    if (!d->ok()) return d->status();
   }
-  if (!min_tokens.ok()) return Fail(min_tokens.status());
-  auto block_size = f->GetInt("block-size", 16);
-  auto chunk = f->GetInt("prefill-chunk", 0);
+  if (!min_tokens.ok()) return min_tokens.status();
+  auto block_size = f.GetInt("block-size", 16);
+  auto chunk = f.GetInt("prefill-chunk", 0);
   for (const auto* s : {&max_tokens, &top_k, &seed, &block_size, &chunk}) {
-    if (!s->ok()) return Fail(s->status());
+    if (!s->ok()) return s->status();
   }
-  if (!temperature.ok()) return Fail(temperature.status());
-  if (!top_p.ok()) return Fail(top_p.status());
+  if (!temperature.ok()) return temperature.status();
+  if (!top_p.ok()) return top_p.status();
   if (*max_tokens < 1 || *max_tokens > (1 << 30)) {
-    return Fail(absl::InvalidArgumentError("--max-tokens must be in [1, 2^30]"));
+    return absl::InvalidArgumentError("--max-tokens must be in [1, 2^30]");
   }
-  req.max_tokens = static_cast<int>(*max_tokens);
-  req.sampling.temperature = static_cast<float>(*temperature);
-  req.sampling.top_k = static_cast<int>(std::clamp<int64_t>(*top_k, -1, 1 << 30));
-  req.sampling.top_p = static_cast<float>(*top_p);
-  req.sampling.seed = static_cast<uint64_t>(*seed);
-  req.sampling.presence_penalty = static_cast<float>(*presence);
-  req.sampling.frequency_penalty = static_cast<float>(*frequency);
-  req.sampling.repetition_penalty = static_cast<float>(*repetition);
-  req.sampling.min_tokens = static_cast<int>(std::clamp<int64_t>(*min_tokens, -1, 1 << 30));
-  req.stop_strings = f->GetAll("stop");
-  req.ignore_eos = f->Has("ignore-eos");
-  if (f->Has("json-object") && f->Has("json-schema")) {
-    return Fail(absl::InvalidArgumentError("--json-object and --json-schema: pick one"));
+  r.max_tokens = static_cast<int>(*max_tokens);
+  r.sampling.temperature = static_cast<float>(*temperature);
+  r.sampling.top_k = static_cast<int>(std::clamp<int64_t>(*top_k, -1, 1 << 30));
+  r.sampling.top_p = static_cast<float>(*top_p);
+  r.sampling.seed = static_cast<uint64_t>(*seed);
+  r.sampling.presence_penalty = static_cast<float>(*presence);
+  r.sampling.frequency_penalty = static_cast<float>(*frequency);
+  r.sampling.repetition_penalty = static_cast<float>(*repetition);
+  r.sampling.min_tokens = static_cast<int>(std::clamp<int64_t>(*min_tokens, -1, 1 << 30));
+  r.stop_strings = f.GetAll("stop");
+  r.ignore_eos = f.Has("ignore-eos");
+  if (f.Has("json-object") && f.Has("json-schema")) {
+    return absl::InvalidArgumentError("--json-object and --json-schema: pick one");
   }
-  if (f->Has("json-object")) req.sampling.json_schema = kJsonObjectSchema;
-  if (f->Has("json-schema")) {
-    std::string schema = f->Get("json-schema");
+  if (f.Has("json-object")) r.sampling.json_schema = kJsonObjectSchema;
+  if (f.Has("json-schema")) {
+    std::string schema = f.Get("json-schema");
     if (schema.starts_with("@")) {
       auto text = ReadFileToString(schema.substr(1));
-      if (!text.ok()) return Fail(text.status());
+      if (!text.ok()) return text.status();
       schema = *text;
     }
     if (auto compiled = structured::JsonSchema::Compile(schema); !compiled.ok()) {
-      return Fail(
-          absl::InvalidArgumentError(absl::StrCat("--json-schema: ", compiled.status().message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--json-schema: ", compiled.status().message()));
     }
-    req.sampling.json_schema = schema;
+    r.sampling.json_schema = schema;
   }
-  if (absl::Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
-  opts.block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
-  opts.prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
-  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype", "auto"));
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  opts.kv_dtype = *kv_dtype;
-  if (absl::Status s = opts.Validate(); !s.ok()) return Fail(s);
+  if (absl::Status s = r.sampling.Validate(); !s.ok()) return s;
+  opts->block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
+  opts->prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
+  auto kv_dtype = ParseKvDtype(f.Get("kv-dtype", "auto"));
+  if (!kv_dtype.ok()) return kv_dtype.status();
+  opts->kv_dtype = *kv_dtype;
+  if (absl::Status s = opts->Validate(); !s.ok()) return s;
+  return absl::OkStatus();
+}
 
-  const std::string prompt = f->Get("prompt");
-  if (f->Has("router")) {
-    RemoteGenerateRequest r;
-    r.router = f->Get("router");
-    r.prompt = prompt;
-    r.sampling = req.sampling;
-    r.max_tokens = req.max_tokens;
-    r.stop = req.stop_strings;
-    r.ignore_eos = req.ignore_eos;
-    auto timeout = f->GetDouble("timeout", 600);
-    if (!timeout.ok()) return Fail(timeout.status());
-    r.timeout_seconds = *timeout;
-    r.security = ClientSecurityFrom(*f);
-    std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+// `tandem generate --router`: the same request through a running router.
+int GenerateRemote(const Flags& f, const std::string& prompt, const GenerationRequest& req) {
+  RemoteGenerateRequest r;
+  r.router = f.Get("router");
+  r.prompt = prompt;
+  r.sampling = req.sampling;
+  r.max_tokens = req.max_tokens;
+  r.stop = req.stop_strings;
+  r.ignore_eos = req.ignore_eos;
+  auto timeout = f.GetDouble("timeout", 600);
+  if (!timeout.ok()) return Fail(timeout.status());
+  r.timeout_seconds = *timeout;
+  r.security = ClientSecurityFrom(f);
+  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::fflush(stdout);
+  auto res = RemoteGenerate(r, [](std::string_view text) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
-    auto res = RemoteGenerate(r, [](std::string_view text) {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-      std::fflush(stdout);
-    });
-    std::fputc('\n', stdout);
-    std::fflush(stdout);
-    if (!res.ok()) return Fail(res.status());
-    const double decode_s = res->e2e_seconds - res->ttft_seconds;
-    std::fprintf(
-        stderr,
-        "[tandem] generated %zu tokens via %s, finish=%s, TTFT %.1f ms, decode %.1f "
-        "tokens/s\n",
-        res->tokens.size(), r.router.c_str(), res->finish_reason.c_str(), res->ttft_seconds * 1e3,
-        res->tokens.size() > 1 && decode_s > 0 ? (res->tokens.size() - 1) / decode_s : 0.0);
-    return 0;
-  }
-  auto loaded = LoadModelAndTokenizer(*f);
+  });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  if (!res.ok()) return Fail(res.status());
+  const double decode_s = res->e2e_seconds - res->ttft_seconds;
+  std::fprintf(stderr,
+               "[tandem] generated %zu tokens via %s, finish=%s, TTFT %.1f ms, decode %.1f "
+               "tokens/s\n",
+               res->tokens.size(), r.router.c_str(), res->finish_reason.c_str(),
+               res->ttft_seconds * 1e3,
+               res->tokens.size() > 1 && decode_s > 0 ? (res->tokens.size() - 1) / decode_s : 0.0);
+  return 0;
+}
+
+// `tandem generate --model`: the model in this process.
+int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest req,
+                  GeneratorOptions opts) {
+  auto loaded = LoadModelAndTokenizer(f);
   if (!loaded.ok()) return Fail(loaded.status());
   req.prompt = loaded->tokenizer->Encode(prompt, /*add_special_tokens=*/true);
   // Not past the context: generation also stops there (finish reason "context").
@@ -323,6 +300,44 @@ int Generate(const std::vector<std::string>& args) {
       st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
       loaded->device.c_str());
   return 0;
+}
+
+int Generate(const std::vector<std::string>& args) {
+  auto f = Flags::Parse(args,
+                        {"model",
+                         "tokenizer",
+                         "prompt",
+                         "max-tokens",
+                         "temperature",
+                         "top-k",
+                         "top-p",
+                         "seed",
+                         "stop",
+                         "block-size",
+                         "prefill-chunk",
+                         "device",
+                         "router",
+                         "timeout",
+                         "dtype",
+                         "tls-ca",
+                         "tls-cert",
+                         "tls-key",
+                         "api-key",
+                         "kv-dtype",
+                         "presence-penalty",
+                         "frequency-penalty",
+                         "repetition-penalty",
+                         "min-tokens",
+                         "json-schema"},
+                        {"ignore-eos", "json-object"});
+  if (!f.ok()) return Fail(f.status());
+  if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
+  GenerationRequest req;
+  GeneratorOptions opts;
+  if (absl::Status s = ParseGenerateFlags(*f, &req, &opts); !s.ok()) return Fail(s);
+  const std::string prompt = f->Get("prompt");
+  if (f->Has("router")) return GenerateRemote(*f, prompt, req);
+  return GenerateLocal(*f, prompt, std::move(req), std::move(opts));
 }
 
 int Score(const std::vector<std::string>& args) {

@@ -31,7 +31,8 @@ typedef struct TandemPagedAttentionArgs {
   int sliding_window;
 } TandemPagedAttentionArgs;
 
-/* Sampling parameters of one row (engine/sampler.h SamplingParams + the draw's counter). */
+/* Sampling parameters of one row (engine/sampling/sampler.h SamplingParams + the draw's counter).
+ */
 typedef struct TandemSampleRowParams {
   float temperature;
   int top_k;
@@ -42,8 +43,8 @@ typedef struct TandemSampleRowParams {
 
 /* ---- ABI 3: the device-resident model ---- */
 
-/* The shape of a Llama-family model (engine/model_config.h) and the capacities of its device
- * state. Matrices are stored as weight_dtype: 0 f32 or 2 bf16. */
+/* The shape of a Llama-family model (engine/loaders/model_config.h) and the capacities of its
+ * device state. Matrices are stored as weight_dtype: 0 f32 or 2 bf16. */
 typedef struct TandemModelDesc {
   int dim;
   int hidden_dim;
@@ -120,6 +121,9 @@ typedef struct TandemModelInfo {
 
 typedef struct TandemModel TandemModel;
 
+/* The most query tokens of one prefill_attention tile (one chunk, consecutive positions). */
+#define TANDEM_PREFILL_TILE_TOKENS 32
+
 typedef struct TandemCudaApi {
   int abi_version;
   /* Number of usable devices; 0 when there is no driver or no GPU (never an error). */
@@ -168,8 +172,9 @@ typedef struct TandemCudaApi {
   int (*paged_attention_decode)(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                                 const TandemPagedAttentionArgs* args, int max_context,
                                 void* d_workspace, size_t workspace_bytes, float* d_out);
-  /* d_tokens[rows] sampled from d_logits[rows, vocab] with d_params[rows], as engine/sampler.cc
-   * Sample(); d_workspace of at least sample_workspace_bytes(), 8-byte aligned. */
+  /* d_tokens[rows] sampled from d_logits[rows, vocab] with d_params[rows], as
+   * engine/sampling/sampler.cc Sample(); d_workspace of at least sample_workspace_bytes(), 8-byte
+   * aligned. */
   size_t (*sample_workspace_bytes)(int rows, int vocab);
   int (*sample)(const float* d_logits, int rows, int vocab, const TandemSampleRowParams* d_params,
                 void* d_workspace, size_t workspace_bytes, int* d_tokens);
@@ -184,7 +189,7 @@ typedef struct TandemCudaApi {
   /* Causal attention like paged_attention_decode for many tokens per sequence (prefill,
    * chunked prefill after a prefix hit): d_tiles[num_tiles, 2] = (first token, count) of runs of
    * at most 32 consecutive tokens of one sequence with consecutive positions (as
-   * kernels/cuda/step_plan.h BuildAttentionTiles makes them). */
+   * engine/cuda/step_plan.h BuildAttentionTiles makes them). */
   int (*prefill_attention)(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                            const TandemPagedAttentionArgs* args, const int* d_tiles, int num_tiles,
                            float* d_out);

@@ -1,4 +1,5 @@
-// libtandem_cuda.so: CUDA kernels behind the C table in cuda_api.h. Each kernel has a CPU twin
+// libtandem_cuda.so: CUDA kernels behind the C table in cuda_api.h (the table's kernel entries;
+// engine/cuda/cuda_plugin.cu adds the device model's and exports it). Each kernel has a CPU twin
 // in kernels/cpu/cpu_ops.cc; tests/kernels/cuda_twin_test.cc compares them on a GPU.
 #include <cuda_runtime.h>
 
@@ -8,7 +9,6 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_api.h"
-#include "kernels/cuda/device_model.h"
 #include "kernels/cuda/ops.h"
 
 namespace {
@@ -212,42 +212,36 @@ int GemmC(const float* x, int w_dtype, const void* w, const float* bias, float* 
   return tandem::cuda::Gemm(h, x, w_dtype, w, bias, y, n, rows, cols, ws, ws_bytes, 0);
 }
 
-const TandemCudaApi kApi = {
-    TANDEM_CUDA_ABI_VERSION,
-    DeviceCount,
-    LastError,
-    DeviceName,
-    Malloc,
-    Free,
-    H2D,
-    D2H,
-    Sync,
-    RmsNormC,
-    SiluMulC,
-    RopeC,
-    AddC,
-    EmbeddingC,
-    WriteKvC,
-    PackKvC,
-    UnpackKvC,
-    tandem::cuda::PagedAttentionWorkspaceBytes,
-    PagedAttentionDecodeC,
-    tandem::cuda::SampleWorkspaceBytes,
-    SampleC,
-    tandem::cuda::GemmWorkspaceBytes,
-    GemmC,
-    PrefillAttentionC<false>,
-    tandem::cuda::ModelCreate,
-    tandem::cuda::ModelDestroy,
-    tandem::cuda::ModelInfo,
-    tandem::cuda::ModelForward,
-    tandem::cuda::ModelPackKv,
-    tandem::cuda::ModelUnpackKv,
-    PrefillAttentionC<true>,
-};
-
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) const TandemCudaApi* tandem_cuda_get_api(void) {
-  return &kApi;
+namespace tandem::cuda {
+
+void FillKernelEntries(TandemCudaApi* api) {
+  api->abi_version = TANDEM_CUDA_ABI_VERSION;
+  api->device_count = DeviceCount;
+  api->last_error = LastError;
+  api->device_name = DeviceName;
+  api->malloc = Malloc;
+  api->free = Free;
+  api->memcpy_h2d = H2D;
+  api->memcpy_d2h = D2H;
+  api->synchronize = Sync;
+  api->rmsnorm = RmsNormC;
+  api->silu_mul = SiluMulC;
+  api->rope = RopeC;
+  api->add = AddC;
+  api->embedding = EmbeddingC;
+  api->write_kv = WriteKvC;
+  api->pack_kv = PackKvC;
+  api->unpack_kv = UnpackKvC;
+  api->paged_attention_workspace_bytes = tandem::cuda::PagedAttentionWorkspaceBytes;
+  api->paged_attention_decode = PagedAttentionDecodeC;
+  api->sample_workspace_bytes = tandem::cuda::SampleWorkspaceBytes;
+  api->sample = SampleC;
+  api->gemm_workspace_bytes = tandem::cuda::GemmWorkspaceBytes;
+  api->gemm = GemmC;
+  api->prefill_attention = PrefillAttentionC<false>;
+  api->prefill_attention_bf16 = PrefillAttentionC<true>;
 }
+
+}  // namespace tandem::cuda

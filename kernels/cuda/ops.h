@@ -1,7 +1,7 @@
 // The launchers of libtandem_cuda.so, one .cu per op family; cuda_backend.cu puts them in the C
 // table of cuda_api.h, where their contracts are documented. Each takes the stream to launch on
 // (the C table passes the legacy default stream 0; the device model its own stream, which is
-// what lets it capture a step as a CUDA graph). Internal to kernels/cuda/.
+// what lets it capture a step as a CUDA graph). Internal to libtandem_cuda.so.
 #ifndef TANDEM_KERNELS_CUDA_OPS_H_
 #define TANDEM_KERNELS_CUDA_OPS_H_
 
@@ -16,6 +16,9 @@
 namespace tandem::cuda {
 
 using PagedAttentionDeviceArgs = TandemPagedAttentionArgs;
+
+// The kernel entries of the C table (every field but model_*).
+void FillKernelEntries(TandemCudaApi* api);
 using SampleRowParams = TandemSampleRowParams;
 
 int RmsNorm(const float* d_x, const float* d_w, float* d_y, int n, int dim, float eps,

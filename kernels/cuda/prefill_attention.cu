@@ -1,7 +1,7 @@
 // Causal attention for prefill (and chunked prefill after a prefix hit, start_pos > 0), reading
 // K/V from the paged cache, in the flash-attention way: a thread block takes a tile of up to
-// kPrefillTileTokens consecutive query tokens of one chunk and one query head, walks the keys
-// the tile can see in tiles of kKeys positions, and keeps per query row a running max, sum and
+// TANDEM_PREFILL_TILE_TOKENS consecutive query tokens of one chunk and one query head, walks the
+// keys the tile can see in tiles of kKeys positions, and keeps per query row a running max, sum and
 // output (online softmax), so memory is O(tile), not O(context²). CPU twin: cpu::PagedAttention
 // (kernels/cpu/attention.cc), whose contract it follows:
 //   out[t, h, :] = softmax_j(q[t, h] · k_j / sqrt(head_dim)) · v_j over positions j of the
@@ -16,15 +16,14 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
-#include "kernels/cuda/step_plan.h"
 
 namespace tandem::cuda {
 namespace {
 
-constexpr int kRows = kPrefillTileTokens;  // query rows per block (32)
-constexpr int kKeys = 32;                  // keys per inner tile
-constexpr int kLanes = 8;                  // threads per query row
-constexpr int kThreads = kRows * kLanes;   // 256
+constexpr int kRows = TANDEM_PREFILL_TILE_TOKENS;  // query rows per block (32)
+constexpr int kKeys = 32;                          // keys per inner tile
+constexpr int kLanes = 8;                          // threads per query row
+constexpr int kThreads = kRows * kLanes;           // 256
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxDimsPerLane = kMaxHeadDim / kLanes;  // 32 output dims held in registers
 static_assert(kKeys % kLanes == 0);
@@ -186,6 +185,167 @@ __host__ __device__ inline TcSmem TcLayout(int hd) {
   return t;
 }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+namespace wmma = nvcuda::wmma;
+
+// Q -> bf16 (rows past `count` zero), O = 0, m = -inf, l = 0.
+__device__ __forceinline__ void TcLoadQ(const float* __restrict__ q,
+                                        const PagedAttentionDeviceArgs& a, const TcSmem& L, int t0,
+                                        int count, int h, __nv_bfloat16* sq, float* so,
+                                        float* row_m, float* row_l) {
+  const int hd = a.head_dim;
+  const int hd4 = hd / 4;
+  for (int i = threadIdx.x; i < kRows * hd4; i += kTcThreads) {
+    const int r = i / hd4, d = (i % hd4) * 4;
+    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < count) {
+      x = *reinterpret_cast<const float4*>(q + (static_cast<int64_t>(t0 + r) * a.n_heads + h) * hd +
+                                           d);
+    }
+    __nv_bfloat16* dst = sq + r * L.ld_bf + d;
+    dst[0] = __float2bfloat16_rn(x.x);
+    dst[1] = __float2bfloat16_rn(x.y);
+    dst[2] = __float2bfloat16_rn(x.z);
+    dst[3] = __float2bfloat16_rn(x.w);
+    float* o = so + r * L.ld_o + d;
+    o[0] = o[1] = o[2] = o[3] = 0.f;
+  }
+  if (threadIdx.x < kRows) {
+    row_m[threadIdx.x] = -INFINITY;
+    row_l[threadIdx.x] = 0.f;
+  }
+}
+
+// The key tile at positions [k0, k0 + nk) of kv head `kvh` from the paged cache -> bf16 K and V
+// (rows past `nk` zero).
+__device__ __forceinline__ void TcLoadKv(const float* __restrict__ k_cache,
+                                         const float* __restrict__ v_cache,
+                                         const PagedAttentionDeviceArgs& a, const TcSmem& L,
+                                         const int* table, int kvh, int k0, int nk,
+                                         __nv_bfloat16* sk, __nv_bfloat16* sv) {
+  const int hd = a.head_dim;
+  const int hd4 = hd / 4;
+  for (int i = threadIdx.x; i < kTcKeys * hd4; i += kTcThreads) {
+    const int j = i / hd4, d = (i % hd4) * 4;
+    float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
+    if (j < nk) {
+      const int pos = k0 + j;
+      const int64_t slot =
+          static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
+      const int64_t at = (slot * a.n_kv_heads + kvh) * hd + d;
+      kx = *reinterpret_cast<const float4*>(k_cache + at);
+      vx = *reinterpret_cast<const float4*>(v_cache + at);
+    }
+    __nv_bfloat16* kd = sk + j * L.ld_bf + d;
+    __nv_bfloat16* vd = sv + j * L.ld_bf + d;
+    kd[0] = __float2bfloat16_rn(kx.x);
+    kd[1] = __float2bfloat16_rn(kx.y);
+    kd[2] = __float2bfloat16_rn(kx.z);
+    kd[3] = __float2bfloat16_rn(kx.w);
+    vd[0] = __float2bfloat16_rn(vx.x);
+    vd[1] = __float2bfloat16_rn(vx.y);
+    vd[2] = __float2bfloat16_rn(vx.z);
+    vd[3] = __float2bfloat16_rn(vx.w);
+  }
+}
+
+// S[kRows, kTcKeys] = Q Kᵀ: warp w computes key columns [16 w, 16 w + 16) of both row tiles.
+__device__ __forceinline__ void TcScores(const __nv_bfloat16* sq, const __nv_bfloat16* sk,
+                                         float* ss, const TcSmem& L, int hd, int warp) {
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc0, acc1;
+  wmma::fill_fragment(acc0, 0.f);
+  wmma::fill_fragment(acc1, 0.f);
+  for (int kk = 0; kk < hd; kk += 16) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+    wmma::load_matrix_sync(b, sk + (warp * 16) * L.ld_bf + kk, L.ld_bf);
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a0, a1;
+    wmma::load_matrix_sync(a0, sq + kk, L.ld_bf);
+    wmma::load_matrix_sync(a1, sq + 16 * L.ld_bf + kk, L.ld_bf);
+    wmma::mma_sync(acc0, a0, b, acc0);
+    wmma::mma_sync(acc1, a1, b, acc1);
+  }
+  wmma::store_matrix_sync(ss + warp * 16, acc0, L.ld_s, wmma::mem_row_major);
+  wmma::store_matrix_sync(ss + 16 * L.ld_s + warp * 16, acc1, L.ld_s, wmma::mem_row_major);
+}
+
+// Online softmax for row srow over columns [spart * 16, spart * 16 + 16) of the key tile at k0
+// (nk keys): the masked, scaled scores -> bf16 weights P, O rescaled by the correction, and the
+// row's m and l updated. Row srow sees positions [my_first, my_pos]; an inactive row (past the
+// tile's tokens) sees none.
+__device__ __forceinline__ void TcSoftmaxUpdate(const float* ss, __nv_bfloat16* sp, float* so,
+                                                float* row_m, float* row_l, const TcSmem& L, int hd,
+                                                int k0, int nk, float scale, int srow, int spart,
+                                                int my_first, int my_pos, bool row_active) {
+  constexpr int kColsPerLane = kTcKeys / kTcLanesPerRow;  // 16
+  float sv_[kColsPerLane];
+  float tile_max = -INFINITY;
+#pragma unroll
+  for (int c = 0; c < kColsPerLane; ++c) {
+    const int j = spart * kColsPerLane + c, pos = k0 + j;
+    const bool ok = row_active && j < nk && pos >= my_first && pos <= my_pos;
+    sv_[c] = ok ? ss[srow * L.ld_s + j] * scale : -INFINITY;
+    tile_max = fmaxf(tile_max, sv_[c]);
+  }
+  for (int off = kTcLanesPerRow / 2; off > 0; off /= 2) {
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off, kTcLanesPerRow));
+  }
+  const float m_old = row_m[srow];
+  const float m_new = fmaxf(m_old, tile_max);
+  float sum = 0.f;
+#pragma unroll
+  for (int c = 0; c < kColsPerLane; ++c) {
+    const __nv_bfloat16 pb = __float2bfloat16_rn(m_new == -INFINITY ? 0.f : __expf(sv_[c] - m_new));
+    sp[srow * L.ld_p + spart * kColsPerLane + c] = pb;
+    sum += __bfloat162float(pb);  // the weights P V uses
+  }
+  for (int off = kTcLanesPerRow / 2; off > 0; off /= 2) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, off, kTcLanesPerRow);
+  }
+  const float corr = m_old == -INFINITY ? 0.f : __expf(m_old - m_new);
+  float* orow = so + srow * L.ld_o;
+  for (int d = spart; d < hd; d += kTcLanesPerRow) orow[d] *= corr;
+  __syncwarp();  // every lane of the row has read row_m before it changes
+  if (spart == 0) {
+    row_l[srow] = row_l[srow] * corr + sum;
+    row_m[srow] = m_new;
+  }
+}
+
+// O[kRows, hd] += P V: warp w takes the output tiles w, w + kTcWarps, ... of the
+// 2 x (hd / 16) tiles.
+__device__ __forceinline__ void TcAccumulatePv(const __nv_bfloat16* sp, const __nv_bfloat16* sv,
+                                               float* so, const TcSmem& L, int hd, int warp) {
+  for (int f = warp; f < 2 * (hd / 16); f += kTcWarps) {
+    const int rt = f % 2, ct = f / 2;
+    float* o = so + rt * 16 * L.ld_o + ct * 16;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, o, L.ld_o, wmma::mem_row_major);
+#pragma unroll
+    for (int kk = 0; kk < kTcKeys; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vb;
+      wmma::load_matrix_sync(pa, sp + rt * 16 * L.ld_p + kk, L.ld_p);
+      wmma::load_matrix_sync(vb, sv + kk * L.ld_bf + ct * 16, L.ld_bf);
+      wmma::mma_sync(acc, pa, vb, acc);
+    }
+    wmma::store_matrix_sync(o, acc, L.ld_o, wmma::mem_row_major);
+  }
+}
+
+// The epilogue: out = O / l for the tile's `count` rows (0 where l is 0).
+__device__ __forceinline__ void TcStoreOutput(const float* so, const float* row_l,
+                                              const PagedAttentionDeviceArgs& a, const TcSmem& L,
+                                              int t0, int count, int h, float* __restrict__ out) {
+  const int hd = a.head_dim;
+  for (int i = threadIdx.x; i < count * hd; i += kTcThreads) {
+    const int r = i / hd, d = i % hd;
+    const float l = row_l[r];
+    out[(static_cast<int64_t>(t0 + r) * a.n_heads + h) * hd + d] =
+        l > 0.f ? so[r * L.ld_o + d] / l : 0.f;
+  }
+}
+#endif  // __CUDA_ARCH__ >= 800
+
 // grid (num_tiles, n_heads), block kTcThreads. Same contract as PrefillAttentionKernel.
 __global__ void __launch_bounds__(kTcThreads)
     PrefillAttentionTcKernel(const float* __restrict__ q,        // [T, n_heads, hd]
@@ -195,7 +355,6 @@ __global__ void __launch_bounds__(kTcThreads)
                              const int* __restrict__ tiles,  // [num_tiles, 2]
                              float* __restrict__ out) {      // [T, n_heads, hd]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  namespace wmma = nvcuda::wmma;
   extern __shared__ __align__(128) unsigned char tc_smem[];
   const int hd = a.head_dim;
   const TcSmem L = TcLayout(hd);
@@ -217,32 +376,11 @@ __global__ void __launch_bounds__(kTcThreads)
   const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t0]) * a.max_blocks_per_seq;
   const int window = a.sliding_window;
   const int key_begin = window > 0 ? max(0, p0 - window + 1) : 0;
-  const int hd4 = hd / 4;
 
-  // Q -> bf16, O = 0, m = -inf, l = 0.
-  for (int i = threadIdx.x; i < kRows * hd4; i += kTcThreads) {
-    const int r = i / hd4, d = (i % hd4) * 4;
-    float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < count) {
-      x = *reinterpret_cast<const float4*>(q + (static_cast<int64_t>(t0 + r) * a.n_heads + h) * hd +
-                                           d);
-    }
-    __nv_bfloat16* dst = sq + r * L.ld_bf + d;
-    dst[0] = __float2bfloat16_rn(x.x);
-    dst[1] = __float2bfloat16_rn(x.y);
-    dst[2] = __float2bfloat16_rn(x.z);
-    dst[3] = __float2bfloat16_rn(x.w);
-    float* o = so + r * L.ld_o + d;
-    o[0] = o[1] = o[2] = o[3] = 0.f;
-  }
-  if (threadIdx.x < kRows) {
-    row_m[threadIdx.x] = -INFINITY;
-    row_l[threadIdx.x] = 0.f;
-  }
+  TcLoadQ(q, a, L, t0, count, h, sq, so, row_m, row_l);
   const float scale = rsqrtf(static_cast<float>(hd));
   // The softmax thread layout: kTcLanesPerRow consecutive threads per query row.
   const int srow = threadIdx.x / kTcLanesPerRow, spart = threadIdx.x % kTcLanesPerRow;
-  constexpr int kColsPerLane = kTcKeys / kTcLanesPerRow;  // 16
   const int my_pos = p0 + srow;
   const int my_first = window > 0 ? max(0, my_pos - window + 1) : 0;
   const bool row_active = srow < count;
@@ -250,109 +388,17 @@ __global__ void __launch_bounds__(kTcThreads)
   for (int k0 = key_begin; k0 <= p_last; k0 += kTcKeys) {
     __syncthreads();  // the previous tile's K, V and P are no longer read
     const int nk = min(kTcKeys, p_last + 1 - k0);
-    for (int i = threadIdx.x; i < kTcKeys * hd4; i += kTcThreads) {
-      const int j = i / hd4, d = (i % hd4) * 4;
-      float4 kx = make_float4(0.f, 0.f, 0.f, 0.f), vx = kx;
-      if (j < nk) {
-        const int pos = k0 + j;
-        const int64_t slot =
-            static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-        const int64_t at = (slot * a.n_kv_heads + kvh) * hd + d;
-        kx = *reinterpret_cast<const float4*>(k_cache + at);
-        vx = *reinterpret_cast<const float4*>(v_cache + at);
-      }
-      __nv_bfloat16* kd = sk + j * L.ld_bf + d;
-      __nv_bfloat16* vd = sv + j * L.ld_bf + d;
-      kd[0] = __float2bfloat16_rn(kx.x);
-      kd[1] = __float2bfloat16_rn(kx.y);
-      kd[2] = __float2bfloat16_rn(kx.z);
-      kd[3] = __float2bfloat16_rn(kx.w);
-      vd[0] = __float2bfloat16_rn(vx.x);
-      vd[1] = __float2bfloat16_rn(vx.y);
-      vd[2] = __float2bfloat16_rn(vx.z);
-      vd[3] = __float2bfloat16_rn(vx.w);
-    }
+    TcLoadKv(k_cache, v_cache, a, L, table, kvh, k0, nk, sk, sv);
     __syncthreads();
-    // S[kRows, kTcKeys] = Q Kᵀ: warp w computes key columns [16 w, 16 w + 16) of both row tiles.
-    {
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc0, acc1;
-      wmma::fill_fragment(acc0, 0.f);
-      wmma::fill_fragment(acc1, 0.f);
-      for (int kk = 0; kk < hd; kk += 16) {
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-        wmma::load_matrix_sync(b, sk + (warp * 16) * L.ld_bf + kk, L.ld_bf);
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a0, a1;
-        wmma::load_matrix_sync(a0, sq + kk, L.ld_bf);
-        wmma::load_matrix_sync(a1, sq + 16 * L.ld_bf + kk, L.ld_bf);
-        wmma::mma_sync(acc0, a0, b, acc0);
-        wmma::mma_sync(acc1, a1, b, acc1);
-      }
-      wmma::store_matrix_sync(ss + warp * 16, acc0, L.ld_s, wmma::mem_row_major);
-      wmma::store_matrix_sync(ss + 16 * L.ld_s + warp * 16, acc1, L.ld_s, wmma::mem_row_major);
-    }
+    TcScores(sq, sk, ss, L, hd, warp);
     __syncthreads();
-    // Online softmax for row srow over columns [spart * 16, spart * 16 + 16).
-    {
-      float sv_[kColsPerLane];
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int c = 0; c < kColsPerLane; ++c) {
-        const int j = spart * kColsPerLane + c, pos = k0 + j;
-        const bool ok = row_active && j < nk && pos >= my_first && pos <= my_pos;
-        sv_[c] = ok ? ss[srow * L.ld_s + j] * scale : -INFINITY;
-        tile_max = fmaxf(tile_max, sv_[c]);
-      }
-      for (int off = kTcLanesPerRow / 2; off > 0; off /= 2) {
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off, kTcLanesPerRow));
-      }
-      const float m_old = row_m[srow];
-      const float m_new = fmaxf(m_old, tile_max);
-      float sum = 0.f;
-#pragma unroll
-      for (int c = 0; c < kColsPerLane; ++c) {
-        const __nv_bfloat16 pb =
-            __float2bfloat16_rn(m_new == -INFINITY ? 0.f : __expf(sv_[c] - m_new));
-        sp[srow * L.ld_p + spart * kColsPerLane + c] = pb;
-        sum += __bfloat162float(pb);  // the weights P V uses
-      }
-      for (int off = kTcLanesPerRow / 2; off > 0; off /= 2) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, off, kTcLanesPerRow);
-      }
-      const float corr = m_old == -INFINITY ? 0.f : __expf(m_old - m_new);
-      float* orow = so + srow * L.ld_o;
-      for (int d = spart; d < hd; d += kTcLanesPerRow) orow[d] *= corr;
-      __syncwarp();  // every lane of the row has read row_m before it changes
-      if (spart == 0) {
-        row_l[srow] = row_l[srow] * corr + sum;
-        row_m[srow] = m_new;
-      }
-    }
+    TcSoftmaxUpdate(ss, sp, so, row_m, row_l, L, hd, k0, nk, scale, srow, spart, my_first, my_pos,
+                    row_active);
     __syncthreads();
-    // O[kRows, hd] += P V: warp w takes the output tiles w, w + kTcWarps, ... of the
-    // 2 x (hd / 16) tiles.
-    for (int f = warp; f < 2 * (hd / 16); f += kTcWarps) {
-      const int rt = f % 2, ct = f / 2;
-      float* o = so + rt * 16 * L.ld_o + ct * 16;
-      wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-      wmma::load_matrix_sync(acc, o, L.ld_o, wmma::mem_row_major);
-#pragma unroll
-      for (int kk = 0; kk < kTcKeys; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> pa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> vb;
-        wmma::load_matrix_sync(pa, sp + rt * 16 * L.ld_p + kk, L.ld_p);
-        wmma::load_matrix_sync(vb, sv + kk * L.ld_bf + ct * 16, L.ld_bf);
-        wmma::mma_sync(acc, pa, vb, acc);
-      }
-      wmma::store_matrix_sync(o, acc, L.ld_o, wmma::mem_row_major);
-    }
+    TcAccumulatePv(sp, sv, so, L, hd, warp);
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < count * hd; i += kTcThreads) {
-    const int r = i / hd, d = i % hd;
-    const float l = row_l[r];
-    out[(static_cast<int64_t>(t0 + r) * a.n_heads + h) * hd + d] =
-        l > 0.f ? so[r * L.ld_o + d] / l : 0.f;
-  }
+  TcStoreOutput(so, row_l, a, L, t0, count, h, out);
 #endif
 }
 

@@ -1,6 +1,6 @@
 // The kept set of top-k / top-p sampling as a boundary, without sorting; shared by the CUDA
 // sampler (sampler.cu, reductions over a thread block) and a host test that checks it against
-// engine/sampler.cc on the CPU (tests/kernels/sample_boundary_test.cc).
+// engine/sampling/sampler.cc on the CPU (tests/kernels/sample_boundary_test.cc).
 //
 // Sorting tokens by probability (ties by lower id) and keeping a prefix is the same as keeping
 // token i when p_i > v, or p_i == v and i < cut, for some boundary (v, cut). Probabilities are
@@ -54,7 +54,7 @@ TANDEM_HD inline bool Kept(const KeepBoundary& b, double p, int i) {
 //   double MassGe(uint64_t bits)              sum of p_i with bits(p_i) >= bits
 //   long long TiesBelow(uint64_t v, int x)    #{i < x : bits(p_i) == v}
 // Returns the boundary of the shorter of the top-k and top-p prefixes; *limited = false when
-// neither applies (everything kept, no renormalization), as engine/sampler.cc does.
+// neither applies (everything kept, no renormalization), as engine/sampling/sampler.cc does.
 template <typename R>
 TANDEM_HD KeepBoundary FindKeepBoundary(R& r, int vocab, int top_k, float top_p, bool* limited) {
   const uint64_t one = ProbBits(1.0);

@@ -1,8 +1,8 @@
-// Token sampling on the device, one thread block per row of logits, matching engine/sampler.cc
-// (the CPU twin): greedy (first maximum) at temperature 0; otherwise softmax(logits / T) in
-// double, top-k and top-p as prefixes of the tokens sorted by probability (ties by lower id),
-// the shorter prefix kept and renormalized, and the counter-based draw u = CounterUniform(seed,
-// position) taken against the cumulative distribution in id order.
+// Token sampling on the device, one thread block per row of logits, matching
+// engine/sampling/sampler.cc (the CPU twin): greedy (first maximum) at temperature 0; otherwise
+// softmax(logits / T) in double, top-k and top-p as prefixes of the tokens sorted by probability
+// (ties by lower id), the shorter prefix kept and renormalized, and the counter-based draw u =
+// CounterUniform(seed, position) taken against the cumulative distribution in id order.
 //
 // No sort: a prefix of the sorted order is a boundary (value v, cut id x): token i is kept when
 // p_i > v, or p_i == v and i < x. The top-k boundary is found by binary search over the bit

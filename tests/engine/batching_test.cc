@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/generator.h"
-#include "engine/llama2c_tokenizer.h"
 #include "engine/model.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

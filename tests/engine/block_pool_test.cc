@@ -1,4 +1,4 @@
-#include "engine/block_pool.h"
+#include "engine/kv/block_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <vector>
 
-#include "engine/scheduler.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace tandem {
 namespace {

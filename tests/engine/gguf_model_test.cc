@@ -8,13 +8,13 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "engine/chat_template/chat_template.h"
 #include "engine/generator.h"
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/load_tokenizer.h"
 #include "engine/model.h"
+#include "formats/gguf.h"
 #include "tests/test_util.h"
+#include "text/chat_template/chat_template.h"
+#include "text/gguf_tokenizer.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "formats/gguf.h"
 #include "kernels/dtype.h"
 #include "kernels/quant.h"
 

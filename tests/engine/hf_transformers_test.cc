@@ -6,9 +6,9 @@
 #include <cmath>
 
 #include "engine/generator.h"
-#include "engine/load_tokenizer.h"
 #include "engine/model.h"
 #include "tests/test_util.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -11,10 +11,10 @@
 #include <cstdio>
 
 #include "engine/generator.h"
-#include "engine/kv_cache.h"
-#include "engine/load_tokenizer.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "tests/test_util.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {

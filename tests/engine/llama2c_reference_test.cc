@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/generator.h"
-#include "engine/llama2c_tokenizer.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
-#include "engine/model_writer.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

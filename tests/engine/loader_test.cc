@@ -4,11 +4,11 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/llama2c_tokenizer.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
-#include "engine/model_writer.h"
-#include "engine/safetensors.h"
+#include "formats/safetensors.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
-#include "engine/model_writer.h"
 #include "tests/test_util.h"
 
 namespace tandem {

@@ -13,15 +13,15 @@
 #include <fstream>
 #include <thread>
 
-#include "engine/chat_template/chat_template.h"
-#include "engine/llama2c_tokenizer.h"
-#include "engine/load_tokenizer.h"
-#include "engine/model_writer.h"
-#include "engine/sampler.h"
+#include "engine/loaders/model_writer.h"
+#include "engine/sampling/sampler.h"
 #include "structured/json_matcher.h"
 #include "tests/http/http_client.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
+#include "text/chat_template/chat_template.h"
+#include "text/llama2c_tokenizer.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -2,17 +2,17 @@
 // named), the one status-to-HTTP mapping, the router ingress's field names renamed to OpenAI's,
 // chat prompts through the model's template, and the response shapes (JSON and SSE).
 // The Llama 3, Mistral-Instruct and Qwen3 templates themselves are checked byte for byte against
-// jinja2 in tests/chat_template/chat_template_test.cc; unsupported Jinja in jinja_test.cc.
+// jinja2 in tests/text/chat_template/chat_template_test.cc; unsupported Jinja in jinja_test.cc.
 #include "http/openai.h"
 
 #include <gtest/gtest.h>
 
-#include "engine/llama2c_tokenizer.h"
-#include "engine/output_constraint.h"
-#include "engine/sampler.h"
+#include "engine/sampling/output_constraint.h"
+#include "engine/sampling/sampler.h"
 #include "router/ingress.h"
 #include "structured/json_matcher.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem::openai {
 namespace {

@@ -11,9 +11,9 @@
 #include <random>
 #include <string>
 
+#include "engine/cuda/step_plan.h"
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/step_plan.h"
 #include "kernels/dtype.h"
 #include "tests/kernels/cuda_device_test.h"
 

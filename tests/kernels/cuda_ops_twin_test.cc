@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
-#include "engine/kv_cache.h"
-#include "engine/model_config.h"
-#include "engine/sampler.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_config.h"
+#include "engine/sampling/sampler.h"
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/dtype.h"

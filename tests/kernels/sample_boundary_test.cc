@@ -1,6 +1,6 @@
 // The sort-free top-k / top-p boundary of the CUDA sampler (kernels/cuda/sample_boundary.h),
-// run on the host with sequential reductions, against engine/sampler.cc's kept set. The device
-// kernel runs the same function with block reductions (its twin test needs a GPU).
+// run on the host with sequential reductions, against engine/sampling/sampler.cc's kept set. The
+// device kernel runs the same function with block reductions (its twin test needs a GPU).
 #include "kernels/cuda/sample_boundary.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/sampler.h"
+#include "engine/sampling/sampler.h"
 
 namespace tandem {
 namespace {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "engine/block_pool.h"
-#include "engine/kv_cache.h"
-#include "engine/model_config.h"
+#include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_config.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"

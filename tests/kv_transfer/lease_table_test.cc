@@ -4,7 +4,7 @@
 
 #include <set>
 
-#include "engine/block_pool.h"
+#include "engine/kv/block_pool.h"
 
 namespace tandem {
 namespace {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/mapped_file.h"
+#include "formats/mapped_file.h"
 #include "metrics/metrics.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/test_util.h"

@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "decode_node/decode_engine.h"
-#include "engine/llama2c_tokenizer.h"
 #include "metrics/metrics.h"
 #include "prefill_node/prefill_engine.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "engine/model_writer.h"
+#include "engine/loaders/model_writer.h"
 #include "planner/calibrate.h"
 #include "planner/plan.h"
 

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <random>
 
-#include "engine/model_writer.h"
-#include "engine/scheduler.h"
+#include "engine/loaders/model_writer.h"
+#include "engine/scheduling/scheduler.h"
 #include "planner/plan.h"
 
 namespace tandem::planner {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "engine/mapped_file.h"
+#include "formats/mapped_file.h"
 #include "tests/test_util.h"
 
 namespace tandem::bench {

@@ -12,13 +12,13 @@
 #include <thread>
 
 #include "engine/generator.h"
-#include "engine/llama2c_tokenizer.h"
 #include "engine/model.h"
-#include "engine/output_constraint.h"
+#include "engine/sampling/output_constraint.h"
 #include "nlohmann/json.hpp"
 #include "rpc/grpc_util.h"
 #include "structured/json_matcher.h"
 #include "tests/metrics/metrics_text.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

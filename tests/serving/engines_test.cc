@@ -6,11 +6,11 @@
 
 #include "decode_node/decode_engine.h"
 #include "engine/generator.h"
-#include "engine/llama2c_tokenizer.h"
 #include "prefill_node/prefill_engine.h"
 #include "tests/cluster_auth.h"
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
 
 namespace tandem {
 namespace {

@@ -1,4 +1,4 @@
-// A cluster spread over separate network hosts on one machine (issue 11): two router replicas,
+// A cluster spread over separate network hosts on one machine: two router replicas,
 // two prefill and two decode workers, each in its own network namespace with its own IP
 // (10.77.0.x) on a bridge that lives in a namespace of its own, and the test's client in
 // another. Workers find the routers by a name (`tandem-router`, resolving to both router IPs

@@ -1,0 +1,423 @@
+#include "engine/loaders/model_config.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace tandem {
+
+absl::Status ModelConfig::Validate() const {
+  auto bad = [](std::string_view field, int64_t v) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("model config: %s = %d is invalid", field, v));
+  };
+  if (dim <= 0) return bad("dim", dim);
+  if (hidden_dim <= 0) return bad("hidden_dim", hidden_dim);
+  if (n_layers <= 0 || n_layers > 4096) return bad("n_layers", n_layers);
+  if (n_heads <= 0) return bad("n_heads", n_heads);
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0) return bad("n_kv_heads", n_kv_heads);
+  if (head_dim <= 0 || head_dim % 2 != 0) return bad("head_dim", head_dim);
+  if (vocab_size <= 0) return bad("vocab_size", vocab_size);
+  if (max_seq_len <= 0) return bad("max_seq_len", max_seq_len);
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) {
+    return absl::InvalidArgumentError("model config: rope_theta must be positive");
+  }
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) {
+    return absl::InvalidArgumentError("model config: rms_norm_eps must be positive");
+  }
+  if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0)) {
+    return absl::InvalidArgumentError("model config: rope_scaling.factor must be positive");
+  }
+  for (int id : eos_token_ids) {
+    if (id < 0 || id >= vocab_size) return bad("eos_token_id", id);
+  }
+  if (bos_token_id >= vocab_size) return bad("bos_token_id", bos_token_id);
+  return absl::OkStatus();
+}
+
+std::vector<float> ModelConfig::RopeInvFreq() const {
+  const int half = head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i) {
+    if (rope_style == RopeStyle::kInterleaved) {
+      // run.c: freq = 1.0f / powf(10000.0f, head_dim / (float)head_size), head_dim = 2i.
+      inv[i] =
+          1.0f / std::pow(rope_theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+    } else {
+      // transformers: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), all float32.
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+      inv[i] = 1.0f / std::pow(rope_theta, exponent);
+    }
+  }
+  switch (rope_scaling.type) {
+    case RopeScaling::Type::kNone:
+      break;
+    case RopeScaling::Type::kLinear:
+      for (float& f : inv) f /= rope_scaling.factor;
+      break;
+    case RopeScaling::Type::kLlama3: {
+      // transformers' _compute_llama3_parameters.
+      const float old_ctx = static_cast<float>(rope_scaling.original_max_position_embeddings);
+      const float low_wavelen = old_ctx / rope_scaling.low_freq_factor;
+      const float high_wavelen = old_ctx / rope_scaling.high_freq_factor;
+      for (float& f : inv) {
+        const float wavelen = 2.0f * static_cast<float>(M_PI) / f;
+        if (wavelen < high_wavelen) continue;
+        if (wavelen > low_wavelen) {
+          f = f / rope_scaling.factor;
+        } else {
+          const float smooth = (old_ctx / wavelen - rope_scaling.low_freq_factor) /
+                               (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+          f = (1.0f - smooth) * f / rope_scaling.factor + smooth * f;
+        }
+      }
+      break;
+    }
+  }
+  return inv;
+}
+
+namespace {
+
+using nlohmann::json;
+
+absl::StatusOr<int> GetInt(const json& j, const char* key, std::optional<int> fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (fallback) return *fallback;
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: missing \"%s\"", key));
+  }
+  if (!it->is_number_integer()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: \"%s\" is not an integer", key));
+  }
+  const int64_t v = it->get<int64_t>();
+  if (v < INT32_MIN || v > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" out of range", key));
+  }
+  return static_cast<int>(v);
+}
+
+absl::StatusOr<float> GetFloat(const json& j, const char* key, float fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not a number", key));
+  }
+  return it->get<float>();
+}
+
+// `key` as a string, `fallback` when absent or null. (json::value() would throw on a value of
+// another type, and an exception here takes the whole process down.)
+absl::StatusOr<std::string> GetString(const json& j, const char* key, std::string fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_string()) {
+    return absl::InvalidArgumentError(absl::StrFormat("config.json: \"%s\" is not a string", key));
+  }
+  return it->get<std::string>();
+}
+
+absl::StatusOr<bool> GetBool(const json& j, const char* key, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: \"%s\" must be a boolean", key));
+  }
+  return it->get<bool>();
+}
+
+}  // namespace
+
+namespace {
+
+// Config fields that change a Llama-family model's math in ways Tandem does not implement: a
+// model that sets them must be refused, never run as if they were absent.
+absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
+  auto refuse = [](const std::string& field, const json& v) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: %s = %s changes the model's math and is not supported", field, v.dump()));
+  };
+  auto is_true = [](const json& v) { return v.is_boolean() && v.get<bool>(); };
+  auto set = [](const json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); };
+  for (const auto& [key, v] : j.items()) {
+    if (key == "mlp_bias" && is_true(v)) return refuse(key, v);
+    // Llama and Mistral put attention_bias on o_proj too (Qwen2's q/k/v biases are built in).
+    if (key == "attention_bias" && is_true(v) && arch != "Qwen2ForCausalLM") return refuse(key, v);
+    if (key == "partial_rotary_factor" && !(v.is_number() && v.get<double>() == 1.0))
+      return refuse(key, v);
+    if ((key == "final_logit_softcapping" || key == "attn_logit_softcapping" ||
+         key == "quantization_config" || key == "no_rope_layers" || key == "use_qk_norm" ||
+         key == "qk_layernorm" || key == "query_pre_attn_scalar") &&
+        set(v)) {
+      return refuse(key, v);
+    }
+    if ((key == "logits_scaling" || key == "embedding_multiplier" || key == "residual_multiplier" ||
+         key == "attention_multiplier") &&
+        !(v.is_number() && v.get<double>() == 1.0)) {
+      return refuse(key, v);
+    }
+    // One kind of attention for every layer: Tandem applies sliding_window to all or none.
+    if (key == "layer_types" && v.is_array() && !v.empty()) {
+      for (const json& t : v) {
+        if (t != v[0] || (t != "full_attention" && t != "sliding_attention")) {
+          return refuse(key, v);
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The architecture config.json names, which must be one Tandem runs.
+absl::StatusOr<std::string> SupportedArchitecture(const json& j) {
+  std::string arch;
+  if (auto it = j.find("architectures");
+      it != j.end() && it->is_array() && !it->empty() && (*it)[0].is_string()) {
+    arch = (*it)[0].get<std::string>();
+  }
+  auto model_type_or = GetString(j, "model_type", "");
+  if (!model_type_or.ok()) return model_type_or.status();
+  const std::string model_type = *std::move(model_type_or);
+  static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  bool supported = false;
+  for (const char* s : kSupported) supported |= arch == s;
+  if (!supported) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: unsupported architecture \"%s\" (model_type \"%s\"); supported: "
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+        arch, model_type));
+  }
+  return arch;
+}
+
+// The model's shape: sizes, layer and head counts, vocabulary and context length.
+absl::Status ReadShape(const json& j, ModelConfig* c) {
+  auto assign = [](int& dst, absl::StatusOr<int> v) -> absl::Status {
+    if (!v.ok()) return v.status();
+    dst = *v;
+    return absl::OkStatus();
+  };
+  absl::Status s;
+  if (!(s = assign(c->dim, GetInt(j, "hidden_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c->hidden_dim, GetInt(j, "intermediate_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c->n_layers, GetInt(j, "num_hidden_layers", std::nullopt))).ok()) return s;
+  if (!(s = assign(c->n_heads, GetInt(j, "num_attention_heads", std::nullopt))).ok()) return s;
+  if (!(s = assign(c->n_kv_heads, GetInt(j, "num_key_value_heads", c->n_heads))).ok()) return s;
+  if (!(s = assign(c->vocab_size, GetInt(j, "vocab_size", std::nullopt))).ok()) return s;
+  if (!(s = assign(c->max_seq_len, GetInt(j, "max_position_embeddings", 2048))).ok()) return s;
+  if (c->n_heads <= 0) return absl::InvalidArgumentError("config.json: num_attention_heads <= 0");
+  if (!(s = assign(c->head_dim, GetInt(j, "head_dim", c->dim / c->n_heads))).ok()) return s;
+  return absl::OkStatus();
+}
+
+// The object holding the rope settings: "rope_parameters" or the legacy "rope_scaling"; null when
+// there is neither.
+absl::StatusOr<const json*> FindRopeParameters(const json& j) {
+  // transformers 5 writes rope_theta and the scaling together as "rope_parameters".
+  const json* rope = nullptr;
+  if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError("config.json: rope_parameters must be an object");
+    }
+    if (!it->contains("rope_type") && !it->contains("rope_theta")) {
+      return absl::InvalidArgumentError(
+          "config.json: rope_parameters per layer type is not supported (one set for every "
+          "layer, with rope_type and rope_theta)");
+    }
+    if (auto legacy = j.find("rope_scaling"); legacy != j.end() && !legacy->is_null()) {
+      return absl::InvalidArgumentError(
+          "config.json: both rope_parameters and rope_scaling are given; keep one");
+    }
+    rope = &*it;
+  } else if (auto legacy = j.find("rope_scaling"); legacy != j.end() && !legacy->is_null()) {
+    if (!legacy->is_object())
+      return absl::InvalidArgumentError("config.json: rope_scaling must be an object");
+    rope = &*legacy;
+  }
+  return rope;
+}
+
+// rope_theta, from the top level or `rope` (which may be null); the two must agree.
+absl::StatusOr<float> ReadRopeTheta(const json& j, const json* rope) {
+  auto top_theta = GetFloat(j, "rope_theta", 10000.0f);
+  if (!top_theta.ok()) return top_theta.status();
+  auto theta = rope != nullptr ? GetFloat(*rope, "rope_theta", *top_theta) : top_theta;
+  if (!theta.ok()) return theta.status();
+  if (rope != nullptr && rope->contains("rope_theta") && j.contains("rope_theta") &&
+      *theta != *top_theta) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: rope_theta %g disagrees with rope_parameters.rope_theta %g",
+                        *top_theta, *theta));
+  }
+  return *theta;
+}
+
+// The rope scaling type and its parameters from the rope settings object `rope`.
+absl::Status ReadRopeScaling(const json& rope, RopeScaling* scaling) {
+  const json* it = &rope;
+  auto legacy_type = GetString(*it, "type", "");
+  if (!legacy_type.ok()) return legacy_type.status();
+  auto type_or = GetString(*it, "rope_type", *legacy_type);
+  if (!type_or.ok()) return type_or.status();
+  const std::string type = *std::move(type_or);
+  auto factor = GetFloat(*it, "factor", 1.0f);
+  if (!factor.ok()) return factor.status();
+  scaling->factor = *factor;
+  if (type == "default") {
+    scaling->type = RopeScaling::Type::kNone;
+  } else if (type == "linear") {
+    scaling->type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    scaling->type = RopeScaling::Type::kLlama3;
+    auto lo = GetFloat(*it, "low_freq_factor", 1.0f);
+    auto hi = GetFloat(*it, "high_freq_factor", 4.0f);
+    auto orig = GetInt(*it, "original_max_position_embeddings", 8192);
+    if (!lo.ok()) return lo.status();
+    if (!hi.ok()) return hi.status();
+    if (!orig.ok()) return orig.status();
+    scaling->low_freq_factor = *lo;
+    scaling->high_freq_factor = *hi;
+    scaling->original_max_position_embeddings = *orig;
+    if (!(*hi > *lo)) {
+      return absl::InvalidArgumentError(
+          "config.json: rope_scaling.high_freq_factor must exceed low_freq_factor");
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: unsupported rope type \"%s\" (Tandem has default, "
+                        "linear and llama3)",
+                        type));
+  }
+  return absl::OkStatus();
+}
+
+// Appends eos_token_id (one id or a list of them), when present, to `eos_token_ids`.
+absl::Status ReadEosTokenIds(const json& j, std::vector<int>* eos_token_ids) {
+  if (auto it = j.find("eos_token_id"); it != j.end() && !it->is_null()) {
+    // An id outside int32 must not wrap into a valid one.
+    auto push = [&eos_token_ids](const json& e) {
+      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT32_MAX) ||
+          e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX) {
+        return false;
+      }
+      eos_token_ids->push_back(static_cast<int>(e.get<int64_t>()));
+      return true;
+    };
+    if (it->is_number_integer()) {
+      if (!push(*it)) return absl::InvalidArgumentError("config.json: eos_token_id out of range");
+    } else if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!push(e)) {
+          return absl::InvalidArgumentError(
+              "config.json: eos_token_id entries must be integers in range");
+        }
+      }
+    } else {
+      return absl::InvalidArgumentError("config.json: eos_token_id must be an integer or a list");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
+  json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("config.json is not a JSON object");
+  }
+  ModelConfig c;
+  c.rope_style = RopeStyle::kHalf;
+  auto arch_or = SupportedArchitecture(j);
+  if (!arch_or.ok()) return arch_or.status();
+  const std::string arch = *std::move(arch_or);
+  c.architecture = arch;
+  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+    return absl::InvalidArgumentError("config.json: hidden_act must be \"silu\"");
+  }
+  if (absl::Status s = ReadShape(j, &c); !s.ok()) return s;
+  if (absl::Status unsupported = RefuseUnknownMath(j, arch); !unsupported.ok()) return unsupported;
+  auto rope_or = FindRopeParameters(j);
+  if (!rope_or.ok()) return rope_or.status();
+  const json* rope = *rope_or;
+  auto theta = ReadRopeTheta(j, rope);
+  if (!theta.ok()) return theta.status();
+  c.rope_theta = *theta;
+  auto eps = GetFloat(j, "rms_norm_eps", 1e-6f);
+  if (!eps.ok()) return eps.status();
+  c.norm_eps = *eps;
+  auto tie = GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM");
+  if (!tie.ok()) return tie.status();
+  c.tie_word_embeddings = *tie;
+  // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window.
+  auto use_sliding_window = GetBool(j, "use_sliding_window", true);
+  if (!use_sliding_window.ok()) return use_sliding_window.status();
+  if (auto it = j.find("sliding_window");
+      it != j.end() && it->is_number_integer() && *use_sliding_window) {
+    // (int64: get<int> would wrap a huge window into an arbitrary one.)
+    const int64_t window = it->is_number_unsigned() && it->get<uint64_t>() > INT64_MAX
+                               ? INT64_MAX
+                               : it->get<int64_t>();
+    // Negative means none; a window the context never reaches is none too.
+    c.sliding_window = window <= 0 || window >= c.max_seq_len ? 0 : static_cast<int>(window);
+  }
+  c.qkv_bias = arch == "Qwen2ForCausalLM";
+  if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
+    c.qkv_bias = c.qkv_bias || it->get<bool>();
+  }
+  if (rope != nullptr) {
+    if (absl::Status s = ReadRopeScaling(*rope, &c.rope_scaling); !s.ok()) return s;
+  }
+  auto bos = GetInt(j, "bos_token_id", -1);
+  if (!bos.ok()) return bos.status();
+  c.bos_token_id = *bos;
+  if (absl::Status s = ReadEosTokenIds(j, &c.eos_token_ids); !s.ok()) return s;
+  if (absl::Status v = c.Validate(); !v.ok()) return v;
+  return c;
+}
+
+std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
+  json j;
+  j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
+  j["model_type"] = architecture == "Qwen2ForCausalLM"     ? "qwen2"
+                    : architecture == "MistralForCausalLM" ? "mistral"
+                                                           : "llama";
+  j["hidden_size"] = dim;
+  j["intermediate_size"] = hidden_dim;
+  j["num_hidden_layers"] = n_layers;
+  j["num_attention_heads"] = n_heads;
+  j["num_key_value_heads"] = n_kv_heads;
+  j["head_dim"] = head_dim;
+  j["vocab_size"] = vocab_size;
+  j["max_position_embeddings"] = max_seq_len;
+  j["rope_theta"] = rope_theta;
+  j["rms_norm_eps"] = norm_eps;
+  j["hidden_act"] = "silu";
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["attention_bias"] = qkv_bias;
+  if (sliding_window > 0) j["sliding_window"] = sliding_window;
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1) {
+    j["eos_token_id"] = eos_token_ids[0];
+  } else if (!eos_token_ids.empty()) {
+    j["eos_token_id"] = eos_token_ids;
+  }
+  if (rope_scaling.type == RopeScaling::Type::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling.factor}};
+  } else if (rope_scaling.type == RopeScaling::Type::kLlama3) {
+    j["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", rope_scaling.factor},
+        {"low_freq_factor", rope_scaling.low_freq_factor},
+        {"high_freq_factor", rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  j["torch_dtype"] = std::string(torch_dtype);
+  return j.dump(2) + "\n";
+}
+
+}  // namespace tandem

@@ -1,0 +1,65 @@
+// The shape and hyper-parameters of a Llama-family model, from a llama2.c header or a Hugging
+// Face config.json.
+#ifndef TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
+#define TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
+
+namespace tandem {
+
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  float factor = 1.0f;
+  // Llama 3 only.
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // "llama2c", "LlamaForCausalLM", "MistralForCausalLM", ...
+  int dim = 0;               // hidden size
+  int hidden_dim = 0;        // MLP intermediate size
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int vocab_size = 0;
+  int max_seq_len = 0;
+  float rope_theta = 10000.0f;
+  float norm_eps = 1e-5f;
+  RopeStyle rope_style = RopeStyle::kHalf;
+  RopeScaling rope_scaling;
+  int sliding_window = 0;           // attend to at most this many positions; 0 = all
+  bool qkv_bias = false;            // Qwen2: q/k/v projections carry a bias
+  bool tie_word_embeddings = true;  // classifier shares the token embedding
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;  // generation stops when one of these is produced
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+
+  // Checks the numbers are positive and consistent (heads divide, head_dim even, ...).
+  absl::Status Validate() const;
+
+  // inv_freq[head_dim / 2] for RoPE, with rope_scaling applied, computed as the reference
+  // implementation of each format does (llama2.c: 1 / powf(theta, 2i / head_dim) in float;
+  // Hugging Face: float32 theta ** (2i / head_dim)).
+  std::vector<float> RopeInvFreq() const;
+
+  // Parses a Hugging Face config.json (Llama, Mistral, Qwen2 and their relatives).
+  static absl::StatusOr<ModelConfig> FromHfJson(const std::string& json_text);
+  // The config.json that FromHfJson reads back into this config; `torch_dtype` names the
+  // weights' type ("float32", "bfloat16", "float16").
+  std::string ToHfJson(std::string_view torch_dtype = "float32") const;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_

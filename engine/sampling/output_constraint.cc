@@ -1,0 +1,104 @@
+#include "engine/sampling/output_constraint.h"
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/sampler.h"
+
+namespace tandem {
+
+OutputConstraint::OutputConstraint(std::shared_ptr<const structured::JsonSchema> schema,
+                                   std::shared_ptr<const structured::TokenMask> mask)
+    : schema_(std::move(schema)), mask_(std::move(mask)) {}
+
+void OutputConstraint::Mask(std::span<const int> output, std::span<const int> eos_ids,
+                            std::span<float> logits) const {
+  structured::JsonMatcher matcher(*schema_);
+  bool consistent = true;
+  for (int id : output) {
+    if (!mask_->Advance(&matcher, id)) {
+      consistent = false;
+      break;
+    }
+  }
+  thread_local std::vector<uint8_t> allowed;
+  if (consistent) {
+    mask_->Allowed(matcher, eos_ids, &allowed);
+  } else {
+    allowed.assign(mask_->vocab_size(), 0);
+    for (int id : eos_ids) {
+      if (id >= 0 && id < mask_->vocab_size()) allowed[id] = 1;
+    }
+  }
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (i >= allowed.size() || allowed[i] == 0) logits[i] = kNever;
+  }
+}
+
+OutputConstraints::OutputConstraints(std::shared_ptr<const Tokenizer> tokenizer)
+    : tokenizer_(std::move(tokenizer)) {}
+
+std::shared_ptr<const structured::TokenMask> OutputConstraints::Vocabulary() {
+  // Called with mu_ held.
+  if (vocabulary_ == nullptr) {
+    vocabulary_ = std::make_shared<structured::TokenMask>(TokenBytes(*tokenizer_));
+  }
+  return vocabulary_;
+}
+
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForSchema(
+    const std::string& schema, const std::string& prefix, const std::string& suffix) {
+  const std::string key =
+      absl::StrCat(prefix.size(), ":", prefix, suffix.size(), ":", suffix, schema);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  }
+  auto compiled = structured::JsonSchema::Compile(schema, prefix, suffix);
+  if (!compiled.ok()) return compiled.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  auto constraint = std::make_shared<const OutputConstraint>(*compiled, Vocabulary());
+  if (cache_.size() >= kCachedSchemas) cache_.clear();
+  cache_[key] = constraint;
+  return constraint;
+}
+
+absl::Status OutputConstraints::Attach(SamplingParams* p) {
+  if (p->json_schema.empty()) return absl::OkStatus();
+  auto c = ForSchema(p->json_schema, p->json_prefix, p->json_suffix);
+  if (!c.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("json_schema: ", c.status().message()));
+  }
+  p->constraint = *c;
+  return absl::OkStatus();
+}
+
+absl::Status AttachConstraint(OutputConstraints* constraints, SamplingParams* p) {
+  if (p->json_schema.empty()) return absl::OkStatus();
+  if (constraints == nullptr) {
+    return absl::FailedPreconditionError(
+        "json_schema: this worker has no tokenizer to constrain its output with");
+  }
+  return constraints->Attach(p);
+}
+
+std::vector<std::string> TokenBytes(const Tokenizer& tokenizer) {
+  const std::vector<int> context = tokenizer.Encode("a", /*add_special_tokens=*/false);
+  const std::string base = tokenizer.Decode(context);
+  std::vector<std::string> out(tokenizer.vocab_size());
+  std::vector<int> ids = context;
+  ids.push_back(0);
+  for (int id = 0; id < tokenizer.vocab_size(); ++id) {
+    if (tokenizer.IsSpecial(id)) continue;
+    ids.back() = id;
+    std::string text = tokenizer.Decode(ids);
+    if (text.size() > base.size() && text.compare(0, base.size(), base) == 0) {
+      out[id] = text.substr(base.size());
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem

@@ -1,0 +1,89 @@
+// Structured output on the engine side (OpenAI's response_format json_object / json_schema): a
+// JSON Schema (structured/json_schema.h) bound to a model's vocabulary, masking the logits where
+// tokens are sampled (engine/sampling/sampler.h ProcessLogits) so that the output is one JSON value
+// valid against the schema, followed by EOS.
+//
+// The constraint keeps no per-request state: each step replays the request's generated tokens
+// through the schema's matcher from the start. A request therefore masks the same way on any
+// worker, in any batch and after a resume (where the tokens generated before the resume come
+// back as part of the output history), which is what makes constrained output identical on
+// every path.
+#ifndef TANDEM_ENGINE_SAMPLING_OUTPUT_CONSTRAINT_H_
+#define TANDEM_ENGINE_SAMPLING_OUTPUT_CONSTRAINT_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "structured/json_schema.h"
+#include "structured/token_mask.h"
+#include "text/tokenizer.h"
+
+namespace tandem {
+
+struct SamplingParams;  // engine/sampling/sampler.h
+
+// OpenAI's {"type": "json_object"}: any JSON object.
+inline constexpr char kJsonObjectSchema[] = R"({"type": "object"})";
+
+class OutputConstraint {
+ public:
+  OutputConstraint(std::shared_ptr<const structured::JsonSchema> schema,
+                   std::shared_ptr<const structured::TokenMask> mask);
+
+  // Sets to -infinity the logits of every token that cannot follow `output` (the request's
+  // generated tokens so far), ids past the vocabulary included. The model's `eos_ids` stay only
+  // where the value is complete, and are all that stays once nothing more can follow; when
+  // `output` itself breaks the schema (it cannot, unless a client sent such tokens back), only
+  // they stay.
+  void Mask(std::span<const int> output, std::span<const int> eos_ids,
+            std::span<float> logits) const;
+
+  const structured::JsonSchema& schema() const { return *schema_; }
+
+ private:
+  std::shared_ptr<const structured::JsonSchema> schema_;
+  std::shared_ptr<const structured::TokenMask> mask_;
+};
+
+// One per served model: the tokenizer's token bytes (computed on first use) and the schemas
+// compiled so far (up to kCachedSchemas, then the cache starts over). Thread-safe.
+class OutputConstraints {
+ public:
+  explicit OutputConstraints(std::shared_ptr<const Tokenizer> tokenizer);
+
+  // INVALID_ARGUMENT (from the schema compiler) naming what is not supported. `prefix` and
+  // `suffix`: text around the value (structured/json_schema.h).
+  absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForSchema(const std::string& schema,
+                                                                    const std::string& prefix = "",
+                                                                    const std::string& suffix = "");
+  // Sets p->constraint from p->json_schema (and its prefix and suffix); nothing when it is empty.
+  absl::Status Attach(SamplingParams* p);
+
+  static constexpr size_t kCachedSchemas = 64;
+
+ private:
+  std::shared_ptr<const structured::TokenMask> Vocabulary();
+
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::mutex mu_;
+  std::shared_ptr<const structured::TokenMask> vocabulary_;               // guarded by mu_
+  std::map<std::string, std::shared_ptr<const OutputConstraint>> cache_;  // guarded by mu_
+};
+
+// Attaches p's constraint with `constraints`: FAILED_PRECONDITION when p asks for structured
+// output and the worker has no tokenizer to build one with. Nothing to do otherwise.
+absl::Status AttachConstraint(OutputConstraints* constraints, SamplingParams* p);
+
+// The bytes each token adds in the middle of a text: Decode(context + id) less Decode(context)
+// for a plain one-letter context, so that leading-space rules apply as they do mid-text. Empty
+// for special tokens and for tokens whose text depends on what precedes them otherwise.
+std::vector<std::string> TokenBytes(const Tokenizer& tokenizer);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_SAMPLING_OUTPUT_CONSTRAINT_H_

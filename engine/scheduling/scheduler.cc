@@ -1,0 +1,213 @@
+#include "engine/scheduling/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem {
+
+absl::Status PrefillScheduler::Add(uint64_t id, int prompt_len, int computed) {
+  if (prompt_len <= 0 || computed < 0 || computed >= prompt_len) {
+    return absl::InvalidArgumentError("PrefillScheduler::Add: need 0 <= computed < prompt_len");
+  }
+  for (const auto& e : queue_) {
+    if (e.id == id)
+      return absl::AlreadyExistsError(absl::StrFormat("request %d already queued", id));
+  }
+  queue_.push_back({id, prompt_len, computed});
+  return absl::OkStatus();
+}
+
+bool PrefillScheduler::Remove(uint64_t id) {
+  auto it = std::find_if(queue_.begin(), queue_.end(), [id](const Entry& e) { return e.id == id; });
+  if (it == queue_.end()) return false;
+  queue_.erase(it);
+  return true;
+}
+
+std::vector<PrefillScheduler::Work> PrefillScheduler::Schedule() {
+  std::vector<Work> work;
+  int budget = options_.token_budget;
+  for (auto it = queue_.begin();
+       it != queue_.end() && budget > 0 && static_cast<int>(work.size()) < options_.max_batch;) {
+    const int n = std::min({it->prompt_len - it->computed, options_.chunk_size, budget});
+    const bool last = it->computed + n == it->prompt_len;
+    work.push_back({it->id, it->computed, n, last});
+    budget -= n;
+    it->computed += n;
+    it = last ? queue_.erase(it) : it + 1;
+  }
+  return work;
+}
+
+DecodeScheduler::DecodeScheduler(Options options)
+    : options_(options),
+      pool_(options.num_blocks),
+      watermark_blocks_(options.watermark > 0 && options.admission == Admission::kOnDemand
+                            ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
+                            : 0) {}
+
+absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_tokens,
+                                                        int max_tokens) {
+  if (requests_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
+  }
+  const int most = BlocksFor(std::max(max_tokens, prompt_tokens + 1));
+  const int need = options_.admission == Admission::kReserve ? most : BlocksFor(prompt_tokens + 1);
+  if (most > num_blocks()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
+        "whole cache of %d blocks",
+        std::max(max_tokens, prompt_tokens + 1), most, block_size(), num_blocks()));
+  }
+  if (!preempted_.empty()) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "decode worker: %d preempted requests wait for room first", num_preempted()));
+  }
+  if (num_admitted() >= options_.max_running) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("decode worker at its limit of %d requests", options_.max_running));
+  }
+  if (pool_.num_available() - need < watermark_blocks_) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "decode worker: %d free KV blocks, the request needs %d and %d stay free for growth",
+        pool_.num_available(), need, watermark_blocks_));
+  }
+  auto blocks = pool_.Allocate(need);
+  if (!blocks.ok()) return blocks.status();
+  Entry& e = requests_[id];
+  e.order = next_order_++;
+  e.tokens = prompt_tokens;
+  e.computed = prompt_tokens;
+  e.max_tokens = std::max(max_tokens, prompt_tokens + 1);
+  e.blocks = *blocks;
+  return *blocks;
+}
+
+absl::Status DecodeScheduler::Start(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end())
+    return absl::NotFoundError(absl::StrFormat("request %d not admitted", id));
+  if (it->second.state != State::kAdmitted) {
+    return absl::FailedPreconditionError("request already started");
+  }
+  it->second.state = State::kRunning;
+  it->second.tokens += 1;  // the first token, sampled by the prefill
+  InsertInOrder(running_, id);
+  return absl::OkStatus();
+}
+
+void DecodeScheduler::InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const {
+  const uint64_t order = requests_.at(id).order;
+  ids.insert(std::lower_bound(ids.begin(), ids.end(), order,
+                              [this](uint64_t r, uint64_t o) { return requests_.at(r).order < o; }),
+             id);
+}
+
+uint64_t DecodeScheduler::Victim(const Step& step) const {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    const bool scheduled =
+        std::any_of(step.work.begin(), step.work.end(), [&](const Work& w) { return w.id == *it; });
+    if (!scheduled) return *it;
+  }
+  return 0;
+}
+
+void DecodeScheduler::Preempt(uint64_t id, Entry& e) {
+  pool_.Free(e.blocks).IgnoreError();  // blocks came from Allocate: cannot fail
+  e.blocks.clear();
+  e.computed = 0;
+  e.state = State::kPreempted;
+  std::erase(running_, id);
+  InsertInOrder(preempted_, id);
+  ++preemptions_;
+}
+
+DecodeScheduler::Step DecodeScheduler::Schedule() {
+  Step step;
+  // Readmission: the oldest preempted sequences first, while their tokens fit.
+  while (!preempted_.empty()) {
+    const uint64_t id = preempted_.front();
+    Entry& e = requests_.at(id);
+    auto blocks = pool_.Allocate(BlocksFor(e.tokens));
+    if (!blocks.ok()) break;
+    e.blocks = *blocks;
+    e.state = State::kRunning;
+    preempted_.erase(preempted_.begin());
+    InsertInOrder(running_, id);
+  }
+  int budget = options_.recompute_budget;
+  const std::vector<uint64_t> order = running_;
+  for (const uint64_t id : order) {
+    Entry& e = requests_.at(id);
+    if (e.state != State::kRunning) continue;  // preempted for an older one in this step
+    int n = e.tokens - e.computed;
+    if (n > 1) n = std::min(n, budget);  // a recompute, under the step's budget
+    if (n <= 0) continue;
+    int need = BlocksFor(e.computed + n) - static_cast<int>(e.blocks.size());
+    while (need > pool_.num_available() && e.state == State::kRunning) {
+      const uint64_t victim = Victim(step);
+      if (victim == 0) break;
+      Preempt(victim, requests_.at(victim));
+      step.preempted.push_back(victim);
+    }
+    if (e.state != State::kRunning) continue;    // it was the newest: it waits itself
+    if (need > pool_.num_available()) continue;  // everything else is in this step: next one
+    if (need > 0) {
+      auto more = pool_.Allocate(need);
+      e.blocks.insert(e.blocks.end(), more->begin(), more->end());
+    }
+    if (n > 1) budget -= n;
+    step.work.push_back({id, e.computed, n, e.computed + n == e.tokens});
+  }
+  return step;
+}
+
+void DecodeScheduler::Complete(const Step& step) {
+  for (const Work& w : step.work) {
+    auto it = requests_.find(w.id);
+    if (it == requests_.end()) continue;
+    Entry& e = it->second;
+    e.computed = w.start + w.count;
+    if (w.sample) e.tokens += 1;
+  }
+}
+
+bool DecodeScheduler::Release(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return false;
+  pool_.Free(it->second.blocks).IgnoreError();  // blocks came from Allocate: cannot fail
+  std::erase(running_, id);
+  std::erase(preempted_, id);
+  requests_.erase(it);
+  return true;
+}
+
+const std::vector<int>* DecodeScheduler::blocks(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second.blocks;
+}
+
+int DecodeScheduler::tokens(uint64_t id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? -1 : it->second.tokens;
+}
+
+int DecodeScheduler::growth_promised() const {
+  int64_t blocks = 0;
+  for (const auto& [id, e] : requests_) {
+    blocks += std::max<int64_t>(0, BlocksFor(e.max_tokens) - static_cast<int64_t>(e.blocks.size()));
+  }
+  return static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
+}
+
+absl::StatusOr<DecodeScheduler::Admission> ParseKvAdmission(std::string_view name) {
+  if (name == "on-demand") return DecodeScheduler::Admission::kOnDemand;
+  if (name == "reserve") return DecodeScheduler::Admission::kReserve;
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "--kv-admission must be on-demand or reserve, not \"%s\"", std::string(name)));
+}
+
+}  // namespace tandem

@@ -1,0 +1,185 @@
+// The schedulers of the two worker roles. Pure data structures: request ids in, decisions out;
+// no threads, no I/O, no tensors. The prefill and decode workers drive them, and so will the
+// capacity planner's simulator.
+#ifndef TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
+#define TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "engine/kv/block_pool.h"
+
+namespace tandem {
+
+// What a worker reports to the router with every heartbeat.
+struct WorkerLoadSnapshot {
+  int queue_depth = 0;  // requests waiting (prefill: queued prompts; decode: admitted, not running)
+  int running = 0;
+  int free_blocks = 0;
+  int total_blocks = 0;
+  int block_size = 0;
+  // Decode: blocks its sequences may still claim to reach their most tokens, and the blocks
+  // admission leaves free for growth.
+  int growth_blocks = 0;
+  int watermark_blocks = 0;
+  // Decode: admission reserves blocks for prompt + max_tokens (DecodeScheduler's kReserve).
+  bool reserves_max_tokens = false;
+};
+
+// Prefill: first come, first served; each step takes chunks of waiting prompts until the
+// token budget or the batch limit is reached; a prompt longer than `chunk_size` is split over
+// several steps (chunked prefill), so one long prompt cannot hold the others back for long.
+class PrefillScheduler {
+ public:
+  struct Options {
+    int token_budget = 2048;  // prompt tokens per step (forward call)
+    int chunk_size = 512;     // most tokens of one prompt per step
+    int max_batch = 64;       // prompts per step
+  };
+  struct Work {
+    uint64_t id;
+    int start;  // first prompt position computed in this step
+    int count;  // tokens
+    bool last;  // the prompt is complete after this step
+  };
+
+  explicit PrefillScheduler(Options options) : options_(options) {}
+
+  // `computed` tokens are already in the cache (a prefix-cache hit); prompt_len > computed.
+  absl::Status Add(uint64_t id, int prompt_len, int computed);
+  // Cancels a request wherever it is; false when unknown.
+  bool Remove(uint64_t id);
+  // The next step's work. The scheduler assumes it completes (call Remove on failure).
+  std::vector<Work> Schedule();
+
+  int num_waiting() const { return static_cast<int>(queue_.size()); }
+  bool empty() const { return queue_.empty(); }
+
+ private:
+  struct Entry {
+    uint64_t id;
+    int prompt_len;
+    int computed;
+  };
+  Options options_;
+  std::deque<Entry> queue_;
+};
+
+// Decode: KV blocks on demand, as tokens arrive. Admission reserves only the prompt's blocks
+// (and the first token's slot), and only while at least the watermark of blocks stays free for
+// running sequences to grow into; every step, a sequence that crosses a block boundary gets a
+// block. When none is free, running sequences are preempted, the most recently admitted first
+// (vLLM's policy): their blocks are freed and they wait to be readmitted, ahead of every new
+// admission, and recomputed (all their tokens' KV, in chunks under a token budget per step) on
+// this worker. A request that could not fit even in an empty cache is refused at admission.
+//
+// One sequence's life: Admit (its prompt's KV arrives into the blocks) -> Start (it joins the
+// running batch, holding the prompt and the first token) -> steps (Schedule: positions to
+// compute; Complete: computed, and a sampled sequence gains a token) -> Release. Requests are
+// ordered by admission; a readmitted sequence keeps its place.
+//
+// With Admission::kReserve, admission instead reserves every block a request may reach (prompt +
+// max_tokens) and nothing is ever preempted: fewer sequences fit, as in TensorRT-LLM's
+// GUARANTEED_NO_EVICT policy. A deployment that must never recompute chooses it.
+class DecodeScheduler {
+ public:
+  enum class Admission { kOnDemand, kReserve };  // --kv-admission on-demand|reserve
+  struct Options {
+    int num_blocks = 0;
+    int block_size = 16;
+    int max_running = 256;  // requests on the worker at once (admitted, running or preempted)
+    // Fraction of the blocks that admission leaves free for running sequences to grow into (at
+    // least one block when positive).
+    double watermark = 0.01;
+    int recompute_budget = 512;  // tokens of preempted sequences recomputed per step
+    Admission admission = Admission::kOnDemand;
+  };
+  struct Work {
+    uint64_t id;
+    int start;    // first position computed in this step
+    int count;    // positions [start, start + count): 1 for a decode step, more when recomputing
+    bool sample;  // the last position's logits give the sequence's next token
+  };
+  struct Step {
+    std::vector<Work> work;           // in admission order
+    std::vector<uint64_t> preempted;  // preempted while planning this step (blocks freed)
+  };
+
+  explicit DecodeScheduler(Options options);
+  DecodeScheduler(int num_blocks, int block_size, int max_running)
+      : DecodeScheduler(Options{num_blocks, block_size, max_running}) {}
+
+  int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
+  // Reserves blocks for `prompt_tokens` plus the first token (kReserve: for `max_tokens`).
+  // `max_tokens` is the most tokens the
+  // request may reach (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
+  // could not fit even in an empty cache, when preempted sequences are waiting (they go first),
+  // at the request limit, or when admitting would eat into the watermark; ALREADY_EXISTS for a
+  // known id.
+  absl::StatusOr<std::vector<int>> Admit(uint64_t id, int prompt_tokens, int max_tokens);
+  // Moves an admitted request into the running batch: it holds the prompt and the first token,
+  // the prompt's KV is in its blocks.
+  absl::Status Start(uint64_t id);
+  // Plans one step. Readmits waiting preempted sequences (oldest first) while their blocks are
+  // free, then gives every running sequence the positions to compute (one for a decode, a chunk
+  // for a recompute), growing block tables and preempting the newest sequences when needed.
+  Step Schedule();
+  // The step ran: each work's positions are computed, and a sampled sequence gained a token.
+  void Complete(const Step& step);
+  // Frees the request's blocks exactly once, whatever its state; false when unknown.
+  bool Release(uint64_t id);
+
+  // Sequences in the running batch (started, not preempted), in admission order.
+  const std::vector<uint64_t>& running() const { return running_; }
+  const std::vector<int>* blocks(uint64_t id) const;
+  // Tokens the sequence holds (prompt and generated); -1 when unknown.
+  int tokens(uint64_t id) const;
+  int num_admitted() const { return static_cast<int>(requests_.size()); }
+  int num_preempted() const { return static_cast<int>(preempted_.size()); }
+  int num_free_blocks() const { return pool_.num_available(); }
+  int num_blocks() const { return pool_.num_blocks(); }
+  int block_size() const { return options_.block_size; }
+  int watermark_blocks() const { return watermark_blocks_; }
+  Admission admission() const { return options_.admission; }
+  // Blocks the sequences may still claim to reach their most tokens (the growth promised).
+  int growth_promised() const;
+  int64_t preemptions() const { return preemptions_; }
+  // The leak check: no request and no block in use.
+  bool Idle() const { return requests_.empty() && pool_.NoneInUse(); }
+
+ private:
+  enum class State { kAdmitted, kRunning, kPreempted };
+  struct Entry {
+    uint64_t order = 0;  // admission order
+    State state = State::kAdmitted;
+    int tokens = 0;    // prompt and generated
+    int computed = 0;  // positions whose KV is in the blocks
+    int max_tokens = 0;
+    std::vector<int> blocks;
+  };
+  void Preempt(uint64_t id, Entry& e);
+  // The running sequence admitted last and not in `step`, or 0.
+  uint64_t Victim(const Step& step) const;
+  // Inserts `id` into `ids`, kept in admission order.
+  void InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const;
+
+  Options options_;
+  BlockPool pool_;
+  int watermark_blocks_ = 0;
+  absl::flat_hash_map<uint64_t, Entry> requests_;
+  std::vector<uint64_t> running_;    // admission order
+  std::vector<uint64_t> preempted_;  // admission order: the oldest is readmitted first
+  uint64_t next_order_ = 1;
+  int64_t preemptions_ = 0;
+};
+
+// "on-demand" or "reserve" (the --kv-admission flag); INVALID_ARGUMENT naming the flag otherwise.
+absl::StatusOr<DecodeScheduler::Admission> ParseKvAdmission(std::string_view name);
+
+}  // namespace tandem
+
+#endif  // TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_

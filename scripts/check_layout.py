@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Checks the source layout rules of docs/development.md:
+
+1. The top-level folders include each other without a cycle (tests/, fuzz/, bench/ and examples/
+   may include anything). Prints, for each folder, the folders it includes.
+2. No function outside tests and generated tables is longer than 150 lines (measured by lizard,
+   https://github.com/terryyin/lizard, installed by scripts/setup.sh).
+
+Exit status 1 names every violation.
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXEMPT_TOP = {"tests", "fuzz", "bench", "examples"}
+GENERATED = {"text/tokenizer/unicode_tables.cc"}
+MAX_FUNCTION_LINES = 150
+
+
+def sources():
+    files = subprocess.check_output(["git", "ls-files"], cwd=ROOT, text=True).split()
+    return [f for f in files if re.search(r"\.(cc|h|cu|cuh)$", f) and "/" in f]
+
+
+def folder_graph(files):
+    tops = {f.split("/")[0] for f in files}
+    graph = collections.defaultdict(set)
+    for f in files:
+        top = f.split("/")[0]
+        if top in EXEMPT_TOP:
+            continue
+        with open(os.path.join(ROOT, f), errors="replace") as fh:
+            for line in fh:
+                m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+                if m and m.group(1) in tops and m.group(1) != top:
+                    graph[top].add(m.group(1))
+    return graph
+
+
+def find_cycle(graph):
+    state = {}
+    stack = []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def long_functions(files):
+    try:
+        import lizard
+    except ImportError:
+        sys.exit("check_layout: lizard is not installed (bash scripts/setup.sh installs it)")
+    out = []
+    for f in files:
+        if f.split("/")[0] in EXEMPT_TOP or f in GENERATED:
+            continue
+        info = lizard.analyze_file(os.path.join(ROOT, f))
+        for fn in info.function_list:
+            if fn.length > MAX_FUNCTION_LINES:
+                out.append(f"{f}:{fn.start_line}: {fn.name} is {fn.length} lines")
+    return out
+
+
+def main():
+    files = sources()
+    graph = folder_graph(files)
+    for top in sorted(graph):
+        print(f"{top} -> {' '.join(sorted(graph[top]))}")
+    errors = []
+    cycle = find_cycle(graph)
+    if cycle:
+        errors.append("folder cycle: " + " -> ".join(cycle))
+    errors += [f"longer than {MAX_FUNCTION_LINES} lines: {e}" for e in long_functions(files)]
+    for e in errors:
+        print(f"check_layout: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

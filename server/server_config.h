@@ -1,0 +1,123 @@
+// tandem-server's configuration: one struct per role, each flag's default written once (here),
+// parsed from the command line by ParseServerFlags (CLI11) and checked by Validate().
+#ifndef TANDEM_SERVER_SERVER_CONFIG_H_
+#define TANDEM_SERVER_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace tandem {
+
+// Every process.
+struct CommonConfig {
+  std::string role = "all";  // router | prefill | decode | all
+  std::string model;
+  std::string tokenizer;  // empty: the one beside the model
+  std::string host = "127.0.0.1";
+  int64_t port = 0;  // router: the public gRPC API; workers: their internal port
+  std::string device = "auto";
+  std::string cluster_secret_file;
+  int64_t metrics_port = 0;
+  std::string tls_cert, tls_key, tls_ca;
+  int64_t max_message_bytes = 16 << 20;
+  std::string advertise_host;  // empty: $TANDEM_ADVERTISE_HOST, else --host
+  int64_t keepalive_ms = 10000;
+  int64_t max_threads = 0;  // 0: max(512, 2 * max-inflight + 128)
+  int64_t drain_timeout_ms = 30000;
+
+  absl::Status Validate() const;
+};
+
+// --role=router (and all).
+struct RouterConfig {
+  int64_t internal_port = 0;
+  int64_t heartbeat_ms = 500;
+  int64_t forget_after_ms = 30000;
+  std::string api_keys_file;
+  int64_t max_inflight = 1024;
+  int64_t max_queued = 256;
+  int64_t queue_timeout_ms = 10000;
+  int64_t max_resumes = 3;
+  int64_t prefill_timeout_ms = 30000;
+  int64_t ejection_ms = 5000;
+  int64_t http_port = 0;
+  int64_t http_threads = 64;
+  int64_t http_timeout_ms = 0;  // 0: no deadline
+  std::string chat_template;
+  std::string served_model_name;  // empty: the model's file or folder name
+  bool http_metrics = false;
+
+  absl::Status Validate() const;
+};
+
+// --role=prefill and decode (and all).
+struct WorkerConfig {
+  std::string router;  // HOST:PORT of the router's internal port
+  std::string worker_id;
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;  // 0: from kv_bytes
+  int64_t kv_bytes = int64_t{1} << 30;
+  std::string dtype;  // empty: as stored
+  std::string kv_dtype = "auto";
+  std::string kv_transport;  // empty: local under --role=all, else tcp
+  int64_t nccl_device = 0;
+  int64_t wedge_timeout_ms = 10000;
+  std::string fault;
+
+  absl::Status Validate() const;
+};
+
+struct PrefillConfig {
+  int64_t token_budget = 2048;
+  int64_t prefill_chunk = 512;
+  bool no_prefix_cache = false;
+};
+
+struct DecodeConfig {
+  std::string kv_listen;  // empty: host:0 (tcp), decode-PID (local)
+  int64_t max_running = 256;
+  int64_t lease_timeout_ms = 60000;
+  std::string kv_admission = "on-demand";
+  double kv_watermark = 0.01;
+
+  absl::Status Validate() const;
+};
+
+struct ServerConfig {
+  CommonConfig common;
+  RouterConfig router;
+  WorkerConfig worker;
+  PrefillConfig prefill;
+  DecodeConfig decode;
+
+  bool is_router() const { return common.role == "router" || common.role == "all"; }
+  bool is_prefill() const { return common.role == "prefill" || common.role == "all"; }
+  bool is_decode() const { return common.role == "decode" || common.role == "all"; }
+  // A separate worker process (not the colocated --role=all).
+  bool is_worker_process() const { return common.role == "prefill" || common.role == "decode"; }
+  // --kv-transport with its per-role default applied.
+  std::string kv_transport() const;
+
+  // Every part, then what crosses parts; messages name the flag.
+  absl::Status Validate() const;
+};
+
+// What the command line asked for: a configuration to run, or text to print and an exit code
+// (--help, --version, or a parse error on stderr with code 2).
+struct ServerCommandLine {
+  ServerConfig config;
+  bool exit = false;
+  int exit_code = 0;
+};
+
+// Parses argv (argv[0] is the program). `fixed_role` (tandem-router, tandem-prefill,
+// tandem-decode) overrides --role. Validates the result.
+ServerCommandLine ParseServerFlags(int argc, char** argv, const char* fixed_role);
+
+}  // namespace tandem
+
+#endif  // TANDEM_SERVER_SERVER_CONFIG_H_
