@@ -34,6 +34,12 @@ absl::Status GeneratorOptions::Validate() const {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
   if (prefill_chunk < 0) return absl::InvalidArgumentError("prefill_chunk must be >= 0");
   if (max_step_tokens < 1) return absl::InvalidArgumentError("max_step_tokens must be >= 1");
+  if (spec_tokens < 0 || spec_tokens > 64) {
+    return absl::InvalidArgumentError("spec_tokens must be in [0, 64]");
+  }
+  if (!ngram.valid()) {
+    return absl::InvalidArgumentError("ngram: need 1 <= min_ngram <= max_ngram");
+  }
   return absl::OkStatus();
 }
 
@@ -121,6 +127,9 @@ struct Seq {
   int generated = 0;
   std::optional<IncrementalDecoder> decoder;
   std::optional<StopStringMatcher> stop;
+  // This step's input when it scores proposals: the last token, then the proposals (empty
+  // otherwise).
+  std::vector<int> step_tokens;
 };
 
 int BlocksFor(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
@@ -229,9 +238,9 @@ absl::Status AdmitWaiting(BatchState* batch, int max_batch, int bs, int num_bloc
 
 // Schedules one step: decodes first (one token each), then prefill chunks under the token
 // budget. Fills the sequences to run and their chunk lengths.
-absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, int bs,
-                          GenerationStats* stats, std::vector<int>* scheduled,
-                          std::vector<int>* chunk_len) {
+absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options,
+                          const ModelConfig& config, int bs, GenerationStats* stats,
+                          std::vector<int>* scheduled, std::vector<int>* chunk_len) {
   BatchState& state = *batch;
   std::vector<int>& running = state.running;
   int budget = options.max_step_tokens;
@@ -245,6 +254,19 @@ absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, in
       if (options.prefill_chunk > 0) n = std::min(n, options.prefill_chunk);
       n = std::min(n, budget);
       if (n <= 0) continue;
+      s.step_tokens.clear();
+      if (is_decode && options.spec_tokens > 0) {
+        // Proposals past max_tokens or the context would never be kept.
+        const int room = std::min(s.req->max_tokens - s.generated,
+                                  config.max_seq_len - static_cast<int>(s.tokens.size()));
+        const int k = std::min({options.spec_tokens, room - 1, budget - 1});
+        std::vector<int> proposals = ProposeNgram(s.tokens, k, options.ngram);
+        if (!proposals.empty()) {
+          s.step_tokens.push_back(s.tokens.back());
+          s.step_tokens.insert(s.step_tokens.end(), proposals.begin(), proposals.end());
+          n = static_cast<int>(s.step_tokens.size());
+        }
+      }
       // Grow the block table; preempt the most recently admitted sequences if needed.
       const int need = BlocksFor(s.num_computed + n, bs) - static_cast<int>(s.blocks.size());
       bool preempted_self = false;
@@ -275,57 +297,107 @@ absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, in
   return absl::OkStatus();
 }
 
+// Appends `token`, sampled from `row`, to the sequence, emits it and its text, and ends the
+// sequence when it finishes there. Returns whether it did.
+absl::StatusOr<bool> EmitToken(BatchState* batch, const ModelConfig& config, Seq* seq,
+                               std::span<const float> row, int token,
+                               const Generator::TokenCallback& on_token, GenerationStats* stats) {
+  BatchState& state = *batch;
+  Seq& s = *seq;
+  s.tokens.push_back(token);
+  ++s.generated;
+  ++stats->generated_tokens;
+  GenerationOutput& out = state.outputs[s.index];
+  out.tokens.push_back(token);
+  if (s.req->sampling.logprobs) {
+    out.logprobs.push_back(ComputeLogprobs(row, token, s.req->sampling.top_logprobs));
+  }
+  if (!state.first_token_seen && s.index == 0) {
+    state.first_token_seen = true;
+    stats->first_token_seconds = std::chrono::duration<double>(Clock::now() - state.start).count();
+  }
+  std::optional<FinishReason> reason =
+      CheckFinish(config, *s.req, token, s.generated, static_cast<int>(s.tokens.size()));
+  const bool is_eos = reason == FinishReason::kStop;
+  bool stopped_by_string = false;
+  if (is_eos) {
+    if (on_token) on_token(s.index, token, "");
+  } else {
+    std::string emit;
+    if (s.decoder) {
+      emit = s.stop->Add(s.decoder->Add(token), &stopped_by_string);
+      out.text += emit;
+    }
+    if (on_token) on_token(s.index, token, emit);
+    if (stopped_by_string) reason = FinishReason::kStop;
+  }
+  if (!reason) return false;
+  if (absl::Status st = Finish(&state, &s, *reason, !is_eos && !stopped_by_string, on_token);
+      !st.ok()) {
+    return st;
+  }
+  return true;
+}
+
+// A sequence that scored proposals (s.step_tokens) over `rows` (one logit row per input token):
+// samples row after row, keeping each token, while the token sampled equals the proposal the
+// next row was computed after. Returns whether the sequence finished.
+absl::StatusOr<bool> VerifyProposals(BatchState* state, const ModelConfig& config, int bs, Seq* seq,
+                                     std::span<const float> rows,
+                                     const Generator::TokenCallback& on_token,
+                                     GenerationStats* stats) {
+  Seq& s = *seq;
+  const std::span<const int> proposals = std::span<const int>(s.step_tokens).subspan(1);
+  stats->proposed_tokens += static_cast<int64_t>(proposals.size());
+  for (size_t j = 0; j <= proposals.size(); ++j) {
+    std::span<const float> row = rows.subspan(j * config.vocab_size, config.vocab_size);
+    const int token =
+        Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
+    // Row j was computed after input j: its KV is now part of the sequence.
+    ++s.num_computed;
+    auto finished = EmitToken(state, config, seq, row, token, on_token, stats);
+    if (!finished.ok() || *finished) return finished;
+    if (j == proposals.size() || token != proposals[j]) break;
+    ++stats->accepted_tokens;
+  }
+  // Blocks past the next input's position held only rejected proposals' rows.
+  const size_t keep = BlocksFor(static_cast<int>(s.tokens.size()), bs);
+  if (s.blocks.size() > keep) {
+    std::vector<int> extra(s.blocks.begin() + keep, s.blocks.end());
+    s.blocks.resize(keep);
+    if (absl::Status st = state->pool.Free(extra); !st.ok()) return st;
+  }
+  return false;
+}
+
 // After a forward call over `scheduled`: advances each sequence by its chunk and, for those whose
-// prompt is now all computed, samples the next token from `logits`, emits it and checks whether
-// the sequence is done. Finished sequences leave `running`.
-absl::Status SampleStep(BatchState* batch, const ModelConfig& config,
+// prompt is now all computed, samples the next token (or checks its proposals) from `logits`,
+// emits it and checks whether the sequence is done. Finished sequences leave `running`.
+absl::Status SampleStep(BatchState* batch, const ModelConfig& config, int bs,
                         const std::vector<int>& scheduled, const std::vector<int>& chunk_len,
                         const std::vector<float>& logits, const Generator::TokenCallback& on_token,
                         GenerationStats* stats) {
   BatchState& state = *batch;
   std::vector<int> done;
+  size_t row = 0;  // the first logit row of scheduled[i]
   for (size_t i = 0; i < scheduled.size(); ++i) {
     Seq& s = state.seqs[scheduled[i]];
-    s.num_computed += chunk_len[i];
-    if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
-    std::span<const float> row(logits.data() + i * config.vocab_size, config.vocab_size);
-    const int token =
-        Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
-    s.tokens.push_back(token);
-    ++s.generated;
-    ++stats->generated_tokens;
-    GenerationOutput& out = state.outputs[s.index];
-    out.tokens.push_back(token);
-    if (s.req->sampling.logprobs) {
-      out.logprobs.push_back(ComputeLogprobs(row, token, s.req->sampling.top_logprobs));
-    }
-    if (!state.first_token_seen && s.index == 0) {
-      state.first_token_seen = true;
-      stats->first_token_seconds =
-          std::chrono::duration<double>(Clock::now() - state.start).count();
-    }
-    std::optional<FinishReason> reason =
-        CheckFinish(config, *s.req, token, s.generated, static_cast<int>(s.tokens.size()));
-    const bool is_eos = reason == FinishReason::kStop;
-    bool stopped_by_string = false;
-    if (is_eos) {
-      if (on_token) on_token(s.index, token, "");
+    const size_t rows = s.step_tokens.empty() ? 1 : s.step_tokens.size();
+    const std::span<const float> step_rows(logits.data() + row * config.vocab_size,
+                                           rows * config.vocab_size);
+    row += rows;
+    absl::StatusOr<bool> finished = false;
+    if (!s.step_tokens.empty()) {
+      finished = VerifyProposals(&state, config, bs, &s, step_rows, on_token, stats);
     } else {
-      std::string emit;
-      if (s.decoder) {
-        emit = s.stop->Add(s.decoder->Add(token), &stopped_by_string);
-        out.text += emit;
-      }
-      if (on_token) on_token(s.index, token, emit);
-      if (stopped_by_string) reason = FinishReason::kStop;
+      s.num_computed += chunk_len[i];
+      if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
+      const int token =
+          Sample(step_rows, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
+      finished = EmitToken(&state, config, &s, step_rows, token, on_token, stats);
     }
-    if (reason) {
-      if (absl::Status st = Finish(&state, &s, *reason, !is_eos && !stopped_by_string, on_token);
-          !st.ok()) {
-        return st;
-      }
-      done.push_back(s.index);
-    }
+    if (!finished.ok()) return finished.status();
+    if (*finished) done.push_back(s.index);
   }
   if (!done.empty()) {
     std::erase_if(state.running,
@@ -381,7 +453,8 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     }
     std::vector<int> scheduled;
     std::vector<int> chunk_len;
-    if (absl::Status st = ScheduleStep(&state, options_, bs, &stats_, &scheduled, &chunk_len);
+    if (absl::Status st =
+            ScheduleStep(&state, options_, config, bs, &stats_, &scheduled, &chunk_len);
         !st.ok()) {
       return st;
     }
@@ -390,15 +463,18 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     std::vector<SequenceChunk> batch(scheduled.size());
     for (size_t i = 0; i < scheduled.size(); ++i) {
       Seq& s = state.seqs[scheduled[i]];
-      batch[i].tokens = std::span<const int>(s.tokens).subspan(s.num_computed, chunk_len[i]);
+      batch[i].tokens = s.step_tokens.empty()
+                            ? std::span<const int>(s.tokens).subspan(s.num_computed, chunk_len[i])
+                            : std::span<const int>(s.step_tokens);
       batch[i].start_pos = s.num_computed;
       batch[i].block_table = s.blocks;
+      batch[i].all_logits = !s.step_tokens.empty();
     }
     absl::Status st = runner != nullptr ? runner->Forward(batch, &logits)
                                         : model_->Forward(batch, &*cache, &logits);
     if (!st.ok()) return st;
     ++stats_.steps;
-    st = SampleStep(&state, config, scheduled, chunk_len, logits, on_token, &stats_);
+    st = SampleStep(&state, config, bs, scheduled, chunk_len, logits, on_token, &stats_);
     if (!st.ok()) return st;
   }
   if (!state.pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");

@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
+#include "engine/speculative/ngram_proposer.h"
 #include "text/tokenizer.h"
 
 namespace tandem {
@@ -63,9 +64,18 @@ struct GeneratorOptions {
   // Not owned. When set, steps run on it (e.g. the CUDA device model) with its own KV cache:
   // block_size, num_blocks and max_kv_bytes above are then unused.
   ModelRunner* runner = nullptr;
-  // Compiles requests' json_schema for the model's vocabulary (engine/sampling/output_constraint.h);
-  // without it a request asking for structured output is refused.
+  // Compiles requests' json_schema for the model's vocabulary
+  // (engine/sampling/output_constraint.h); without it a request asking for structured output is
+  // refused.
   std::shared_ptr<OutputConstraints> constraints;
+  // Speculative decoding: a decoding sequence proposes up to spec_tokens tokens by prompt lookup
+  // (engine/speculative/ngram_proposer.h) and one forward pass scores them all. A proposal is
+  // kept while it equals the token the model samples at its position (the same counter-based
+  // draw as without speculation), so the output is the same with and without it, for every
+  // sampling setting; rejected proposals' KV rows are overwritten later and blocks past the
+  // sequence are freed. 0: off; at most 64.
+  int spec_tokens = 0;
+  NgramProposerOptions ngram;
 
   absl::Status Validate() const;
 };
@@ -75,6 +85,8 @@ struct GenerationStats {
   int64_t prompt_tokens = 0;
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
+  int64_t proposed_tokens = 0;     // speculative proposals scored
+  int64_t accepted_tokens = 0;     // ... and kept
   double first_token_seconds = 0;  // from start to the first sampled token of request 0
   double total_seconds = 0;
 };

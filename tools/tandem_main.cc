@@ -47,12 +47,15 @@ commands:
            [--min-tokens N] [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
            [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
            [--json-object | --json-schema SCHEMA|@FILE]
+           [--speculative ngram [--spec-tokens K]]
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
       when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
       q6_k; default: as stored). --kv-dtype: the KV cache (auto: f32).
       --json-schema: the output is one JSON value valid against the schema (JSON
       text, or @FILE to read it from FILE); --json-object: any JSON object.
+      --speculative ngram: each step proposes up to K (default 4) tokens by prompt
+      lookup and scores them in one forward pass; the output is the same as without.
   score --model PATH [--tokenizer PATH] --text TEXT [--dtype DTYPE]
         [--kv-dtype auto|f32|bf16|f16|fp8]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
@@ -219,12 +222,30 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
   auto kv_dtype = ParseKvDtype(f.Get("kv-dtype", "auto"));
   if (!kv_dtype.ok()) return kv_dtype.status();
   opts->kv_dtype = *kv_dtype;
+  if (f.Has("speculative")) {
+    const std::string method = f.Get("speculative");
+    if (method == "draft") {
+      return absl::UnimplementedError(
+          "--speculative=draft: a draft model is not supported yet; use --speculative=ngram");
+    }
+    if (method != "ngram") return absl::InvalidArgumentError("--speculative must be ngram");
+    auto k = f.GetInt("spec-tokens", 4);
+    if (!k.ok()) return k.status();
+    if (*k < 1 || *k > 64) return absl::InvalidArgumentError("--spec-tokens must be in [1, 64]");
+    opts->spec_tokens = static_cast<int>(*k);
+  } else if (f.Has("spec-tokens")) {
+    return absl::InvalidArgumentError("--spec-tokens needs --speculative=ngram");
+  }
   if (absl::Status s = opts->Validate(); !s.ok()) return s;
   return absl::OkStatus();
 }
 
 // `tandem generate --router`: the same request through a running router.
 int GenerateRemote(const Flags& f, const std::string& prompt, const GenerationRequest& req) {
+  if (f.Has("speculative")) {
+    return Fail(absl::InvalidArgumentError(
+        "--speculative runs in this process (--model); decode workers do not speculate yet"));
+  }
   RemoteGenerateRequest r;
   r.router = f.Get("router");
   r.prompt = prompt;
@@ -273,6 +294,7 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
     ro.num_blocks = (c.max_seq_len + opts.block_size - 1) / opts.block_size;
     ro.max_batch_tokens = std::min(opts.max_step_tokens, c.max_seq_len);
     ro.max_seqs = 1;
+    ro.max_logit_rows = opts.spec_tokens + 1;  // a step scoring proposals has a row per token
     auto r = MakeModelRunner("cuda", loaded->model.get(), ro);
     if (!r.ok()) return Fail(r.status());
     runner = std::move(*r);
@@ -299,6 +321,13 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
       std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
       st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
       loaded->device.c_str());
+  if (opts.spec_tokens > 0) {
+    std::fprintf(
+        stderr, "[tandem] speculative: %lld tokens proposed, %lld accepted (%.0f%%), %lld steps\n",
+        static_cast<long long>(st.proposed_tokens), static_cast<long long>(st.accepted_tokens),
+        st.proposed_tokens > 0 ? 100.0 * st.accepted_tokens / st.proposed_tokens : 0.0,
+        static_cast<long long>(st.steps));
+  }
   return 0;
 }
 
@@ -328,7 +357,9 @@ int Generate(const std::vector<std::string>& args) {
                          "frequency-penalty",
                          "repetition-penalty",
                          "min-tokens",
-                         "json-schema"},
+                         "json-schema",
+                         "speculative",
+                         "spec-tokens"},
                         {"ignore-eos", "json-object"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));

@@ -1,0 +1,152 @@
+// Speculative decoding in the Generator (prompt lookup, engine/speculative/ngram_proposer.h):
+// proposals are kept only where they equal the token the model samples, so the output must be
+// the same with and without speculation: greedy and seeded sampling, batched, under
+// preemption, with stop strings, penalties and logprobs, on every seed of a sweep (the same
+// tokens for every seed means the same distribution). Proposals must be scored and some kept on
+// text that repeats itself, and no KV block may be left behind (Generate checks the pool).
+#include <gtest/gtest.h>
+
+#include "engine/generator.h"
+#include "engine/model.h"
+#include "engine/speculative/ngram_proposer.h"
+#include "tests/test_util.h"
+#include "text/llama2c_tokenizer.h"
+
+namespace tandem {
+namespace {
+
+using V = std::vector<int>;
+
+TEST(NgramProposerTest, ProposesWhatFollowedTheLatestEarlierOccurrence) {
+  // ... 1 2 3 [7 8 9] ... 1 2 3 [4 5] ... 1 2 3: the latest occurrence of "1 2 3" wins.
+  const V t = {1, 2, 3, 7, 8, 9, 1, 2, 3, 4, 5, 1, 2, 3};
+  EXPECT_EQ(ProposeNgram(t, 2), (V{4, 5}));
+  EXPECT_EQ(ProposeNgram(t, 5), (V{4, 5, 1, 2, 3}));
+  EXPECT_EQ(ProposeNgram(t, 0), V{});
+  // Longer suffixes are tried first: "9 1" occurs once, followed by 2.
+  const NgramProposerOptions any = {.max_ngram = 4, .min_ngram = 1};
+  EXPECT_EQ(ProposeNgram(V{9, 1, 2, 6, 1, 7, 9, 1}, 1, any), V{2});
+  // Only the shortest suffix matches; by default suffixes shorter than 3 are not looked up.
+  EXPECT_EQ(ProposeNgram(V{5, 6, 8, 6}, 3, any), (V{8, 6}));
+  EXPECT_EQ(ProposeNgram(V{5, 6, 8, 6}, 3), V{});
+  EXPECT_EQ(ProposeNgram(V{1, 2, 3}, 3), V{});
+  EXPECT_EQ(ProposeNgram(V{}, 3), V{});
+  EXPECT_EQ(ProposeNgram(V{4}, 3), V{});
+  // The suffix's own position never matches itself; an ngram limited to 1 still finds 4 4.
+  EXPECT_EQ(ProposeNgram(V{4, 4}, 3, {.max_ngram = 1, .min_ngram = 1}), V{4});
+  EXPECT_EQ(ProposeNgram(V{1, 2, 1, 2}, 3, {.max_ngram = 3, .min_ngram = 3}), V{});
+}
+
+class SpeculativeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = MakeCpuBackend();
+    auto model = Model::Load(testing::Stories260K(), backend_.get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = std::move(*model);
+    auto tok = Llama2cTokenizer::Load(testing::Tok512(), 512);
+    ASSERT_TRUE(tok.ok());
+    tok_ = std::move(*tok);
+  }
+
+  GenerationRequest Request(const std::string& prompt, int max_tokens, float temperature,
+                            uint64_t seed) {
+    GenerationRequest r;
+    r.prompt = tok_->Encode(prompt, true);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = seed;
+    return r;
+  }
+
+  std::vector<GenerationOutput> Run(std::span<const GenerationRequest> reqs, GeneratorOptions o) {
+    Generator gen(model_.get(), tok_.get(), o);
+    auto out = gen.Generate(reqs);
+    EXPECT_TRUE(out.ok()) << out.status();
+    stats_ = gen.stats();
+    return out.ok() ? *out : std::vector<GenerationOutput>{};
+  }
+
+  // Runs `reqs` without and with speculation (k proposals) and expects the same outputs.
+  void ExpectSame(std::span<const GenerationRequest> reqs, GeneratorOptions o, int k) {
+    const std::vector<GenerationOutput> plain = Run(reqs, o);
+    o.spec_tokens = k;
+    const std::vector<GenerationOutput> spec = Run(reqs, o);
+    ASSERT_EQ(plain.size(), spec.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(plain[i].tokens, spec[i].tokens) << "request " << i << " k " << k;
+      EXPECT_EQ(plain[i].text, spec[i].text) << "request " << i;
+      EXPECT_EQ(plain[i].finish, spec[i].finish) << "request " << i;
+      ASSERT_EQ(plain[i].logprobs.size(), spec[i].logprobs.size());
+      for (size_t t = 0; t < plain[i].logprobs.size(); ++t) {
+        EXPECT_NEAR(plain[i].logprobs[t].logprob, spec[i].logprobs[t].logprob, 1e-4);
+      }
+    }
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Llama2cTokenizer> tok_;
+  GenerationStats stats_;
+};
+
+TEST_F(SpeculativeTest, GreedyIsIdenticalAndProposalsAreKept) {
+  // stories260K repeats names and phrases: prompt lookup finds them.
+  const GenerationRequest r =
+      Request("Once upon a time, there was a little girl named Lily.", 200, 0, 0);
+  for (int k : {1, 2, 4, 8}) ExpectSame({&r, 1}, {}, k);
+  EXPECT_GT(stats_.proposed_tokens, 0);
+  EXPECT_GT(stats_.accepted_tokens, 0);
+  EXPECT_LT(stats_.steps, 200) << "k=8 should take fewer steps than tokens";
+}
+
+TEST_F(SpeculativeTest, SeededSamplingIsIdenticalForEverySeed) {
+  int kept = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    GenerationRequest r = Request("One day, Tom and his dog", 60, 0.8f, seed);
+    r.sampling.top_p = 0.95f;
+    ExpectSame({&r, 1}, {}, 4);
+    kept += stats_.accepted_tokens;
+  }
+  EXPECT_GT(kept, 0);
+}
+
+TEST_F(SpeculativeTest, BatchedPreemptedStoppedAndPenalizedAreIdentical) {
+  std::vector<GenerationRequest> reqs;
+  const char* prompts[] = {"Once upon a time", "The cat", "One day, Lily met a", "Tom said",
+                           "Lily and Lily and Lily and"};
+  for (int i = 0; i < 5; ++i) {
+    GenerationRequest r = Request(prompts[i], 50 + 9 * i, i % 2 ? 1.0f : 0.0f, 100 + i);
+    r.sampling.logprobs = true;
+    r.sampling.top_logprobs = 2;
+    if (i == 1) r.stop_strings = {"park"};
+    if (i == 3) {
+      r.sampling.repetition_penalty = 1.3f;
+      r.sampling.presence_penalty = 0.5f;
+    }
+    reqs.push_back(r);
+  }
+  ExpectSame(reqs, {}, 4);
+  // A cache too small for all five at once: sequences are preempted and recomputed.
+  GeneratorOptions small;
+  small.block_size = 4;
+  small.num_blocks = 40;
+  ExpectSame(reqs, small, 6);
+  EXPECT_GT(stats_.preemptions, 0);
+  // Proposals near the context length and max_tokens are cut, never run past them.
+  GenerationRequest near_end = Request("Once upon a time", 400, 0, 0);
+  near_end.prompt.resize(model_->config().max_seq_len - 30, near_end.prompt.back());
+  ExpectSame({&near_end, 1}, {}, 8);
+}
+
+TEST(SpeculativeOptionsTest, RefusesOutOfRange) {
+  GeneratorOptions o;
+  o.spec_tokens = 65;
+  EXPECT_FALSE(o.Validate().ok());
+  o.spec_tokens = 4;
+  o.ngram.min_ngram = 0;
+  EXPECT_FALSE(o.Validate().ok());
+}
+
+}  // namespace
+}  // namespace tandem
