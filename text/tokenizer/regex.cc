@@ -36,13 +36,16 @@ constexpr uint32_t kWordMask = unicode::kLetterMask | unicode::kMarkMask |
                                CategoryBit(GeneralCategory::kNd) |
                                CategoryBit(GeneralCategory::kPc) | kWordExtraBit;
 
-// unicode::Properties plus kWordExtraBit.
+// unicode::Properties plus kWordExtraBit. Every extra code point is Nl, No or So, so only those
+// are looked up: letters, CJK and punctuation take no range search.
 uint32_t MatchProperties(uint32_t cp) {
-  uint32_t props = unicode::Properties(cp);
-  if (cp >= kOnigWordExtra[0].first) {
-    for (const auto& [lo, hi] : kOnigWordExtra) {
-      if (cp >= lo && cp <= hi) return props | kWordExtraBit;
-    }
+  constexpr uint32_t kExtraCategories = CategoryBit(GeneralCategory::kNl) |
+                                        CategoryBit(GeneralCategory::kNo) |
+                                        CategoryBit(GeneralCategory::kSo);
+  const uint32_t props = unicode::Properties(cp);
+  if ((props & kExtraCategories) == 0) return props;
+  for (const auto& [lo, hi] : kOnigWordExtra) {
+    if (cp >= lo && cp <= hi) return props | kWordExtraBit;
   }
   return props;
 }

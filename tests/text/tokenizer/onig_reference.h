@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "text/tokenizer/regex.h"
+#include "text/tokenizer/unicode.h"
 
 namespace tandem::testing {
 
@@ -49,20 +50,16 @@ class OnigReference {
       const size_t b = region_->beg[0], e = region_->end[0];
       if (b == e && static_cast<long>(e) == last_end) {
         if (start >= text.size()) break;
-        start += CharLen(text, start);
+        start += unicode::Utf8SequenceLength(text[start]);
         continue;
       }
       out->push_back({b, e});
       last_end = static_cast<long>(e);
-      start = b == e ? e + (e < text.size() ? CharLen(text, e) : 1) : e;
+      start = b == e ? e + (e < text.size() ? unicode::Utf8SequenceLength(text[e]) : 1) : e;
     }
   }
 
  private:
-  static size_t CharLen(const std::string& t, size_t i) {
-    const unsigned char c = t[i];
-    return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  }
   OnigRegex re_ = nullptr;
   OnigRegion* region_ = nullptr;
 };

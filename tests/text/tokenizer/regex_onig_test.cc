@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/text/tokenizer/onig_reference.h"
 #include "text/tokenizer/regex.h"
+#include "text/tokenizer/unicode.h"
 
 namespace tandem {
 namespace {
@@ -101,26 +102,6 @@ TEST(RegexOnigTest, SameMatchesAsOniguruma) {
   }
 }
 
-std::string Utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | cp >> 6);
-    s += static_cast<char>(0x80 | (cp & 63));
-  } else if (cp < 0x10000) {
-    s += static_cast<char>(0xE0 | cp >> 12);
-    s += static_cast<char>(0x80 | ((cp >> 6) & 63));
-    s += static_cast<char>(0x80 | (cp & 63));
-  } else {
-    s += static_cast<char>(0xF0 | cp >> 18);
-    s += static_cast<char>(0x80 | ((cp >> 12) & 63));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 63));
-    s += static_cast<char>(0x80 | (cp & 63));
-  }
-  return s;
-}
-
 // Every class escape and category against Oniguruma on every code point.
 TEST(RegexOnigTest, EveryCodePointInEveryClass) {
   for (const std::string pattern :
@@ -134,7 +115,8 @@ TEST(RegexOnigTest, EveryCodePointInEveryClass) {
     int differ = 0;
     for (uint32_t cp = 0; cp <= 0x10FFFF; ++cp) {
       if (cp >= 0xD800 && cp < 0xE000) continue;  // surrogates are not UTF-8
-      const std::string text = Utf8(cp);
+      std::string text;
+      unicode::AppendUtf8(cp, &text);
       std::vector<Regex::Match> a, b;
       (*ours)->FindAll(text, &a);
       onig.FindAll(text, &b);
