@@ -33,16 +33,22 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
     options.num_blocks = spec.BlocksIn(options.max_kv_bytes);
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
+  auto proposer = MakeProposer(options.speculative, c, options.num_blocks, options.block_size);
+  if (!proposer.ok()) return proposer.status();
+  // A step holds a token per running sequence (and its proposals, each with a logit row) plus
+  // the recompute of preempted ones.
+  const int per_seq = options.speculative.enabled() ? 1 + options.speculative.num_tokens : 1;
   CudaRunnerOptions ro;
   ro.num_blocks = options.num_blocks;
   ro.block_size = options.block_size;
-  // A step holds a token per running sequence plus the recompute of preempted ones.
-  ro.max_batch_tokens = options.max_running + options.recompute_budget;
+  ro.max_batch_tokens = options.max_running * per_seq + options.recompute_budget;
   ro.max_seqs = options.max_running;
+  ro.max_logit_rows = options.max_running * per_seq;
   ro.kv_dtype = options.kv_dtype;
   auto runner = MakeModelRunner(options.device, model, ro);
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
+  e->proposer_ = std::move(*proposer);
   auto receiver = options.make_receiver ? options.make_receiver(e.get())
                                         : MakeKvReceiver(options.transport, options.listen, e.get(),
                                                          options.receiver);
@@ -261,7 +267,11 @@ void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
     lease_to_handle_.erase(r.lease_id);
   }
   scheduler_.Release(handle);
-  if (r.state == State::kRunning) std::erase(running_, handle);
+  if (r.state == State::kRunning) {
+    std::erase(running_, handle);
+    // Only a running request ever proposed (and only the loop, which is here, proposes).
+    if (proposer_) proposer_->Forget(handle);
+  }
   r.state = State::kDone;
   UpdateGaugesLocked();
   output_cv_.notify_all();
@@ -280,43 +290,15 @@ void DecodeEngine::UpdateGaugesLocked() {
 }
 
 void DecodeEngine::Loop() {
-  const ModelConfig& c = model_->config();
-  std::vector<float> logits;
-  std::vector<int> sampled;
-  std::vector<SamplingParams> sample_params;
-  std::vector<uint64_t> sample_positions;
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     health_.Beat();
-    // Leases whose KV never completed: free them and fail their requests.
-    for (ExpiredLease& e : leases_.Expire(absl::Now())) {
-      if (metrics_) metrics_->kv_leases_expired.Increment();
-      auto h = lease_to_handle_.find(e.lease.id);
-      if (h == lease_to_handle_.end()) continue;
-      const uint64_t handle = h->second;
-      lease_to_handle_.erase(h);
-      auto it = requests_.find(handle);
-      if (it == requests_.end()) continue;
-      it->second.error =
-          absl::DeadlineExceededError("KV transfer did not complete before the lease deadline");
-      scheduler_.Release(handle);  // Expire already ended the lease
-      it->second.state = State::kDone;
-      output_cv_.notify_all();
-      kv_cv_.notify_all();
-    }
+    ExpireLeasesLocked();
     UpdateGaugesLocked();
-    // Requests cancelled while running (or waiting, preempted) leave between steps.
-    for (uint64_t handle : std::vector<uint64_t>(running_)) {
-      auto it = requests_.find(handle);
-      if (it != requests_.end() && it->second.cancel_requested) {
-        it->second.error = absl::CancelledError("cancelled");
-        EndLocked(handle, it->second);
-        requests_.erase(it);
-      }
-    }
+    EndCancelledLocked();
     // The step: a token for every running sequence, the recompute of readmitted preempted ones,
     // blocks grown (and the newest sequences preempted when the cache is full) as needed.
-    const DecodeScheduler::Step step = scheduler_.Schedule();
+    DecodeScheduler::Step step = scheduler_.Schedule();
     if (metrics_ && !step.preempted.empty()) {
       metrics_->preemptions.Increment(static_cast<double>(step.preempted.size()));
     }
@@ -324,76 +306,191 @@ void DecodeEngine::Loop() {
       work_cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 5));
       continue;
     }
-    std::vector<SequenceChunk> batch;
-    std::vector<Request*> reqs;
-    bool on_device = runner_->samples_on_device();
-    for (const DecodeScheduler::Work& w : step.work) {
-      Request& r = requests_.at(w.id);
-      batch.push_back({std::span<const int>(r.tokens).subspan(w.start, w.count), w.start,
-                       *scheduler_.blocks(w.id), false});
-      reqs.push_back(&r);
-      // The device samples only plain decode steps without logprobs or logit processors.
-      on_device = on_device && w.count == 1 && !r.req.sampling.logprobs &&
-                  !r.req.sampling.HasLogitProcessors();
-    }
-    // Where the logits live on a device and no request wants logprobs, the device samples and
-    // only the tokens come back (the same draw as Sample below).
-    if (on_device) {
-      sample_params.clear();
-      sample_positions.clear();
-      for (const Request* r : reqs) {
-        sample_params.push_back(r->req.sampling);
-        sample_positions.push_back(r->tokens.size());
-      }
-    }
-    lock.unlock();  // Admit, Accept and readers proceed during the step
-    const absl::Time t0 = absl::Now();
-    absl::Status st = health_.BeforeStep();
-    if (st.ok()) {
-      st = on_device ? runner_->ForwardSample(batch, sample_params, sample_positions, &sampled)
-                     : runner_->Forward(batch, &logits);
-    }
-    if (metrics_) {
-      metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
-      metrics_->batch_size.Observe(static_cast<double>(batch.size()));
-      size_t tokens = 0;
-      for (const SequenceChunk& chunk : batch) tokens += chunk.tokens.size();
-      metrics_->iteration_tokens.Observe(static_cast<double>(tokens));
-    }
-    lock.lock();
-    ++steps_;
-    health_.StepDone(st);
-    if (st.ok()) scheduler_.Complete(step);
-    int generated = 0;
-    for (size_t i = 0; i < step.work.size(); ++i) {
-      const uint64_t handle = step.work[i].id;
-      Request& r = *reqs[i];  // running requests are only erased by this thread
-      if (!st.ok()) {
-        r.error = st;
-        EndLocked(handle, r);
-        continue;
-      }
-      if (!step.work[i].sample) continue;  // a recompute chunk short of the sequence's end
-      std::span<const float> row;
-      if (!on_device) row = std::span<const float>(logits.data() + i * c.vocab_size, c.vocab_size);
-      const int token =
-          on_device ? sampled[i]
-                    : Sample(row, r.req.sampling, r.tokens.size(), HistoryOf(r.req, r.tokens, c));
-      r.tokens.push_back(token);
-      ++r.generated;
-      ++generated;
-      r.out.push_back(token);
-      if (r.req.sampling.logprobs) {  // never on_device
-        r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
-      }
-      if (auto f = CheckFinish(c, r.req, token, r.generated, static_cast<int>(r.tokens.size()))) {
-        r.finish = *f;
-        EndLocked(handle, r);
-      }
-    }
-    if (metrics_ && generated > 0) metrics_->generation_tokens.Increment(generated);
-    output_cv_.notify_all();
+    if (proposer_) SpeculateLocked(&step, lock);
+    RunStepLocked(step, lock);
   }
+}
+
+void DecodeEngine::ExpireLeasesLocked() {
+  for (ExpiredLease& e : leases_.Expire(absl::Now())) {
+    if (metrics_) metrics_->kv_leases_expired.Increment();
+    auto h = lease_to_handle_.find(e.lease.id);
+    if (h == lease_to_handle_.end()) continue;
+    const uint64_t handle = h->second;
+    lease_to_handle_.erase(h);
+    auto it = requests_.find(handle);
+    if (it == requests_.end()) continue;
+    it->second.error =
+        absl::DeadlineExceededError("KV transfer did not complete before the lease deadline");
+    scheduler_.Release(handle);  // Expire already ended the lease
+    it->second.state = State::kDone;
+    output_cv_.notify_all();
+    kv_cv_.notify_all();
+  }
+}
+
+void DecodeEngine::EndCancelledLocked() {
+  // Requests cancelled while running (or waiting, preempted) leave between steps.
+  for (uint64_t handle : std::vector<uint64_t>(running_)) {
+    auto it = requests_.find(handle);
+    if (it != requests_.end() && it->second.cancel_requested) {
+      it->second.error = absl::CancelledError("cancelled");
+      EndLocked(handle, it->second);
+      requests_.erase(it);
+    }
+  }
+}
+
+void DecodeEngine::SpeculateLocked(DecodeScheduler::Step* step,
+                                   std::unique_lock<std::mutex>& lock) {
+  const ModelConfig& c = model_->config();
+  std::vector<ProposalRequest> asks;
+  std::vector<size_t> works;
+  for (size_t i = 0; i < step->work.size(); ++i) {
+    const DecodeScheduler::Work& w = step->work[i];
+    Request& r = requests_.at(w.id);
+    r.step_input.clear();
+    if (!w.sample || w.count != 1 || !r.req.speculative) continue;
+    const int room = ProposalRoom(options_.speculative.num_tokens, r.req.max_tokens, r.generated,
+                                  static_cast<int>(r.tokens.size()), c.max_seq_len);
+    if (room == 0) continue;
+    asks.push_back({w.id, r.tokens, room});
+    works.push_back(i);
+  }
+  if (asks.empty()) return;
+  std::vector<std::vector<int>> proposals;
+  // Running requests' tokens change only on this thread: they can be read unlocked.
+  lock.unlock();
+  const absl::Status st = proposer_->Propose(asks, &proposals);
+  lock.lock();
+  // A proposer that fails (a draft model's forward error) costs this step its proposals only:
+  // the plain decode steps go on.
+  if (!st.ok()) return;
+  for (size_t j = 0; j < works.size(); ++j) {
+    const std::vector<int>& p = proposals[j];
+    const int k = scheduler_.Speculate(step, works[j], static_cast<int>(p.size()));
+    if (k == 0) continue;
+    Request& r = requests_.at(asks[j].id);
+    r.step_input.push_back(r.tokens.back());
+    r.step_input.insert(r.step_input.end(), p.begin(), p.begin() + k);
+  }
+}
+
+bool DecodeEngine::EmitLocked(uint64_t handle, Request& r, std::span<const float> row, int token) {
+  r.tokens.push_back(token);
+  ++r.generated;
+  r.out.push_back(token);
+  if (r.req.sampling.logprobs) {  // never sampled on the device
+    r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
+  }
+  const std::optional<FinishReason> f =
+      CheckFinish(model_->config(), r.req, token, r.generated, static_cast<int>(r.tokens.size()));
+  if (!f) return false;
+  r.finish = *f;
+  EndLocked(handle, r);
+  return true;
+}
+
+void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
+                                 std::unique_lock<std::mutex>& lock) {
+  const ModelConfig& c = model_->config();
+  std::vector<SequenceChunk> batch;
+  std::vector<Request*> reqs;
+  bool on_device = runner_->samples_on_device();
+  for (const DecodeScheduler::Work& w : step.work) {
+    Request& r = requests_.at(w.id);
+    const std::span<const int> input =
+        w.draft > 0 ? std::span<const int>(r.step_input) : std::span<const int>(r.tokens);
+    batch.push_back({input.subspan(w.draft > 0 ? 0 : w.start, w.count), w.start,
+                     *scheduler_.blocks(w.id), w.draft > 0});
+    reqs.push_back(&r);
+    // The device samples only plain decode steps without logprobs or logit processors.
+    on_device = on_device && w.count == 1 && !r.req.sampling.logprobs &&
+                !r.req.sampling.HasLogitProcessors();
+  }
+  // Where the logits live on a device and no request wants logprobs, the device samples and
+  // only the tokens come back (the same draw as Sample below).
+  std::vector<SamplingParams> sample_params;
+  std::vector<uint64_t> sample_positions;
+  if (on_device) {
+    for (const Request* r : reqs) {
+      sample_params.push_back(r->req.sampling);
+      sample_positions.push_back(r->tokens.size());
+    }
+  }
+  lock.unlock();  // Admit, Accept and readers proceed during the step
+  const absl::Time t0 = absl::Now();
+  absl::Status st = health_.BeforeStep();
+  if (st.ok()) {
+    st = on_device ? runner_->ForwardSample(batch, sample_params, sample_positions, &sampled_)
+                   : runner_->Forward(batch, &logits_);
+  }
+  if (metrics_) {
+    metrics_->step_time.Observe(absl::ToDoubleSeconds(absl::Now() - t0));
+    metrics_->batch_size.Observe(static_cast<double>(batch.size()));
+    size_t tokens = 0;
+    for (const SequenceChunk& chunk : batch) tokens += chunk.tokens.size();
+    metrics_->iteration_tokens.Observe(static_cast<double>(tokens));
+  }
+  lock.lock();
+  ++steps_;
+  health_.StepDone(st);
+  std::vector<int> kept(step.work.size(), 0);
+  const size_t generated_before = generated_;
+  size_t first_row = 0;  // the logit row of step.work[i]'s first input
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const DecodeScheduler::Work& w = step.work[i];
+    Request& r = *reqs[i];  // running requests are only erased by this thread
+    const size_t rows = w.draft > 0 ? static_cast<size_t>(w.count) : 1;
+    const size_t row0 = first_row;
+    first_row += rows;
+    if (!st.ok()) {
+      r.error = st;
+      EndLocked(w.id, r);
+      continue;
+    }
+    if (!w.sample) continue;  // a recompute chunk short of the sequence's end
+    auto row = [&](size_t j) {
+      if (on_device) return std::span<const float>();
+      return std::span<const float>(logits_.data() + (row0 + j) * c.vocab_size, c.vocab_size);
+    };
+    if (w.draft == 0) {
+      const int token = on_device ? sampled_[i]
+                                  : Sample(row(0), r.req.sampling, r.tokens.size(),
+                                           HistoryOf(r.req, r.tokens, c));
+      ++generated_;
+      EmitLocked(w.id, r, row(0), token);
+      continue;
+    }
+    // Scored proposals: the verify rule (engine/speculative/proposer.h).
+    const std::vector<int> proposals(r.step_input.begin() + 1, r.step_input.end());
+    size_t drawn_row = 0;
+    kept[i] = VerifyProposals(
+        proposals,
+        [&](int j) {
+          drawn_row = static_cast<size_t>(j);
+          return Sample(row(drawn_row), r.req.sampling, r.tokens.size(),
+                        HistoryOf(r.req, r.tokens, c));
+        },
+        [&](int token) {
+          ++generated_;
+          return EmitLocked(w.id, r, row(drawn_row), token);
+        });
+    ++speculation_.verify_steps;
+    speculation_.proposed_tokens += w.draft;
+    speculation_.accepted_tokens += kept[i];
+    if (metrics_) {
+      metrics_->spec_draft_tokens.Increment(w.draft);
+      metrics_->spec_accepted_tokens.Increment(kept[i]);
+      metrics_->spec_acceptance_length.Observe(kept[i]);
+    }
+  }
+  // Requests that ended above were released: the scheduler skips them.
+  if (st.ok()) scheduler_.Complete(step, kept);
+  if (metrics_ && generated_ > generated_before) {
+    metrics_->generation_tokens.Increment(static_cast<double>(generated_ - generated_before));
+  }
+  output_cv_.notify_all();
 }
 
 WorkerLoadSnapshot DecodeEngine::Load() const {
@@ -408,6 +505,11 @@ WorkerLoadSnapshot DecodeEngine::Load() const {
   l.watermark_blocks = scheduler_.watermark_blocks();
   l.reserves_max_tokens = scheduler_.admission() == DecodeScheduler::Admission::kReserve;
   return l;
+}
+
+SpeculationStats DecodeEngine::speculation() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return speculation_;
 }
 
 int64_t DecodeEngine::preemptions() const {

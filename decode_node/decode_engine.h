@@ -29,6 +29,7 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/scheduling/scheduler.h"
+#include "engine/speculative/proposer.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"
 #include "metrics/metrics.h"
@@ -70,8 +71,19 @@ struct DecodeEngineOptions {
   // (nccl) finish the prefill's send once the bytes arrived, a moment before they are unpacked.
   absl::Duration kv_settle_timeout = absl::ZeroDuration();
   FaultSpec faults;  // step faults (tests)
+  // Speculative decoding (engine/speculative/proposer.h): each running sequence that has not
+  // opted out proposes up to speculative.num_tokens tokens, scored in the same batched step as
+  // the others' plain decode steps. The output is the same with and without it. Off by default.
+  SpeculativeConfig speculative;
 
   absl::Status Validate() const;
+};
+
+// What speculative decoding did on a decode worker so far.
+struct SpeculationStats {
+  int64_t verify_steps = 0;     // a sequence's step that scored proposals
+  int64_t proposed_tokens = 0;  // proposals scored
+  int64_t accepted_tokens = 0;  // ... and kept
 };
 
 class DecodeEngine final : public KvSink {
@@ -130,6 +142,7 @@ class DecodeEngine final : public KvSink {
   const KvCacheSpec& kv_spec() const { return kv_spec_; }
   // Sequences preempted so far (their blocks freed, recomputed when room came back).
   int64_t preemptions() const;
+  SpeculationStats speculation() const;
   const Model& model() const { return *model_; }
 
  private:
@@ -145,11 +158,25 @@ class DecodeEngine final : public KvSink {
     std::deque<TokenLogprobs> out_logprobs;
     std::optional<FinishReason> finish;
     absl::Status error;
+    // A step scoring proposals: its input, the last token then the proposals.
+    std::vector<int> step_input;
   };
 
   DecodeEngine(const Model* model, DecodeEngineOptions options, std::unique_ptr<ModelRunner> runner,
                DecodeMetrics* metrics);
   void Loop();
+  // The loop's phases, under mu_ (`lock`, which the long parts release). Leases whose KV never
+  // completed fail their requests; running requests cancelled leave.
+  void ExpireLeasesLocked();
+  void EndCancelledLocked();
+  // Asks the proposer (unlocked) for the plain decode works of `step` whose requests speculate,
+  // and widens those works by the proposals the scheduler grants blocks for.
+  void SpeculateLocked(DecodeScheduler::Step* step, std::unique_lock<std::mutex>& lock);
+  // Runs the step's forward pass (unlocked), then samples, verifies and emits its tokens.
+  void RunStepLocked(const DecodeScheduler::Step& step, std::unique_lock<std::mutex>& lock);
+  // Appends `token` (drawn from `row`, empty when sampled on the device) to a running request;
+  // ends the request when it finishes there. Returns whether it did.
+  bool EmitLocked(uint64_t handle, Request& r, std::span<const float> row, int token);
   // Ends `r` (under mu_): releases its lease and blocks, wakes its reader.
   void EndLocked(uint64_t handle, Request& r);
   // Sets the gauges from the scheduler and the lease table (under mu_).
@@ -161,6 +188,7 @@ class DecodeEngine final : public KvSink {
   DecodeEngineOptions options_;
   DecodeMetrics* metrics_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Proposer> proposer_;  // nullptr: no speculation
   const KvCacheSpec kv_spec_;
   std::unique_ptr<KvReceiver> receiver_;
   std::string kv_endpoint_;  // receiver_'s endpoint, with advertise_host when set (under mu_)
@@ -177,6 +205,11 @@ class DecodeEngine final : public KvSink {
   absl::flat_hash_map<uint64_t, uint64_t> lease_to_handle_;
   uint64_t next_handle_ = 1;
   int64_t steps_ = 0;
+  SpeculationStats speculation_;
+  size_t generated_ = 0;  // tokens emitted by steps
+  // The step loop's buffers, reused across steps (only the loop touches them).
+  std::vector<float> logits_;
+  std::vector<int> sampled_;
   bool stop_ = false;
   StepLoopHealth health_;
   std::vector<uint64_t> running_;  // handles in State::kRunning (the loop's cancel sweep)

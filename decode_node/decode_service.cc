@@ -22,6 +22,7 @@ grpc::Status DecodeService::Decode(
   req.max_tokens = a.max_tokens();
   req.ignore_eos = a.ignore_eos();
   req.output_tokens = a.output_tokens();
+  req.speculative = !a.disable_speculation();
   auto admission = engine_->Admit(req);
   if (!admission.ok()) return ToGrpc(admission.status());
   const uint64_t handle = admission->handle;

@@ -34,12 +34,6 @@ absl::Status GeneratorOptions::Validate() const {
   if (max_batch < 1) return absl::InvalidArgumentError("max_batch must be >= 1");
   if (prefill_chunk < 0) return absl::InvalidArgumentError("prefill_chunk must be >= 0");
   if (max_step_tokens < 1) return absl::InvalidArgumentError("max_step_tokens must be >= 1");
-  if (spec_tokens < 0 || spec_tokens > 64) {
-    return absl::InvalidArgumentError("spec_tokens must be in [0, 64]");
-  }
-  if (!ngram.valid()) {
-    return absl::InvalidArgumentError("ngram: need 1 <= min_ngram <= max_ngram");
-  }
   return absl::OkStatus();
 }
 
@@ -127,8 +121,9 @@ struct Seq {
   int generated = 0;
   std::optional<IncrementalDecoder> decoder;
   std::optional<StopStringMatcher> stop;
-  // This step's input when it scores proposals: the last token, then the proposals (empty
-  // otherwise).
+  // This step's proposals (speculative decoding), then its input when it scores them: the last
+  // token, then the proposals (empty otherwise).
+  std::vector<int> proposals;
   std::vector<int> step_tokens;
 };
 
@@ -178,7 +173,8 @@ int BlocksForRequests(std::span<const GenerationRequest> requests, const ModelCo
 // The scheduler's state over one Generate call: every sequence, the queues, the KV blocks and
 // the outputs.
 struct BatchState {
-  BatchState(int num_blocks, Clock::time_point start) : pool(num_blocks), start(start) {}
+  BatchState(int num_blocks, Clock::time_point start, Proposer* proposer)
+      : pool(num_blocks), start(start), proposer(proposer) {}
 
   BlockPool pool;
   std::vector<GenerationOutput> outputs;
@@ -187,6 +183,7 @@ struct BatchState {
   std::vector<int> running;  // in admission order
   bool first_token_seen = false;
   Clock::time_point start;
+  Proposer* proposer;  // nullptr: no speculation
 };
 
 // Gives a sequence's KV blocks back; it will be recomputed from scratch if it runs again.
@@ -210,6 +207,7 @@ absl::Status Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush
     out.text += tail;
     if (!tail.empty() && on_token) on_token(s.index, -1, tail);
   }
+  if (state->proposer != nullptr) state->proposer->Forget(s.index);
   return Release(&state->pool, seq);
 }
 
@@ -238,9 +236,9 @@ absl::Status AdmitWaiting(BatchState* batch, int max_batch, int bs, int num_bloc
 
 // Schedules one step: decodes first (one token each), then prefill chunks under the token
 // budget. Fills the sequences to run and their chunk lengths.
-absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options,
-                          const ModelConfig& config, int bs, GenerationStats* stats,
-                          std::vector<int>* scheduled, std::vector<int>* chunk_len) {
+absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, int bs,
+                          GenerationStats* stats, std::vector<int>* scheduled,
+                          std::vector<int>* chunk_len) {
   BatchState& state = *batch;
   std::vector<int>& running = state.running;
   int budget = options.max_step_tokens;
@@ -255,18 +253,16 @@ absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options,
       n = std::min(n, budget);
       if (n <= 0) continue;
       s.step_tokens.clear();
-      if (is_decode && options.spec_tokens > 0) {
-        // Proposals past max_tokens or the context would never be kept.
-        const int room = std::min(s.req->max_tokens - s.generated,
-                                  config.max_seq_len - static_cast<int>(s.tokens.size()));
-        const int k = std::min({options.spec_tokens, room - 1, budget - 1});
-        std::vector<int> proposals = ProposeNgram(s.tokens, k, options.ngram);
-        if (!proposals.empty()) {
+      if (is_decode && !s.proposals.empty()) {
+        // Within the step's token budget: the last token and as many proposals as fit.
+        const int k = std::min(static_cast<int>(s.proposals.size()), budget - 1);
+        if (k > 0) {
           s.step_tokens.push_back(s.tokens.back());
-          s.step_tokens.insert(s.step_tokens.end(), proposals.begin(), proposals.end());
-          n = static_cast<int>(s.step_tokens.size());
+          s.step_tokens.insert(s.step_tokens.end(), s.proposals.begin(), s.proposals.begin() + k);
+          n = k + 1;
         }
       }
+      s.proposals.clear();
       // Grow the block table; preempt the most recently admitted sequences if needed.
       const int need = BlocksFor(s.num_computed + n, bs) - static_cast<int>(s.blocks.size());
       bool preempted_self = false;
@@ -339,27 +335,57 @@ absl::StatusOr<bool> EmitToken(BatchState* batch, const ModelConfig& config, Seq
   return true;
 }
 
+// Asks the proposer for the proposals of every running sequence that decodes this step.
+absl::Status ProposeForRunning(BatchState* batch, const ModelConfig& config, int num_tokens) {
+  BatchState& state = *batch;
+  std::vector<ProposalRequest> requests;
+  std::vector<int> ids;
+  for (const int id : state.running) {
+    Seq& s = state.seqs[id];
+    s.proposals.clear();
+    const int len = static_cast<int>(s.tokens.size());
+    if (s.num_computed == 0 || len - s.num_computed != 1) continue;  // not decoding
+    const int room =
+        ProposalRoom(num_tokens, s.req->max_tokens, s.generated, len, config.max_seq_len);
+    if (room == 0) continue;
+    requests.push_back({static_cast<uint64_t>(s.index), s.tokens, room});
+    ids.push_back(id);
+  }
+  if (requests.empty()) return absl::OkStatus();
+  std::vector<std::vector<int>> proposals;
+  if (absl::Status st = state.proposer->Propose(requests, &proposals); !st.ok()) return st;
+  for (size_t i = 0; i < ids.size(); ++i) state.seqs[ids[i]].proposals = std::move(proposals[i]);
+  return absl::OkStatus();
+}
+
 // A sequence that scored proposals (s.step_tokens) over `rows` (one logit row per input token):
-// samples row after row, keeping each token, while the token sampled equals the proposal the
-// next row was computed after. Returns whether the sequence finished.
-absl::StatusOr<bool> VerifyProposals(BatchState* state, const ModelConfig& config, int bs, Seq* seq,
-                                     std::span<const float> rows,
-                                     const Generator::TokenCallback& on_token,
-                                     GenerationStats* stats) {
+// the verify rule of engine/speculative/proposer.h, then the blocks that held only rejected
+// proposals' rows are freed. Returns whether the sequence finished.
+absl::StatusOr<bool> VerifyStep(BatchState* state, const ModelConfig& config, int bs, Seq* seq,
+                                std::span<const float> rows,
+                                const Generator::TokenCallback& on_token, GenerationStats* stats) {
   Seq& s = *seq;
   const std::span<const int> proposals = std::span<const int>(s.step_tokens).subspan(1);
   stats->proposed_tokens += static_cast<int64_t>(proposals.size());
-  for (size_t j = 0; j <= proposals.size(); ++j) {
-    std::span<const float> row = rows.subspan(j * config.vocab_size, config.vocab_size);
-    const int token =
-        Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
-    // Row j was computed after input j: its KV is now part of the sequence.
-    ++s.num_computed;
-    auto finished = EmitToken(state, config, seq, row, token, on_token, stats);
-    if (!finished.ok() || *finished) return finished;
-    if (j == proposals.size() || token != proposals[j]) break;
-    ++stats->accepted_tokens;
-  }
+  absl::Status error;
+  bool finished = false;
+  std::span<const float> row;
+  const int kept = VerifyProposals(
+      proposals,
+      [&](int j) {
+        row = rows.subspan(static_cast<size_t>(j) * config.vocab_size, config.vocab_size);
+        return Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
+      },
+      [&](int token) {
+        ++s.num_computed;  // the row's input: its KV is now part of the sequence
+        absl::StatusOr<bool> done = EmitToken(state, config, seq, row, token, on_token, stats);
+        if (!done.ok()) error = done.status();
+        finished = !done.ok() || *done;
+        return finished;
+      });
+  stats->accepted_tokens += kept;
+  if (!error.ok()) return error;
+  if (finished) return true;
   // Blocks past the next input's position held only rejected proposals' rows.
   const size_t keep = BlocksFor(static_cast<int>(s.tokens.size()), bs);
   if (s.blocks.size() > keep) {
@@ -388,7 +414,7 @@ absl::Status SampleStep(BatchState* batch, const ModelConfig& config, int bs,
     row += rows;
     absl::StatusOr<bool> finished = false;
     if (!s.step_tokens.empty()) {
-      finished = VerifyProposals(&state, config, bs, &s, step_rows, on_token, stats);
+      finished = VerifyStep(&state, config, bs, &s, step_rows, on_token, stats);
     } else {
       s.num_computed += chunk_len[i];
       if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
@@ -429,7 +455,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes, options_.kv_dtype);
     if (!cache.ok()) return cache.status();
   }
-  BatchState state(num_blocks, start);
+  auto proposer = MakeProposer(options_.speculative, config, num_blocks, bs);
+  if (!proposer.ok()) return proposer.status();
+  BatchState state(num_blocks, start, proposer->get());
 
   state.outputs.resize(requests.size());
   state.seqs.resize(requests.size());
@@ -451,10 +479,15 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     if (absl::Status st = AdmitWaiting(&state, options_.max_batch, bs, num_blocks); !st.ok()) {
       return st;
     }
+    if (state.proposer != nullptr) {
+      if (absl::Status st = ProposeForRunning(&state, config, options_.speculative.num_tokens);
+          !st.ok()) {
+        return st;
+      }
+    }
     std::vector<int> scheduled;
     std::vector<int> chunk_len;
-    if (absl::Status st =
-            ScheduleStep(&state, options_, config, bs, &stats_, &scheduled, &chunk_len);
+    if (absl::Status st = ScheduleStep(&state, options_, bs, &stats_, &scheduled, &chunk_len);
         !st.ok()) {
       return st;
     }

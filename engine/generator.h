@@ -19,7 +19,7 @@
 #include "engine/model.h"
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
-#include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/proposer.h"
 #include "text/tokenizer.h"
 
 namespace tandem {
@@ -43,6 +43,9 @@ struct GenerationRequest {
   // request on other workers by sending its tokens so far as the prompt. The logit processors
   // (presence, frequency, min_tokens) count them as generated. In [0, prompt.size()).
   int output_tokens = 0;
+  // Whether the engine may speculate for this request (when it speculates at all); the output is
+  // the same either way, so this only trades speed: false opts out.
+  bool speculative = true;
 };
 
 struct GenerationOutput {
@@ -68,14 +71,10 @@ struct GeneratorOptions {
   // (engine/sampling/output_constraint.h); without it a request asking for structured output is
   // refused.
   std::shared_ptr<OutputConstraints> constraints;
-  // Speculative decoding: a decoding sequence proposes up to spec_tokens tokens by prompt lookup
-  // (engine/speculative/ngram_proposer.h) and one forward pass scores them all. A proposal is
-  // kept while it equals the token the model samples at its position (the same counter-based
-  // draw as without speculation), so the output is the same with and without it, for every
-  // sampling setting; rejected proposals' KV rows are overwritten later and blocks past the
-  // sequence are freed. 0: off; at most 64.
-  int spec_tokens = 0;
-  NgramProposerOptions ngram;
+  // Speculative decoding (engine/speculative/proposer.h): a decoding sequence proposes up to
+  // speculative.num_tokens tokens and one forward pass scores them all; the output is the same
+  // with and without it. Off by default.
+  SpeculativeConfig speculative;
 
   absl::Status Validate() const;
 };

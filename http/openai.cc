@@ -415,6 +415,7 @@ constexpr std::string_view kKnownFields[] = {"model",
                                              "logprobs",
                                              "top_logprobs",
                                              "ignore_eos",
+                                             "speculative",
                                              "add_generation_prompt",
                                              "chat_template_kwargs",
                                              "echo",
@@ -645,7 +646,8 @@ absl::Status SetLogprobs(const Json& body, bool chat, v1::SamplingParams* s) {
   return absl::OkStatus();
 }
 
-// stop (one string or a list) and ignore_eos.
+// stop (one string or a list), ignore_eos and speculative (false: the request opts out of the
+// decode workers' speculative decoding).
 absl::Status SetStop(const Json& body, v1::GenerateRequest* g) {
   if (const Json* v = Field(body, "stop")) {
     if (v->is_string()) {
@@ -663,6 +665,11 @@ absl::Status SetStop(const Json& body, v1::GenerateRequest* g) {
     auto b = GetBool(*v, "ignore_eos");
     if (!b.ok()) return b.status();
     g->set_ignore_eos(*b);
+  }
+  if (const Json* v = Field(body, "speculative")) {
+    auto b = GetBool(*v, "speculative");
+    if (!b.ok()) return b.status();
+    g->set_disable_speculation(!*b);
   }
   return absl::OkStatus();
 }

@@ -78,6 +78,13 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_cache_config_info",
        "A worker's KV cache as configured: the labels cache_dtype, block_size and num_blocks; "
        "the value is 1."},
+      {"tandem_spec_decode_draft_tokens_total",
+       "Decode: tokens proposed by speculative decoding and scored by the model."},
+      {"tandem_spec_decode_accepted_tokens_total",
+       "Decode: proposed tokens kept (each equal to the token the model drew there)."},
+      {"tandem_spec_decode_acceptance_length",
+       "Decode: per sequence and verify step, the proposals kept (0 to --spec-tokens); the step "
+       "emits one token more."},
       {"tandem_num_preemptions_total",
        "Decode: running sequences preempted when the KV cache filled (their blocks freed, their "
        "KV recomputed on the worker later)."},
@@ -145,6 +152,12 @@ const std::vector<double>& TokenLatencyBuckets() {
   static const auto* kBuckets = new std::vector<double>{
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1,  0.15,
       0.2,    0.3,     0.4,    0.5,   0.75,   1.0,   2.5,  5.0,   10.0, 20.0,  40.0, 80.0};
+  return *kBuckets;
+}
+
+// Proposals kept per verify step: every count up to 8, then doublings to --spec-tokens' 64.
+const std::vector<double>& AcceptanceLengthBuckets() {
+  static const auto* kBuckets = new std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64};
   return *kBuckets;
 }
 
@@ -290,6 +303,10 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       kv_transfer_bytes(NewCounter(r, labels, "tandem_kv_transfer_bytes_total")),
       kv_leases_expired(NewCounter(r, labels, "tandem_kv_leases_expired_total")),
       kv_chunks_rejected(NewCounter(r, labels, "tandem_kv_chunks_rejected_total")),
-      preemptions(NewCounter(r, labels, "tandem_num_preemptions_total")) {}
+      preemptions(NewCounter(r, labels, "tandem_num_preemptions_total")),
+      spec_draft_tokens(NewCounter(r, labels, "tandem_spec_decode_draft_tokens_total")),
+      spec_accepted_tokens(NewCounter(r, labels, "tandem_spec_decode_accepted_tokens_total")),
+      spec_acceptance_length(NewHistogram(r, labels, "tandem_spec_decode_acceptance_length",
+                                          AcceptanceLengthBuckets())) {}
 
 }  // namespace tandem

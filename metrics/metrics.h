@@ -148,6 +148,11 @@ struct DecodeMetrics {
   prometheus::Counter& kv_leases_expired;   // leases whose KV never completed
   prometheus::Counter& kv_chunks_rejected;  // chunks refused: late writers, stale generations
   prometheus::Counter& preemptions;         // sequences preempted when the cache filled
+  // Speculative decoding: proposals scored, proposals kept, and per verify of a sequence the
+  // proposals kept (0..K).
+  prometheus::Counter& spec_draft_tokens;
+  prometheus::Counter& spec_accepted_tokens;
+  prometheus::Histogram& spec_acceptance_length;
 };
 
 }  // namespace tandem

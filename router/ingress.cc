@@ -130,6 +130,7 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
     out.stop_strings.push_back(stop);
   }
   out.ignore_eos = req.ignore_eos();
+  out.speculative = !req.disable_speculation();
   return out;
 }
 

@@ -780,6 +780,7 @@ grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, 
   *m->mutable_sampling() = ToProto(greq_->sampling);
   m->set_max_tokens(a.remaining);
   m->set_ignore_eos(greq_->ignore_eos);
+  m->set_disable_speculation(!greq_->speculative);
   m->set_output_tokens(static_cast<int>(generated_.size()));
   v1::DecodeServerMessage reply;
   grpc::Status refused;

@@ -10,6 +10,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/scheduling/scheduler.h"
+#include "engine/speculative/proposer.h"
 #include "kernels/dtype.h"
 
 namespace tandem {
@@ -183,6 +184,16 @@ void AddDecodeFlags(CLI::App& app, DecodeConfig* c) {
   app.add_option("--kv-watermark", c->kv_watermark,
                  "on-demand: the fraction of blocks admission leaves free")
       ->group(g);
+  app.add_option("--speculative", c->speculative,
+                 "Speculative decoding: off; ngram (proposals by prompt lookup); draft (a small "
+                 "model of the same tokenizer, --draft-model, decodes them greedily on the CPU). "
+                 "The output is the same as without; requests may opt out")
+      ->group(g);
+  app.add_option("--spec-tokens", c->spec_tokens, "Speculative decoding: proposals per step, 1-64")
+      ->group(g);
+  app.add_option("--draft-model", c->draft_model,
+                 "--speculative=draft: the draft model (a path as --model takes)")
+      ->group(g);
 }
 
 }  // namespace
@@ -245,6 +256,15 @@ absl::Status DecodeConfig::Validate() const {
   if (auto a = ParseKvAdmission(kv_admission); !a.ok()) return a.status();
   if (kv_watermark < 0 || kv_watermark >= 1) {
     return absl::InvalidArgumentError("--kv-watermark must be in [0, 1)");
+  }
+  auto method = ParseSpeculativeMethod(speculative);
+  if (!method.ok()) return method.status();
+  if (spec_tokens < 1 || spec_tokens > 64) {
+    return absl::InvalidArgumentError("--spec-tokens must be in [1, 64]");
+  }
+  if ((*method == SpeculativeMethod::kDraft) != !draft_model.empty()) {
+    return absl::InvalidArgumentError(
+        "--draft-model: given exactly when --speculative=draft (a model of the same tokenizer)");
   }
   return absl::OkStatus();
 }

@@ -83,6 +83,9 @@ struct DecodeConfig {
   int64_t lease_timeout_ms = 60000;
   std::string kv_admission = "on-demand";
   double kv_watermark = 0.01;
+  std::string speculative = "off";  // off | ngram | draft
+  int64_t spec_tokens = 4;
+  std::string draft_model;  // --speculative=draft: a model of the same tokenizer
 
   absl::Status Validate() const;
 };

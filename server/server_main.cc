@@ -83,6 +83,8 @@ class TandemServer {
   absl::Status BuildConstraints();
   absl::Status BuildPrefill();
   absl::Status BuildDecode();
+  // --speculative, --spec-tokens and --draft-model (loading the draft model).
+  absl::Status ConfigureSpeculation(SpeculativeConfig* spec);
   absl::Status Listen();
   void ConfigureBuilder(grpc::ServerBuilder& builder, const std::string& listen, int* bound);
   void StartHealthMonitor();
@@ -109,6 +111,7 @@ class TandemServer {
   std::unique_ptr<DecodeMetrics> decode_metrics_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> draft_model_;  // --speculative=draft
   std::string device_ = "cpu";
   std::unique_ptr<Router> router_;
   openai::ServedModel served_;
@@ -383,6 +386,23 @@ absl::Status TandemServer::BuildPrefill() {
   return absl::OkStatus();
 }
 
+absl::Status TandemServer::ConfigureSpeculation(SpeculativeConfig* spec) {
+  auto method = ParseSpeculativeMethod(c_.decode.speculative);
+  if (!method.ok()) return method.status();
+  spec->method = *method;
+  spec->num_tokens = static_cast<int>(c_.decode.spec_tokens);
+  if (spec->method != SpeculativeMethod::kDraft) return absl::OkStatus();
+  // On the host, as stored: the draft decodes on the CPU whatever --device says.
+  auto draft = Model::Load(c_.decode.draft_model, backend_.get());
+  if (!draft.ok()) {
+    return absl::Status(draft.status().code(),
+                        absl::StrCat("--draft-model: ", draft.status().message()));
+  }
+  draft_model_ = std::move(*draft);
+  spec->draft = draft_model_.get();
+  return absl::OkStatus();
+}
+
 absl::Status TandemServer::BuildDecode() {
   if (!c_.is_decode()) return absl::OkStatus();
   auto admission = ParseKvAdmission(c_.decode.kv_admission);
@@ -401,6 +421,7 @@ absl::Status TandemServer::BuildDecode() {
   dopt.admission = *admission;
   dopt.watermark = c_.decode.kv_watermark;
   dopt.constraints = constraints_;
+  if (absl::Status s = ConfigureSpeculation(&dopt.speculative); !s.ok()) return s;
   if (kv_transport_ == "tcp") {
     auto auth = MakeKvAuth(secret_, tls_, /*receiver=*/true);
     if (!auth.ok()) return auth.status();

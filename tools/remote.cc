@@ -35,6 +35,7 @@ absl::StatusOr<RemoteGenerateResult> RemoteGenerate(
   g.set_max_tokens(req.max_tokens);
   for (const auto& s : req.stop) g.add_stop(s);
   g.set_ignore_eos(req.ignore_eos);
+  g.set_disable_speculation(!req.speculative);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(req.timeout_seconds * 1000)));

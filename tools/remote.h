@@ -22,6 +22,7 @@ struct RemoteGenerateRequest {
   int max_tokens = 256;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool speculative = true;  // false: opts out of the decode workers' speculation
   double timeout_seconds = 600;
   ClientSecurity security;  // TLS files and the API key
 };

@@ -47,15 +47,18 @@ commands:
            [--min-tokens N] [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
            [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
            [--json-object | --json-schema SCHEMA|@FILE]
-           [--speculative ngram [--spec-tokens K]]
+           [--speculative off|ngram|draft [--spec-tokens K] [--draft-model PATH]]
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
       when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
       q6_k; default: as stored). --kv-dtype: the KV cache (auto: f32).
       --json-schema: the output is one JSON value valid against the schema (JSON
       text, or @FILE to read it from FILE); --json-object: any JSON object.
-      --speculative ngram: each step proposes up to K (default 4) tokens by prompt
-      lookup and scores them in one forward pass; the output is the same as without.
+      --speculative: each step proposes up to K (default 4) tokens, by prompt lookup
+      (ngram) or by a small draft model of the same tokenizer decoding greedily
+      (draft, --draft-model PATH), and scores them in one forward pass; the output is
+      the same as without. With --router only "off" is accepted: the request opts
+      out of the decode workers' speculation.
   score --model PATH [--tokenizer PATH] --text TEXT [--dtype DTYPE]
         [--kv-dtype auto|f32|bf16|f16|fp8]
       Per-token log-probabilities and the mean cross-entropy / perplexity.
@@ -199,6 +202,7 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
   r.sampling.min_tokens = static_cast<int>(std::clamp<int64_t>(*min_tokens, -1, 1 << 30));
   r.stop_strings = f.GetAll("stop");
   r.ignore_eos = f.Has("ignore-eos");
+  r.speculative = f.Get("speculative") != "off";
   if (f.Has("json-object") && f.Has("json-schema")) {
     return absl::InvalidArgumentError("--json-object and --json-schema: pick one");
   }
@@ -223,18 +227,20 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
   if (!kv_dtype.ok()) return kv_dtype.status();
   opts->kv_dtype = *kv_dtype;
   if (f.Has("speculative")) {
-    const std::string method = f.Get("speculative");
-    if (method == "draft") {
-      return absl::UnimplementedError(
-          "--speculative=draft: a draft model is not supported yet; use --speculative=ngram");
-    }
-    if (method != "ngram") return absl::InvalidArgumentError("--speculative must be ngram");
-    auto k = f.GetInt("spec-tokens", 4);
+    auto method = ParseSpeculativeMethod(f.Get("speculative"));
+    if (!method.ok()) return method.status();
+    opts->speculative.method = *method;
+    auto k = f.GetInt("spec-tokens", opts->speculative.num_tokens);
     if (!k.ok()) return k.status();
     if (*k < 1 || *k > 64) return absl::InvalidArgumentError("--spec-tokens must be in [1, 64]");
-    opts->spec_tokens = static_cast<int>(*k);
-  } else if (f.Has("spec-tokens")) {
-    return absl::InvalidArgumentError("--spec-tokens needs --speculative=ngram");
+    opts->speculative.num_tokens = static_cast<int>(*k);
+  }
+  if (!opts->speculative.enabled() && f.Has("spec-tokens")) {
+    return absl::InvalidArgumentError("--spec-tokens needs --speculative ngram|draft");
+  }
+  if ((opts->speculative.method == SpeculativeMethod::kDraft) != f.Has("draft-model")) {
+    return absl::InvalidArgumentError(
+        "--draft-model: given exactly when --speculative=draft (a model of the same tokenizer)");
   }
   if (absl::Status s = opts->Validate(); !s.ok()) return s;
   return absl::OkStatus();
@@ -242,9 +248,10 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
 
 // `tandem generate --router`: the same request through a running router.
 int GenerateRemote(const Flags& f, const std::string& prompt, const GenerationRequest& req) {
-  if (f.Has("speculative")) {
+  if (f.Has("speculative") && f.Get("speculative") != "off") {
     return Fail(absl::InvalidArgumentError(
-        "--speculative runs in this process (--model); decode workers do not speculate yet"));
+        "--speculative: with --router, decode workers speculate as tandem-server's --speculative "
+        "says; only --speculative=off (this request opts out) is a per-request choice"));
   }
   RemoteGenerateRequest r;
   r.router = f.Get("router");
@@ -253,6 +260,7 @@ int GenerateRemote(const Flags& f, const std::string& prompt, const GenerationRe
   r.max_tokens = req.max_tokens;
   r.stop = req.stop_strings;
   r.ignore_eos = req.ignore_eos;
+  r.speculative = req.speculative;
   auto timeout = f.GetDouble("timeout", 600);
   if (!timeout.ok()) return Fail(timeout.status());
   r.timeout_seconds = *timeout;
@@ -294,11 +302,23 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
     ro.num_blocks = (c.max_seq_len + opts.block_size - 1) / opts.block_size;
     ro.max_batch_tokens = std::min(opts.max_step_tokens, c.max_seq_len);
     ro.max_seqs = 1;
-    ro.max_logit_rows = opts.spec_tokens + 1;  // a step scoring proposals has a row per token
+    // A step scoring proposals has a row per token.
+    ro.max_logit_rows = opts.speculative.enabled() ? opts.speculative.num_tokens + 1 : 1;
     auto r = MakeModelRunner("cuda", loaded->model.get(), ro);
     if (!r.ok()) return Fail(r.status());
     runner = std::move(*r);
     opts.runner = runner.get();
+  }
+  std::unique_ptr<Model> draft;
+  if (opts.speculative.method == SpeculativeMethod::kDraft) {
+    // On the host, as stored: a draft is small by choice.
+    auto d = Model::Load(f.Get("draft-model"), loaded->backend.get());
+    if (!d.ok()) {
+      return Fail(
+          absl::Status(d.status().code(), absl::StrCat("--draft-model: ", d.status().message())));
+    }
+    draft = std::move(*d);
+    opts.speculative.draft = draft.get();
   }
   // The tokenizer outlives the generator: a non-owning handle for the constraints.
   opts.constraints = std::make_shared<OutputConstraints>(
@@ -321,7 +341,7 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
       std::string(FinishReasonName((*out)[0].finish)).c_str(), st.first_token_seconds * 1e3,
       st.generated_tokens > 1 && decode_s > 0 ? (st.generated_tokens - 1) / decode_s : 0.0,
       loaded->device.c_str());
-  if (opts.spec_tokens > 0) {
+  if (opts.speculative.enabled()) {
     std::fprintf(
         stderr, "[tandem] speculative: %lld tokens proposed, %lld accepted (%.0f%%), %lld steps\n",
         static_cast<long long>(st.proposed_tokens), static_cast<long long>(st.accepted_tokens),
@@ -359,7 +379,8 @@ int Generate(const std::vector<std::string>& args) {
                          "min-tokens",
                          "json-schema",
                          "speculative",
-                         "spec-tokens"},
+                         "spec-tokens",
+                         "draft-model"},
                         {"ignore-eos", "json-object"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));

@@ -165,13 +165,46 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
   return step;
 }
 
-void DecodeScheduler::Complete(const Step& step) {
-  for (const Work& w : step.work) {
+int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
+  Work& w = step->work[i];
+  if (k <= 0 || !w.sample || w.count != 1 || w.draft != 0) return 0;
+  Entry& e = requests_.at(w.id);
+  // The last proposal is fed at position start + k; none may reach past the request's most
+  // tokens (the blocks reserved under kReserve).
+  k = std::min(k, e.max_tokens - 1 - w.start - 1);
+  const int have = static_cast<int>(e.blocks.size());
+  k = std::min(k, (have + pool_.num_available()) * block_size() - w.start - 1);
+  if (k <= 0) return 0;
+  if (const int need = BlocksFor(w.start + 1 + k) - have; need > 0) {
+    auto more = pool_.Allocate(need);
+    if (!more.ok()) return 0;
+    e.blocks.insert(e.blocks.end(), more->begin(), more->end());
+  }
+  w.count = 1 + k;
+  w.draft = k;
+  return k;
+}
+
+void DecodeScheduler::Complete(const Step& step, std::span<const int> kept) {
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const Work& w = step.work[i];
     auto it = requests_.find(w.id);
     if (it == requests_.end()) continue;
     Entry& e = it->second;
-    e.computed = w.start + w.count;
-    if (w.sample) e.tokens += 1;
+    if (w.draft == 0) {
+      e.computed = w.start + w.count;
+      if (w.sample) e.tokens += 1;
+      continue;
+    }
+    const int k = i < kept.size() ? std::clamp(kept[i], 0, w.draft) : 0;
+    e.computed = w.start + 1 + k;  // the token and the proposals kept
+    e.tokens += 1 + k;
+    if (options_.admission == Admission::kReserve) continue;
+    const size_t keep = BlocksFor(e.tokens);
+    if (e.blocks.size() > keep) {
+      pool_.Free(std::span<const int>(e.blocks).subspan(keep)).IgnoreError();
+      e.blocks.resize(keep);
+    }
   }
 }
 

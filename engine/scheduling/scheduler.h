@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -103,6 +104,9 @@ class DecodeScheduler {
     int start;    // first position computed in this step
     int count;    // positions [start, start + count): 1 for a decode step, more when recomputing
     bool sample;  // the last position's logits give the sequence's next token
+    // Speculative decoding: proposals scored after the decode step's token (Speculate); then
+    // count = 1 + draft and every position's logits are sampled in turn.
+    int draft = 0;
   };
   struct Step {
     std::vector<Work> work;           // in admission order
@@ -128,8 +132,15 @@ class DecodeScheduler {
   // free, then gives every running sequence the positions to compute (one for a decode, a chunk
   // for a recompute), growing block tables and preempting the newest sequences when needed.
   Step Schedule();
-  // The step ran: each work's positions are computed, and a sampled sequence gained a token.
-  void Complete(const Step& step);
+  // Speculative decoding: widens the plain decode work step->work[i] to also score up to `k`
+  // proposals after its token. Their positions' blocks come only from free ones (speculation never
+  // preempts a sequence), so fewer may be granted. Returns the proposals granted, 0..k.
+  int Speculate(Step* step, size_t i, int k);
+  // The step ran: each work's positions are computed, and a sampled sequence gained a token. A
+  // work that scored proposals gained 1 + kept[i] tokens (the proposals kept, engine/speculative/
+  // proposer.h; `kept` has a value per work, or is empty when none scored proposals), and the
+  // blocks that held only rejected proposals are freed.
+  void Complete(const Step& step, std::span<const int> kept = {});
   // Frees the request's blocks exactly once, whatever its state; false when unknown.
   bool Release(uint64_t id);
 

@@ -244,5 +244,77 @@ TEST(DecodeSchedulerTest, ReserveAdmissionTakesMaxTokensAndNeverPreempts) {
   EXPECT_NE(bad.status().message().find("--kv-admission"), std::string::npos);
 }
 
+// Speculative decoding: a decode work widened by proposals takes blocks only from free ones
+// (never preempting), no further than the request's most tokens; after the step the sequence
+// gains 1 + the proposals kept and the blocks past it go back to the pool.
+TEST(DecodeSchedulerTest, SpeculationGrowsFromFreeBlocksAndTrimsAfter) {
+  DecodeScheduler s(Opts(12));
+  ASSERT_TRUE(s.Admit(1, 6, 40).ok());  // 7 tokens: blocks 0..1 (positions 0..7)
+  ASSERT_TRUE(s.Start(1).ok());
+  DecodeScheduler::Step step = s.Schedule();
+  ASSERT_EQ(step.work.size(), 1u);
+  EXPECT_EQ(s.Speculate(&step, 0, 5), 5);  // positions 6..11: a third block
+  EXPECT_EQ(step.work[0].count, 6);
+  EXPECT_EQ(step.work[0].draft, 5);
+  EXPECT_EQ(s.blocks(1)->size(), 3u);
+  EXPECT_EQ(s.Speculate(&step, 0, 2), 0);  // once per work
+  const int kept[] = {2};
+  s.Complete(step, kept);
+  EXPECT_EQ(s.tokens(1), 10);          // 7 + the token + 2 proposals
+  EXPECT_EQ(s.blocks(1)->size(), 3u);  // positions 0..9
+  step = s.Schedule();
+  EXPECT_EQ(step.work[0].start, 9);
+  // At most to position 38: the step may bring the sequence to its most tokens, 40.
+  EXPECT_EQ(s.Speculate(&step, 0, 64), 29);
+  EXPECT_EQ(s.num_free_blocks(), 2);
+  const int none[] = {0};
+  s.Complete(step, none);
+  EXPECT_EQ(s.tokens(1), 11);
+  EXPECT_EQ(s.blocks(1)->size(), 3u);  // the rejected proposals' blocks are free again
+  EXPECT_EQ(s.num_free_blocks(), 9);
+  Driver{s, {{1, 38}}}.Run();
+  ASSERT_TRUE(s.Admit(2, 36, 40).ok());
+  ASSERT_TRUE(s.Start(2).ok());
+  step = s.Schedule();
+  EXPECT_EQ(s.Speculate(&step, 0, 8), 2);  // 37 tokens: the step may reach 40
+  s.Complete(step, {});                    // no kept values: none kept
+  EXPECT_EQ(s.tokens(2), 38);
+  EXPECT_TRUE(s.Release(2));
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(DecodeSchedulerTest, SpeculationNeverPreemptsAndKeepsReservedBlocks) {
+  // Two sequences fill the cache: neither's proposals get a block the other holds.
+  DecodeScheduler s(Opts(4));
+  ASSERT_TRUE(s.Admit(1, 6, 16).ok());
+  ASSERT_TRUE(s.Admit(2, 6, 16).ok());
+  ASSERT_TRUE(s.Start(1).ok());
+  ASSERT_TRUE(s.Start(2).ok());
+  DecodeScheduler::Step step = s.Schedule();
+  ASSERT_EQ(step.work.size(), 2u);
+  EXPECT_EQ(s.Speculate(&step, 0, 4), 1);  // position 7: the last of its own blocks
+  EXPECT_EQ(s.Speculate(&step, 1, 4), 1);
+  EXPECT_TRUE(step.preempted.empty());
+  s.Complete(step, std::vector<int>{1, 0});
+  EXPECT_EQ(s.tokens(1), 9);
+  EXPECT_EQ(s.tokens(2), 8);
+  EXPECT_TRUE(s.Release(1));
+  EXPECT_TRUE(s.Release(2));
+  // kReserve: the blocks for prompt + max_tokens stay with the request whatever is kept.
+  DecodeScheduler::Options reserve = Opts(20);
+  reserve.admission = DecodeScheduler::Admission::kReserve;
+  DecodeScheduler r(reserve);
+  ASSERT_TRUE(r.Admit(1, 6, 40).ok());
+  ASSERT_TRUE(r.Start(1).ok());
+  step = r.Schedule();
+  EXPECT_EQ(r.Speculate(&step, 0, 6), 6);
+  EXPECT_EQ(r.num_free_blocks(), 10);
+  r.Complete(step, std::vector<int>{0});
+  EXPECT_EQ(r.blocks(1)->size(), 10u);
+  EXPECT_TRUE(r.Release(1));
+  EXPECT_TRUE(r.Idle());
+  EXPECT_TRUE(s.Idle());
+}
+
 }  // namespace
 }  // namespace tandem

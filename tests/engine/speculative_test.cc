@@ -9,6 +9,7 @@
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/speculative/ngram_proposer.h"
+#include "engine/speculative/proposer.h"
 #include "tests/test_util.h"
 #include "text/llama2c_tokenizer.h"
 
@@ -67,10 +68,14 @@ class SpeculativeTest : public ::testing::Test {
     return out.ok() ? *out : std::vector<GenerationOutput>{};
   }
 
-  // Runs `reqs` without and with speculation (k proposals) and expects the same outputs.
-  void ExpectSame(std::span<const GenerationRequest> reqs, GeneratorOptions o, int k) {
+  // Runs `reqs` without and with speculation (k proposals; by prompt lookup, or by `draft` when
+  // given) and expects the same outputs.
+  void ExpectSame(std::span<const GenerationRequest> reqs, GeneratorOptions o, int k,
+                  const Model* draft = nullptr) {
     const std::vector<GenerationOutput> plain = Run(reqs, o);
-    o.spec_tokens = k;
+    o.speculative.method = draft ? SpeculativeMethod::kDraft : SpeculativeMethod::kNgram;
+    o.speculative.num_tokens = k;
+    o.speculative.draft = draft;
     const std::vector<GenerationOutput> spec = Run(reqs, o);
     ASSERT_EQ(plain.size(), spec.size());
     for (size_t i = 0; i < plain.size(); ++i) {
@@ -139,13 +144,119 @@ TEST_F(SpeculativeTest, BatchedPreemptedStoppedAndPenalizedAreIdentical) {
   ExpectSame({&near_end, 1}, {}, 8);
 }
 
-TEST(SpeculativeOptionsTest, RefusesOutOfRange) {
-  GeneratorOptions o;
-  o.spec_tokens = 65;
-  EXPECT_FALSE(o.Validate().ok());
-  o.spec_tokens = 4;
+// The draft model is the target itself converted to q8_0 (close to it, not equal: some
+// proposals are rejected), and the target itself (every greedy proposal is kept but where
+// batched and single-row arithmetic round differently).
+TEST_F(SpeculativeTest, DraftModelOutputIsIdentical) {
+  auto q8 = Model::Load(testing::Stories260K(), backend_.get(), DType::kQ8_0);
+  ASSERT_TRUE(q8.ok()) << q8.status();
+  const GenerationRequest greedy = Request("Once upon a time, there was a little girl", 120, 0, 0);
+  ExpectSame({&greedy, 1}, {}, 4, q8->get());
+  EXPECT_GT(stats_.accepted_tokens, stats_.proposed_tokens / 2);
+  EXPECT_LT(stats_.steps, 80);
+  ExpectSame({&greedy, 1}, {}, 6, model_.get());
+  EXPECT_GE(stats_.accepted_tokens, stats_.proposed_tokens * 9 / 10);
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    GenerationRequest r = Request("One day, Tom and his dog", 60, 0.8f, seed);
+    r.sampling.logprobs = true;
+    ExpectSame({&r, 1}, {}, 3, q8->get());
+  }
+}
+
+TEST_F(SpeculativeTest, DraftModelBatchedPreemptedAndShortOfCache) {
+  auto q8 = Model::Load(testing::Stories260K(), backend_.get(), DType::kQ8_0);
+  ASSERT_TRUE(q8.ok()) << q8.status();
+  std::vector<GenerationRequest> reqs;
+  const char* prompts[] = {"Once upon a time", "The cat", "One day, Lily met a", "Tom said"};
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = Request(prompts[i], 40 + 13 * i, i % 2 ? 0.9f : 0.0f, 7 + i);
+    if (i == 2) r.stop_strings = {"happy"};
+    reqs.push_back(r);
+  }
+  ExpectSame(reqs, {}, 4, q8->get());
+  GeneratorOptions small;
+  small.block_size = 4;
+  small.num_blocks = 24;
+  ExpectSame(reqs, small, 5, q8->get());
+  EXPECT_GT(stats_.preemptions, 0);
+  // A draft cache with room for one sequence at a time: the others propose nothing meanwhile.
+  GeneratorOptions tiny_draft;
+  tiny_draft.speculative.max_draft_kv_bytes =
+      KvCacheSpec::For((*q8)->config(), 16, DType::kF32).bytes_per_block() * 8;
+  ExpectSame(reqs, tiny_draft, 4, q8->get());
+  EXPECT_GT(stats_.accepted_tokens, 0);
+}
+
+TEST(SpeculativeRuleTest, KeepsProposalsWhileTheyEqualTheDrawnTokens) {
+  // The model draws 5 7 9 4 at rows 0..3; proposals 5 7 8: rows 0 and 1 agree, row 2 draws 9.
+  const V drawn = {5, 7, 9, 4};
+  V emitted;
+  auto sample = [&](int row) { return drawn[row]; };
+  auto emit = [&](int token) {
+    emitted.push_back(token);
+    return false;
+  };
+  EXPECT_EQ(VerifyProposals(V{5, 7, 8}, sample, emit), 2);
+  EXPECT_EQ(emitted, (V{5, 7, 9}));
+  // All kept: one token more than the proposals.
+  emitted.clear();
+  EXPECT_EQ(VerifyProposals(V{5, 7, 9}, sample, emit), 3);
+  EXPECT_EQ(emitted, (V{5, 7, 9, 4}));
+  // None: the first row's token alone, as a plain step.
+  emitted.clear();
+  EXPECT_EQ(VerifyProposals(V{6}, sample, emit), 0);
+  EXPECT_EQ(emitted, V{5});
+  // The sequence ends at its second token (EOS, max_tokens): nothing after it is drawn.
+  emitted.clear();
+  auto emit_two = [&](int token) {
+    emitted.push_back(token);
+    return emitted.size() == 2;
+  };
+  EXPECT_EQ(VerifyProposals(V{5, 7, 9}, sample, emit_two), 1);
+  EXPECT_EQ(emitted, (V{5, 7}));
+}
+
+TEST(SpeculativeRuleTest, ProposalRoomStopsAtMaxTokensAndTheContext) {
+  // ProposalRoom(K, max_tokens, generated, length, max_seq_len)
+  EXPECT_EQ(ProposalRoom(4, 100, 10, 50, 512), 4);
+  EXPECT_EQ(ProposalRoom(4, 100, 97, 50, 512), 2);  // 3 tokens left: 2 proposals + 1
+  EXPECT_EQ(ProposalRoom(4, 100, 99, 50, 512), 0);  // the last token: a plain step
+  EXPECT_EQ(ProposalRoom(4, 100, 10, 510, 512), 1);
+  EXPECT_EQ(ProposalRoom(4, 100, 10, 511, 512), 0);
+  EXPECT_EQ(ProposalRoom(4, 100, 100, 50, 512), 0);
+}
+
+TEST(SpeculativeOptionsTest, RefusesOutOfRangeAndForeignDrafts) {
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Stories260K(), backend.get());
+  ASSERT_TRUE(model.ok());
+  const ModelConfig& c = (*model)->config();
+  SpeculativeConfig o;
+  EXPECT_TRUE(o.Validate(c).ok());  // off
+  o.method = SpeculativeMethod::kNgram;
+  o.num_tokens = 65;
+  EXPECT_NE(o.Validate(c).message().find("--spec-tokens"), std::string::npos);
+  o.num_tokens = 4;
   o.ngram.min_ngram = 0;
-  EXPECT_FALSE(o.Validate().ok());
+  EXPECT_FALSE(o.Validate(c).ok());
+  o.ngram = {};
+  o.method = SpeculativeMethod::kDraft;
+  EXPECT_NE(o.Validate(c).message().find("--draft-model"), std::string::npos);
+  ModelConfig other = c;
+  other.vocab_size = 1000;
+  o.draft = model->get();
+  EXPECT_TRUE(o.Validate(c).ok());
+  EXPECT_NE(o.Validate(other).message().find("vocabulary"), std::string::npos);
+  EXPECT_EQ(*ParseSpeculativeMethod("draft"), SpeculativeMethod::kDraft);
+  EXPECT_NE(ParseSpeculativeMethod("eagle").status().message().find("--speculative"),
+            std::string::npos);
+  GeneratorOptions g;
+  g.speculative = o;
+  g.speculative.draft = nullptr;
+  Generator gen(model->get(), nullptr, g);
+  GenerationRequest r;
+  r.prompt = {1, 2, 3};
+  EXPECT_EQ(gen.Generate({&r, 1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -65,6 +65,7 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
   ASSERT_EQ(g.stop_size(), 2);
   EXPECT_EQ(g.stop(1), "b");
   EXPECT_TRUE(g.ignore_eos());
+  EXPECT_FALSE(g.disable_speculation());
   EXPECT_FLOAT_EQ(g.sampling().presence_penalty(), 0.5f);
   EXPECT_FLOAT_EQ(g.sampling().frequency_penalty(), -0.25f);
   EXPECT_FLOAT_EQ(g.sampling().repetition_penalty(), 1.1f);
@@ -84,6 +85,10 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
   EXPECT_FALSE(r->generate.sampling().has_temperature());
   EXPECT_FALSE(r->generate.sampling().logprobs());
   EXPECT_EQ(r->generate.stop(0), "x");
+  // "speculative": false opts the request out of the decode workers' speculative decoding.
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "speculative": false})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->generate.disable_speculation());
   r = Parse(Endpoint::kCompletions, R"({"prompt": ["one"]})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->generate.text(), "one");
@@ -196,6 +201,7 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": "a", "n": 65})", 400, "n"},
       {kC, R"({"prompt": ["a", "b", "c"], "n": 22})", 400, "n"},
       {kC, R"({"prompt": "a", "echo": "yes"})", 400, "echo"},
+      {kC, R"({"prompt": "a", "speculative": "no"})", 400, "speculative"},
       {kC, R"({"prompt": "a", "echo": true, "logprobs": 1})", 400, "echo"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", 400, "echo"},
       {kC, R"({"prompt": "a", "stream": "yes"})", 400, "stream"},

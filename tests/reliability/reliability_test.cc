@@ -185,6 +185,38 @@ TEST_F(ReliabilityTest, Row04_KillDecodeMidStreamResumesIdentically) {
   EXPECT_TRUE(c.NoLeaks(&why)) << why;
 }
 
+// Row 4 with speculative decoding: decode workers that speculate (prompt lookup) are killed
+// mid-stream; the resumed stream equals the fault-free run without speculation, token for token.
+TEST_F(ReliabilityTest, Row04_SpeculatingDecodeKilledMidStreamResumesIdentically) {
+  ASSERT_TRUE(reference_->ready());
+  FaultCluster c;
+  c.StartRouter();
+  const int p = c.StartWorker("prefill");
+  const std::vector<std::string> flags = {"--fault", "step_delay_ms=15", "--speculative",
+                                          "ngram",   "--spec-tokens",    "5"};
+  std::vector<int> decode = {c.StartWorker("decode", flags), c.StartWorker("decode", flags),
+                             c.StartWorker("decode", flags)};
+  ASSERT_GE(p, 0);
+  for (int d : decode) ASSERT_GE(d, 0);
+  int resumes_expected = 0;
+  for (const v1::GenerateRequest& req : {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11)}) {
+    const std::vector<int> want = Reference(req);
+    ASSERT_GE(want.size(), 25u);
+    Stream s(c.generation(), req);
+    ASSERT_TRUE(s.ReadUntil(20));
+    int busy = -1;
+    ASSERT_TRUE(FaultCluster::WaitFor([&] { return (busy = c.Busy("decode")) >= 0; }));
+    c.Kill(busy);
+    ++resumes_expected;
+    const grpc::Status st = s.Finish();
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(s.tokens, want) << "resumed speculative output differs from the plain run";
+  }
+  EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), resumes_expected);
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
 // Row 5: kill -9 the prefill worker while it is computing and shipping a chunked prefill. The
 // decode worker frees the lease, the router re-prefills on the other prefill worker.
 TEST_F(ReliabilityTest, Row05_KillPrefillMidTransferReprefillsElsewhere) {

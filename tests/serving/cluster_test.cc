@@ -227,6 +227,34 @@ TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
   std::printf("32 requests through a 40-block decode worker: %.0f preemptions\n", preemptions);
 }
 
+// Speculative decoding on the decode workers (prompt lookup colocated, a draft model
+// disaggregated, prompt lookup under KV pressure): every output equals the engine alone's
+// without speculation, proposals were scored and kept, and nothing is left behind.
+TEST_F(ClusterTest, SpeculativeDecodingMatchesEngine) {
+  struct Setup {
+    int prefill, decode;
+    std::vector<std::string> flags;
+  };
+  const Setup setups[] = {
+      {0, 0, {"--speculative", "ngram", "--spec-tokens", "5"}},
+      {1, 1, {"--speculative", "draft", "--draft-model", testing::Stories260K()}},
+      {1, 1, {"--speculative", "ngram", "--num-blocks", "40"}},
+  };
+  for (const Setup& s : setups) {
+    Cluster c(s.prefill, s.decode, s.flags);
+    CheckAllCases(c, 2);
+    const auto decode_metrics = testing::Scrape(c.metrics().back());
+    const double proposed =
+        testing::MetricValue(decode_metrics, "tandem_spec_decode_draft_tokens_total");
+    const double accepted =
+        testing::MetricValue(decode_metrics, "tandem_spec_decode_accepted_tokens_total");
+    EXPECT_GT(proposed, 0) << s.flags[1];
+    EXPECT_GT(accepted, 0) << s.flags[1];
+    std::printf("--speculative %s: %.0f proposed, %.0f accepted\n", s.flags[1].c_str(), proposed,
+                accepted);
+  }
+}
+
 // A bf16 KV cache: prefill stores bf16, ships bf16 (half the bytes) and decode reads bf16; the
 // cluster's tokens equal the engine alone's with the same cache dtype.
 TEST_F(ClusterTest, Bf16KvCacheMatchesEngineWithBf16Cache) {

@@ -54,6 +54,24 @@ TEST(CliTest, GenerateMatchesLlama2cStdout) {
   EXPECT_NE(Stderr().find("TTFT"), std::string::npos);
 }
 
+// Speculative decoding prints the same text as plain decoding, by prompt lookup and with a
+// draft model (here the model itself), and says what it proposed and kept.
+TEST(CliTest, SpeculativeGenerateMatchesPlain) {
+  const std::string gen = "generate --model " + testing::Stories260K() +
+                          " --prompt 'Once upon a time, there was a little girl named Lily.' "
+                          "--temperature 0 --max-tokens 80";
+  const Result plain = RunTandem(gen);
+  ASSERT_EQ(plain.exit_code, 0) << Stderr();
+  for (const std::string flags :
+       {std::string(" --speculative ngram --spec-tokens 6"),
+        " --speculative draft --spec-tokens 3 --draft-model " + testing::Stories260K()}) {
+    const Result r = RunTandem(gen + flags);
+    EXPECT_EQ(r.exit_code, 0) << flags << ": " << Stderr();
+    EXPECT_EQ(r.out, plain.out) << flags;
+    EXPECT_NE(Stderr().find("speculative:"), std::string::npos) << Stderr();
+  }
+}
+
 TEST(CliTest, FindsTokenizerBesideCheckpoint) {
   const Result r = RunTandem("generate --model " + testing::Stories260K() +
                              " --prompt 'The cat' --temperature 0 --max-tokens 5");
@@ -99,6 +117,12 @@ TEST(CliTest, BadInputsFailCleanly) {
       {"generate" + m + " --bogus 1", "unknown flag"},
       {"generate" + m + " --device tpu", "device"},
       {"generate --model " + testing::Stories260K(), "--prompt is required"},
+      {"generate" + m + " --speculative eagle", "--speculative must be off, ngram or draft"},
+      {"generate" + m + " --speculative ngram --spec-tokens 65", "--spec-tokens"},
+      {"generate" + m + " --spec-tokens 4", "--spec-tokens needs --speculative"},
+      {"generate" + m + " --speculative draft", "--draft-model"},
+      {"generate" + m + " --speculative draft --draft-model /nonexistent", "--draft-model: "},
+      {"generate --router 127.0.0.1:1 --prompt hi --speculative ngram", "per-request choice"},
       {"frobnicate", "unknown command"},
   };
   for (const auto& c : cases) {
@@ -140,6 +164,30 @@ TEST(CliTest, DeviceFlagOnGpuOrItsError) {
   ASSERT_TRUE(WIFEXITED(status)) << "crashed";
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
+}
+
+// tandem-server's speculative decoding flags: bad values are named, and so is a draft model that
+// cannot be loaded (one of another vocabulary is refused as SpeculativeOptionsTest shows).
+TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
+  const std::string server =
+      testing::BinDir() + "/tandem-server --role decode --port 0 --router 127.0.0.1:1 --model " +
+      testing::Stories260K() + " --cluster-secret-file " + testing::TestClusterSecretFile();
+  struct Case {
+    std::string flags, message;
+  } cases[] = {
+      {" --speculative eagle", "--speculative must be off, ngram or draft"},
+      {" --speculative ngram --spec-tokens 0", "--spec-tokens must be in [1, 64]"},
+      {" --speculative draft", "--draft-model: given exactly when --speculative=draft"},
+      {" --draft-model " + testing::Stories260K(), "--draft-model: given exactly"},
+      {" --speculative draft --draft-model /nonexistent", "--draft-model: model path"},
+  };
+  for (const Case& c : cases) {
+    const std::string cmd = server + c.flags + " 2>" + StderrPath();
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << c.flags << " crashed";
+    EXPECT_EQ(WEXITSTATUS(status), 2) << c.flags << "\n" << Stderr();
+    EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.flags << "\n" << Stderr();
+  }
 }
 
 TEST(CliTest, ModelConvertAndRandom) {
