@@ -61,16 +61,22 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
     const ModelConfig& c = (*model)->config();
     const double weight_bytes = DTypeSize((*model)->weights().layers[0].w1.dtype);
     const int ctx = c.max_seq_len;
-    // (sequences, new tokens each, context before them)
-    std::vector<std::tuple<int, int, int>> cases;
+    // (sequences, new tokens each, context before them, logits for every token)
+    std::vector<std::tuple<int, int, int, bool>> cases;
     for (int n : {16, 64, 128, 256, 512}) {
-      if (n < ctx) cases.emplace_back(1, n, 0);
+      if (n < ctx) cases.emplace_back(1, n, 0, false);
     }
-    if (ctx > 256) cases.emplace_back(1, 128, ctx / 2);
-    cases.emplace_back(4, std::min(64, ctx / 4), 0);
+    if (ctx > 256) cases.emplace_back(1, 128, ctx / 2, false);
+    cases.emplace_back(4, std::min(64, ctx / 4), 0, false);
     for (int b : {1, 2, 4, 8, 16, 32, 64}) {
       for (int context : {16, ctx / 4, ctx / 2}) {
-        if (context >= 1 && context + 1 < ctx) cases.emplace_back(b, 1, context);
+        if (context >= 1 && context + 1 < ctx) cases.emplace_back(b, 1, context, false);
+      }
+    }
+    // Speculative decoding's verify steps: 1 + K tokens per sequence, a logit row each.
+    for (int b : {1, 8}) {
+      for (int k : {4, 8}) {
+        if (ctx / 4 + k + 1 < ctx) cases.emplace_back(b, k + 1, ctx / 4, true);
       }
     }
     const int block_size = 16;
@@ -84,7 +90,7 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
     };
     std::vector<Case> runs;
     int max_blocks = 1;
-    for (const auto& [seqs, tokens, context] : cases) {
+    for (const auto& [seqs, tokens, context, all_logits] : cases) {
       const int per_seq = (context + tokens + block_size - 1) / block_size;
       const double kv = 2.0 * c.n_layers * c.kv_dim() * 4.0 * per_seq * block_size * seqs;
       if (kv > options.max_kv_bytes) continue;
@@ -95,13 +101,13 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
       for (int s = 0; s < seqs; ++s) {
         for (int t = 0; t < tokens; ++t) k.ids[s].push_back(tok(rng));
         for (int b = 0; b < per_seq; ++b) k.tables[s].push_back(s * per_seq + b);
-        k.shapes.push_back({context, tokens});
+        k.shapes.push_back({context, tokens, all_logits ? tokens : 1});
       }
       runs.push_back(std::move(k));
     }
     for (Case& k : runs) {  // spans into the vectors, now that they stay put
       for (size_t s = 0; s < k.ids.size(); ++s) {
-        k.batch.push_back({k.ids[s], k.shapes[s].context, k.tables[s], false});
+        k.batch.push_back({k.ids[s], k.shapes[s].context, k.tables[s], k.shapes[s].logit_rows > 1});
       }
     }
     // One cache for every case (their contents do not matter), touched: never-written pages
@@ -122,10 +128,12 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
       for (Case& k : runs) {
         const auto t0 = std::chrono::steady_clock::now();
         if (absl::Status s = (*model)->Forward(k.batch, &*cache, &logits); !s.ok()) return s;
-        for (size_t s = 0; s < k.batch.size(); ++s) {  // the workers sample every row
-          const ChunkShape& sh = k.shapes[s];
-          sink += Sample(std::span<const float>(logits).subspan(s * c.vocab_size, c.vocab_size),
-                         greedy, sh.context + sh.tokens);
+        size_t row = 0;  // the workers sample every row
+        for (const ChunkShape& sh : k.shapes) {
+          for (int j = 0; j < sh.logit_rows; ++j, ++row) {
+            sink += Sample(std::span<const float>(logits).subspan(row * c.vocab_size, c.vocab_size),
+                           greedy, sh.context + sh.tokens);
+          }
         }
         const double dt =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -140,8 +148,9 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
       sample.batch = k.shapes;
       sample.seconds = k.best;
       if (log) {
-        log(absl::StrFormat("%s: %d seq x %d tokens after %d: %.3f ms", path, k.shapes.size(),
-                            k.shapes[0].tokens, k.shapes[0].context, sample.seconds * 1e3));
+        log(absl::StrFormat("%s: %d seq x %d tokens after %d%s: %.3f ms", path, k.shapes.size(),
+                            k.shapes[0].tokens, k.shapes[0].context,
+                            k.shapes[0].logit_rows > 1 ? " (verify)" : "", sample.seconds * 1e3));
       }
       samples.push_back(std::move(sample));
     }

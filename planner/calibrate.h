@@ -1,6 +1,6 @@
 // `tandem plan calibrate`: the `local` hardware profile, fitted to step times measured on this
-// machine. The real forward pass runs prefill chunks and decode batches of several shapes; a
-// non-negative least-squares fit (relative error) of
+// machine. The real forward pass runs prefill chunks, decode batches and speculative verify steps
+// (every token's logits) of several shapes; a non-negative least-squares fit (relative error) of
 //   seconds = overhead + matmul_flops / (peak · e_mm) + attention_flops / (peak · e_att)
 //             + bytes / (bandwidth · e_bw)
 // gives the step overhead and the three efficiency factors, against the float32 FMA peak and

@@ -417,9 +417,11 @@ StepCost CostModel::Step(std::span<const ChunkShape> batch) const {
   StepCost s;
   if (batch.empty()) return s;
   double tokens = 0, attended = 0, context_read = 0;
+  double rows = 0;  // logit rows: the classifier's tokens
   for (const ChunkShape& ch : batch) {
     const double n = ch.tokens, ctx = ch.context;
     tokens += n;
+    rows += std::clamp(ch.logit_rows, 1, ch.tokens);
     // Query j (0-based) of the chunk attends to ctx + j + 1 positions (causal), capped by a
     // sliding window.
     if (c.sliding_window > 0) {
@@ -432,7 +434,6 @@ StepCost CostModel::Step(std::span<const ChunkShape> batch) const {
       context_read += ctx + n;
     }
   }
-  const double rows = static_cast<double>(batch.size());  // logits of each chunk's last token
   const double layer_params = double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() +
                               double(c.q_dim()) * c.dim + 3.0 * c.dim * c.hidden_dim;
   s.matmul_flops =

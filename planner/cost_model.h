@@ -128,10 +128,13 @@ std::string LocalProfilePath();
 // nvlink, infiniband, roce, tcp, loopback; or NAME:GBPS[:LATENCY_US] for a custom link.
 absl::StatusOr<Link> ParseLink(const std::string& spec);
 
-// The new tokens of one sequence in a step: `tokens` after `context` cached positions.
+// The new tokens of one sequence in a step: `tokens` after `context` cached positions, with
+// logits for the last `logit_rows` of them (1: the next token; a speculative verify step scores
+// every one of its 1 + K tokens).
 struct ChunkShape {
   int context = 0;
   int tokens = 1;
+  int logit_rows = 1;
 };
 
 // What one step moves and how long it takes, per device.

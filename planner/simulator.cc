@@ -45,6 +45,12 @@ absl::Status ClusterSpec::Validate() const {
   }
   if (decode_attempts < 1)
     return absl::InvalidArgumentError("cluster.decode_attempts must be >= 1");
+  if (spec_tokens < 0 || spec_tokens > 64) {
+    return absl::InvalidArgumentError("cluster.spec_tokens must be in [0, 64]");
+  }
+  if (!(spec_acceptance >= 0 && spec_acceptance < 1)) {
+    return absl::InvalidArgumentError("cluster.spec_acceptance must be in [0, 1)");
+  }
   return absl::OkStatus();
 }
 
@@ -113,6 +119,7 @@ struct Worker {
   double step_alone = 0;  // the step's seconds on its device alone
   StepTrace step;
   std::vector<int> step_requests;  // request indices of the step, in order
+  std::vector<int> step_kept;      // decode: proposals each work keeps (speculative decoding)
   int transfer_tokens = 0;
   double link_free = 0;
 };
@@ -266,12 +273,27 @@ class Sim {
   std::unique_ptr<CostModel> prefill_cost_, decode_cost_;
   // The request path's latency noise (HardwareProfile::request_jitter), drawn in event order.
   std::mt19937_64 rng_{1};
+  std::mt19937_64 spec_rng_{17};  // speculative decoding's kept proposals
   double Jitter(double mean) {
     if (options_.zero_cost || !(mean > 0)) return 0;
     return std::exponential_distribution<double>(1.0 / mean)(rng_);
   }
   // A step's time factor: lognormal with mean one (HardwareProfile::step_jitter, or
   // prefill_step_jitter for a prefill step).
+  // Speculative decoding: widens decode work i of `plan` (request r) by the proposals the worker
+  // grants blocks for, and draws how many of them are kept. Returns that count.
+  int Speculate(DecodeScheduler::Step* plan, size_t i, int r, Worker& wk) {
+    const DecodeScheduler::Work& w = plan->work[i];
+    if (!w.sample || w.count != 1) return 0;
+    const Request& q = requests_[r];
+    const int room = std::min(cluster_.spec_tokens, q.item.output_tokens - q.generated - 1);
+    const int k = wk.decode_scheduler->Speculate(plan, i, room);
+    std::bernoulli_distribution keep(cluster_.spec_acceptance);
+    int kept = 0;
+    while (kept < k && keep(spec_rng_)) ++kept;
+    return kept;
+  }
+
   double StepNoise(bool prefill) {
     const double sigma = prefill && profile_.prefill_step_jitter >= 0 ? profile_.prefill_step_jitter
                                                                       : profile_.step_jitter;
@@ -701,10 +723,14 @@ void Sim::StepStart(int w) {
     // preempted ones, blocks grown and the newest sequences preempted as the cache fills.
     DecodeScheduler::Step plan = wk.decode_scheduler->Schedule();
     result_.preemptions += static_cast<int64_t>(plan.preempted.size());
-    for (const DecodeScheduler::Work& work : plan.work) {
+    wk.step_kept.assign(plan.work.size(), 0);
+    for (size_t i = 0; i < plan.work.size(); ++i) {
+      const int r = static_cast<int>(plan.work[i].id - 1);
+      if (cluster_.spec_tokens > 0) wk.step_kept[i] = Speculate(&plan, i, r, wk);
+      const DecodeScheduler::Work& work = plan.work[i];
       wk.step.batch.push_back(work.id);
-      shapes.push_back({work.start, work.count});
-      wk.step_requests.push_back(static_cast<int>(work.id - 1));
+      shapes.push_back({work.start, work.count, work.draft > 0 ? work.count : 1});
+      wk.step_requests.push_back(r);
     }
     wk.step.decode = std::move(plan.work);
     wk.step.preempted = std::move(plan.preempted);
@@ -745,7 +771,10 @@ void Sim::StepEnd(int w) {
     if (!wk.prefill && profile_.sample_cpu > 0 && !options_.zero_cost) {
       // Then the loop samples each running request's token on its thread, one core.
       wk.sampling = wk.busy = true;
-      AddToDevice(w, profile_.sample_cpu * static_cast<double>(wk.step_requests.size()));
+      // A verify step samples a row per token it emits.
+      double rows = static_cast<double>(wk.step_requests.size());
+      for (int kept : wk.step_kept) rows += kept;
+      AddToDevice(w, profile_.sample_cpu * rows);
       return;
     }
   }
@@ -776,18 +805,21 @@ void Sim::StepEnd(int w) {
   } else {
     const bool relayed = relay_ >= 0 && !options_.zero_cost;
     const double out = now_ + (options_.zero_cost ? 0 : profile_.token_overhead);
-    wk.decode_scheduler->Complete({wk.step.decode, {}});
+    wk.decode_scheduler->Complete({wk.step.decode, {}}, wk.step_kept);
     std::vector<int> delivered;  // a recompute chunk short of its sequence's end sends nothing
     for (size_t i = 0; i < wk.step.decode.size(); ++i) {
       if (!wk.step.decode[i].sample) continue;
       const int r = wk.step_requests[i];
       Request& q = requests_[r];
-      ++q.generated;
+      // The token, and the proposals kept before it.
+      for (int t = 0; t <= wk.step_kept[i]; ++t) {
+        ++q.generated;
+        delivered.push_back(r);
+        if (!relayed) Deliver(r, out);
+      }
       if (q.generated >= q.item.output_tokens) {
         wk.decode_scheduler->Release(q.id);  // the worker is done with it; the client not yet
       }
-      delivered.push_back(r);
-      if (!relayed) Deliver(r, out);
     }
     if (relayed && !delivered.empty()) {
       workers_[relay_].relay_queue.push_back(std::move(delivered));

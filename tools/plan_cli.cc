@@ -76,6 +76,9 @@ worker options: --block-size N (16) --token-budget N (2048) --prefill-chunk N (5
   --max-running N (256) --no-prefix-cache --kv-bytes B (per worker; default: the
   device memory after the weights, 1 GiB on local) --link nvlink|infiniband|roce|tcp|
   loopback|NAME:GBPS[:LAT_US] --dtype f32|bf16|f16 (weights; default the profile's).
+  --spec-tokens K --spec-acceptance A: decode workers speculate (K proposals a step,
+  each kept with probability A while those before it were; verify steps cost their
+  1 + K tokens and logit rows).
 )";
 
 int Fail(const absl::Status& s) {
@@ -85,8 +88,9 @@ int Fail(const absl::Status& s) {
 
 const std::set<std::string>& WorkerFlags() {
   static const auto* f = new std::set<std::string>{
-      "model",    "hardware", "block-size", "token-budget", "prefill-chunk", "max-running",
-      "kv-bytes", "link",     "dtype",      "json",         "kv-dtype"};
+      "model",       "hardware",    "block-size",     "token-budget", "prefill-chunk",
+      "max-running", "kv-bytes",    "link",           "dtype",        "json",
+      "kv-dtype",    "spec-tokens", "spec-acceptance"};
   return *f;
 }
 
@@ -159,6 +163,23 @@ absl::StatusOr<Common> ParseCommon(const Flags& f) {
   c.cluster.max_running = static_cast<int>(*running);
   c.cluster.prefill_kv_bytes = c.cluster.decode_kv_bytes = *kv;
   c.cluster.prefix_cache = !f.Has("no-prefix-cache");
+  // Speculative decoding on the decode workers: K proposals per step, each kept with the
+  // probability given (as measured: tandem_spec_decode_accepted_tokens_total over
+  // tandem_spec_decode_draft_tokens_total is close to it for small K).
+  auto spec = f.GetInt("spec-tokens", 0);
+  auto acceptance = f.GetDouble("spec-acceptance", 0);
+  if (!spec.ok()) return spec.status();
+  if (!acceptance.ok()) return acceptance.status();
+  if (*spec < 0 || *spec > 64)
+    return absl::InvalidArgumentError("--spec-tokens must be in [0, 64]");
+  if (!(*acceptance >= 0 && *acceptance < 1)) {
+    return absl::InvalidArgumentError("--spec-acceptance must be in [0, 1)");
+  }
+  if (f.Has("spec-acceptance") && *spec == 0) {
+    return absl::InvalidArgumentError("--spec-acceptance needs --spec-tokens");
+  }
+  c.cluster.spec_tokens = static_cast<int>(*spec);
+  c.cluster.spec_acceptance = *acceptance;
   return c;
 }
 
@@ -179,7 +200,9 @@ nlohmann::json ClusterJson(const planner::ClusterSpec& c) {
           {"block_size", c.block_size},
           {"token_budget", c.prefill_scheduler.token_budget},
           {"prefill_chunk", c.prefill_scheduler.chunk_size},
-          {"max_running", c.max_running}};
+          {"max_running", c.max_running},
+          {"spec_tokens", c.spec_tokens},
+          {"spec_acceptance", c.spec_acceptance}};
 }
 
 // Runs of a noisy profile `plan simulate` averages by default: the mean of a closed loop's TTFT
@@ -467,6 +490,10 @@ absl::Status EmitKustomize(const std::string& dir, const std::string& base,
       absl::StrFormat("--max-running %d --lease-timeout-ms 60000", c.max_running);
   if (c.decode_kv_bytes > 0) {
     absl::StrAppend(&decode_flags, absl::StrFormat(" --kv-bytes %.0f", c.decode_kv_bytes));
+  }
+  if (c.spec_tokens > 0) {  // prompt lookup; a draft model also needs --draft-model
+    absl::StrAppend(&decode_flags,
+                    absl::StrFormat(" --speculative ngram --spec-tokens %d", c.spec_tokens));
   }
   std::string k = absl::StrFormat(
       "# Written by: %s\n"

@@ -55,6 +55,26 @@ TEST(CostModel, Llama2_7BDecodeReads13_5GBIn4Ms) {
   EXPECT_DOUBLE_EQ(s.seconds, s.memory_seconds);  // overlap: the max; no overhead here
 }
 
+// A speculative verify step of 1 + 4 tokens on Llama-2-7B: the weights are read once, as for one
+// token, so on an H100 it costs about what a plain decode step does; it adds 4 tokens' FLOPs,
+// KV writes and classifier rows (4 x 2 x 4096 x 32000 = 1.05 GFLOP more than 4 plain tokens' last
+// rows would have).
+TEST(CostModel, VerifyStepCostsAboutOnePlainDecodeStep) {
+  CostModel m(Llama2_7B(), RawH100());
+  const ChunkShape plain{/*context=*/500, /*tokens=*/1};
+  const ChunkShape verify{/*context=*/500, /*tokens=*/5, /*logit_rows=*/5};
+  const ChunkShape chunk{/*context=*/500, /*tokens=*/5};  // the same tokens, one logit row
+  const StepCost p = m.Step({&plain, 1}), v = m.Step({&verify, 1}), c = m.Step({&chunk, 1});
+  EXPECT_EQ(v.weight_bytes, p.weight_bytes);
+  EXPECT_NEAR(v.matmul_flops - c.matmul_flops, 4.0 * 2 * 4096 * 32000, 1);
+  EXPECT_GT(v.activation_bytes, c.activation_bytes);
+  EXPECT_LT(v.seconds, 1.02 * p.seconds);  // memory-bound: still the weights' read
+  // logit_rows never exceeds the tokens, nor goes below one.
+  const ChunkShape over{500, 5, 99}, under{500, 5, 0};
+  EXPECT_EQ(m.Step({&over, 1}).matmul_flops, v.matmul_flops);
+  EXPECT_EQ(m.Step({&under, 1}).matmul_flops, c.matmul_flops);
+}
+
 TEST(CostModel, AttentionCatchesUpWithWeightsNear25kTokens) {
   const ModelConfig c = Llama2_7B();
   CostModel m(c, RawH100());

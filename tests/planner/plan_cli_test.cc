@@ -62,6 +62,18 @@ TEST(PlanCli, SimulatePrintsTheBenchSummaryAndItsJson) {
       "--num-requests 40 --input-len uniform:100:900 --output-len 64 --seed 3 --slo-ttft 0.2 "
       "--slo-tpot 0.02");
   EXPECT_EQ(again.out, r.out);
+  // Speculating decode workers: the cluster's settings are in the JSON.
+  const CliRun spec = Tandem(
+      "plan simulate --model llama-3-8b --hardware h100 --prefill 1 --decode 2 --rate 4 "
+      "--num-requests 40 --input-len uniform:100:900 --output-len 64 --seed 3 --slo-ttft 0.2 "
+      "--slo-tpot 0.02 --spec-tokens 4 --spec-acceptance 0.7 --json " +
+      json);
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  const double plain_tpot = j["summary"]["tpot_s"]["mean"].get<double>();
+  j = nlohmann::json::parse(*ReadFileToString(json));
+  EXPECT_EQ(j["simulated"]["cluster"]["spec_tokens"], 4);
+  // 1 + .7 + .49 + .343 + .24 = 2.8 tokens per verify step, each step about a plain one's cost.
+  EXPECT_LT(j["summary"]["tpot_s"]["mean"].get<double>(), 0.6 * plain_tpot);
 }
 
 TEST(PlanCli, CalibrateWritesAProfileSimulateReads) {
@@ -364,6 +376,11 @@ TEST(PlanCli, BadInputIsOneClearLine) {
        "--tp", 2},
       {"plan calibrate", "", "--model", 2},
       {"plan simulate --model llama-3-8b --runs 0" + ok, "", "--runs", 2},
+      {"plan simulate --model llama-3-8b --spec-tokens 65" + ok, "", "--spec-tokens", 2},
+      {"plan simulate --model llama-3-8b --spec-tokens 4 --spec-acceptance 1" + ok, "",
+       "--spec-acceptance", 2},
+      {"plan simulate --model llama-3-8b --spec-acceptance 0.5" + ok, "",
+       "--spec-acceptance needs --spec-tokens", 2},
       {"plan calibrate --model stories260k --in-situ --draws 0", "", "--draws", 2},
       {"plan calibrate --refit /nonexistent/report.json --model stories260k", "", "--refit", 2},
       {"plan calibrate --refit /nonexistent/report.json", "", "--model", 2},

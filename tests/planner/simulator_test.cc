@@ -661,6 +661,38 @@ TEST(Simulator, ClosedLoopKeepsConcurrencyInFlight) {
   EXPECT_EQ(r->summary.completed, 150);
 }
 
+// Speculative decoding on the decode workers: with every proposal kept, each verify step
+// brings a stream 1 + K tokens for about the price of one step on a memory-bound GPU; with none
+// kept it brings one token a step, a little dearer. Every request still gets all its tokens, and
+// the decode workers' blocks all come back.
+TEST(Simulator, SpeculativeDecodingTradesVerifyStepsForTokens) {
+  ClusterSpec c;
+  bench::BenchConfig w = Workload(0, 5);
+  w.concurrency = 4;
+  w.num_requests = 40;
+  w.output_len = "64";
+  SimOptions o;
+  auto plain = Simulate(Stories260K(), H100(), c, w, o);
+  c.spec_tokens = 4;
+  c.spec_acceptance = 0.9;
+  auto kept = Simulate(Stories260K(), H100(), c, w, o);
+  c.spec_acceptance = 0;
+  auto none = Simulate(Stories260K(), H100(), c, w, o);
+  ASSERT_TRUE(plain.ok() && kept.ok() && none.ok()) << kept.status() << none.status();
+  for (const auto* r : {&*plain, &*kept, &*none}) {
+    EXPECT_EQ(r->summary.completed, 40);
+    for (const auto& x : r->records) EXPECT_EQ(x.output_tokens, 64);
+  }
+  // a = 0.9, K = 4: 1 + .9 + .81 + .729 + .6561 = 4.1 tokens a verify step.
+  EXPECT_LT(kept->decode_steps, plain->decode_steps / 3);
+  EXPECT_LT(kept->summary.tpot.mean, plain->summary.tpot.mean / 2.5);
+  EXPECT_EQ(none->decode_steps, plain->decode_steps);
+  EXPECT_GE(none->summary.tpot.mean, plain->summary.tpot.mean);
+  c.spec_acceptance = 1;
+  EXPECT_EQ(Simulate(Stories260K(), H100(), c, w, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Simulator, BadConfigurationsAreNamed) {
   ClusterSpec c;
   c.decode = 0;
