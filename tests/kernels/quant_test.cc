@@ -191,6 +191,39 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
     }
 }
 
+// Batch invariance: below kQuantGemmTokens tokens, a token's outputs are the same bits whether it
+// is multiplied alone or beside others (and whichever rows a thread took). The decode worker's
+// batches and speculative decoding's verify steps rely on it to give the tokens of decoding alone.
+TEST_P(QuantMatmulTest, TokensGetTheSameBitsAloneAndInABatch) {
+  const DType t = GetParam().dtype;
+  ThreadPool pool(3);
+  const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+  const std::pair<int64_t, int64_t> shapes[] = {{42, 512}, {43, k_quant ? 768 : 544}};
+  testing_isa::ScopedIsa isa(GetParam().path);
+  ASSERT_TRUE(isa.ok());
+  for (const auto& [rows, cols] : shapes) {
+    const std::vector<float> w = Random(rows * cols, 3, 0.05f);
+    const std::vector<float> bias = Random(rows, 4);
+    std::vector<uint8_t> wq(rows * RowBytes(t, cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      QuantizeRow(t, w.data() + r * cols, wq.data() + r * RowBytes(t, cols), cols);
+    }
+    const WeightRef quant{t, wq.data(), rows, cols};
+    for (int n = 2; n < cpu::kQuantGemmTokens; ++n) {
+      SCOPED_TRACE(GgmlName(t) + " n=" + std::to_string(n) + " cols=" + std::to_string(cols));
+      const std::vector<float> x = Random(n * cols, 7 + n);
+      std::vector<float> batch(n * rows), alone(rows);
+      cpu::Matmul(x.data(), quant, bias.data(), batch.data(), n, &pool);
+      for (int token = 0; token < n; ++token) {
+        cpu::Matmul(x.data() + token * cols, quant, bias.data(), alone.data(), 1, &pool);
+        for (int64_t r = 0; r < rows; ++r) {
+          ASSERT_EQ(batch[token * rows + r], alone[r]) << "token " << token << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, QuantMatmulTest, ::testing::ValuesIn(QuantCases()),
                          [](const ::testing::TestParamInfo<QuantCase>& info) {
                            return GgmlName(info.param.dtype) +
