@@ -3,8 +3,8 @@
 // the host) for the stories260K reference prompts, run concurrently so
 // prompts share prefill and decode steps (mixed batches, decode graphs of several buckets), a
 // prefix-cache hit, and KV moving between a CPU prefill and a CUDA decode worker (the wire
-// layout is the same). Skipped where no GPU (or no CUDA library) is present; scripts/
-// gpu_check.sh runs it on a machine with one.
+// layout is the same), and a speculating decode worker. Skipped where no GPU (or no CUDA library)
+// is present; scripts/ gpu_check.sh runs it on a machine with one.
 #include <gtest/gtest.h>
 
 #include "decode_node/decode_engine.h"
@@ -36,7 +36,8 @@ class CudaEnginesTest : public ::testing::Test {
     decode_.reset();
     prefill_.reset();
   }
-  void Start(const std::string& prefill_device, const std::string& decode_device) {
+  void Start(const std::string& prefill_device, const std::string& decode_device,
+             SpeculativeConfig speculative = {}) {
     PrefillEngineOptions po;
     po.block_size = 16;
     po.num_blocks = 256;
@@ -51,6 +52,7 @@ class CudaEnginesTest : public ::testing::Test {
     dopt.transport = "local";
     dopt.listen = "cuda-engines-test-" + prefill_device + decode_device;
     dopt.device = decode_device;
+    dopt.speculative = speculative;
     auto d = DecodeEngine::Create(model_.get(), dopt);
     ASSERT_TRUE(d.ok()) << d.status();
     decode_ = std::move(*d);
@@ -117,6 +119,17 @@ TEST_F(CudaEnginesTest, CpuPrefillCudaDecode) {
 TEST_F(CudaEnginesTest, CudaPrefillCpuDecode) {
   Start("cuda", "cpu");
   ExpectTokensOfTheCpuEngine();
+}
+
+// A speculating CUDA decode worker: verify steps (a logit row per token, sampled on the host)
+// beside plain decode steps sampled on the device, the same tokens as the CPU engine alone.
+TEST_F(CudaEnginesTest, CudaDecodeSpeculatingByPromptLookup) {
+  SpeculativeConfig spec;
+  spec.method = SpeculativeMethod::kNgram;
+  spec.num_tokens = 5;
+  Start("cuda", "cuda", spec);
+  ExpectTokensOfTheCpuEngine();
+  EXPECT_GT(decode_->speculation().accepted_tokens, 0);
 }
 
 }  // namespace
