@@ -45,7 +45,12 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   ro.max_seqs = options.max_running;
   ro.max_logit_rows = options.max_running * per_seq;
   ro.kv_dtype = options.kv_dtype;
-  auto runner = MakeModelRunner(options.device, model, ro);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = MakeModelRunner(options.device, model, ro);
+  if (options.cpu_samples_rows && options.device == "cpu") {
+    auto cache = KvCache::Create(c, ro.num_blocks, ro.block_size, 0, ro.kv_dtype);
+    if (!cache.ok()) return cache.status();
+    runner = MakeCpuModelRunner(model, std::move(*cache), /*samples_rows=*/true);
+  }
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
   e->proposer_ = std::move(*proposer);
@@ -404,18 +409,23 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
     batch.push_back({input.subspan(w.draft > 0 ? 0 : w.start, w.count), w.start,
                      *scheduler_.blocks(w.id), w.draft > 0});
     reqs.push_back(&r);
-    // The device samples only plain decode steps without logprobs or logit processors.
-    on_device = on_device && w.count == 1 && !r.req.sampling.logprobs &&
+    // The device samples decode steps (a row, or a row per token of a verify step) without
+    // logprobs or logit processors (whose history would change from row to row).
+    on_device = on_device && (w.count == 1 || w.draft > 0) && !r.req.sampling.logprobs &&
                 !r.req.sampling.HasLogitProcessors();
   }
   // Where the logits live on a device and no request wants logprobs, the device samples and
-  // only the tokens come back (the same draw as Sample below).
+  // only the tokens come back (the same draw as Sample below): row j of a verify step draws the
+  // token at the sequence's position + j.
   std::vector<SamplingParams> sample_params;
   std::vector<uint64_t> sample_positions;
   if (on_device) {
-    for (const Request* r : reqs) {
-      sample_params.push_back(r->req.sampling);
-      sample_positions.push_back(r->tokens.size());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const int rows = step.work[i].draft > 0 ? step.work[i].count : 1;
+      for (int j = 0; j < rows; ++j) {
+        sample_params.push_back(reqs[i]->req.sampling);
+        sample_positions.push_back(reqs[i]->tokens.size() + j);
+      }
     }
   }
   lock.unlock();  // Admit, Accept and readers proceed during the step
@@ -454,10 +464,14 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
       if (on_device) return std::span<const float>();
       return std::span<const float>(logits_.data() + (row0 + j) * c.vocab_size, c.vocab_size);
     };
+    // Row j's token: drawn on the device, or here from its logits.
+    auto draw = [&](size_t j) {
+      return on_device
+                 ? sampled_[row0 + j]
+                 : Sample(row(j), r.req.sampling, r.tokens.size(), HistoryOf(r.req, r.tokens, c));
+    };
     if (w.draft == 0) {
-      const int token = on_device ? sampled_[i]
-                                  : Sample(row(0), r.req.sampling, r.tokens.size(),
-                                           HistoryOf(r.req, r.tokens, c));
+      const int token = draw(0);
       ++generated_;
       EmitLocked(w.id, r, row(0), token);
       continue;
@@ -469,8 +483,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
         proposals,
         [&](int j) {
           drawn_row = static_cast<size_t>(j);
-          return Sample(row(drawn_row), r.req.sampling, r.tokens.size(),
-                        HistoryOf(r.req, r.tokens, c));
+          return draw(drawn_row);
         },
         [&](int token) {
           ++generated_;

@@ -71,6 +71,9 @@ struct DecodeEngineOptions {
   // (nccl) finish the prefill's send once the bytes arrived, a moment before they are unpacked.
   absl::Duration kv_settle_timeout = absl::ZeroDuration();
   FaultSpec faults;  // step faults (tests)
+  // Tests: the CPU runner samples in ForwardSample (the host twin of a device that samples), so
+  // the sample-on-device paths of the step loop run without a GPU.
+  bool cpu_samples_rows = false;
   // Speculative decoding (engine/speculative/proposer.h): each running sequence that has not
   // opted out proposes up to speculative.num_tokens tokens, scored in the same batched step as
   // the others' plain decode steps. The output is the same with and without it. Off by default.

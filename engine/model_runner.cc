@@ -12,7 +12,8 @@ namespace {
 
 class CpuModelRunner : public ModelRunner {
  public:
-  CpuModelRunner(const Model* model, KvCache cache) : model_(model), cache_(std::move(cache)) {}
+  CpuModelRunner(const Model* model, KvCache cache, bool samples_rows)
+      : model_(model), cache_(std::move(cache)), samples_rows_(samples_rows) {}
   std::string_view device() const override { return "cpu"; }
   int num_blocks() const override { return cache_.num_blocks(); }
   int block_size() const override { return cache_.block_size(); }
@@ -23,9 +24,32 @@ class CpuModelRunner : public ModelRunner {
   KvCache* host_kv_cache() override { return &cache_; }
   int kv_width() const override { return static_cast<int>(cache_.width()); }
 
+  // The host twin of a device runner's sampling: the same draw per row, only the tokens out.
+  bool samples_on_device() const override { return samples_rows_; }
+  absl::Status ForwardSample(std::span<const SequenceChunk> batch,
+                             std::span<const SamplingParams> params,
+                             std::span<const uint64_t> positions,
+                             std::vector<int>* tokens) override {
+    if (!samples_rows_) return ModelRunner::ForwardSample(batch, params, positions, tokens);
+    if (absl::Status s = Forward(batch, &logits_, nullptr); !s.ok()) return s;
+    const size_t vocab = model_->config().vocab_size;
+    const size_t rows = logits_.size() / vocab;
+    if (params.size() != rows || positions.size() != rows) {
+      return absl::InvalidArgumentError("forward (cpu): one sampling row per logit row");
+    }
+    tokens->resize(rows);
+    for (size_t r = 0; r < rows; ++r) {
+      (*tokens)[r] = Sample(std::span<const float>(logits_).subspan(r * vocab, vocab), params[r],
+                            positions[r]);
+    }
+    return absl::OkStatus();
+  }
+
  private:
   const Model* model_;
   KvCache cache_;
+  const bool samples_rows_;
+  std::vector<float> logits_;
 };
 
 absl::Status CudaError(const TandemCudaApi* api, int rc, const char* what) {
@@ -151,8 +175,9 @@ int DTypeCode(DType d) {
 
 }  // namespace
 
-std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache) {
-  return std::make_unique<CpuModelRunner>(model, std::move(cache));
+std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache,
+                                                bool samples_rows) {
+  return std::make_unique<CpuModelRunner>(model, std::move(cache), samples_rows);
 }
 
 absl::Status CudaRunnerOptions::Validate() const {

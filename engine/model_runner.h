@@ -64,8 +64,11 @@ class ModelRunner {
   }
 };
 
-// The CPU runner over `model` (which must outlive it) and `cache`.
-std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache);
+// The CPU runner over `model` (which must outlive it) and `cache`. With `samples_rows` it also
+// answers ForwardSample, drawing each row on the host as a device runner draws it on the device
+// (the twin the engines' sample-on-device paths are tested with).
+std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache,
+                                                bool samples_rows = false);
 
 // Capacities of a device model: the largest step it will be given.
 struct CudaRunnerOptions {

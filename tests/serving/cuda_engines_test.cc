@@ -121,8 +121,9 @@ TEST_F(CudaEnginesTest, CudaPrefillCpuDecode) {
   ExpectTokensOfTheCpuEngine();
 }
 
-// A speculating CUDA decode worker: verify steps (a logit row per token, sampled on the host)
-// beside plain decode steps sampled on the device, the same tokens as the CPU engine alone.
+// A speculating CUDA decode worker: verify steps (a logit row per token, drawn on the device, or
+// on the host for the requests with logprobs) beside plain decode steps, the same tokens as the
+// CPU engine alone.
 TEST_F(CudaEnginesTest, CudaDecodeSpeculatingByPromptLookup) {
   SpeculativeConfig spec;
   spec.method = SpeculativeMethod::kNgram;

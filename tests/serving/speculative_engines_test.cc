@@ -42,7 +42,7 @@ class SpeculativeEnginesTest : public ::testing::TestWithParam<SpeculativeMethod
     prefill_.reset();
   }
 
-  void StartDecode(int num_blocks, int k = 4) {
+  void StartDecode(int num_blocks, int k = 4, bool samples_in_runner = false) {
     DecodeEngineOptions dopt;
     dopt.block_size = 4;
     dopt.num_blocks = num_blocks;
@@ -51,6 +51,7 @@ class SpeculativeEnginesTest : public ::testing::TestWithParam<SpeculativeMethod
     dopt.speculative.method = GetParam();
     dopt.speculative.num_tokens = k;
     dopt.speculative.draft = draft_.get();
+    dopt.cpu_samples_rows = samples_in_runner;
     decode_.reset();
     auto d = DecodeEngine::Create(model_.get(), dopt, metrics_.get());
     ASSERT_TRUE(d.ok()) << d.status();
@@ -100,6 +101,15 @@ TEST_P(SpeculativeEnginesTest, SameTokensAsTheEngineAloneWithoutSpeculation) {
   EXPECT_EQ(metrics_->spec_accepted_tokens.Value(), static_cast<double>(st.accepted_tokens));
   const std::string text = registry_->Serialize();
   EXPECT_NE(text.find("tandem_spec_decode_acceptance_length_count"), std::string::npos);
+}
+
+// Where the runner samples (a GPU; here the CPU runner's host twin of it), verify steps are drawn
+// there too, a row per token at its own position: the same tokens.
+TEST_P(SpeculativeEnginesTest, RowsSampledByTheRunnerGiveTheSameTokens) {
+  StartDecode(2048, 5, /*samples_in_runner=*/true);
+  testing::ExpectTokensOfTheEngineAlone(model_.get(), prefill_.get(), decode_.get(),
+                                        OracleRequests(100));
+  EXPECT_GT(decode_->speculation().accepted_tokens, 0);
 }
 
 TEST_P(SpeculativeEnginesTest, PreemptedSequencesGiveTheSameTokens) {
