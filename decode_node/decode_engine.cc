@@ -33,7 +33,14 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
     options.num_blocks = spec.BlocksIn(options.max_kv_bytes);
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
-  auto proposer = MakeProposer(options.speculative, c, options.num_blocks, options.block_size);
+  // A draft model runs on the worker's device, with room for as many tokens as its cache.
+  DraftRunnerOptions draft;
+  draft.device = options.device;
+  draft.num_blocks = options.num_blocks;
+  draft.block_size = options.block_size;
+  draft.max_seqs = options.max_running;
+  draft.max_step_tokens = options.max_running + options.recompute_budget;
+  auto proposer = MakeProposer(options.speculative, c, draft);
   if (!proposer.ok()) return proposer.status();
   // A step holds a token per running sequence (and its proposals, each with a logit row) plus
   // the recompute of preempted ones.
@@ -532,7 +539,8 @@ int64_t DecodeEngine::preemptions() const {
 
 bool DecodeEngine::Idle() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return scheduler_.Idle() && leases_.size() == 0 && lease_to_handle_.empty() && requests_.empty();
+  return scheduler_.Idle() && leases_.size() == 0 && lease_to_handle_.empty() &&
+         requests_.empty() && (proposer_ == nullptr || proposer_->Idle());
 }
 
 int64_t DecodeEngine::steps() const {

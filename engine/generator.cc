@@ -455,7 +455,14 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     cache = KvCache::Create(config, num_blocks, bs, options_.max_kv_bytes, options_.kv_dtype);
     if (!cache.ok()) return cache.status();
   }
-  auto proposer = MakeProposer(options_.speculative, config, num_blocks, bs);
+  // A draft model runs where the model does, with room for as many tokens.
+  DraftRunnerOptions draft;
+  draft.device = runner != nullptr ? std::string(runner->device()) : "cpu";
+  draft.num_blocks = num_blocks;
+  draft.block_size = bs;
+  draft.max_seqs = options_.max_batch;
+  draft.max_step_tokens = options_.max_step_tokens;
+  auto proposer = MakeProposer(options_.speculative, config, draft);
   if (!proposer.ok()) return proposer.status();
   BatchState state(num_blocks, start, proposer->get());
 
@@ -511,6 +518,9 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     if (!st.ok()) return st;
   }
   if (!state.pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
+  if (state.proposer != nullptr && !state.proposer->Idle()) {
+    return absl::InternalError("generator: the draft model's KV blocks leaked");
+  }
   stats_.total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return std::move(state.outputs);
 }

@@ -186,7 +186,7 @@ void AddDecodeFlags(CLI::App& app, DecodeConfig* c) {
       ->group(g);
   app.add_option("--speculative", c->speculative,
                  "Speculative decoding: off; ngram (proposals by prompt lookup); draft (a small "
-                 "model of the same tokenizer, --draft-model, decodes them greedily on the CPU). "
+                 "model of the same tokenizer, --draft-model, decodes them greedily on the worker's device). "
                  "The output is the same as without; requests may opt out")
       ->group(g);
   app.add_option("--spec-tokens", c->spec_tokens, "Speculative decoding: proposals per step, 1-64")

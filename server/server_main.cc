@@ -392,7 +392,7 @@ absl::Status TandemServer::ConfigureSpeculation(SpeculativeConfig* spec) {
   spec->method = *method;
   spec->num_tokens = static_cast<int>(c_.decode.spec_tokens);
   if (spec->method != SpeculativeMethod::kDraft) return absl::OkStatus();
-  // On the host, as stored: the draft decodes on the CPU whatever --device says.
+  // Loaded on the host as stored; the decode engine puts it on its device.
   auto draft = Model::Load(c_.decode.draft_model, backend_.get());
   if (!draft.ok()) {
     return absl::Status(draft.status().code(),

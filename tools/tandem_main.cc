@@ -311,7 +311,7 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
   }
   std::unique_ptr<Model> draft;
   if (opts.speculative.method == SpeculativeMethod::kDraft) {
-    // On the host, as stored: a draft is small by choice.
+    // Loaded on the host as stored; the Generator runs it where the model runs.
     auto d = Model::Load(f.Get("draft-model"), loaded->backend.get());
     if (!d.ok()) {
       return Fail(

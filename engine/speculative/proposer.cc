@@ -7,8 +7,10 @@
 
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/kv/block_pool.h"
+#include "engine/model_runner.h"
 #include "engine/sampling/sampler.h"
 
 namespace tandem {
@@ -91,18 +93,20 @@ class NgramProposer final : public Proposer {
   NgramProposerOptions options_;
 };
 
-// Greedy decoding with the draft model, batched over the sequences of a step: one forward call
-// catches each sequence's draft KV up with its tokens and gives the first proposal, then one call
-// per further proposal. A sequence's draft KV is kept between steps; what the target rejected is
-// dropped by comparing the tokens the draft saw with the sequence's.
+// Greedy decoding with the draft model on its own runner (and KV cache), batched over the
+// sequences of a step: forward calls of at most max_step_tokens tokens and max_seqs sequences
+// catch each sequence's draft KV up with its tokens (the last call of a sequence gives its first
+// proposal), then one call per further proposal. A sequence's draft KV is kept between steps;
+// what the target rejected is dropped by comparing the tokens the draft saw with the sequence's.
 class DraftProposer final : public Proposer {
  public:
-  DraftProposer(const Model* draft, KvCache cache, int num_blocks, int block_size,
-                std::vector<int> eos_ids)
-      : draft_(draft),
-        cache_(std::move(cache)),
-        pool_(num_blocks),
-        block_size_(block_size),
+  DraftProposer(std::unique_ptr<ModelRunner> runner, const ModelConfig& draft,
+                const DraftRunnerOptions& options, std::vector<int> eos_ids)
+      : runner_(std::move(runner)),
+        vocab_(draft.vocab_size),
+        max_seq_len_(draft.max_seq_len),
+        options_(options),
+        pool_(runner_->num_blocks()),
         eos_ids_(std::move(eos_ids)) {}
 
   absl::Status Propose(std::span<const ProposalRequest> requests,
@@ -113,49 +117,30 @@ class DraftProposer final : public Proposer {
     for (size_t i = 0; i < requests.size(); ++i) {
       if (std::optional<Active> a = Prepare(requests[i], i)) active.push_back(*a);
     }
-    std::vector<SequenceChunk> batch;
-    std::vector<float> logits;
-    const int vocab = draft_->config().vocab_size;
-    for (int round = 0; !active.empty(); ++round) {
-      batch.clear();
-      for (const Active& a : active) {
-        const std::vector<int>& proposed = (*out)[a.index];
-        std::span<const int> tokens =
-            round == 0 ? a.request->tokens.subspan(a.seq->fed.size())
-                       : std::span<const int>(proposed).subspan(proposed.size() - 1);
-        // Round r > 0 feeds proposal r - 1 at the position after the sequence's last token + r - 1.
-        const int start = round == 0 ? static_cast<int>(a.seq->fed.size())
-                                     : static_cast<int>(a.request->tokens.size()) - 1 + round;
-        batch.push_back({tokens, start, a.seq->blocks, false});
+    absl::Status s = CatchUp(active, out);
+    for (int round = 1; s.ok(); ++round) {
+      std::vector<Active*> going;
+      for (Active& a : active) {
+        if (!a.done) going.push_back(&a);
       }
-      if (absl::Status s = draft_->Forward(batch, &cache_, &logits); !s.ok()) {
-        for (const Active& a : active) Drop(a.request->id);
-        out->assign(requests.size(), {});
-        return s;
-      }
-      std::vector<Active> next;
-      for (size_t b = 0; b < active.size(); ++b) {
-        Active& a = active[b];
-        std::vector<int>& proposed = (*out)[a.index];
-        // The draft's KV now covers what was fed this round.
-        if (round == 0) {
-          a.seq->fed.assign(a.request->tokens.begin(), a.request->tokens.end());
-        } else {
-          a.seq->fed.push_back(proposed.back());
-        }
-        const int token = Argmax(std::span<const float>(logits).subspan(b * vocab, vocab));
-        proposed.push_back(token);
-        const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
-        if (!eos && static_cast<int>(proposed.size()) < a.request->max_tokens) next.push_back(a);
-      }
-      active = std::move(next);
+      if (going.empty()) break;
+      s = NextProposals(going, round, out);
     }
-    return absl::OkStatus();
+    if (!s.ok()) {
+      for (const Active& a : active) Drop(a.request->id);
+      out->assign(requests.size(), {});
+    }
+    return s;
   }
 
   void Forget(uint64_t id) override {
     std::lock_guard<std::mutex> lock(mu_);
     Drop(id);
+  }
+
+  bool Idle() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seqs_.empty() && pool_.NoneInUse();
   }
 
  private:
@@ -165,8 +150,9 @@ class DraftProposer final : public Proposer {
   };
   struct Active {
     const ProposalRequest* request;
-    size_t index;
+    size_t index;  // into the requests and the proposals
     Seq* seq;
+    bool done = false;  // no further proposal: enough of them, or an EOS proposed
   };
 
   // Readies a request's draft KV for this step: keeps what the draft saw that is still the
@@ -179,14 +165,14 @@ class DraftProposer final : public Proposer {
     if (r.max_tokens <= 0 || len == 0) return std::nullopt;
     // Proposal k is fed at position len - 1 + k - 1: the last position the cache holds.
     const int last_pos = len + r.max_tokens - 2;
-    if (last_pos >= draft_->config().max_seq_len) return std::nullopt;
+    if (last_pos >= max_seq_len_) return std::nullopt;
     Seq& s = seqs_[r.id];
     const auto mismatch =
         std::mismatch(s.fed.begin(), s.fed.end(), r.tokens.begin(), r.tokens.end());
-    size_t keep = static_cast<size_t>(mismatch.first - s.fed.begin());
-    keep = std::min<size_t>(keep, len - 1);
+    const size_t keep = std::min<size_t>(mismatch.first - s.fed.begin(), len - 1);
     s.fed.resize(keep);
-    const int need = (last_pos + block_size_) / block_size_ - static_cast<int>(s.blocks.size());
+    const int bs = runner_->block_size();
+    const int need = (last_pos + bs) / bs - static_cast<int>(s.blocks.size());
     if (need > 0) {
       auto more = pool_.Allocate(need);
       if (!more.ok()) {
@@ -198,6 +184,72 @@ class DraftProposer final : public Proposer {
     return Active{&r, index, &s};
   }
 
+  // Appends the draft's greedy token from logit row `row` to a's proposals.
+  void Propose(Active& a, int row, std::vector<std::vector<int>>* out) {
+    std::vector<int>& proposed = (*out)[a.index];
+    const int token =
+        Argmax(std::span<const float>(logits_).subspan(static_cast<size_t>(row) * vocab_, vocab_));
+    proposed.push_back(token);
+    const bool eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+    a.done = eos || static_cast<int>(proposed.size()) >= a.request->max_tokens;
+  }
+
+  // Feeds every sequence's unseen tokens, under the step limits; each sequence's last chunk gives
+  // its first proposal.
+  absl::Status CatchUp(std::vector<Active>& active, std::vector<std::vector<int>>* out) {
+    std::vector<Active*> pending;
+    for (Active& a : active) pending.push_back(&a);
+    while (!pending.empty()) {
+      std::vector<SequenceChunk> batch;
+      std::vector<Active*> in_batch;
+      int budget = options_.max_step_tokens;
+      for (Active* a : pending) {
+        if (budget == 0 || static_cast<int>(in_batch.size()) == options_.max_seqs) break;
+        const int fed = static_cast<int>(a->seq->fed.size());
+        const int n = std::min(static_cast<int>(a->request->tokens.size()) - fed, budget);
+        batch.push_back({a->request->tokens.subspan(fed, n), fed, a->seq->blocks, false});
+        in_batch.push_back(a);
+        budget -= n;
+      }
+      if (absl::Status s = runner_->Forward(batch, &logits_); !s.ok()) return s;
+      std::vector<Active*> rest;
+      for (size_t b = 0; b < in_batch.size(); ++b) {
+        Active& a = *in_batch[b];
+        a.seq->fed.insert(a.seq->fed.end(), batch[b].tokens.begin(), batch[b].tokens.end());
+        if (a.seq->fed.size() == a.request->tokens.size()) Propose(a, static_cast<int>(b), out);
+      }
+      for (Active* a : pending) {
+        if (a->seq->fed.size() < a->request->tokens.size()) rest.push_back(a);
+      }
+      pending = std::move(rest);
+    }
+    return absl::OkStatus();
+  }
+
+  // Round r > 0: feeds each going sequence's proposal r - 1 (at the position after its last
+  // token + r - 1) for proposal r, at most max_seqs sequences a call.
+  absl::Status NextProposals(const std::vector<Active*>& going, int round,
+                             std::vector<std::vector<int>>* out) {
+    for (size_t from = 0; from < going.size(); from += options_.max_seqs) {
+      const size_t to = std::min(going.size(), from + options_.max_seqs);
+      std::vector<SequenceChunk> batch;
+      for (size_t i = from; i < to; ++i) {
+        const Active& a = *going[i];
+        const std::vector<int>& proposed = (*out)[a.index];
+        const int start = static_cast<int>(a.request->tokens.size()) - 1 + round;
+        batch.push_back({std::span<const int>(proposed).subspan(proposed.size() - 1), start,
+                         a.seq->blocks, false});
+      }
+      if (absl::Status s = runner_->Forward(batch, &logits_); !s.ok()) return s;
+      for (size_t i = from; i < to; ++i) {
+        Active& a = *going[i];
+        a.seq->fed.push_back((*out)[a.index].back());
+        Propose(a, static_cast<int>(i - from), out);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   void Drop(uint64_t id) {
     auto it = seqs_.find(id);
     if (it == seqs_.end()) return;
@@ -205,12 +257,14 @@ class DraftProposer final : public Proposer {
     seqs_.erase(it);
   }
 
-  const Model* draft_;
-  std::mutex mu_;
-  KvCache cache_;
+  mutable std::mutex mu_;
+  std::unique_ptr<ModelRunner> runner_;
+  const int vocab_;
+  const int max_seq_len_;
+  const DraftRunnerOptions options_;
   BlockPool pool_;
-  const int block_size_;
   const std::vector<int> eos_ids_;
+  std::vector<float> logits_;
   // node_hash_map: Active keeps Seq pointers while Prepare inserts further sequences.
   absl::node_hash_map<uint64_t, Seq> seqs_;
 };
@@ -218,8 +272,8 @@ class DraftProposer final : public Proposer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(const SpeculativeConfig& config,
-                                                       const ModelConfig& target, int draft_blocks,
-                                                       int block_size) {
+                                                       const ModelConfig& target,
+                                                       const DraftRunnerOptions& draft) {
   if (absl::Status s = config.Validate(target); !s.ok()) return s;
   switch (config.method) {
     case SpeculativeMethod::kOff:
@@ -227,17 +281,28 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(const SpeculativeConfig& 
     case SpeculativeMethod::kNgram:
       return std::make_unique<NgramProposer>(config.ngram);
     case SpeculativeMethod::kDraft: {
-      const KvCacheSpec spec = KvCacheSpec::For(config.draft->config(), block_size, DType::kF32);
-      draft_blocks = static_cast<int>(
-          std::min<int64_t>(draft_blocks, spec.BlocksIn(config.max_draft_kv_bytes)));
-      if (draft_blocks < 1) {
+      if (draft.num_blocks < 1 || draft.block_size < 1 || draft.max_seqs < 1 ||
+          draft.max_step_tokens < 1) {
+        return absl::InvalidArgumentError("draft runner: every capacity must be >= 1");
+      }
+      const ModelConfig& dc = config.draft->config();
+      const KvCacheSpec spec = KvCacheSpec::For(dc, draft.block_size, DType::kF32);
+      CudaRunnerOptions ro;
+      ro.num_blocks = static_cast<int>(
+          std::min<int64_t>(draft.num_blocks, spec.BlocksIn(config.max_draft_kv_bytes)));
+      if (ro.num_blocks < 1) {
         return absl::InvalidArgumentError("--draft-kv-bytes: holds no block of the draft's KV");
       }
-      auto cache =
-          KvCache::Create(config.draft->config(), draft_blocks, block_size, 0, DType::kF32);
-      if (!cache.ok()) return cache.status();
-      return std::make_unique<DraftProposer>(config.draft, std::move(*cache), draft_blocks,
-                                             block_size, target.eos_token_ids);
+      ro.block_size = draft.block_size;
+      ro.max_batch_tokens = draft.max_step_tokens;
+      ro.max_seqs = draft.max_seqs;
+      ro.max_logit_rows = draft.max_seqs;
+      auto runner = MakeModelRunner(draft.device, config.draft, ro);
+      if (!runner.ok()) {
+        return absl::Status(runner.status().code(),
+                            absl::StrCat("--draft-model: ", runner.status().message()));
+      }
+      return std::make_unique<DraftProposer>(std::move(*runner), dc, draft, target.eos_token_ids);
     }
   }
   return absl::InternalError("unknown speculative method");

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,7 +41,7 @@ struct SpeculativeConfig {
   int num_tokens = 4;  // K: the most tokens a sequence proposes per step, in [1, 64]
   NgramProposerOptions ngram;
   const Model* draft = nullptr;  // kDraft: not owned; its vocabulary is the target's
-  // kDraft: the most bytes of the draft model's KV cache (host memory, f32).
+  // kDraft: the most bytes of the draft model's KV cache (f32, where the draft runs).
   int64_t max_draft_kv_bytes = int64_t{1} << 30;
 
   bool enabled() const { return method != SpeculativeMethod::kOff; }
@@ -78,15 +79,28 @@ class Proposer {
                                std::vector<std::vector<int>>* out) = 0;
   // The sequence ended: drop what is kept for it. Unknown ids are ignored.
   virtual void Forget(uint64_t id) {}
+  // The leak check: nothing kept for any sequence.
+  virtual bool Idle() const { return true; }
 };
 
-// The proposer `config` names (nullptr when off). The draft proposer keeps the draft model's KV
-// of each sequence in a host cache of `draft_blocks` blocks of `block_size` tokens (fewer when
-// they would exceed max_draft_kv_bytes): the engine's own count gives the draft room for as many
-// tokens as the engine holds. A sequence the draft cache has no room for proposes nothing.
+// Where and how big the draft model runs (SpeculativeMethod::kDraft).
+struct DraftRunnerOptions {
+  // "cpu", or "cuda" (the device model: matrices in f32 or bf16); an engine gives its own.
+  std::string device = "cpu";
+  // The draft's KV cache, in blocks of block_size tokens (fewer when they would exceed
+  // SpeculativeConfig::max_draft_kv_bytes): the engine's own count gives the draft room for as
+  // many tokens as the engine holds. A sequence the draft cache has no room for proposes nothing.
+  int num_blocks = 0;
+  int block_size = 16;
+  int max_seqs = 256;          // sequences in one draft forward call
+  int max_step_tokens = 2048;  // tokens in one draft forward call (catching up long prompts)
+};
+
+// The proposer `config` names (nullptr when off). INVALID_ARGUMENT naming the flag for a bad
+// configuration; a draft model the device cannot run is refused naming --draft-model.
 absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(const SpeculativeConfig& config,
-                                                       const ModelConfig& target, int draft_blocks,
-                                                       int block_size);
+                                                       const ModelConfig& target,
+                                                       const DraftRunnerOptions& draft = {});
 
 }  // namespace tandem
 

@@ -187,6 +187,54 @@ TEST_F(SpeculativeTest, DraftModelBatchedPreemptedAndShortOfCache) {
   EXPECT_GT(stats_.accepted_tokens, 0);
 }
 
+// The draft proposer under tight limits (forward calls of at most 8 tokens and 2 sequences:
+// prompts caught up over several calls, proposals made in groups) proposes what it does
+// unconstrained, and again on the next step after the sequences grew (its KV kept, cut back to
+// what the sequence still shares).
+TEST_F(SpeculativeTest, DraftProposerUnderStepLimitsProposesTheSame) {
+  SpeculativeConfig config;
+  config.method = SpeculativeMethod::kDraft;
+  config.num_tokens = 4;
+  config.draft = model_.get();
+  DraftRunnerOptions wide;
+  wide.num_blocks = 256;
+  DraftRunnerOptions narrow = wide;
+  narrow.max_seqs = 2;
+  narrow.max_step_tokens = 8;
+  auto a = MakeProposer(config, model_->config(), wide);
+  auto b = MakeProposer(config, model_->config(), narrow);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+  std::vector<std::vector<int>> seqs;
+  for (const char* p : {"Once upon a time, there was a little girl named Lily.", "The cat sat",
+                        "One day, Tom and his dog went to the park to play.", "Lily said", "Tom"}) {
+    seqs.push_back(tok_->Encode(p, true));
+  }
+  for (int step = 0; step < 3; ++step) {
+    std::vector<ProposalRequest> reqs;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      reqs.push_back({i, seqs[i], static_cast<int>(1 + (i + step) % 4)});
+    }
+    std::vector<std::vector<int>> pa, pb;
+    ASSERT_TRUE((*a)->Propose(reqs, &pa).ok());
+    ASSERT_TRUE((*b)->Propose(reqs, &pb).ok());
+    EXPECT_EQ(pa, pb) << "step " << step;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      ASSERT_FALSE(pa[i].empty());
+      EXPECT_LE(pa[i].size(), static_cast<size_t>(reqs[i].max_tokens));
+      // The sequence keeps the first proposal and one token of its own.
+      seqs[i].push_back(pa[i][0]);
+      seqs[i].push_back(7 + static_cast<int>(i));
+    }
+  }
+  EXPECT_FALSE((*a)->Idle());
+  for (uint64_t i = 0; i < seqs.size(); ++i) {
+    (*a)->Forget(i);
+    (*b)->Forget(i);
+  }
+  EXPECT_TRUE((*a)->Idle());
+  EXPECT_TRUE((*b)->Idle());
+}
+
 TEST(SpeculativeRuleTest, KeepsProposalsWhileTheyEqualTheDrawnTokens) {
   // The model draws 5 7 9 4 at rows 0..3; proposals 5 7 8: rows 0 and 1 agree, row 2 draws 9.
   const V drawn = {5, 7, 9, 4};
