@@ -52,11 +52,13 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
   ro.max_seqs = options.max_running;
   ro.max_logit_rows = options.max_running * per_seq;
   ro.kv_dtype = options.kv_dtype;
-  absl::StatusOr<std::unique_ptr<ModelRunner>> runner = MakeModelRunner(options.device, model, ro);
+  absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
   if (options.cpu_samples_rows && options.device == "cpu") {
     auto cache = KvCache::Create(c, ro.num_blocks, ro.block_size, 0, ro.kv_dtype);
     if (!cache.ok()) return cache.status();
     runner = MakeCpuModelRunner(model, std::move(*cache), /*samples_rows=*/true);
+  } else {
+    runner = MakeModelRunner(options.device, model, ro);
   }
   if (!runner.ok()) return runner.status();
   std::unique_ptr<DecodeEngine> e(new DecodeEngine(model, options, std::move(*runner), metrics));
@@ -453,7 +455,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
   ++steps_;
   health_.StepDone(st);
   std::vector<int> kept(step.work.size(), 0);
-  const size_t generated_before = generated_;
+  int generated = 0;     // tokens emitted
   size_t first_row = 0;  // the logit row of step.work[i]'s first input
   for (size_t i = 0; i < step.work.size(); ++i) {
     const DecodeScheduler::Work& w = step.work[i];
@@ -479,21 +481,20 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
     };
     if (w.draft == 0) {
       const int token = draw(0);
-      ++generated_;
+      ++generated;
       EmitLocked(w.id, r, row(0), token);
       continue;
     }
     // Scored proposals: the verify rule (engine/speculative/proposer.h).
-    const std::vector<int> proposals(r.step_input.begin() + 1, r.step_input.end());
     size_t drawn_row = 0;
     kept[i] = VerifyProposals(
-        proposals,
+        std::span<const int>(r.step_input).subspan(1),
         [&](int j) {
           drawn_row = static_cast<size_t>(j);
           return draw(drawn_row);
         },
         [&](int token) {
-          ++generated_;
+          ++generated;
           return EmitLocked(w.id, r, row(drawn_row), token);
         });
     ++speculation_.verify_steps;
@@ -507,9 +508,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
   }
   // Requests that ended above were released: the scheduler skips them.
   if (st.ok()) scheduler_.Complete(step, kept);
-  if (metrics_ && generated_ > generated_before) {
-    metrics_->generation_tokens.Increment(static_cast<double>(generated_ - generated_before));
-  }
+  if (metrics_ && generated > 0) metrics_->generation_tokens.Increment(generated);
   output_cv_.notify_all();
 }
 

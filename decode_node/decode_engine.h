@@ -209,7 +209,6 @@ class DecodeEngine final : public KvSink {
   uint64_t next_handle_ = 1;
   int64_t steps_ = 0;
   SpeculationStats speculation_;
-  size_t generated_ = 0;  // tokens emitted by steps
   // The step loop's buffers, reused across steps (only the loop touches them).
   std::vector<float> logits_;
   std::vector<int> sampled_;

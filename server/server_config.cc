@@ -186,7 +186,8 @@ void AddDecodeFlags(CLI::App& app, DecodeConfig* c) {
       ->group(g);
   app.add_option("--speculative", c->speculative,
                  "Speculative decoding: off; ngram (proposals by prompt lookup); draft (a small "
-                 "model of the same tokenizer, --draft-model, decodes them greedily on the worker's device). "
+                 "model of the same tokenizer, --draft-model, decodes them greedily on the "
+                 "worker's device). "
                  "The output is the same as without; requests may opt out")
       ->group(g);
   app.add_option("--spec-tokens", c->spec_tokens, "Speculative decoding: proposals per step, 1-64")
@@ -259,9 +260,7 @@ absl::Status DecodeConfig::Validate() const {
   }
   auto method = ParseSpeculativeMethod(speculative);
   if (!method.ok()) return method.status();
-  if (spec_tokens < 1 || spec_tokens > 64) {
-    return absl::InvalidArgumentError("--spec-tokens must be in [1, 64]");
-  }
+  if (absl::Status s = ValidateSpecTokens(spec_tokens); !s.ok()) return s;
   if ((*method == SpeculativeMethod::kDraft) != !draft_model.empty()) {
     return absl::InvalidArgumentError(
         "--draft-model: given exactly when --speculative=draft (a model of the same tokenizer)");

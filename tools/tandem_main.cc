@@ -232,7 +232,7 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
     opts->speculative.method = *method;
     auto k = f.GetInt("spec-tokens", opts->speculative.num_tokens);
     if (!k.ok()) return k.status();
-    if (*k < 1 || *k > 64) return absl::InvalidArgumentError("--spec-tokens must be in [1, 64]");
+    if (absl::Status s = ValidateSpecTokens(*k); !s.ok()) return s;
     opts->speculative.num_tokens = static_cast<int>(*k);
   }
   if (!opts->speculative.enabled() && f.Has("spec-tokens")) {

@@ -35,12 +35,15 @@ std::string_view SpeculativeMethodName(SpeculativeMethod method) {
   return "?";
 }
 
+absl::Status ValidateSpecTokens(int64_t k) {
+  if (k >= 1 && k <= kMaxSpecTokens) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--spec-tokens must be in [1, %d], got %d", kMaxSpecTokens, k));
+}
+
 absl::Status SpeculativeConfig::Validate(const ModelConfig& target) const {
   if (!enabled()) return absl::OkStatus();
-  if (num_tokens < 1 || num_tokens > 64) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("--spec-tokens must be in [1, 64], got %d", num_tokens));
-  }
+  if (absl::Status s = ValidateSpecTokens(num_tokens); !s.ok()) return s;
   if (!ngram.valid()) {
     return absl::InvalidArgumentError("--spec-ngram: need 1 <= min <= max");
   }
@@ -185,7 +188,7 @@ class DraftProposer final : public Proposer {
   }
 
   // Appends the draft's greedy token from logit row `row` to a's proposals.
-  void Propose(Active& a, int row, std::vector<std::vector<int>>* out) {
+  void TakeProposal(Active& a, int row, std::vector<std::vector<int>>* out) {
     std::vector<int>& proposed = (*out)[a.index];
     const int token =
         Argmax(std::span<const float>(logits_).subspan(static_cast<size_t>(row) * vocab_, vocab_));
@@ -216,7 +219,8 @@ class DraftProposer final : public Proposer {
       for (size_t b = 0; b < in_batch.size(); ++b) {
         Active& a = *in_batch[b];
         a.seq->fed.insert(a.seq->fed.end(), batch[b].tokens.begin(), batch[b].tokens.end());
-        if (a.seq->fed.size() == a.request->tokens.size()) Propose(a, static_cast<int>(b), out);
+        if (a.seq->fed.size() == a.request->tokens.size())
+          TakeProposal(a, static_cast<int>(b), out);
       }
       for (Active* a : pending) {
         if (a->seq->fed.size() < a->request->tokens.size()) rest.push_back(a);
@@ -244,7 +248,7 @@ class DraftProposer final : public Proposer {
       for (size_t i = from; i < to; ++i) {
         Active& a = *going[i];
         a.seq->fed.push_back((*out)[a.index].back());
-        Propose(a, static_cast<int>(i - from), out);
+        TakeProposal(a, static_cast<int>(i - from), out);
       }
     }
     return absl::OkStatus();

@@ -36,9 +36,13 @@ enum class SpeculativeMethod {
 absl::StatusOr<SpeculativeMethod> ParseSpeculativeMethod(std::string_view name);
 std::string_view SpeculativeMethodName(SpeculativeMethod method);
 
+// --spec-tokens: K in [1, kMaxSpecTokens]; INVALID_ARGUMENT naming the flag otherwise.
+inline constexpr int kMaxSpecTokens = 64;
+absl::Status ValidateSpecTokens(int64_t k);
+
 struct SpeculativeConfig {
   SpeculativeMethod method = SpeculativeMethod::kOff;
-  int num_tokens = 4;  // K: the most tokens a sequence proposes per step, in [1, 64]
+  int num_tokens = 4;  // K: the most tokens a sequence proposes per step (ValidateSpecTokens)
   NgramProposerOptions ngram;
   const Model* draft = nullptr;  // kDraft: not owned; its vocabulary is the target's
   // kDraft: the most bytes of the draft model's KV cache (f32, where the draft runs).
