@@ -7,13 +7,19 @@ namespace tandem {
 grpc::Status DecodeService::Decode(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::DecodeServerMessage, v1::DecodeClientMessage>* stream) {
-  if (grpc::Status s = auth_->Check(*ctx, internal_method::kDecode, PeerRole::kRouter); !s.ok()) {
+  // The proof is checked twice: before the first message is read (who may call), and against
+  // that message (what it was made for).
+  if (grpc::Status s = auth_->Check(ctx, internal_method::kDecode, PeerRole::kRouter, nullptr);
+      !s.ok()) {
     return s;
   }
   v1::DecodeClientMessage msg;
   if (!stream->Read(&msg) || !msg.has_admit()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "admit: the first message must be Admit");
+  }
+  if (grpc::Status s = auth_->CheckFirstMessage(*ctx, internal_method::kDecode, msg); !s.ok()) {
+    return s;
   }
   const v1::DecodeAdmit& a = msg.admit();
   GenerationRequest req;
@@ -62,7 +68,7 @@ grpc::Status DecodeService::Decode(
 grpc::Status DecodeService::NcclBootstrap(grpc::ServerContext* ctx,
                                           const v1::NcclBootstrapRequest* req,
                                           v1::NcclBootstrapResponse* resp) {
-  if (grpc::Status s = auth_->Check(*ctx, internal_method::kNcclBootstrap, PeerRole::kPrefill);
+  if (grpc::Status s = auth_->Check(ctx, internal_method::kNcclBootstrap, PeerRole::kPrefill, req);
       !s.ok()) {
     return s;
   }

@@ -1,6 +1,7 @@
 #include "http/http_listener.h"
 
 #include <arpa/inet.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -31,6 +32,11 @@ namespace {
 constexpr size_t kReadChunk = 16 << 10;
 // Bytes read from one connection per wake-up before the loop serves the others.
 constexpr size_t kReadBudget = 256 << 10;
+// The heap is trimmed (malloc_trim walks every arena) once requests of at least
+// kLargeRequestBytes have released kTrimAfterBytes since the last time, at most every kTrimEvery.
+constexpr size_t kLargeRequestBytes = 256 << 10;
+constexpr size_t kTrimAfterBytes = 8 << 20;
+constexpr absl::Duration kTrimEvery = absl::Milliseconds(250);
 
 std::string PeerHost(const sockaddr_storage& a) {
   char buf[INET6_ADDRSTRLEN] = {};
@@ -172,7 +178,10 @@ struct HttpListener::Impl {
     absl::Time deadline;       // of the current phase
     absl::Time waiting_since;  // since when it waits for a whole request (eviction order)
     uint32_t events = 0;       // registered with epoll
-    explicit Conn(const HttpParserLimits& limits) : parser(limits) {}
+    // Bytes of this connection counted in `buffered`: what its parser and `pending` hold, and
+    // while dispatched, its request.
+    size_t charged = 0;
+    explicit Conn(const HttpParserLimits& limits) : parser(limits, /*pause_after_head=*/true) {}
   };
   struct Work {
     Conn* conn;
@@ -194,6 +203,10 @@ struct HttpListener::Impl {
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
   std::map<std::string, int> per_client;
   uint64_t next_id = 1;
+  size_t buffered_now = 0;         // the sum of every connection's `charged`
+  size_t released_since_trim = 0;  // bytes of large requests released since the last trim
+  absl::Time last_trim = absl::InfinitePast();
+  std::atomic<size_t> buffered{0};  // buffered_now, for other threads
 
   std::mutex mu;
   std::condition_variable work_cv;
@@ -233,19 +246,91 @@ struct HttpListener::Impl {
     Unwatch(c);
     if (--per_client[c->peer] == 0) per_client.erase(c->peer);
     --open;
+    Uncharge(c, c->charged);
     conns.erase(c->id);
   }
 
-  // A refusal written without blocking (it is small: it fits the socket buffer), then closed.
-  void Refuse(Conn* c, int status, const std::string& message) {
-    const std::string body = on_error(status, message);
-    const std::string response = absl::StrFormat(
-        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: "
-        "%d\r\nConnection: close\r\n\r\n%s",
-        status, HttpReason(status), body.size(), body);
+  // A refusal written without blocking (it is small: it fits the socket buffer), then closed
+  // without reading what else the client sends.
+  void Refuse(Conn* c, const HttpRefusal& r) {
+    std::string response = absl::StrFormat("HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n",
+                                           r.status, HttpReason(r.status));
+    for (const auto& [name, value] : r.headers) {
+      absl::StrAppendFormat(&response, "%s: %s\r\n", name, value);
+    }
+    absl::StrAppendFormat(&response, "Content-Length: %d\r\nConnection: close\r\n\r\n%s",
+                          r.body.size(), r.body);
     size_t wrote = 0;
     c->sock->TryWrite(response.data(), response.size(), &wrote);
     Close(c);
+  }
+  void Refuse(Conn* c, int status, const std::string& message,
+              std::vector<std::pair<std::string, std::string>> headers = {}) {
+    Refuse(c, HttpRefusal{status, on_error(status, message), std::move(headers)});
+  }
+
+  // ---- The budget of buffered request bytes (loop thread) ----
+
+  void Uncharge(Conn* c, size_t bytes) {
+    c->charged -= bytes;
+    buffered_now -= bytes;
+    if (bytes >= kLargeRequestBytes) released_since_trim += bytes;
+    buffered.store(buffered_now, std::memory_order_relaxed);
+  }
+
+  // The connection still reading a request that holds the most bytes, other than `except`.
+  Conn* LargestReader(const Conn* except) {
+    Conn* largest = nullptr;
+    for (auto& [id, c] : conns) {
+      if (c.get() == except || c->phase == Conn::Phase::kDispatched || c->charged == 0) continue;
+      if (largest == nullptr || c->charged > largest->charged) largest = c.get();
+    }
+    return largest;
+  }
+
+  void RefuseOverBudget(Conn* c) {
+    Refuse(
+        c, 503,
+        absl::StrFormat("the server holds its limit of %d bytes of requests "
+                        "(--http-max-buffered-bytes) and this request held the most; retry later",
+                        options.max_buffered_bytes),
+        {{"Retry-After", "1"}});
+  }
+
+  // Brings c's charge to what it holds now. Growing past the budget refuses, largest first, the
+  // reading connections that hold more than c would; when none does, c itself. False when c
+  // was refused (and closed).
+  bool Settle(Conn* c) {
+    const size_t held = c->parser.buffered_bytes() + c->pending.capacity();
+    if (held <= c->charged) {
+      Uncharge(c, c->charged - held);
+      return true;
+    }
+    const size_t more = held - c->charged;
+    while (buffered_now + more > options.max_buffered_bytes) {
+      Conn* largest = LargestReader(c);
+      if (largest == nullptr || largest->charged <= held) {
+        RefuseOverBudget(c);
+        return false;
+      }
+      RefuseOverBudget(largest);
+    }
+    c->charged = held;
+    buffered_now += more;
+    buffered.store(buffered_now, std::memory_order_relaxed);
+    return true;
+  }
+
+  // Gives the heap's free pages back to the system after large requests: glibc keeps freed
+  // blocks of up to 32 MiB in its arenas (its mmap threshold rises to the largest block freed),
+  // so without this the router would stay at the size of its largest burst.
+  void TrimHeap(absl::Time now) {
+    if (released_since_trim < kTrimAfterBytes || now - last_trim < kTrimEvery) return;
+    released_since_trim = 0;
+    last_trim = now;
+#ifdef __GLIBC__
+    ::malloc_trim(0);
+#endif
   }
 
   // Makes room for a connection from `peer`: false when it must be refused.
@@ -323,8 +408,8 @@ struct HttpListener::Impl {
     }
   }
 
-  // Feeds bytes to the parser; dispatches or refuses once it has decided. False once the
-  // connection has left the loop (dispatched or closed).
+  // Feeds bytes to the parser; checks the head, dispatches or refuses once it has decided. False
+  // once the connection has left the loop (dispatched or closed).
   bool Feed(Conn* c, std::string_view data) {
     while (!data.empty() || c->parser.state() == HttpRequestParser::State::kDone) {
       const bool was_started = c->parser.Started();
@@ -335,6 +420,15 @@ struct HttpListener::Impl {
       if (!was_started && c->parser.Started()) c->deadline = now + options.header_timeout;
       if (!had_headers && c->parser.state() == HttpRequestParser::State::kBody) {
         c->deadline = now + options.body_timeout;
+      }
+      if (c->parser.HeadPending()) {
+        if (options.check_head) {
+          if (std::optional<HttpRefusal> refusal = options.check_head(c->parser.head())) {
+            Refuse(c, *refusal);
+            return false;
+          }
+        }
+        c->parser.AcceptHead();
       }
       if (c->parser.WantsContinue()) {
         static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
@@ -348,10 +442,12 @@ struct HttpListener::Impl {
           return false;
         case HttpRequestParser::State::kDone: {
           c->pending.assign(data.data(), data.size());
+          if (!Settle(c)) return false;  // the request stays charged while a handler holds it
           Dispatch(c, c->parser.TakeRequest());
           return false;
         }
         default:
+          if (!Settle(c)) return false;
           if (used == 0) return true;
       }
     }
@@ -370,7 +466,8 @@ struct HttpListener::Impl {
         return;
       }
     }
-    Refuse(c, 503, "the server is busy: too many requests waiting; retry later");
+    Refuse(c, 503, "the server is busy: too many requests waiting; retry later",
+           {{"Retry-After", "1"}});
   }
 
   void Read(Conn* c) {
@@ -404,6 +501,7 @@ struct HttpListener::Impl {
     c->waiting_since = now;
     std::string pending = std::move(c->pending);
     c->pending.clear();
+    Settle(c);  // the handler is done with the request: only the parser's bytes are left
     if (!pending.empty() && !Feed(c, pending)) return;
     Watch(c, EPOLLIN | EPOLLRDHUP);
     Read(c);  // level-triggered epoll would tell too; reading now saves a wake-up
@@ -451,9 +549,10 @@ struct HttpListener::Impl {
       }
       for (Conn* c : done) Close(c);
       for (Conn* c : back) Resume(c);
-      if (absl::Now() >= next_sweep) {
+      if (const absl::Time now = absl::Now(); now >= next_sweep) {
         SweepDeadlines();
-        next_sweep = absl::Now() + absl::Milliseconds(100);
+        TrimHeap(now);
+        next_sweep = now + absl::Milliseconds(100);
       }
     }
     // Stopping: every socket is shut down, so handlers still writing fail at once.
@@ -476,6 +575,7 @@ struct HttpListener::Impl {
       if (!writer.started()) {
         writer.Send(500, "application/json", on_error(500, "the handler sent no response"));
       }
+      w.request = HttpRequest();  // freed before the loop uncharges it
       const bool reuse = writer.keep_alive_ && !writer.failed_ && writer.ended_;
       {
         std::lock_guard<std::mutex> lock(mu);
@@ -504,6 +604,8 @@ HttpListener::~HttpListener() {
 
 int HttpListener::connections() const { return impl_->open.load(); }
 
+size_t HttpListener::buffered_bytes() const { return impl_->buffered.load(); }
+
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     HttpListenerOptions options, HttpHandler handler,
     std::function<std::string(int status, const std::string& message)> on_error) {
@@ -513,6 +615,14 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   if (options.threads < 1) return absl::InvalidArgumentError("http threads must be >= 1");
   if (options.max_connections < 1 || options.max_connections_per_client < 1) {
     return absl::InvalidArgumentError("http connection limits must be >= 1");
+  }
+  if (options.max_buffered_bytes <
+      options.limits.max_header_bytes + options.limits.max_body_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "http max buffered bytes (%d) must hold the largest request (%d bytes of headers and %d "
+        "of body)",
+        options.max_buffered_bytes, options.limits.max_header_bytes,
+        options.limits.max_body_bytes));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;

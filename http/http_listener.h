@@ -8,13 +8,24 @@
 // whole request is closed to make room, so a flood of idle or slow connections cannot lock out
 // a client that sends its request.
 //
+// Request bytes held in memory are bounded over all connections together (`max_buffered_bytes`:
+// heads and bodies being read, and whole requests waiting for or held by a handler). A
+// connection whose bytes would pass the bound is refused 503 with Retry-After, or instead the
+// reading connection that holds the most when that is another: a flood of large bodies sent
+// slowly, or never finished, costs its senders their connections, not the server its memory or
+// its small requests. A request's head is checked (`check_head`: the API key) before any byte of
+// its body is read, and a refused connection is closed without reading the rest. Memory freed
+// after large requests is given back to the system.
+//
 // Handlers write through HttpResponseWriter: a whole response, or a chunked stream (server-sent
 // events) whose every write is bounded by `write_timeout`.
 #ifndef TANDEM_HTTP_HTTP_LISTENER_H_
 #define TANDEM_HTTP_HTTP_LISTENER_H_
 
+#include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +40,20 @@ namespace tandem {
 class SslContext;
 class SecureSocket;
 
+// A response the listener writes itself before closing the connection.
+struct HttpRefusal {
+  int status = 0;
+  std::string body;  // application/json
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+// Decides on a request from its line and headers (HttpRequest without its body), on the event
+// loop before any body byte is read: a refusal, or nullopt to read the body. Must not block.
+using HttpHeadCheck = std::function<std::optional<HttpRefusal>(const HttpRequest& head)>;
+
+// Bytes of requests held at once by default (HttpListenerOptions::max_buffered_bytes).
+inline constexpr size_t kDefaultMaxBufferedBytes = size_t{128} << 20;
+
 struct HttpListenerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
@@ -42,6 +67,10 @@ struct HttpListenerOptions {
   absl::Duration write_timeout = absl::Seconds(30);  // a response write that makes no progress
   int max_connections = 4096;
   int max_connections_per_client = 256;
+  // Bytes of requests held in memory over every connection (heads, bodies, requests waiting for
+  // or held by a handler); at least the largest request (max_header_bytes + max_body_bytes).
+  size_t max_buffered_bytes = kDefaultMaxBufferedBytes;
+  HttpHeadCheck check_head;         // none: every head is read on
   std::shared_ptr<SslContext> tls;  // null: plain HTTP
 };
 
@@ -91,6 +120,8 @@ class HttpListener {
   const std::string& address() const { return address_; }  // HOST:PORT bound
   // Connections open now (the leak check of tests).
   int connections() const;
+  // Bytes of requests held now (counted against max_buffered_bytes).
+  size_t buffered_bytes() const;
 
  private:
   struct Impl;

@@ -10,6 +10,8 @@ namespace tandem {
 namespace {
 
 constexpr size_t kMaxChunkLineBytes = 1024;
+// A body's buffer before its bytes come (it then doubles as they do).
+constexpr size_t kInitialBodyReserve = 16 << 10;
 
 bool IsTokenChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) ||
@@ -51,15 +53,23 @@ void HttpRequestParser::Fail(int status, std::string message) {
 
 size_t HttpRequestParser::Feed(std::string_view data) {
   size_t used = 0;
-  while (used < data.size() && (state_ == State::kHeaders || state_ == State::kBody)) {
+  while (used < data.size() && !head_pending_ &&
+         (state_ == State::kHeaders || state_ == State::kBody)) {
     const std::string_view rest = data.substr(used);
     used += state_ == State::kHeaders ? FeedHeaders(rest)
             : chunked_                ? FeedChunked(rest)
                                       : FeedBody(rest);
   }
   // A body of length zero completes with the headers.
-  if (state_ == State::kBody && !chunked_ && content_left_ == 0) state_ = State::kDone;
+  if (state_ == State::kBody && !head_pending_ && !chunked_ && content_left_ == 0) {
+    state_ = State::kDone;
+  }
   return used;
+}
+
+void HttpRequestParser::AcceptHead() {
+  head_pending_ = false;
+  if (state_ == State::kBody && !chunked_ && content_left_ == 0) state_ = State::kDone;
 }
 
 size_t HttpRequestParser::FeedHeaders(std::string_view data) {
@@ -96,8 +106,10 @@ size_t HttpRequestParser::FeedHeaders(std::string_view data) {
   }
   head_.append(data.substr(0, take));
   if (end != std::string::npos && ParseHead()) {
-    head_.clear();
+    parsed_head_bytes_ = head_.size();
+    std::string().swap(head_);  // up to 64 KiB: not kept for an idle keep-alive connection
     state_ = State::kBody;
+    head_pending_ = pause_after_head_;
   }
   return skipped + take;
 }
@@ -208,8 +220,9 @@ bool HttpRequestParser::ParseHead() {
     Fail(413, absl::StrFormat("the request body is larger than %d bytes", limits_.max_body_bytes));
     return false;
   } else {
+    // The body's buffer grows as its bytes arrive: a length announced costs nothing.
     content_left_ = length;
-    request_.body.reserve(length);
+    request_.body.reserve(std::min(length, kInitialBodyReserve));
   }
   expect_continue_ =
       Lower(request_.Header("expect")) == "100-continue" && (chunked_ || content_left_ > 0);
@@ -295,6 +308,8 @@ HttpRequest HttpRequestParser::TakeRequest() {
   HttpRequest out = std::move(request_);
   request_ = HttpRequest();
   state_ = State::kHeaders;
+  head_pending_ = false;
+  parsed_head_bytes_ = 0;
   started_ = false;
   expect_continue_ = false;
   chunked_ = false;

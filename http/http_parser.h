@@ -45,18 +45,35 @@ class HttpRequestParser {
     kError,    // error_status() / error_message() say why; the connection must close
   };
 
-  explicit HttpRequestParser(HttpParserLimits limits = {}) : limits_(limits) {}
+  // With `pause_after_head`, Feed stops at the end of each request's headers until AcceptHead:
+  // the server decides on the head (API key, length) before a byte of the body is kept.
+  explicit HttpRequestParser(HttpParserLimits limits = {}, bool pause_after_head = false)
+      : limits_(limits), pause_after_head_(pause_after_head) {}
 
   // Consumes bytes from `data` and returns how many it used (it stops at the end of a request,
-  // so pipelined bytes after it are left for the next one).
+  // so pipelined bytes after it are left for the next one, and at a paused head).
   size_t Feed(std::string_view data);
 
   State state() const { return state_; }
-  // Headers are complete and the client asked "Expect: 100-continue" (answer it once).
-  bool WantsContinue() const { return state_ == State::kBody && expect_continue_; }
+  // The request line and headers are complete and wait for AcceptHead (pause_after_head); head()
+  // has them. Nothing more is consumed until then.
+  bool HeadPending() const { return head_pending_; }
+  const HttpRequest& head() const { return request_; }  // kBody and kDone: all but the body
+  void AcceptHead();
+  // Headers are complete (and accepted) and the client asked "Expect: 100-continue" (answer it
+  // once).
+  bool WantsContinue() const {
+    return state_ == State::kBody && expect_continue_ && !head_pending_;
+  }
   void ContinueSent() { expect_continue_ = false; }
   // Whether any byte of a request has arrived (an idle keep-alive connection has none).
   bool Started() const { return started_; }
+  // Bytes of memory the request holds so far: the head being read or parsed, the body and a
+  // chunk-size line (buffers count whole: one grows ahead of its bytes).
+  size_t buffered_bytes() const {
+    return head_.capacity() + parsed_head_bytes_ + request_.body.capacity() +
+           chunk_line_.capacity();
+  }
 
   // kDone: the request; the parser is then ready for the next one.
   HttpRequest TakeRequest();
@@ -72,10 +89,13 @@ class HttpRequestParser {
   void Fail(int status, std::string message);
 
   HttpParserLimits limits_;
+  bool pause_after_head_;
   State state_ = State::kHeaders;
+  bool head_pending_ = false;
   bool started_ = false;
   bool expect_continue_ = false;
-  std::string head_;  // bytes of the request line and headers so far
+  std::string head_;              // bytes of the request line and headers so far
+  size_t parsed_head_bytes_ = 0;  // their size once parsed into request_
   HttpRequest request_;
   // Body framing.
   bool chunked_ = false;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -52,6 +53,11 @@ absl::Status HttpServerOptions::Validate() const {
   if (header_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("http header timeout must be positive");
   }
+  if (max_buffered_bytes < max_body_bytes + HttpParserLimits().max_header_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("http max buffered bytes must be at least the largest request (%d bytes)",
+                        max_body_bytes + HttpParserLimits().max_header_bytes));
+  }
   return absl::OkStatus();
 }
 
@@ -77,19 +83,24 @@ struct HttpServer::Impl {
     }
   }
 
+  // On the listener's event loop, from a request's headers, before any byte of its body is read:
+  // every /v1 endpoint needs a key when the router has keys (Router::Authorize, which gRPC uses
+  // too, counts refused completions as UNAUTHENTICATED requests; /v1/models is not a request
+  // there). /metrics too: Prometheus sends the key as a bearer token (authorization in its scrape
+  // config). A refused connection is closed without reading its body.
+  std::optional<HttpRefusal> CheckHead(const HttpRequest& head) const {
+    const std::string& path = head.path;
+    if (!path.starts_with("/v1/") && path != "/metrics") return std::nullopt;
+    const bool generation = path.starts_with("/v1/") && !path.starts_with("/v1/models");
+    const grpc::Status s = router->Authorize(std::string(head.Header("authorization")), generation);
+    if (s.ok()) return std::nullopt;
+    const ApiError e = openai::ToApiError(s, nullptr);
+    return HttpRefusal{e.http_status, openai::ErrorBody(e), {}};
+  }
+
   void Route(const HttpRequest& req, HttpResponseWriter& w) {
     const std::string& path = req.path;
-    // Authentication before routing: every /v1 endpoint needs a key when the router has keys
-    // (Router::Authorize, which gRPC uses too, counts refused completions as UNAUTHENTICATED
-    // requests; /v1/models is not a request there).
-    // /metrics too: Prometheus sends the key as a bearer token (authorization in its scrape
-    // config).
-    if (path.starts_with("/v1/") || path == "/metrics") {
-      const bool generation = path.starts_with("/v1/") && !path.starts_with("/v1/models");
-      const grpc::Status s =
-          router->Authorize(std::string(req.Header("authorization")), generation);
-      if (!s.ok()) return Reply(w, openai::ToApiError(s, nullptr));
-    }
+    // The API key was checked from the headers (CheckHead).
     auto method = [&](const char* want) {
       if (req.method == want) return true;
       Reply(w, Error(405, absl::StrFormat("%s %s: the method must be %s", req.method, path, want)));
@@ -161,7 +172,9 @@ struct HttpServer::Impl {
   // The generation runs on this handler's thread: the client's bytes are already all here,
   // and a streaming answer is written as the router produces it.
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
-    auto parsed = openai::ParseRequest(endpoint, req.body, model, RandomSeed());
+    // A client that left while its request waited or was parsed costs no more work.
+    auto parsed = openai::ParseRequest(endpoint, req.body, model, RandomSeed(),
+                                       [&w] { return w.ClientGone(); });
     if (!parsed.ok()) {
       Count(static_cast<grpc::StatusCode>(parsed.status().code()));
       Reply(w, openai::ToApiError(parsed.status(), nullptr));
@@ -255,6 +268,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   lo.idle_timeout = options.idle_timeout;
   lo.max_connections = options.max_connections;
   lo.max_connections_per_client = options.max_connections_per_client;
+  lo.max_buffered_bytes = options.max_buffered_bytes;
+  lo.check_head = [p](const HttpRequest& head) { return p->CheckHead(head); };
   if (!options.tls.cert.empty()) {
     // HTTPS with the gRPC ports' certificate; with a CA, client certificates are required.
     auto tls = LoadServerTls(options.tls);

@@ -3,8 +3,9 @@
 // generation goes through Router::GenerateStream, the path gRPC's Generate takes, so both get the
 // same validation, limits, cancellation and metrics. A client that disconnects cancels its
 // request, which frees it on every worker. Slow or idle clients hold no serving thread (the
-// listener reads requests on its event loop), and bodies are checked for JSON nesting and
-// number range before they are parsed.
+// listener reads requests on its event loop), the API key is checked from the headers before
+// any byte of a body is read, request bytes held at once are bounded, and bodies are checked for
+// JSON nesting, keys, values and number range before they are parsed (in linear time).
 #ifndef TANDEM_HTTP_HTTP_SERVER_H_
 #define TANDEM_HTTP_HTTP_SERVER_H_
 
@@ -13,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "http/http_listener.h"
 #include "http/openai.h"
 #include "metrics/metrics.h"
 #include "rpc/tls.h"
@@ -40,6 +42,9 @@ struct HttpServerOptions {
   // without a whole request is closed to make room).
   int max_connections = 4096;
   int max_connections_per_client = 256;
+  // Bytes of requests held in memory over every connection (--http-max-buffered-bytes; see
+  // http/http_listener.h): past it, 503 with Retry-After for the connection holding the most.
+  size_t max_buffered_bytes = kDefaultMaxBufferedBytes;
   // The process's --tls-cert/--tls-key (HTTPS) and --tls-ca (every client must then present a
   // certificate the CA signed, as on the gRPC ports); none: plain HTTP.
   TlsFlags tls;

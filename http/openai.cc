@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -18,6 +19,7 @@
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
 #include "http/json_limits.h"
+#include "structured/json_parse.h"
 #include "structured/json_schema.h"
 
 namespace tandem::openai {
@@ -93,11 +95,12 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
     if (!v->is_string() || !v->get<std::string>().empty())
       return Invalid("suffix", "is not supported");
   }
-  if (endpoint == Endpoint::kChatCompletions) {
-    if (const Json* v = Field(body, "functions")) {
-      if (!v->is_array() || !v->empty()) {
-        return Invalid("functions", "the legacy functions API is not supported (use tools)");
-      }
+  // Both endpoints: completions has no functions at all, chat only as tools.
+  if (const Json* v = Field(body, "functions")) {
+    if (!v->is_array() || !v->empty()) {
+      return Invalid("functions", endpoint == Endpoint::kChatCompletions
+                                      ? "the legacy functions API is not supported (use tools)"
+                                      : "is not supported on /v1/completions");
     }
   }
   return absl::OkStatus();
@@ -106,9 +109,12 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
 // A forced tool call (tool_choice "required" or a named function): the output is one Hermes
 // block, "<tool_call>\n" {"name": ..., "arguments": {...}} "\n</tool_call>", which the tool-call
 // parser then returns as the call. With one candidate the arguments follow its `parameters`
-// schema (its $defs and definitions moved to the top, where their references point); with
-// several, the name is one of theirs and the arguments any object.
-absl::Status ForceToolCall(const std::vector<const Json*>& functions, v1::SamplingParams* s) {
+// schema (its $defs and definitions moved to the top, where their references point), and a
+// schema refused names `tools[index].function.parameters`; with several, the name is one of
+// theirs and the arguments any object.
+absl::Status ForceToolCall(const std::vector<const Json*>& functions, int index,
+                           v1::SamplingParams* s) {
+  const std::string param = absl::StrFormat("tools[%d].function.parameters", index);
   Json schema = {
       {"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
   if (functions.size() == 1) {
@@ -122,7 +128,7 @@ absl::Status ForceToolCall(const std::vector<const Json*>& functions, v1::Sampli
       }
     }
     if (params.dump().find(R"("$ref":"#")") != std::string::npos) {
-      return Invalid("tool_choice", "a forced function's parameters may not refer to \"#\"");
+      return Invalid(param, "a forced function's parameters may not refer to \"#\"");
     }
     schema["properties"] = {{"name", {{"const", fn["name"]}}}, {"arguments", params}};
   } else {
@@ -130,13 +136,23 @@ absl::Status ForceToolCall(const std::vector<const Json*>& functions, v1::Sampli
     for (const Json* fn : functions) names.push_back((*fn)["name"]);
     schema["properties"] = {{"name", {{"enum", names}}}, {"arguments", {{"type", "object"}}}};
   }
-  if (auto compiled = structured::JsonSchema::Compile(schema.dump()); !compiled.ok()) {
-    return Invalid("tool_choice",
-                   absl::StrCat("the forced function's parameters: ", compiled.status().message()));
+  const std::string prefix = std::string(kCallOpen) + "\n";
+  const std::string suffix = "\n" + std::string(kCallClose);
+  if (auto compiled = structured::JsonSchema::Compile(schema.dump(), prefix, suffix);
+      !compiled.ok()) {
+    // Places inside the arguments, as the client wrote them ("at /properties/x: ...").
+    std::string why(compiled.status().message());
+    constexpr std::string_view kArguments = "at /properties/arguments";
+    if (functions.size() == 1 && why.starts_with(kArguments)) {
+      const std::string rest = why.substr(kArguments.size());
+      why = absl::StrCat("at ", rest.starts_with("/") ? "" : "/", rest);
+      return Invalid(param, why);
+    }
+    return Invalid(functions.size() == 1 ? param : "tool_choice", why);
   }
   s->set_json_schema(schema.dump());
-  s->set_json_prefix(std::string(kCallOpen) + "\n");
-  s->set_json_suffix("\n" + std::string(kCallClose));
+  s->set_json_prefix(prefix);
+  s->set_json_suffix(suffix);
   return absl::OkStatus();
 }
 
@@ -290,6 +306,7 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
     }
     std::string choice = "auto";
     std::vector<const Json*> forced;  // the functions a forced call may name
+    int forced_index = -1;            // the tool of the one a forced call names
     if (const Json* c = Field(body, "tool_choice")) {
       if (c->is_string() && (*c == "auto" || *c == "none" || *c == "required")) {
         choice = c->get<std::string>();
@@ -299,8 +316,11 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
       } else if (const Json* fn = c->is_object() ? Field(*c, "function") : nullptr;
                  fn != nullptr && fn->is_object() && Field(*fn, "name") != nullptr) {
         choice = "function";
-        for (const Json& t : *tools) {
-          if (t["function"]["name"] == (*fn)["name"]) forced.push_back(&t["function"]);
+        for (size_t i = 0; i < tools->size(); ++i) {
+          const Json& t = (*tools)[i];
+          if (t["function"]["name"] != (*fn)["name"]) continue;
+          if (forced.empty()) forced_index = static_cast<int>(i);
+          forced.push_back(&t["function"]);
         }
         if (forced.empty()) {
           return Invalid("tool_choice.function.name", "names no function in tools");
@@ -316,7 +336,10 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
       *parse_tool_calls = true;
     }
     if (!forced.empty()) {
-      if (absl::Status s = ForceToolCall(forced, out->mutable_sampling()); !s.ok()) return s;
+      if (forced.size() == 1 && forced_index < 0) forced_index = 0;  // "required", one tool
+      if (absl::Status s = ForceToolCall(forced, forced_index, out->mutable_sampling()); !s.ok()) {
+        return s;
+      }
     }
   } else if (const Json* c = Field(body, "tool_choice");
              c != nullptr && !(c->is_string() && (*c == "auto" || *c == "none"))) {
@@ -458,17 +481,17 @@ void LogUnknownFields(const Json& body) {
   }
 }
 
-// The request body as a JSON object, within the JSON size and nesting limits.
-absl::StatusOr<Json> ParseBody(std::string_view body_text) {
+// The request body as a JSON object, within the JSON limits (http/json_limits.h), parsed in
+// time linear in its size.
+absl::StatusOr<Json> ParseBody(std::string_view body_text, const std::function<bool()>& cancelled) {
   if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
-  Json body;
-  try {
-    body = Json::parse(body_text);
-  } catch (const Json::exception& e) {
+  absl::StatusOr<Json> body = structured::ParseJson(body_text, cancelled);
+  if (absl::IsCancelled(body.status())) return body.status();
+  if (!body.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON (", e.what(), ")"));
+        absl::StrCat("the request body is not valid JSON (", body.status().message(), ")"));
   }
-  if (!body.is_object())
+  if (!body->is_object())
     return absl::InvalidArgumentError("the request body must be a JSON object");
   return body;
 }
@@ -721,8 +744,9 @@ absl::Status SetStreaming(const Json& body, int n, int best_of, Request* r) {
 }  // namespace
 
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
-                                     const ServedModel& model, uint64_t random_seed) {
-  absl::StatusOr<Json> parsed = ParseBody(body_text);
+                                     const ServedModel& model, uint64_t random_seed,
+                                     const std::function<bool()>& cancelled) {
+  absl::StatusOr<Json> parsed = ParseBody(body_text, cancelled);
   if (!parsed.ok()) return parsed.status();
   const Json& body = *parsed;
   LogUnknownFields(body);
@@ -875,7 +899,9 @@ std::string ToolCallParser::Add(std::string_view text) {
     const size_t close = pending_.find(kCallClose);
     if (close == std::string::npos) return content;
     const std::string body = pending_.substr(0, close);
-    Json call = Json::parse(body, nullptr, false);
+    // A block over the JSON limits (the model's output is as unbounded as a client's) is text.
+    const Json call =
+        CheckJsonLimits(body).ok() ? structured::ParseJson(body).value_or(Json()) : Json();
     const Json* name = call.is_object() ? Field(call, "name") : nullptr;
     if (name != nullptr && name->is_string()) {
       const Json* args = Field(call, "arguments");

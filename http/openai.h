@@ -10,6 +10,7 @@
 #include <grpcpp/support/status.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -69,8 +70,10 @@ struct Request {
 // field, NOT_FOUND for a model other than `model.id`. Ranges (temperature >= 0, top_p in (0, 1],
 // max_tokens >= 1, ...) are left to the router's ingress, whose errors ToApiError renames.
 // `random_seed` is used when the request gives no seed (OpenAI's unseeded requests vary).
+// `cancelled` (polled while the body is parsed; CANCELLED once it says so) is the client gone.
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
-                                     const ServedModel& model, uint64_t random_seed);
+                                     const ServedModel& model, uint64_t random_seed,
+                                     const std::function<bool()>& cancelled = {});
 
 // An error as OpenAI reports it.
 struct ApiError {

@@ -1,20 +1,30 @@
 #include "kv_transfer/kv_auth.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "absl/strings/str_format.h"
+#include "kv_transfer/wire.h"
 
 namespace tandem {
 namespace {
 
 constexpr char kMagic[4] = {'T', 'K', 'V', 'A'};
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: frames after the handshake are sealed
 constexpr size_t kNonceBytes = 32;
 constexpr size_t kHelloBytes = 8 + kNonceBytes;
 constexpr size_t kAnswerBytes = kHelloBytes + ClusterSecret::kMacBytes;
 constexpr char kClientLabel[] = "tandem-kv-client-v1";
 constexpr char kServerLabel[] = "tandem-kv-server-v1";
+constexpr char kToReceiverLabel[] = "tandem-kv-frames-to-receiver-v2";
+constexpr char kToSenderLabel[] = "tandem-kv-frames-to-sender-v2";
+
+std::string Counter(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(n >> (8 * i));
+  return out;
+}
 
 std::string Hello(bool secret, const std::string& nonce) {
   std::string out(kMagic, 4);
@@ -69,8 +79,60 @@ absl::StatusOr<KvAuth> MakeKvAuth(std::optional<ClusterSecret> secret, const Tls
   return auth;
 }
 
-absl::Status AuthenticateKvConnection(SecureSocket& sock, const KvAuth& auth, bool receiver,
-                                      const std::atomic<bool>& stop, absl::Time deadline) {
+KvSession::KvSession(const ClusterSecret& secret, std::string_view receiver_nonce,
+                     std::string_view sender_nonce, bool receiver) {
+  std::string context(receiver_nonce);
+  context.append(sender_nonce);
+  auto to_receiver = std::make_unique<HmacSha256>(secret.DeriveKey(kToReceiverLabel, context));
+  auto to_sender = std::make_unique<HmacSha256>(secret.DeriveKey(kToSenderLabel, context));
+  send_ = receiver ? std::move(to_sender) : std::move(to_receiver);
+  receive_ = receiver ? std::move(to_receiver) : std::move(to_sender);
+}
+
+std::string KvSession::Tag(std::string_view record) {
+  if (!send_) return "";
+  send_->Reset();
+  send_->Update(Counter(sent_++));
+  send_->Update(record);
+  return send_->Final().substr(0, kKvFrameTagBytes);
+}
+
+void KvSession::BeginReceive() {
+  if (!receive_) return;
+  receive_->Reset();
+  receive_->Update(Counter(received_++));
+}
+
+void KvSession::ReceivePart(std::string_view bytes) {
+  if (receive_) receive_->Update(bytes);
+}
+
+bool KvSession::ReceivedTagValid(std::string_view tag) {
+  if (!receive_) return tag.empty();
+  return ConstantTimeEquals(receive_->Final().substr(0, kKvFrameTagBytes), tag);
+}
+
+bool KvSession::Open(std::string_view record, std::string_view tag) {
+  BeginReceive();
+  ReceivePart(record);
+  return ReceivedTagValid(tag);
+}
+
+std::string SealKvFrame(KvSession& session, std::string_view frame) {
+  const std::string_view header = frame.substr(0, std::min(frame.size(), kKvFrameHeaderBytes));
+  const std::string_view payload = frame.substr(header.size());
+  std::string out(header);
+  out += session.Tag(header);
+  out.append(payload);
+  out += session.Tag(payload);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<KvSession>> AuthenticateKvConnection(SecureSocket& sock,
+                                                                    const KvAuth& auth,
+                                                                    bool receiver,
+                                                                    const std::atomic<bool>& stop,
+                                                                    absl::Time deadline) {
   if (!auth.secured()) return absl::UnauthenticatedError("kv: no cluster credentials configured");
   if (sock.tls()) {
     if (absl::Status s = sock.Handshake(stop, deadline); !s.ok()) return s;
@@ -108,7 +170,9 @@ absl::Status AuthenticateKvConnection(SecureSocket& sock, const KvAuth& auth, bo
       }
       proof = auth.secret->Mac(kServerLabel, peer_nonce + my_nonce);
     }
-    return sock.WriteAll(proof, {}, stop, io);
+    if (absl::Status s = sock.WriteAll(proof, {}, stop, io); !s.ok()) return s;
+    if (!have_secret) return std::make_unique<KvSession>();
+    return std::make_unique<KvSession>(*auth.secret, my_nonce, peer_nonce, /*receiver=*/true);
   }
   std::string hello;
   if (absl::Status s = read(kHelloBytes, &hello); !s.ok()) return s;
@@ -127,7 +191,8 @@ absl::Status AuthenticateKvConnection(SecureSocket& sock, const KvAuth& auth, bo
         "kv: the receiver's proof of the cluster secret is wrong (not this cluster's decode "
         "worker)");
   }
-  return absl::OkStatus();
+  if (!have_secret) return std::make_unique<KvSession>();
+  return std::make_unique<KvSession>(*auth.secret, peer_nonce, my_nonce, /*receiver=*/false);
 }
 
 }  // namespace tandem

@@ -52,16 +52,17 @@ std::string PeerHost(const sockaddr_storage& a) {
   return buf;
 }
 
-absl::Status WriteAck(SecureSocket& sock, const KvFrameHeader& data, const absl::Status& status,
-                      const std::atomic<bool>& stop, absl::Duration io_timeout) {
-  const std::string ack = EncodeKvAckFrame(data.seq, data.chunk, status);
-  return sock.WriteAll(ack, {}, stop, io_timeout);
+absl::Status WriteAck(SecureSocket& sock, KvSession& session, const KvFrameHeader& data,
+                      const absl::Status& status, const std::atomic<bool>& stop,
+                      absl::Duration io_timeout) {
+  return sock.WriteAll(SealKvFrame(session, EncodeKvAckFrame(data.seq, data.chunk, status)), {},
+                       stop, io_timeout);
 }
 
-// Reads and drops `n` bytes through a small buffer: the payload of a refused chunk, so the
-// stream stays delimited without allocating what its header announced.
-absl::Status SkipBytes(SecureSocket& sock, uint64_t n, const std::atomic<bool>& stop,
-                       absl::Duration io_timeout) {
+// Reads and drops `n` bytes through a small buffer, into the frame's seal: the payload of a
+// refused chunk, so the stream stays delimited without allocating what its header announced.
+absl::Status SkipBytes(SecureSocket& sock, KvSession& session, uint64_t n,
+                       const std::atomic<bool>& stop, absl::Duration io_timeout) {
   char scratch[64 << 10];
   while (n > 0) {
     const size_t part = static_cast<size_t>(std::min<uint64_t>(n, sizeof(scratch)));
@@ -69,9 +70,42 @@ absl::Status SkipBytes(SecureSocket& sock, uint64_t n, const std::atomic<bool>& 
         !s.ok()) {
       return s;
     }
+    session.ReceivePart(std::string_view(scratch, part));
     n -= part;
   }
   return absl::OkStatus();
+}
+
+// Reads the tag after a record fed to `session`: UNAUTHENTICATED when it does not match (the
+// record was altered, injected or replayed; the connection must end without an answer).
+absl::Status ReadRecordTag(SecureSocket& sock, KvSession& session, const std::atomic<bool>& stop,
+                           absl::Duration io_timeout) {
+  std::string tag(session.tag_bytes(), '\0');
+  if (!tag.empty()) {
+    if (absl::Status s =
+            sock.ReadFull(tag.data(), tag.size(), stop, absl::Now() + io_timeout, io_timeout);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (!session.ReceivedTagValid(tag)) {
+    return absl::UnauthenticatedError(
+        "kv tcp: a frame failed its seal (altered, injected or replayed on the way)");
+  }
+  return absl::OkStatus();
+}
+
+// Reads a frame header and its tag: the header once its seal checks.
+absl::Status ReadSealedHeader(SecureSocket& sock, KvSession& session, char* hdr,
+                              const std::atomic<bool>& stop, absl::Duration io_timeout) {
+  if (absl::Status s =
+          sock.ReadFull(hdr, kKvFrameHeaderBytes, stop, absl::InfiniteFuture(), io_timeout);
+      !s.ok()) {
+    return s;
+  }
+  session.BeginReceive();
+  session.ReceivePart(std::string_view(hdr, kKvFrameHeaderBytes));
+  return ReadRecordTag(sock, session, stop, io_timeout);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,53 +225,53 @@ class TcpKvReceiver final : public KvReceiver {
 
   void Serve(Conn* c) {
     SecureSocket& sock = *c->sock;
-    if (AuthenticateKvConnection(sock, options_.auth, /*receiver=*/true, stop_,
-                                 absl::Now() + options_.handshake_timeout)
-            .ok()) {
+    absl::StatusOr<std::unique_ptr<KvSession>> session = AuthenticateKvConnection(
+        sock, options_.auth, /*receiver=*/true, stop_, absl::Now() + options_.handshake_timeout);
+    if (session.ok()) {
       c->authenticated.store(true);
-      ServeFrames(sock);
+      ServeFrames(sock, **session);
     }
     c->done.store(true);
   }
 
-  void ServeFrames(SecureSocket& sock) {
+  // Frames until the connection ends. Under a sealed session nothing is acted on before its
+  // seal checks: the header before it is decoded, the payload before it is delivered.
+  void ServeFrames(SecureSocket& sock, KvSession& session) {
     std::vector<char> buf;
     char hdr[kKvFrameHeaderBytes];
+    const absl::Duration io = options_.io_timeout;
     for (;;) {
-      if (!sock.ReadFull(hdr, sizeof(hdr), stop_, absl::InfiniteFuture(), options_.io_timeout)
-               .ok()) {
-        return;
-      }
+      if (!ReadSealedHeader(sock, session, hdr, stop_, io).ok()) return;
       KvFrameHeader raw;
       absl::StatusOr<KvFrameHeader> h = DecodeKvFrameHeader(hdr, options_.max_frame_bytes, &raw);
       if (!h.ok()) {
         // An intact but invalid header can still be answered; either way the payload that
         // follows cannot be delimited, so the connection ends.
         if (h.status().code() != absl::StatusCode::kDataLoss) {
-          WriteAck(sock, raw, h.status(), stop_, options_.io_timeout).IgnoreError();
+          WriteAck(sock, session, raw, h.status(), stop_, io).IgnoreError();
         }
         return;
       }
       if (h->kind != KvFrameKind::kData) return;
       // The lease, its capability and the size it can hold are checked before a byte of the
       // payload is buffered: a refused chunk's payload is read through and dropped.
+      session.BeginReceive();
       if (absl::Status verdict = sink_->CheckHeader(h->chunk); !verdict.ok()) {
-        if (!SkipBytes(sock, h->payload_length, stop_, options_.io_timeout).ok() ||
-            !WriteAck(sock, *h, verdict, stop_, options_.io_timeout).ok()) {
+        if (!SkipBytes(sock, session, h->payload_length, stop_, io).ok() ||
+            !ReadRecordTag(sock, session, stop_, io).ok() ||
+            !WriteAck(sock, session, *h, verdict, stop_, io).ok()) {
           return;
         }
         continue;
       }
       const size_t len = static_cast<size_t>(h->payload_length);
       if (buf.size() < len) buf.resize(len);
-      if (!sock.ReadFull(buf.data(), len, stop_, absl::Now() + options_.io_timeout,
-                         options_.io_timeout)
-               .ok()) {
-        return;
-      }
+      if (!sock.ReadFull(buf.data(), len, stop_, absl::Now() + io, io).ok()) return;
+      session.ReceivePart(std::string_view(buf.data(), len));
+      if (!ReadRecordTag(sock, session, stop_, io).ok()) return;
       const absl::Status verdict =
           DeliverKvChunk(sink_, *h, std::span<const char>(buf.data(), len));
-      if (!WriteAck(sock, *h, verdict, stop_, options_.io_timeout).ok()) return;
+      if (!WriteAck(sock, session, *h, verdict, stop_, io).ok()) return;
     }
   }
 
@@ -304,8 +338,10 @@ class TcpKvSender final : public KvSender {
     KvEndpoint address;
     std::thread writer;
     std::deque<KvOutgoingChunk> queue;  // guarded by mu_
-    // The open connection. sock and reader belong to the writer thread.
+    // The open connection. sock, session and reader belong to the writer thread; the reader
+    // thread uses the session's receiving side.
     std::unique_ptr<SecureSocket> sock;
+    std::unique_ptr<KvSession> session;
     std::thread reader;
     std::atomic<bool> reader_stop{false};
     bool broken = false;  // guarded by mu_: the reader saw the connection end
@@ -382,7 +418,16 @@ class TcpKvSender final : public KvSender {
     }
     char hdr[kKvFrameHeaderBytes];
     EncodeKvFrameHeader(h, hdr);
-    absl::Status s = ch->sock->WriteAll(hdr, item.payload, stop_, options_.io_timeout);
+    absl::Status s;
+    if (ch->session->sealed()) {
+      std::string head(hdr, sizeof(hdr));
+      head += ch->session->Tag(head);
+      const std::string tail = ch->session->Tag(item.payload);
+      s = ch->sock->WriteAll(head, item.payload, stop_, options_.io_timeout);
+      if (s.ok()) s = ch->sock->WriteAll(tail, {}, stop_, options_.io_timeout);
+    } else {
+      s = ch->sock->WriteAll(hdr, item.payload, stop_, options_.io_timeout);
+    }
     if (!s.ok()) {
       CloseConnection(ch, absl::UnavailableError(
                               absl::StrFormat("kv send to %s: %s", ch->endpoint, s.message())));
@@ -426,15 +471,17 @@ class TcpKvSender final : public KvSender {
     }
     SetNoDelay(fd);
     auto sock = std::make_unique<SecureSocket>(fd, options_.auth.tls, /*server=*/false);
-    if (absl::Status a = AuthenticateKvConnection(*sock, options_.auth, /*receiver=*/false, stop_,
-                                                  absl::Now() + options_.connect_timeout);
-        !a.ok()) {
-      return absl::UnavailableError(
-          absl::StrFormat("kv tcp: handshake with %s: %s", ch->endpoint, a.message()));
+    absl::StatusOr<std::unique_ptr<KvSession>> session = AuthenticateKvConnection(
+        *sock, options_.auth, /*receiver=*/false, stop_, absl::Now() + options_.connect_timeout);
+    if (!session.ok()) {
+      return absl::UnavailableError(absl::StrFormat("kv tcp: handshake with %s: %s", ch->endpoint,
+                                                    session.status().message()));
     }
     ch->sock = std::move(sock);
+    ch->session = *std::move(session);
     ch->reader_stop.store(false);
-    ch->reader = std::thread([this, ch, s = ch->sock.get()] { ReaderLoop(ch, *s); });
+    ch->reader = std::thread(
+        [this, ch, s = ch->sock.get(), seal = ch->session.get()] { ReaderLoop(ch, *s, *seal); });
     return absl::OkStatus();
   }
 
@@ -445,18 +492,20 @@ class TcpKvSender final : public KvSender {
     ch->sock->ShutdownBoth();
     ch->reader.join();
     ch->sock.reset();
+    ch->session.reset();
     absl::MutexLock lock(&mu_);
     FailInFlight(ch, why);
     ch->broken = false;
   }
 
-  void ReaderLoop(Channel* ch, SecureSocket& sock) {
+  void ReaderLoop(Channel* ch, SecureSocket& sock, KvSession& seal) {
     char hdr[kKvFrameHeaderBytes];
     std::string message;
     absl::Status why;
     for (;;) {
-      why = sock.ReadFull(hdr, sizeof(hdr), ch->reader_stop, absl::InfiniteFuture(),
-                          options_.io_timeout);
+      // An ACK is believed only with its seals: a relay in the middle cannot answer for the
+      // decode worker.
+      why = ReadSealedHeader(sock, seal, hdr, ch->reader_stop, options_.io_timeout);
       if (!why.ok()) break;
       absl::StatusOr<KvFrameHeader> h = DecodeKvFrameHeader(hdr, options_.max_frame_bytes);
       if (!h.ok()) {
@@ -470,6 +519,10 @@ class TcpKvSender final : public KvSender {
       message.resize(h->payload_length);
       why = sock.ReadFull(message.data(), message.size(), ch->reader_stop,
                           absl::Now() + options_.io_timeout, options_.io_timeout);
+      if (!why.ok()) break;
+      seal.BeginReceive();
+      seal.ReceivePart(message);
+      why = ReadRecordTag(sock, seal, ch->reader_stop, options_.io_timeout);
       if (!why.ok()) break;
       const absl::Status verdict = Crc32c(message) == h->payload_crc
                                        ? KvAckStatus(*h, message)

@@ -28,13 +28,23 @@ class GrpcNcclBootstrap {
 
   absl::StatusOr<NcclUniqueId> Call(const std::string& peer) {
     std::shared_ptr<v1::DecodeWorker::Stub> stub = StubFor(peer);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-    if (auth_) auth_->Attach(&ctx, internal_method::kNcclBootstrap, PeerRole::kPrefill);
     v1::NcclBootstrapRequest req;
     req.set_prefill_worker(prefill_worker_);
     v1::NcclBootstrapResponse resp;
-    if (grpc::Status s = stub->NcclBootstrap(&ctx, req, &resp); !s.ok()) {
+    auto prepare = [&](grpc::ClientContext* ctx) {
+      ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    };
+    auto call = [&](grpc::ClientContext* ctx) { return stub->NcclBootstrap(ctx, req, &resp); };
+    grpc::Status s;
+    if (auth_) {
+      s = auth_->Call(peer, internal_method::kNcclBootstrap, PeerRole::kPrefill, req, prepare,
+                      call);
+    } else {
+      grpc::ClientContext ctx;
+      prepare(&ctx);
+      s = call(&ctx);
+    }
+    if (!s.ok()) {
       return absl::Status(FromGrpc(s).code(),
                           absl::StrFormat("NcclBootstrap at %s: %s", peer, s.error_message()));
     }

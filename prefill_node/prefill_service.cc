@@ -6,7 +6,8 @@ namespace tandem {
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::PrefillRequest* req,
                                      v1::PrefillResponse* resp) {
-  if (grpc::Status s = auth_->Check(*ctx, internal_method::kPrefill, PeerRole::kRouter); !s.ok()) {
+  if (grpc::Status s = auth_->Check(ctx, internal_method::kPrefill, PeerRole::kRouter, req);
+      !s.ok()) {
     return s;
   }
   if (!req->has_kv_target() || req->kv_target().endpoint().empty()) {
@@ -33,7 +34,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
 
 grpc::Status PrefillService::Score(grpc::ServerContext* ctx, const v1::PrefillScoreRequest* req,
                                    v1::PrefillScoreResponse* resp) {
-  if (grpc::Status s = auth_->Check(*ctx, internal_method::kPrefillScore, PeerRole::kRouter);
+  if (grpc::Status s = auth_->Check(ctx, internal_method::kPrefillScore, PeerRole::kRouter, req);
       !s.ok()) {
     return s;
   }

@@ -116,6 +116,10 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
     if (s.min_tokens > 0)
       return Invalid("sampling.min_tokens", "cannot be combined with json_schema");
     if (req.ignore_eos()) return Invalid("ignore_eos", "cannot be combined with json_schema");
+    // The output always validates: a stop string would cut the value short and end as "stop".
+    if (req.stop_size() > 0) {
+      return Invalid("stop", "cannot be combined with json_schema (it would cut the value short)");
+    }
   }
   if (req.stop_size() > limits.max_stop_strings) {
     return Invalid("stop", absl::StrFormat("at most %d strings", limits.max_stop_strings));

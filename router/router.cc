@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "engine/kv/block_pool.h"
 #include "engine/sampling/stop.h"
+#include "router/request_id.h"
 #include "rpc/grpc_util.h"
 
 namespace tandem {
@@ -66,7 +67,7 @@ class RegistryAdaptor final : public v1::Registry::Service {
                             : req->role() == v1::WORKER_ROLE_DECODE
                                 ? RoleSet(PeerRole::kDecode)
                                 : PeerRole::kPrefill | PeerRole::kDecode;
-    if (grpc::Status s = Check(ctx, internal_method::kRegister, allowed, &identity); !s.ok()) {
+    if (grpc::Status s = Check(ctx, internal_method::kRegister, allowed, req, &identity); !s.ok()) {
       return s;
     }
     return r_->Register(req, identity, resp);
@@ -75,16 +76,17 @@ class RegistryAdaptor final : public v1::Registry::Service {
                          v1::HeartbeatResponse* resp) override {
     std::string identity;
     if (grpc::Status s = Check(ctx, internal_method::kHeartbeat,
-                               PeerRole::kPrefill | PeerRole::kDecode, &identity);
+                               PeerRole::kPrefill | PeerRole::kDecode, req, &identity);
         !s.ok()) {
       return s;
     }
     return r_->Heartbeat(req, identity, resp);
   }
-  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest*,
+  grpc::Status ListWorkers(grpc::ServerContext* ctx, const v1::ListWorkersRequest* req,
                            v1::ListWorkersResponse* resp) override {
-    if (grpc::Status s = Check(ctx, internal_method::kListWorkers,
-                               PeerRole::kRouter | PeerRole::kPrefill | PeerRole::kDecode, nullptr);
+    if (grpc::Status s =
+            Check(ctx, internal_method::kListWorkers,
+                  PeerRole::kRouter | PeerRole::kPrefill | PeerRole::kDecode, req, nullptr);
         !s.ok()) {
       return s;
     }
@@ -93,12 +95,12 @@ class RegistryAdaptor final : public v1::Registry::Service {
 
  private:
   grpc::Status Check(grpc::ServerContext* ctx, const char* method, RoleSet allowed,
-                     std::string* identity) {
+                     const google::protobuf::MessageLite* request, std::string* identity) {
     if (auth_ == nullptr) {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "the router has no cluster credentials");
     }
-    return auth_->Check(*ctx, method, allowed, identity);
+    return auth_->Check(ctx, method, allowed, request, identity);
   }
   Router* r_;
   InternalAuth* auth_;
@@ -331,8 +333,15 @@ std::optional<std::string> Router::AddressOf(const std::string& worker_id) {
   return w->address;
 }
 
-void Router::Prove(grpc::ClientContext* ctx, const char* method) const {
-  if (options_.internal_auth) options_.internal_auth->Attach(ctx, method, PeerRole::kRouter);
+void Router::Prove(grpc::ClientContext* ctx, const char* method, const std::string& address,
+                   const google::protobuf::MessageLite& request) const {
+  if (options_.internal_auth) {
+    options_.internal_auth->Attach(ctx, method, PeerRole::kRouter, address, request);
+  }
+}
+
+void Router::Learn(const std::string& address, const grpc::ClientContext& ctx) const {
+  if (options_.internal_auth) options_.internal_auth->LearnAudience(address, ctx);
 }
 
 grpc::Status Router::CheckKvTarget(const std::string& decode_id, const KvTarget& target) {
@@ -386,6 +395,15 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
   call.deadline = DeadlineOf(ctx);
   call.cancelled = [ctx] { return ctx->IsCancelled(); };
   call.write = [writer](const v1::GenerateResponse& r) { return writer->Write(r); };
+  // The caller's ids live in its key's namespace (any connection presenting it), else in its
+  // connection's.
+  const auto& md = ctx->client_metadata();
+  const auto auth = md.find("authorization");
+  const absl::string_view key =
+      options_.api_keys.enabled() && auth != md.end()
+          ? ApiKeys::BearerToken(absl::string_view(auth->second.data(), auth->second.size()))
+          : absl::string_view();
+  call.caller = CallerNamespace(std::string_view(key.data(), key.size()), ctx->peer());
   grpc::Status s = GenerateStream(*req, call);
   if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     // gRPC's retry pushback: a well-behaved client waits this long before trying again.
@@ -526,6 +544,9 @@ class GenerateTransaction {
   // Adds one token (and its logprobs, when asked for) to the pending response; true when the
   // request ends with it.
   bool AddToken(int token, const v1::TokenLogprobs* logprobs);
+  // OK unless the request is constrained and ended at EOS without a whole value (the model
+  // found no token to continue it): then it fails, never returning invalid output as "stop".
+  grpc::Status EndsWhole() const;
   void FinishResponse();
   // Sends the pending response and counts its tokens: the first one for TTFT, every later one
   // for the inter-token latency (a message of k tokens spreads its wait over the k).
@@ -546,7 +567,8 @@ class GenerateTransaction {
   State state_ = State::kAdmit;
   std::optional<GenerationRequest> greq_;
   int prompt_len_ = 0;
-  std::string request_id_;
+  std::string request_id_;  // scoped to the caller (router/request_id.h): logs, workers
+  std::string client_id_;   // what the client sees: its own id, or the one the router drew
   bool in_flight_ = false;
   std::optional<PhaseGauges> phase_;
   std::optional<CancelWatcher> watcher_;
@@ -598,9 +620,13 @@ grpc::Status GenerateTransaction::Begin() {
   auto parsed = ValidateGenerateRequest(req_, r_->config_, *r_->tokenizer_, r_->options_.limits);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   greq_ = std::move(*parsed);
+  // Structured output: its constraint, for EndsWhole.
+  if (absl::Status s = AttachConstraint(r_->constraints_.get(), &greq_->sampling); !s.ok()) {
+    return ToGrpc(s);
+  }
   prompt_len_ = static_cast<int>(greq_->prompt.size());
-  request_id_ = req_.request_id();
-  if (request_id_.empty()) request_id_ = absl::StrFormat("req-%d", r_->next_request_++);
+  request_id_ = ScopedRequestId(call_.caller, req_.request_id());
+  client_id_ = req_.request_id().empty() ? request_id_ : req_.request_id();
   {
     std::lock_guard<std::mutex> lock(r_->mu_);
     if (static_cast<int>(r_->in_flight_.size()) >= r_->options_.max_in_flight) {
@@ -611,7 +637,7 @@ grpc::Status GenerateTransaction::Begin() {
     }
     if (!r_->in_flight_.insert(request_id_).second) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          absl::StrFormat("request_id: \"%s\" is already in flight", request_id_));
+                          absl::StrFormat("request_id: \"%s\" is already in flight", client_id_));
     }
     in_flight_ = true;
   }
@@ -619,7 +645,7 @@ grpc::Status GenerateTransaction::Begin() {
   watcher_.emplace(r_->cancel_hub_.get(), call_.cancelled);
   detok_.emplace(r_->tokenizer_.get(), greq_->prompt);
   stop_.emplace(greq_->stop_strings);
-  resp_.set_request_id(request_id_);
+  resp_.set_request_id(client_id_);
   return grpc::Status::OK;
 }
 
@@ -768,11 +794,6 @@ grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, 
     *vanished = true;
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
   }
-  auto c = std::make_unique<grpc::ClientContext>();
-  c->set_deadline(absl::ToChronoTime(call_.deadline));
-  r_->Prove(c.get(), internal_method::kDecode);
-  watcher_->Watch(c.get());
-  auto stream = v1::DecodeWorker::NewStub(r_->ChannelFor(*address))->Decode(c.get());
   v1::DecodeClientMessage admit;
   v1::DecodeAdmit* m = admit.mutable_admit();
   m->set_request_id(request_id_);
@@ -782,6 +803,11 @@ grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, 
   m->set_ignore_eos(greq_->ignore_eos);
   m->set_disable_speculation(!greq_->speculative);
   m->set_output_tokens(static_cast<int>(generated_.size()));
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(absl::ToChronoTime(call_.deadline));
+  r_->Prove(c.get(), internal_method::kDecode, *address, admit);
+  watcher_->Watch(c.get());
+  auto stream = v1::DecodeWorker::NewStub(r_->ChannelFor(*address))->Decode(c.get());
   v1::DecodeServerMessage reply;
   grpc::Status refused;
   if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
@@ -802,6 +828,7 @@ grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, 
   }
   stream->WritesDone();
   grpc::Status s = stream->Finish();
+  r_->Learn(*address, *c);
   if (!refused.ok()) s = refused;
   watcher_->Unwatch(c.get());
   return s;
@@ -843,11 +870,12 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
   // is given up on and the request resumed elsewhere.
   p_ctx.set_deadline(
       absl::ToChronoTime(std::min(call_.deadline, absl::Now() + r_->options_.prefill_timeout)));
-  r_->Prove(&p_ctx, internal_method::kPrefill);
+  r_->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
   watcher_->Watch(&p_ctx);
   grpc::Status ps =
       v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address))->Prefill(&p_ctx, preq, &a.presp);
   watcher_->Unwatch(&p_ctx);
+  r_->Learn(*p_address, p_ctx);
   if (IsGone()) return ClientGone();
   if (!ps.ok()) {
     // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what it
@@ -855,6 +883,11 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
     // a dead decode worker is found at the next admission).
     if (WorkerFault(ps) || ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       Report(*prefill_id, &failed_prefill_);
+    } else if (ps.error_code() == grpc::StatusCode::ABORTED) {
+      // The KV did not land in this decode worker's lease (it refused it, or its KV endpoint
+      // did not answer as the decode worker it registered): the resumed attempt tries another
+      // first, without counting it against the worker.
+      failed_decode_.insert(a.decode_id);
     }
     return ps;
   }
@@ -885,6 +918,7 @@ grpc::Status GenerateTransaction::Stream(Attempt& a) {
     resp_.mutable_timings()->set_ttft_seconds(ttft_);
   }
   if (done_at_first) {
+    if (grpc::Status s = EndsWhole(); !s.ok()) return s;
     FinishResponse();
     if (!Write()) return ClientGone();
     return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
@@ -922,6 +956,7 @@ grpc::Status GenerateTransaction::Stream(Attempt& a) {
       ended = true;
     }
     if (ended) {
+      if (grpc::Status s = EndsWhole(); !s.ok()) return s;
       FinishResponse();
       if (!Write()) return ClientGone();
       return grpc::Status::OK;
@@ -1006,6 +1041,21 @@ bool GenerateTransaction::AddToken(int token, const v1::TokenLogprobs* logprobs)
   return finish_.has_value();
 }
 
+grpc::Status GenerateTransaction::EndsWhole() const {
+  const OutputConstraint* c = greq_->sampling.constraint.get();
+  if (c == nullptr || finish_ != FinishReason::kStop || generated_.empty()) {
+    return grpc::Status::OK;
+  }
+  const std::vector<int>& eos = r_->config_.eos_token_ids;
+  std::span<const int> text(generated_);
+  if (std::find(eos.begin(), eos.end(), text.back()) != eos.end())
+    text = text.first(text.size() - 1);
+  if (c->Completes(text)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INTERNAL,
+                      "sampling.json_schema: the model ended its output before the value was "
+                      "complete (no token of its vocabulary could continue it)");
+}
+
 void GenerateTransaction::FinishResponse() {
   if (*finish_ != FinishReason::kStop) {
     bool stopped = false;
@@ -1046,7 +1096,7 @@ bool GenerateTransaction::Write() {
 
 void GenerateTransaction::ClearResponse() {
   resp_.Clear();
-  resp_.set_request_id(request_id_);
+  resp_.set_request_id(client_id_);
 }
 
 grpc::Status GenerateTransaction::ClientGone() const {
@@ -1120,8 +1170,9 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
   v1::PrefillScoreResponse presp;
   grpc::ClientContext c;
   c.set_deadline(ctx->deadline());
-  Prove(&c, internal_method::kPrefillScore);
+  Prove(&c, internal_method::kPrefillScore, *address, preq);
   grpc::Status s = v1::PrefillWorker::NewStub(ChannelFor(*address))->Score(&c, preq, &presp);
+  Learn(*address, c);
   if (!s.ok()) return s;
   resp->mutable_token_ids()->Add(ids.begin(), ids.end());
   double nll = 0;
@@ -1217,6 +1268,9 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
     }
     registry_.SetKvSettings(req->worker_id(), req->kv_transport(), req->kv_dtype());
   }
+  // The router's calls to this worker prove themselves for this process alone.
+  if (options_.internal_auth)
+    options_.internal_auth->SetAudience(req->address(), req->instance_id());
   resp->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
   return grpc::Status::OK;
 }

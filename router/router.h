@@ -19,6 +19,7 @@
 
 #include "absl/time/time.h"
 #include "engine/loaders/model_config.h"
+#include "engine/sampling/output_constraint.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 #include "router/ingress.h"
@@ -73,6 +74,10 @@ struct StreamCall {
   std::function<bool()> cancelled;
   // Sends one message to the client; false when the client is gone.
   std::function<bool(const v1::GenerateResponse&)> write;
+  // The namespace of the ids this caller chooses (router/request_id.h CallerNamespace): a
+  // request_id is unique among the caller's requests in flight only, and never collides with
+  // another caller's. Empty: "local".
+  std::string caller;
 };
 
 class Router {
@@ -132,8 +137,11 @@ class Router {
   // Drops workers silent for longer than options_.registry.forget_after (and their channels).
   void ForgetSilentWorkersLocked(absl::Time now);
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
-  // Adds the cluster's proof to a call to a worker.
-  void Prove(grpc::ClientContext* ctx, const char* method) const;
+  // Adds the cluster's proof to a call of `method` to the worker at `address` over `request` (a
+  // stream's first message); Learn, after a call ends, keeps the worker's instance current.
+  void Prove(grpc::ClientContext* ctx, const char* method, const std::string& address,
+             const google::protobuf::MessageLite& request) const;
+  void Learn(const std::string& address, const grpc::ClientContext& ctx) const;
   // OK when `target` names the KV endpoint decode worker `decode_id` registered.
   grpc::Status CheckKvTarget(const std::string& decode_id, const KvTarget& target);
   std::optional<std::string> AddressOf(const std::string& worker_id);
@@ -146,6 +154,10 @@ class Router {
   std::unique_ptr<grpc::Service> generation_;
   std::unique_ptr<grpc::Service> registry_service_;
   std::unique_ptr<router_internal::CancelHub> cancel_hub_;
+  // Constrained requests' schemas for this vocabulary: a request that ends at EOS is checked to
+  // hold a whole value. Borrows tokenizer_ (initialized before it).
+  std::unique_ptr<OutputConstraints> constraints_ = std::make_unique<OutputConstraints>(
+      std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), tokenizer_.get()));
 
   std::mutex mu_;
   WorkerRegistry registry_;
@@ -153,7 +165,6 @@ class Router {
   std::set<std::string> in_flight_;
   std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
   int waiting_for_room_ = 0;
-  std::atomic<uint64_t> next_request_{1};
   std::atomic<bool> draining_{false};
 };
 

@@ -65,16 +65,20 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
   return keys;
 }
 
-bool ApiKeys::Allows(absl::string_view authorization) const {
-  if (keys_.empty()) return true;
+absl::string_view ApiKeys::BearerToken(absl::string_view authorization) {
   authorization = absl::StripAsciiWhitespace(authorization);
   constexpr absl::string_view kScheme = "bearer ";
   if (authorization.size() <= kScheme.size() ||
       !absl::StartsWithIgnoreCase(authorization, kScheme)) {
-    return false;
+    return {};
   }
-  const absl::string_view presented =
-      absl::StripLeadingAsciiWhitespace(authorization.substr(kScheme.size()));
+  return absl::StripLeadingAsciiWhitespace(authorization.substr(kScheme.size()));
+}
+
+bool ApiKeys::Allows(absl::string_view authorization) const {
+  if (keys_.empty()) return true;
+  const absl::string_view presented = BearerToken(authorization);
+  if (presented.empty()) return false;
   bool allowed = false;
   for (const std::string& k : keys_) allowed |= ConstantTimeEquals(presented, k);
   return allowed;

@@ -27,6 +27,9 @@ class ApiKeys {
   // True when auth is off, or `authorization` is "Bearer <key>" (scheme case-insensitive) for
   // a known key. The key comparison takes the same time wherever the first difference is.
   bool Allows(absl::string_view authorization) const;
+  // The key an `authorization` header value presents ("Bearer KEY", the scheme
+  // case-insensitive, surrounding whitespace ignored); empty when it presents none.
+  static absl::string_view BearerToken(absl::string_view authorization);
 
  private:
   std::vector<std::string> keys_;

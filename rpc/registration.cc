@@ -107,15 +107,13 @@ class RegistrationClient::Link {
     RequestStop();
     if (thread_.joinable()) thread_.join();
     if (!goodbye || !registered_) return;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
-    Prove(&ctx, internal_method::kHeartbeat);
     v1::HeartbeatRequest req;
     req.set_worker_id(owner_->base_.worker_id());
     *req.mutable_load() = ToProto(owner_->load_());
     req.set_serving(false);
     v1::HeartbeatResponse resp;
-    stub_->Heartbeat(&ctx, req, &resp);
+    Call(internal_method::kHeartbeat, req, std::chrono::milliseconds(500),
+         [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &resp); });
   }
 
   bool registered() const { return registered_; }
@@ -126,14 +124,14 @@ class RegistrationClient::Link {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       lock.unlock();
-      grpc::ClientContext ctx;
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+      const std::chrono::milliseconds deadline(2000);
       if (!registered_) {
-        Prove(&ctx, internal_method::kRegister);
         v1::RegisterRequest req = owner_->base_;
         *req.mutable_load() = ToProto(owner_->load_());
         v1::RegisterResponse resp;
-        grpc::Status s = stub_->Register(&ctx, req, &resp);
+        grpc::Status s =
+            Call(internal_method::kRegister, req, deadline,
+                 [&](grpc::ClientContext* ctx) { return stub_->Register(ctx, req, &resp); });
         if (s.ok()) {
           registered_ = true;
           interval_ms = resp.heartbeat_interval_ms() > 0 ? resp.heartbeat_interval_ms() : 500;
@@ -151,14 +149,15 @@ class RegistrationClient::Link {
                        s.error_message().c_str());
         }
       } else {
-        Prove(&ctx, internal_method::kHeartbeat);
         v1::HeartbeatRequest req;
         req.set_worker_id(owner_->base_.worker_id());
         *req.mutable_load() = ToProto(owner_->load_());
         req.set_serving(owner_->serving_());
         req.set_draining(owner_->draining_ && owner_->draining_());
         v1::HeartbeatResponse resp;
-        grpc::Status s = stub_->Heartbeat(&ctx, req, &resp);
+        grpc::Status s =
+            Call(internal_method::kHeartbeat, req, deadline,
+                 [&](grpc::ClientContext* ctx) { return stub_->Heartbeat(ctx, req, &resp); });
         if (!s.ok() || !resp.known()) {
           registered_ = false;
           std::fprintf(stderr, "[tandem-server] router at %s %s; registering again\n",
@@ -171,11 +170,22 @@ class RegistrationClient::Link {
     }
   }
 
-  void Prove(grpc::ClientContext* ctx, const char* method) const {
-    if (owner_->options_.auth == nullptr) return;
-    owner_->options_.auth->Attach(
-        ctx, method,
-        owner_->base_.role() == v1::WORKER_ROLE_PREFILL ? PeerRole::kPrefill : PeerRole::kDecode);
+  // One call to this router with the cluster's proof, made again at once when the router named
+  // an instance the proof did not (a router restarted, or the first call to it).
+  grpc::Status Call(const char* method, const google::protobuf::MessageLite& req,
+                    std::chrono::milliseconds timeout,
+                    const std::function<grpc::Status(grpc::ClientContext*)>& call) const {
+    auto prepare = [timeout](grpc::ClientContext* ctx) {
+      ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+    };
+    if (owner_->options_.auth == nullptr) {
+      grpc::ClientContext ctx;
+      prepare(&ctx);
+      return call(&ctx);
+    }
+    const PeerRole as =
+        owner_->base_.role() == v1::WORKER_ROLE_PREFILL ? PeerRole::kPrefill : PeerRole::kDecode;
+    return owner_->options_.auth->Call(address_, method, as, req, prepare, call);
   }
 
   const RegistrationClient* owner_;

@@ -1,10 +1,13 @@
 #include "security/cluster_secret.h"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -77,6 +80,58 @@ std::string ClusterSecret::Mac(std::string_view label, std::string_view message)
 bool ClusterSecret::Verify(std::string_view label, std::string_view message,
                            std::string_view mac) const {
   return ConstantTimeEquals(Mac(label, message), mac);
+}
+
+namespace {
+
+EVP_MAC_CTX* NewHmacContext(std::string_view key) {
+  static EVP_MAC* const hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  EVP_MAC_CTX* ctx = hmac == nullptr ? nullptr : EVP_MAC_CTX_new(hmac);
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
+  if (ctx == nullptr || EVP_MAC_init(ctx, reinterpret_cast<const unsigned char*>(key.data()),
+                                     key.size(), params) != 1) {
+    std::fprintf(stderr, "tandem: OpenSSL has no HMAC-SHA256\n");
+    std::abort();
+  }
+  return ctx;
+}
+
+}  // namespace
+
+HmacSha256::HmacSha256(std::string_view key)
+    : base_(NewHmacContext(key)), ctx_(EVP_MAC_CTX_dup(static_cast<EVP_MAC_CTX*>(base_))) {}
+
+HmacSha256::~HmacSha256() {
+  EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(ctx_));
+  EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(base_));
+}
+
+void HmacSha256::Reset() {
+  EVP_MAC_CTX_free(static_cast<EVP_MAC_CTX*>(ctx_));
+  ctx_ = EVP_MAC_CTX_dup(static_cast<EVP_MAC_CTX*>(base_));
+}
+
+void HmacSha256::Update(std::string_view bytes) {
+  EVP_MAC_update(static_cast<EVP_MAC_CTX*>(ctx_),
+                 reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size());
+}
+
+std::string HmacSha256::Final() {
+  std::string out(ClusterSecret::kMacBytes, '\0');
+  size_t len = 0;
+  EVP_MAC_final(static_cast<EVP_MAC_CTX*>(ctx_), reinterpret_cast<unsigned char*>(out.data()), &len,
+                out.size());
+  out.resize(len);
+  return out;
+}
+
+std::string Sha256(std::string_view bytes) {
+  std::string out(SHA256_DIGEST_LENGTH, '\0');
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+         reinterpret_cast<unsigned char*>(out.data()));
+  return out;
 }
 
 std::string RandomBytes(size_t n) {

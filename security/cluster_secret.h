@@ -34,12 +34,40 @@ class ClusterSecret {
   // Whether `mac` is Mac(label, message), in time independent of where they differ.
   bool Verify(std::string_view label, std::string_view message, std::string_view mac) const;
 
+  // A key for one purpose derived from the secret: HMAC-SHA256(secret, label, context), kMacBytes
+  // bytes. Session keys are derived this way, so the secret itself keys nothing on the wire.
+  std::string DeriveKey(std::string_view label, std::string_view context) const {
+    return Mac(label, context);
+  }
+
   const std::string& text() const { return key_; }
 
  private:
   explicit ClusterSecret(std::string key) : key_(std::move(key)) {}
   std::string key_;
 };
+
+// HMAC-SHA256 under any key, fed in pieces (a KV frame: its counter, header, payload).
+class HmacSha256 {
+ public:
+  explicit HmacSha256(std::string_view key);
+  ~HmacSha256();
+  HmacSha256(const HmacSha256&) = delete;
+  HmacSha256& operator=(const HmacSha256&) = delete;
+
+  // Starts a new MAC under the same key (what Update fed before is dropped).
+  void Reset();
+  void Update(std::string_view bytes);
+  // The MAC of everything fed since the last Reset (kMacBytes bytes); Reset before reuse.
+  std::string Final();
+
+ private:
+  void* base_;  // EVP_MAC_CTX keyed once
+  void* ctx_;   // the MAC in progress, a copy of base_
+};
+
+// SHA-256 of `bytes` (32 bytes).
+std::string Sha256(std::string_view bytes);
 
 // `n` bytes from the operating system's cryptographic random source.
 std::string RandomBytes(size_t n);

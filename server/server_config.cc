@@ -28,6 +28,9 @@ stdout when serving, and a router then "http HOST:PORT" (the OpenAI-compatible A
 SIGINT/SIGTERM drain and stop it (exit 0): NOT_SERVING at once, in-flight work finishes within
 --drain-timeout-ms.)";
 
+// The largest HTTP request: 16 MiB of body and 64 KiB of headers (HttpServerOptions).
+constexpr int64_t kMinHttpBufferedBytes = (int64_t{16} << 20) + (int64_t{64} << 10);
+
 absl::Status InRange(const char* flag, int64_t v, int64_t lo, int64_t hi) {
   if (v < lo || v > hi)
     return absl::InvalidArgumentError(absl::StrFormat("%s must be in [%d, %d]", flag, lo, hi));
@@ -112,6 +115,10 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
       ->group(g);
   app.add_option("--http-threads", c->http_threads, "HTTP worker threads")->group(g);
   app.add_option("--http-timeout-ms", c->http_timeout_ms, "HTTP request deadline (0: none)")
+      ->group(g);
+  app.add_option("--http-max-buffered-bytes", c->http_max_buffered_bytes,
+                 "Bytes of HTTP requests held in memory at once, over every connection (past "
+                 "it, 503 for the connection holding the most)")
       ->group(g);
   app.add_option("--chat-template", c->chat_template,
                  "A Jinja chat template (default: the model's)")
@@ -222,7 +229,9 @@ absl::Status RouterConfig::Validate() const {
                                    AtLeast("--max-resumes", max_resumes, 0),
                                    AtLeast("--prefill-timeout-ms", prefill_timeout_ms, 1),
                                    AtLeast("--ejection-ms", ejection_ms, 0),
-                                   AtLeast("--http-timeout-ms", http_timeout_ms, 0)});
+                                   AtLeast("--http-timeout-ms", http_timeout_ms, 0),
+                                   InRange("--http-max-buffered-bytes", http_max_buffered_bytes,
+                                           kMinHttpBufferedBytes, int64_t{1} << 40)});
       !s.ok()) {
     return s;
   }

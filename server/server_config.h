@@ -46,7 +46,8 @@ struct RouterConfig {
   int64_t ejection_ms = 5000;
   int64_t http_port = 0;
   int64_t http_threads = 64;
-  int64_t http_timeout_ms = 0;  // 0: no deadline
+  int64_t http_timeout_ms = 0;                           // 0: no deadline
+  int64_t http_max_buffered_bytes = int64_t{128} << 20;  // HttpServerOptions::max_buffered_bytes
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name
   bool http_metrics = false;

@@ -474,6 +474,7 @@ absl::Status TandemServer::Listen() {
     http_options.serve_metrics = rc.http_metrics;
     http_options.tls = {c_.common.tls_cert, c_.common.tls_key, c_.common.tls_ca};
     http_options.threads = static_cast<int>(std::min<int64_t>(rc.http_threads, 1 << 14));
+    http_options.max_buffered_bytes = static_cast<size_t>(rc.http_max_buffered_bytes);
     if (rc.http_timeout_ms > 0) {
       http_options.request_timeout = absl::Milliseconds(rc.http_timeout_ms);
     }
@@ -598,6 +599,7 @@ void TandemServer::RegisterWorker(v1::WorkerRole r, const char* suffix,
   req.set_kv_transport(kv_transport_);
   if (r == v1::WORKER_ROLE_DECODE) req.set_kv_endpoint(decode_->kv_endpoint());
   req.set_kv_dtype(std::string(DTypeName(kv_dtype_)));
+  req.set_instance_id(internal_auth_->instance_id());
   RegistrationOptions ro;
   ro.credentials = MakePeerChannelCredentials(tls_);
   ro.auth = internal_auth_;

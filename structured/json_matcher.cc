@@ -204,6 +204,8 @@ JsonMatcher::Step JsonMatcher::FeedValue(State& s, unsigned char c) {
 }
 
 JsonMatcher::Step JsonMatcher::Begin(State& s, const SchemaNode* node, unsigned char c) {
+  // A value whose smallest form nests deeper than the frames left could never be closed.
+  if (!Fits(node, static_cast<int>(&s - stack_))) return Step::kRejected;
   switch (node->kind) {
     case Kind::kAny: {
       const SchemaNode* concrete = AnyOf(c);
@@ -241,6 +243,18 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
   const SchemaNode& n = *s.node;
   const int declared = static_cast<int>(n.properties.size());
   // Closed objects: s.count is the first property that may still come, s.b the key matched.
+  // The keys that may come next: those up to the first required one, whose values fit above
+  // this frame (a required one always does: the object fit).
+  auto next_keys = [&] {
+    uint64_t keys = 0;
+    for (int j = s.count; j < declared; ++j) {
+      if (Fits(n.properties[j].value, depth_)) keys |= uint64_t{1} << j;
+      if (n.properties[j].required) break;
+    }
+    return keys;
+  };
+  // Open objects: a key (a string frame) and its value fit above this frame.
+  const bool open_fits = !n.closed && Fits(n.values, depth_);
   auto can_close = [&] {
     if (!n.closed) return true;
     for (int j = s.count; j < declared; ++j) {
@@ -250,15 +264,12 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
   };
   auto start_key = [&]() -> Step {
     if (!n.closed) {
+      if (!open_fits) return Step::kRejected;
       s.phase = kObjColon;
       ++s.count;
       return Push(NewFrame(nullptr, Frame::kString, kStrChar)) ? Step::kTaken : Step::kRejected;
     }
-    uint64_t keys = 0;
-    for (int j = s.count; j < declared; ++j) {
-      keys |= uint64_t{1} << j;
-      if (n.properties[j].required) break;
-    }
+    const uint64_t keys = next_keys();
     if (keys == 0) return Step::kRejected;
     s.keys = keys;
     s.a = 1;  // every key begins with its quote
@@ -305,7 +316,7 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
       return Push(NewFrame(value)) ? Step::kTaken : Step::kRejected;
     }
     case kObjAfter:
-      if (c == ',' && (!n.closed || s.count < declared)) {
+      if (c == ',' && (n.closed ? next_keys() != 0 : open_fits)) {
         s.phase = kObjNeedKey;
         return Step::kTaken;
       }
@@ -323,7 +334,9 @@ JsonMatcher::Step JsonMatcher::FeedArray(State& s, unsigned char c) {
   const SchemaNode& n = *s.node;
   if (Step w = Whitespace(s, c); w != Step::kEnded) return w;
   auto start_item = [&]() -> Step {
-    if (n.max_items == 0 || !CanStartWith(*n.items, c)) return Step::kRejected;
+    if (n.max_items == 0 || !CanStartWith(*n.items, c) || !Fits(n.items, depth_)) {
+      return Step::kRejected;
+    }
     ++s.count;
     s.phase = kArrAfter;
     if (!Push(NewFrame(n.items))) return Step::kRejected;

@@ -9,7 +9,8 @@
 // whitespace; object keys in the
 // schema's order, numbers of at most 15 integer digits, 15 fraction digits and 2 exponent digits,
 // strings of valid UTF-8 with no raw control characters and no \u escapes of surrogates, and values
-// nested at most kMaxDepth deep.
+// nested at most kMaxDepth deep. A value is begun only where its smallest form fits within
+// kMaxDepth (SchemaNode::min_depth): every text it accepts can still be completed.
 //
 // A matcher is a plain value (a fixed array of frames): copying one is cheap, which the token
 // mask (structured/token_mask.h) relies on.
@@ -25,7 +26,7 @@ namespace tandem::structured {
 
 class JsonMatcher {
  public:
-  static constexpr int kMaxDepth = 32;
+  static constexpr int kMaxDepth = JsonSchema::kMaxDepth;
   static constexpr int kMaxWhitespace = 24;
 
   // Expecting one value of `root` (which must outlive the matcher).
@@ -80,6 +81,10 @@ class JsonMatcher {
   // Replaces frame `s` (a kValue) by the value `node` begun with byte c.
   Step Begin(State& s, const SchemaNode* node, unsigned char c);
   bool Push(const State& s);
+  // Whether a value of `node` fits in frame `index` and the frames above it.
+  static bool Fits(const SchemaNode* node, int index) {
+    return index + node->min_depth <= kMaxDepth;
+  }
   bool LiteralComplete(const State& s) const;
   bool NumberComplete(const State& s) const;
 

@@ -1,6 +1,7 @@
 #include "structured/json_schema.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "structured/json_parse.h"
 
 namespace tandem::structured {
 
@@ -118,6 +120,18 @@ bool CanStartWith(const SchemaNode& node, unsigned char b) {
 }
 
 class SchemaCompiler {
+  // Schemas compiled inside an object or array (Typed's children): a $ref that comes back to a
+  // schema being compiled with no container in between has no value to begin with.
+  struct Inside {
+    explicit Inside(int* n) : n(n) { ++*n; }
+    ~Inside() { --*n; }
+    int* n;
+  };
+  struct Pending {
+    std::string ref;  // its target
+    int containers;   // containers_ when it began
+  };
+
  public:
   SchemaCompiler(const Json& doc, JsonSchema* out) : doc_(doc), out_(out) {}
 
@@ -224,6 +238,7 @@ class SchemaCompiler {
 
   absl::StatusOr<const SchemaNode*> Typed(const Json& s, const std::string& type,
                                           const std::string& path, int depth) {
+    Inside inside(&containers_);
     SchemaNode n;
     if (type == "object") {
       n.kind = Kind::kObject;
@@ -359,30 +374,50 @@ class SchemaCompiler {
     const std::string here = absl::StrCat(path, "/", key);
     if (!list.is_array() || list.empty()) return Invalid(here, "must be a non-empty list");
     std::vector<const SchemaNode*> alternatives;
+    bool deferred = false;  // an alternative is a $ref still being compiled
     for (size_t i = 0; i < list.size(); ++i) {
-      auto n = Compile(list[i], absl::StrCat(here, "/", i), depth + 1);
+      const std::string at = absl::StrCat(here, "/", i);
+      auto n = Compile(list[i], at, depth + 1);
       if (!n.ok()) return n.status();
-      if ((*n)->kind == Kind::kUnion) {
+      if (const Pending* p = Circular(*n)) {
+        return Invalid(at, absl::StrCat("refers back to \"", p->ref,
+                                        "\" before any value begins: a $ref cycle that never "
+                                        "reaches a schema"));
+      }
+      if (Unresolved(*n)) {
+        deferred = true;  // a $ref around this one, as in {"anyOf": [{"$ref": "#"}, null]}
+        alternatives.push_back(*n);
+      } else if ((*n)->kind == Kind::kUnion) {
         alternatives.insert(alternatives.end(), (*n)->alternatives.begin(),
                             (*n)->alternatives.end());
       } else {
         alternatives.push_back(*n);
       }
     }
+    if (alternatives.size() == 1) return alternatives[0];
+    SchemaNode u;
+    u.kind = Kind::kUnion;
+    u.alternatives = std::move(alternatives);
+    if (!deferred) {
+      if (absl::Status d = Distinct(u, here); !d.ok()) return d;
+    }
+    auto added = Add(std::move(u), path);
+    if (added.ok() && deferred) deferred_unions_.push_back({*added, here});
+    return added;
+  }
+
+  // The alternatives of a union begin with different bytes.
+  static absl::Status Distinct(const SchemaNode& u, const std::string& here) {
     for (int b = 0; b < 256; ++b) {
       int starts = 0;
-      for (const SchemaNode* a : alternatives) starts += CanStartWith(*a, b) ? 1 : 0;
+      for (const SchemaNode* a : u.alternatives) starts += CanStartWith(*a, b) ? 1 : 0;
       if (starts > 1) {
         return Invalid(here,
                        "alternatives must begin differently (one object, one array, one string, "
                        "one number, or literals with different first characters)");
       }
     }
-    if (alternatives.size() == 1) return alternatives[0];
-    SchemaNode u;
-    u.kind = Kind::kUnion;
-    u.alternatives = std::move(alternatives);
-    return Add(std::move(u), path);
+    return absl::OkStatus();
   }
 
   absl::StatusOr<const SchemaNode*> Ref(const Json& ref, const std::string& path, int depth) {
@@ -414,27 +449,198 @@ class SchemaCompiler {
     if (!placeholder.ok()) return placeholder.status();
     auto* node = const_cast<SchemaNode*>(*placeholder);
     refs_[r] = node;
+    ref_sites_[node] = {path, r};
+    pending_[node] = {r, containers_};
+    ref_chain_.push_back(r);
     auto compiled = Compile(*target, r.substr(1), depth + 1);
+    if (const Pending* p = compiled.ok() ? Circular(*compiled) : nullptr) {
+      // The target is a reference back to one being compiled (a -> b -> a), with no object or
+      // array in between: no value to begin with.
+      auto from = std::find(ref_chain_.begin(), ref_chain_.end(), p->ref);
+      std::vector<std::string> cycle(from, ref_chain_.end());
+      cycle.push_back(p->ref);
+      return Invalid(path, absl::StrCat("the $ref cycle \"", absl::StrJoin(cycle, "\" -> \""),
+                                        "\" never reaches a schema"));
+    }
+    ref_chain_.pop_back();
+    pending_.erase(node);
     if (!compiled.ok()) return compiled.status();
-    if (*compiled == node) return Invalid(path, "a reference that only refers to itself");
-    *node = **compiled;
+    if (Unresolved(*compiled)) {
+      // Another name for a schema around this one, not compiled yet: copied in Finish.
+      alias_of_[node] = *compiled;
+    } else {
+      *node = **compiled;
+    }
     return node;
+  }
+
+  // What `n` names: an alias's schema, followed.
+  const SchemaNode* Target(const SchemaNode* n) const {
+    for (auto it = alias_of_.find(n); it != alias_of_.end(); it = alias_of_.find(n)) {
+      n = it->second;
+    }
+    return n;
+  }
+  // A node whose contents are not known yet: a $ref being compiled, or an alias.
+  bool Unresolved(const SchemaNode* n) const {
+    return pending_.count(n) > 0 || alias_of_.count(n) > 0;
+  }
+  // The $ref being compiled that `n` names with no object or array since it began; null if none.
+  const Pending* Circular(const SchemaNode* n) const {
+    auto it = pending_.find(Target(n));
+    return it != pending_.end() && it->second.containers == containers_ ? &it->second : nullptr;
+  }
+
+ public:
+  // After the root compiled: the references to schemas that were still being compiled resolved,
+  // every node's min_depth, and the schemas no value can satisfy refused: a $ref cycle that
+  // never ends (every value would contain another), or a root whose smallest value needs more
+  // than `max_depth` levels.
+  absl::Status Finish(const SchemaNode* root, int max_depth) {
+    for (const auto& [alias, named] : alias_of_) {
+      *const_cast<SchemaNode*>(alias) = *Target(named);
+    }
+    for (const auto& [u, here] : deferred_unions_) {
+      if (absl::Status s = NoUnionCycle(u, here); !s.ok()) return s;
+      if (absl::Status s = Distinct(*u, here); !s.ok()) return s;
+    }
+    std::vector<SchemaNode*> nodes;
+    for (const auto& n : out_->nodes_) {
+      n->min_depth = 0;  // unknown
+      nodes.push_back(n.get());
+    }
+    // Level by level: a node gets depth h once its required parts are known below h (a union:
+    // once an alternative is known at h). A level that settles nothing ends the search: later
+    // levels would ask the same of the same nodes.
+    auto known = [](const SchemaNode* n, int below) {
+      return n->min_depth > 0 && n->min_depth < below;
+    };
+    for (int h = 1;; ++h) {
+      bool progress = false;
+      for (SchemaNode* n : nodes) {
+        if (n->min_depth > 0 || n->kind == Kind::kUnion) continue;
+        bool ready = true;
+        if (n->kind == Kind::kObject && n->closed) {
+          for (const SchemaNode::Property& p : n->properties) {
+            ready &= !p.required || known(p.value, h);
+          }
+        } else if (n->kind == Kind::kArray) {
+          ready = n->min_items == 0 || known(n->items, h);
+        }
+        if (ready) {
+          n->min_depth = h;
+          progress = true;
+        }
+      }
+      for (bool more = true; more;) {  // unions of unions settle within the level
+        more = false;
+        for (SchemaNode* n : nodes) {
+          if (n->min_depth > 0 || n->kind != Kind::kUnion) continue;
+          if (std::any_of(n->alternatives.begin(), n->alternatives.end(),
+                          [&](const SchemaNode* a) { return known(a, h + 1); })) {
+            n->min_depth = h;
+            more = progress = true;
+          }
+        }
+      }
+      if (!progress) break;
+    }
+    for (const SchemaNode* n : nodes) {
+      if (n->min_depth == 0) return EndlessCycle(root->min_depth == 0 ? root : n);
+    }
+    if (root->min_depth > max_depth) {
+      return Invalid("", absl::StrCat("the smallest value of this schema nests ", root->min_depth,
+                                      " levels deep; at most ", max_depth, " are supported"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // A union whose alternatives lead back to it through unions only: a value of it would begin
+  // with a value of itself.
+  absl::Status NoUnionCycle(const SchemaNode* u, const std::string& here) {
+    std::set<const SchemaNode*> done, path;
+    std::function<bool(const SchemaNode*)> cyclic = [&](const SchemaNode* n) {
+      if (path.count(n) > 0) return true;
+      if (!done.insert(n).second) return false;
+      path.insert(n);
+      for (const SchemaNode* a : n->alternatives) {
+        if (a->kind == Kind::kUnion && cyclic(a)) return true;
+      }
+      path.erase(n);
+      return false;
+    };
+    if (cyclic(u)) {
+      return Invalid(here,
+                     "an alternative refers back to this schema before any value begins: a $ref "
+                     "cycle that never reaches a schema");
+    }
+    return absl::OkStatus();
+  }
+
+  // The error for `start`, a node no finite value satisfies: follows its parts that cannot be
+  // left out to the cycle they run around, and names that cycle's $ref.
+  absl::Status EndlessCycle(const SchemaNode* start) {
+    std::vector<const SchemaNode*> walk;
+    const SchemaNode* n = start;
+    while (n != nullptr && std::find(walk.begin(), walk.end(), n) == walk.end()) {
+      walk.push_back(n);
+      const SchemaNode* next = nullptr;
+      if (n->kind == Kind::kObject) {
+        for (const SchemaNode::Property& p : n->properties) {
+          if (p.required && p.value->min_depth == 0) {
+            next = p.value;
+            break;
+          }
+        }
+      } else if (n->kind == Kind::kArray) {
+        next = n->items;
+      } else if (n->kind == Kind::kUnion) {
+        next = n->alternatives.front();
+      }
+      n = next;
+    }
+    for (auto it = std::find(walk.begin(), walk.end(), n); it != walk.end(); ++it) {
+      if (auto site = ref_sites_.find(*it); site != ref_sites_.end()) {
+        return Invalid(
+            site->second.first,
+            absl::StrCat("no finite value satisfies the $ref cycle through \"", site->second.second,
+                         "\": each of its values must contain another (through "
+                         "required properties or minItems >= 1) without end"));
+      }
+    }
+    return Invalid("", "no finite value satisfies the schema");
   }
 
   const Json& doc_;
   JsonSchema* out_;
   std::map<std::string, SchemaNode*> refs_;
+  // Each $ref's node: where the first reference to it is, and its target.
+  std::map<const SchemaNode*, std::pair<std::string, std::string>> ref_sites_;
+  // The $ref nodes whose targets are being compiled (placeholders still); the chain of those
+  // targets, outermost first; the containers being compiled around the current schema.
+  std::map<const SchemaNode*, Pending> pending_;
+  std::vector<std::string> ref_chain_;
+  int containers_ = 0;
+  // $ref nodes that name a schema still being compiled then (copied in Finish), and unions
+  // with such an alternative (checked in Finish).
+  std::map<const SchemaNode*, const SchemaNode*> alias_of_;
+  std::vector<std::pair<const SchemaNode*, std::string>> deferred_unions_;
 };
 
 absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::string_view schema_json,
                                                                       std::string_view prefix,
                                                                       std::string_view suffix) {
-  Json doc = Json::parse(schema_json, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return absl::InvalidArgumentError("the schema is not valid JSON");
+  absl::StatusOr<Json> parsed = ParseJson(schema_json);
+  if (!parsed.ok()) return absl::InvalidArgumentError("the schema is not valid JSON");
+  Json doc = *std::move(parsed);
   auto schema = std::make_shared<JsonSchema>();
   SchemaCompiler compiler(doc, schema.get());
   auto root = compiler.Compile(doc, "", 0);
   if (!root.ok()) return root.status();
+  // The suffix's frame waits under the value.
+  const int max_depth = kMaxDepth - (suffix.empty() ? 0 : 1);
+  if (absl::Status s = compiler.Finish(*root, max_depth); !s.ok()) return s;
   schema->root_ = *root;
   auto text = [&](std::string_view t) -> const SchemaNode* {
     if (t.empty()) return nullptr;

@@ -11,7 +11,7 @@
 //   items, minItems, maxItems, minLength, maxLength, enum, const
 //   anyOf, oneOf      alternatives that begin differently (an object and a string, say), which
 //                     the first byte of the value tells apart
-//   $ref              to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion allowed)
+//   $ref              to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion that can end)
 //   annotations       title, description, default, examples, format, $schema, $id, $comment,
 //                     deprecated, readOnly, writeOnly: accepted and not enforced (JSON Schema
 //                     treats `format` as an annotation by default)
@@ -42,6 +42,12 @@ enum class Kind {
 
 struct SchemaNode {
   Kind kind = Kind::kAny;
+  // The nesting levels (JsonMatcher frames) the smallest value of this node needs: 1 for a
+  // scalar, an empty container or a string; one more than its deepest required part for an
+  // object with required properties or an array with minItems >= 1; the least of the
+  // alternatives for a union. JsonMatcher enters a value only where it fits within kMaxDepth, so
+  // a value it begins can always be closed.
+  int min_depth = 1;
 
   // kObject. With `closed`, exactly the declared properties may appear, in their order; without,
   // any keys, each value matching `values`.
@@ -77,7 +83,11 @@ class JsonSchema {
  public:
   // A JSON Schema as JSON text. INVALID_ARGUMENT naming the keyword and its JSON pointer for
   // anything not supported (see above), for malformed JSON, and for limits: at most kMaxNodes
-  // schema nodes, 64 properties per object, 256 enum values.
+  // schema nodes, 64 properties per object, 256 enum values. Also refused, naming the $ref:
+  // a schema no finite value satisfies (a $ref cycle through required structure, such as
+  // `"items": {"$ref": "#"}, "minItems": 1`, anywhere in the schema), a $ref cycle that never
+  // reaches a schema (a -> b -> a), and a schema whose smallest value nests deeper than
+  // kMaxDepth. A cycle that can end (an optional property, an array that may be empty) is fine.
   // With `prefix` or `suffix`, the text is prefix, the value, suffix (a tool call's tags around
   // its JSON, say).
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Compile(std::string_view schema_json,
@@ -92,6 +102,8 @@ class JsonSchema {
   const SchemaNode* suffix() const { return suffix_; }
 
   static constexpr int kMaxNodes = 4096;
+  // Nesting levels a value may have (JsonMatcher's stack, the suffix's frame included).
+  static constexpr int kMaxDepth = 32;
 
  private:
   friend class SchemaCompiler;

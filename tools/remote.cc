@@ -102,11 +102,12 @@ bool WaitForWorkers(const std::string& router_internal, int n, const InternalAut
   auto stub = v1::Registry::NewStub(grpc::CreateChannel(router_internal, credentials));
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < give_up) {
-    grpc::ClientContext ctx;
-    auth.Attach(&ctx, internal_method::kListWorkers, PeerRole::kRouter);
+    const v1::ListWorkersRequest req;
     v1::ListWorkersResponse resp;
     int healthy = 0;
-    if (stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+    if (auth.Call(router_internal, internal_method::kListWorkers, PeerRole::kRouter, req, nullptr,
+                  [&](grpc::ClientContext* ctx) { return stub->ListWorkers(ctx, req, &resp); })
+            .ok()) {
       for (const auto& w : resp.workers()) healthy += w.healthy();
     }
     if (healthy >= n) return true;

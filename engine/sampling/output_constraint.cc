@@ -37,6 +37,14 @@ void OutputConstraint::Mask(std::span<const int> output, std::span<const int> eo
   }
 }
 
+bool OutputConstraint::Completes(std::span<const int> output) const {
+  structured::JsonMatcher matcher(*schema_);
+  for (int id : output) {
+    if (!mask_->Advance(&matcher, id)) return false;
+  }
+  return matcher.Complete();
+}
+
 OutputConstraints::OutputConstraints(std::shared_ptr<const Tokenizer> tokenizer)
     : tokenizer_(std::move(tokenizer)) {}
 

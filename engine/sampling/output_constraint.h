@@ -42,6 +42,9 @@ class OutputConstraint {
   // they stay.
   void Mask(std::span<const int> output, std::span<const int> eos_ids,
             std::span<float> logits) const;
+  // Whether `output` (generated tokens, without the EOS that ended them) is the whole text the
+  // schema asks for: its prefix, one complete value, its suffix.
+  bool Completes(std::span<const int> output) const;
 
   const structured::JsonSchema& schema() const { return *schema_; }
 

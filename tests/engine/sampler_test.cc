@@ -4,6 +4,13 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/sampling/output_constraint.h"
+#include "structured/json_schema.h"
+#include "structured/token_mask.h"
 
 namespace tandem {
 namespace {
@@ -293,6 +300,24 @@ TEST(LogitProcessorTest, ValidateNamesTheField) {
   EXPECT_NE(
       error([](SamplingParams& p) { p.logit_bias.resize(kMaxLogitBias + 1); }).find("logit_bias"),
       std::string::npos);
+}
+
+// The router's check of a constrained output ended at EOS (OutputConstraint::Completes): true
+// only for the prefix, one whole value and the suffix.
+TEST(OutputConstraintTest, CompletesOnlyWithAWholeValue) {
+  const std::vector<std::string> vocab = {"<", ">", "{", "}", "\"a\"", ":", "1", ",", " ", ""};
+  auto mask = std::make_shared<structured::TokenMask>(vocab);
+  auto schema = structured::JsonSchema::Compile(
+      R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})", "<",
+      ">");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const OutputConstraint c(*schema, mask);
+  EXPECT_TRUE(c.Completes(std::vector<int>{0, 2, 4, 5, 6, 3, 1}));  // <{"a":1}>
+  EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 4, 5, 6, 3}));    // no suffix
+  EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 4, 5}));          // cut mid-value
+  EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 3, 1}));          // "a" is required
+  EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 4, 5, 6, 3, 1, 1}));
+  EXPECT_FALSE(c.Completes(std::vector<int>{9}));  // a token with no bytes
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The HTTP/1.1 parser (pure: every framing rule and limit, and any split of the bytes) and the
-// listener with hostile clients: slow headers, idle floods, oversized announcements. Every
-// listener test ends with no connection left open.
+// The HTTP/1.1 parser (pure: every framing rule and limit, and any split of the bytes), the
+// JSON body limits, and the listener with hostile clients: slow headers, idle floods, oversized
+// announcements, refused heads, bodies past the budget of buffered bytes. Every listener test
+// ends with no connection left open.
 #include "http/http_listener.h"
 
 #include <arpa/inet.h>
@@ -12,6 +13,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "http/http_parser.h"
+#include "http/json_limits.h"
 
 namespace tandem {
 namespace {
@@ -163,6 +167,127 @@ TEST(HttpParserTest, ExpectContinueIsAskedOnceWhenABodyFollows) {
   p.Feed("ok");
   EXPECT_EQ(p.state(), State::kDone);
   EXPECT_FALSE(Parsed("GET / HTTP/1.1\r\nExpect: 100-continue\r\n\r\n").WantsContinue());
+}
+
+// Paused after its head (as the listener runs it), the parser keeps no byte of the body until
+// the head is accepted, then reads on as if it had never stopped, however the bytes are split.
+TEST(HttpParserTest, PausedHeadKeepsNoBodyUntilAccepted) {
+  const std::string req =
+      "POST /v1/x HTTP/1.1\r\nAuthorization: Bearer k\r\nExpect: 100-continue\r\n"
+      "Content-Length: 5\r\n\r\nhello";
+  HttpRequestParser p({}, /*pause_after_head=*/true);
+  EXPECT_EQ(p.Feed(req), req.size() - 5);
+  ASSERT_TRUE(p.HeadPending());
+  EXPECT_EQ(p.state(), State::kBody);
+  EXPECT_EQ(p.head().path, "/v1/x");
+  EXPECT_EQ(p.head().Header("authorization"), "Bearer k");
+  EXPECT_FALSE(p.WantsContinue());  // not before the server has decided
+  EXPECT_EQ(p.Feed("hello"), 0u);
+  EXPECT_TRUE(p.head().body.empty());
+  p.AcceptHead();
+  EXPECT_TRUE(p.WantsContinue());
+  EXPECT_EQ(p.Feed("hello"), 5u);
+  ASSERT_EQ(p.state(), State::kDone);
+  EXPECT_EQ(p.TakeRequest().body, "hello");
+  // Without a body the request is whole once accepted.
+  p.Feed("GET /health HTTP/1.1\r\n\r\n");
+  EXPECT_TRUE(p.HeadPending());
+  EXPECT_EQ(p.state(), State::kBody);
+  p.AcceptHead();
+  EXPECT_EQ(p.state(), State::kDone);
+  p.TakeRequest();
+
+  std::mt19937 rng(11);
+  const std::string two =
+      "POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+  for (int trial = 0; trial < 100; ++trial) {
+    HttpRequestParser q({}, /*pause_after_head=*/true);
+    size_t at = 0;
+    int heads = 0;
+    while (q.state() != State::kDone && q.state() != State::kError) {
+      if (q.HeadPending()) {
+        ++heads;
+        q.AcceptHead();
+        continue;
+      }
+      ASSERT_LT(at, two.size());
+      at += q.Feed(
+          std::string_view(two).substr(at, std::min<size_t>(two.size() - at, 1 + rng() % 9)));
+    }
+    ASSERT_EQ(q.state(), State::kDone);
+    EXPECT_EQ(heads, 1);
+    EXPECT_EQ(q.TakeRequest().body, "abc");
+  }
+}
+
+// A length announced costs nothing until its bytes come: the body's buffer starts small and
+// grows with them, and the parser's count of bytes held follows.
+TEST(HttpParserTest, BufferedBytesFollowWhatArrived) {
+  HttpRequestParser p;
+  p.Feed("POST / HTTP/1.1\r\nContent-Length: 16000000\r\n\r\n");
+  ASSERT_EQ(p.state(), State::kBody);
+  EXPECT_LT(p.buffered_bytes(), size_t{64} << 10);
+  p.Feed(std::string(1 << 20, 'x'));
+  EXPECT_GE(p.buffered_bytes(), size_t{1} << 20);
+  EXPECT_LE(p.buffered_bytes(), size_t{3} << 20);
+}
+
+// ---- JSON body limits ---------------------------------------------------------------------
+
+// An object of `keys` keys "0": 1, "1": 1, ...
+std::string ObjectOfKeys(size_t keys) {
+  std::string out = "{";
+  for (size_t i = 0; i < keys; ++i) absl::StrAppend(&out, i ? ", " : "", "\"", i, "\": 1");
+  return out + "}";
+}
+
+TEST(JsonLimitsTest, KeysPerObjectAreBoundedAndTheObjectNamed) {
+  EXPECT_TRUE(
+      CheckJsonLimits(absl::StrCat(R"({"logit_bias": )", ObjectOfKeys(kMaxJsonObjectKeys), "}"))
+          .ok());
+  absl::Status s = CheckJsonLimits(
+      absl::StrCat(R"({"prompt": "a", "logit_bias": )", ObjectOfKeys(kMaxJsonObjectKeys + 1), "}"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "logit_bias: a JSON object with more than 4096 keys");
+  s = CheckJsonLimits(ObjectOfKeys(kMaxJsonObjectKeys + 1));
+  EXPECT_EQ(s.message(), "the request body: a JSON object with more than 4096 keys");
+  s = CheckJsonLimits(absl::StrCat(
+      R"({"tools": [{"type": "function"}, {"function": {"parameters": {"properties": )",
+      ObjectOfKeys(kMaxJsonObjectKeys + 1), "}}}]}"));
+  EXPECT_EQ(s.message(),
+            "tools[1].function.parameters.properties: a JSON object with more than 4096 keys");
+  // Strings that look like JSON are not JSON; keys of sibling objects are counted apart.
+  JsonLimits three;
+  three.max_object_keys = 3;
+  const std::string siblings = R"({"a": "{\"x\": 1, \"y\": 2, \"z\": 3, \"w\": 4}",
+      "b": {"c": 1, "d": 2, "e": 3}, "f": [{"g": 1, "h": 2, "i": 3}]})";
+  EXPECT_TRUE(CheckJsonLimits(siblings, three).ok());
+}
+
+TEST(JsonLimitsTest, ValuesAreBoundedAndWhereTheLimitWasPassedNamed) {
+  JsonLimits five;
+  five.max_values = 5;
+  // Every object, array, string, number, true, false and null is a value; keys are not.
+  EXPECT_TRUE(CheckJsonLimits(R"([1, "two", true, null])", five).ok());
+  EXPECT_TRUE(CheckJsonLimits(R"({"a": 1, "b": 2, "c": [false]})", five).ok());
+  absl::Status s = CheckJsonLimits(R"({"prompt": [1, 2, 3, 4, 5]})", five);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "prompt[3]: more than 5 JSON values in the request body");
+  // The default: a million values.
+  std::string prompt = R"({"prompt": [)";
+  for (size_t i = 0; i + 2 < kMaxJsonValues; ++i) prompt += i ? ",0" : "0";
+  EXPECT_TRUE(CheckJsonLimits(prompt + "]}").ok());
+  s = CheckJsonLimits(prompt + ",0,0]}");
+  EXPECT_EQ(s.message(), "prompt[1048574]: more than 1048576 JSON values in the request body");
+}
+
+TEST(JsonLimitsTest, DepthAndNumbersAreStillChecked) {
+  EXPECT_EQ(CheckJsonLimits(R"({"a": [[[1]]]})", JsonLimits{.max_depth = 3}).message(),
+            "a[0][0]: JSON nested deeper than 3 levels");
+  EXPECT_EQ(CheckJsonLimits(R"({"t": 1e400})").message(), "t: the number 1e400 is out of range");
+  EXPECT_EQ(CheckJsonLimits(absl::StrCat(R"({"t": )", std::string(320, '9'), "}")).message(),
+            absl::StrCat("t: the number ", std::string(32, '9'), " is out of range"));
+  EXPECT_TRUE(CheckJsonLimits(R"({"t": 1e300, "u": -0.5e-400, "v": 12345678901234567890})").ok());
 }
 
 // ---- the listener -------------------------------------------------------------------------
@@ -366,6 +491,116 @@ TEST_F(HttpListenerTest, ConnectionFloodIsCappedAndRequestsStillGetIn) {
             std::string::npos);
   for (int fd : idle) ::close(fd);
   for (int fd : more) ::close(fd);
+}
+
+// Polls until `pred` holds (true) or `timeout_ms` passes (false).
+bool WaitUntil(const std::function<bool()>& pred, int timeout_ms = 5000) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+// A head the server refuses (check_head: the router's API key) is answered before any byte of
+// the body is kept, and the connection closed without reading the rest: clients announcing 8 MB
+// without a key hold nothing while they send.
+TEST_F(HttpListenerTest, RefusedHeadsAreAnsweredBeforeTheBodyIsRead) {
+  HttpListenerOptions o;
+  o.check_head = [](const HttpRequest& head) -> std::optional<HttpRefusal> {
+    if (head.Header("authorization") == "Bearer good") return std::nullopt;
+    return HttpRefusal{401, R"({"error": "no key"})", {{"WWW-Authenticate", "Bearer"}}};
+  };
+  Start(o);
+  const std::string part(1 << 20, 'x');
+  size_t peak = 0;
+  for (int i = 0; i < 10; ++i) {
+    const int fd = Connect(port_);
+    ASSERT_GE(fd, 0);
+    const std::string head = "POST /up HTTP/1.1\r\nContent-Length: 8000000\r\n\r\n";
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    ::send(fd, part.data(), part.size(), MSG_NOSIGNAL);  // fails once the server has closed
+    peak = std::max(peak, listener_->buffered_bytes());
+    const std::string got = ReadAll(fd);
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 401 Unauthorized\r\n", 0), 0u) << got.substr(0, 200);
+    EXPECT_NE(got.find("WWW-Authenticate: Bearer\r\n"), std::string::npos) << got;
+    EXPECT_NE(got.find("Connection: close\r\n"), std::string::npos) << got;
+  }
+  EXPECT_LT(peak, size_t{64} << 10);
+  EXPECT_EQ(handled_.load(), 0);
+  // With the key the same request is read and handled.
+  const std::string ok =
+      Exchange(port_,
+               "POST /up HTTP/1.1\r\nAuthorization: Bearer good\r\nContent-Length: 2\r\n"
+               "Connection: close\r\n\r\nhi");
+  EXPECT_NE(ok.find("POST /up hi"), std::string::npos) << ok;
+  EXPECT_EQ(handled_.load(), 1);
+}
+
+// Bytes of requests held over every connection stay within max_buffered_bytes. A connection
+// growing past it makes room by refusing the reading connection that holds the most (503 with
+// Retry-After), or is refused itself when it holds the most; small requests keep being served,
+// and once the clients are gone nothing is held.
+TEST_F(HttpListenerTest, BufferedBytesStayWithinTheBudgetLargestFirst) {
+  HttpListenerOptions o;
+  o.limits.max_body_bytes = 1 << 20;
+  o.max_buffered_bytes = 2 << 20;
+  Start(o);
+  const std::string head = "POST /big HTTP/1.1\r\nContent-Length: 1048576\r\n\r\n";
+  auto send_part = [&](size_t bytes) {
+    const int fd = Connect(port_);
+    const std::string part(bytes, 'x');
+    ::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+    ::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
+    return fd;
+  };
+  // A holds a 1 MiB buffer, B half of one.
+  const int a = send_part(1000000);
+  ASSERT_TRUE(WaitUntil([&] { return listener_->buffered_bytes() >= 1000000; }));
+  const int b = send_part(500000);
+  ASSERT_TRUE(WaitUntil([&] { return listener_->buffered_bytes() >= 1500000; }));
+  size_t peak = listener_->buffered_bytes();
+  // C's buffer grows to half a MiB too: past 2 MiB, so A, holding the most, is refused.
+  const int c = send_part(400000);
+  const std::string got_a = ReadAll(a, 5000);
+  EXPECT_EQ(got_a.rfind("HTTP/1.1 503 Service Unavailable\r\n", 0), 0u) << got_a.substr(0, 300);
+  EXPECT_NE(got_a.find("Retry-After: 1\r\n"), std::string::npos) << got_a;
+  EXPECT_NE(got_a.find("2097152 bytes of requests"), std::string::npos) << got_a;
+  ASSERT_TRUE(WaitUntil([&] { return listener_->buffered_bytes() >= 900000; }));
+  peak = std::max(peak, listener_->buffered_bytes());
+  // D grows to a whole MiB: it would hold the most, so it is refused itself.
+  const int d = send_part(1000000);
+  const std::string got_d = ReadAll(d, 5000);
+  EXPECT_EQ(got_d.rfind("HTTP/1.1 503", 0), 0u) << got_d.substr(0, 300);
+  peak = std::max(peak, listener_->buffered_bytes());
+  EXPECT_LE(peak, o.max_buffered_bytes);
+  // B and C still wait for the rest of their bodies; a small request is served meanwhile.
+  for (int fd : {b, c}) {
+    pollfd p{fd, POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, 0), 0) << "a connection under the budget was answered";
+  }
+  EXPECT_NE(
+      Exchange(port_, "POST /small HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi",
+               "127.0.0.2")
+          .find("POST /small hi"),
+      std::string::npos);
+  for (int fd : {a, b, c, d}) ::close(fd);
+  EXPECT_TRUE(WaitUntil([&] { return listener_->buffered_bytes() == 0; }))
+      << listener_->buffered_bytes();
+  EXPECT_EQ(handled_.load(), 1);
+}
+
+// The budget must hold the largest request.
+TEST(HttpListenerOptionsTest, BudgetSmallerThanTheLargestRequestIsRefused) {
+  HttpListenerOptions o;
+  o.max_buffered_bytes = o.limits.max_body_bytes;
+  auto l = HttpListener::Start(
+      o, [](const HttpRequest&, HttpResponseWriter&) {},
+      [](int, const std::string&) { return std::string(); });
+  ASSERT_FALSE(l.ok());
+  EXPECT_NE(l.status().message().find("max buffered bytes"), std::string::npos) << l.status();
 }
 
 }  // namespace

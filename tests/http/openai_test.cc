@@ -257,7 +257,27 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
        R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
            "tools": [{"type": "function", "function": {"name": "f", "parameters":
            {"type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}]})",
-       400, "tool_choice"},
+       400, "tools[0].function.parameters"},
+      // A forced call whose parameters no finite value satisfies, or whose references go round
+      // without a schema: named by the tool's index.
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}],
+           "tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [
+           {"type": "function", "function": {"name": "f"}},
+           {"type": "function", "function": {"name": "g", "parameters": {"type": "object",
+           "properties": {"x": {"$ref": "#/$defs/t"}}, "required": ["x"], "$defs": {"t":
+           {"type": "array", "items": {"$ref": "#/$defs/t"}, "minItems": 1}}}}}]})",
+       400, "tools[1].function.parameters"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f", "parameters":
+           {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {
+           "a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}}}]})",
+       400, "tools[0].function.parameters"},
+      // functions is the legacy chat API; completions never had it.
+      {kC, R"({"prompt": "a", "functions": [{"name": "f"}]})", 400, "functions"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "functions": [{"name": "f"}]})",
+       400, "functions"},
       {kChat,
        R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
            "response_format": {"type": "json_object"},
@@ -297,6 +317,39 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       EXPECT_EQ(body["error"]["param"], c.param);
     }
   }
+}
+
+// Bodies over the JSON limits are 400 naming the object or the place (http/json_limits.h), and
+// large objects within them parse in linear time: 4096 keys in each of many objects, the chat
+// template given every one of them, costs no more than their bytes.
+TEST_F(OpenAiTest, JsonLimitsAreNamedAndLargeObjectsParseLinearly) {
+  auto keys = [](int n) {
+    std::string out = "{";
+    for (int i = 0; i < n; ++i) absl::StrAppend(&out, i ? ", " : "", "\"", i, "\": 1");
+    return out + "}";
+  };
+  absl::StatusOr<Request> r = Parse(
+      Endpoint::kCompletions, absl::StrCat(R"({"prompt": "a", "logit_bias": )", keys(5000), "}"));
+  ASSERT_FALSE(r.ok());
+  ApiError e = ToApiError(r.status(), nullptr);
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.param, "logit_bias");
+  EXPECT_EQ(e.message, "logit_bias: a JSON object with more than 4096 keys");
+  // Within the limits: 64 messages of 4096 keys each reach the template (as dicts, linearly).
+  std::string messages = "[";
+  for (int i = 0; i < 64; ++i) {
+    std::string m = keys(4094);
+    m.pop_back();
+    absl::StrAppend(&messages, i ? ", " : "", m, R"(, "role": "user", "content": "hi"})");
+  }
+  r = Parse(Endpoint::kChatCompletions, absl::StrCat(R"({"messages": )", messages, "]}"));
+  EXPECT_TRUE(r.ok()) << r.status();
+  // A client gone while its body is parsed: the parse stops, CANCELLED.
+  std::string prompt = R"({"prompt": [)";
+  for (int i = 0; i < 100000; ++i) absl::StrAppend(&prompt, i ? ",1" : "1");
+  int polls = 0;
+  r = ParseRequest(Endpoint::kCompletions, prompt + "]}", model_, 99, [&] { return ++polls > 1; });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
 }
 
 // Range checks belong to the router's ingress; its field names come back as OpenAI's.

@@ -21,6 +21,7 @@
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/wire.h"
+#include "tests/kv_transfer/kv_relay.h"
 #include "tests/kv_transfer/kv_test_util.h"
 
 namespace tandem {
@@ -461,10 +462,11 @@ TEST(TcpTransportTest, NobodyListeningIsUnavailable) {
   EXPECT_EQ(sender->num_targets(), 0u);
 }
 
-// Writes raw bytes to a receiver and returns what comes back until it closes. With
+// Writes raw frames to a receiver and returns what comes back until it closes. With
 // `authenticate`, the connection first proves the test secret (a hostile member of the
-// cluster, or a prefill worker with a bug).
-std::string RawExchange(const std::string& endpoint, const std::string& bytes,
+// cluster, or a prefill worker with a bug), each frame is sealed, and the answers come back
+// with their seals checked and removed ("SEAL MISMATCH" where one fails).
+std::string RawExchange(const std::string& endpoint, const std::vector<std::string>& frames,
                         bool authenticate = true) {
   const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -476,25 +478,53 @@ std::string RawExchange(const std::string& endpoint, const std::string& bytes,
     close(fd);
     return "connect failed";
   }
+  std::unique_ptr<KvSession> session = std::make_unique<KvSession>();
   if (authenticate) {
     SecureSocket sock(dup(fd), nullptr, /*server=*/false);
     std::atomic<bool> stop{false};
     KvAuth auth;
     auth.secret = TestSecret();
-    if (!AuthenticateKvConnection(sock, auth, /*receiver=*/false, stop, Soon()).ok()) {
+    absl::StatusOr<std::unique_ptr<KvSession>> s =
+        AuthenticateKvConnection(sock, auth, /*receiver=*/false, stop, Soon());
+    if (!s.ok()) {
       close(fd);
       return "handshake failed";
     }
+    session = *std::move(s);
     // SecureSocket made the descriptor non-blocking; the reads below block.
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   }
+  std::string bytes;
+  for (const std::string& f : frames) bytes += SealKvFrame(*session, f);
   send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
   shutdown(fd, SHUT_WR);
   std::string got;
   char buf[4096];
   for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) got.append(buf, n);
   close(fd);
-  return got;
+  if (!session->sealed()) return got;
+  // header | tag | payload | tag, each record's seal checked.
+  std::string opened;
+  const std::string_view in(got);
+  constexpr size_t kHead = kKvFrameHeaderBytes, kTag = kKvFrameTagBytes;
+  for (size_t at = 0; at < in.size();) {
+    if (at + kHead + kTag > in.size()) return opened + "TRUNCATED";
+    if (!session->Open(in.substr(at, kHead), in.substr(at + kHead, kTag))) {
+      return opened + "SEAL MISMATCH";
+    }
+    absl::StatusOr<KvFrameHeader> a = DecodeKvFrameHeader(in.substr(at, kHead));
+    if (!a.ok()) return opened + "UNPARSEABLE";
+    const size_t len = a->payload_length;
+    if (at + kHead + kTag + len + kTag > in.size()) return opened + "TRUNCATED";
+    if (!session->Open(in.substr(at + kHead + kTag, len),
+                       in.substr(at + kHead + kTag + len, kTag))) {
+      return opened + "SEAL MISMATCH";
+    }
+    opened.append(in.substr(at, kHead));
+    opened.append(in.substr(at + kHead + kTag, len));
+    at += kHead + kTag + len + kTag;
+  }
+  return opened;
 }
 
 TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
@@ -505,9 +535,9 @@ TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   std::unique_ptr<KvReceiver> receiver = *MakeKvReceiver("tcp", "127.0.0.1:0", &sink, options);
 
   // Garbage instead of a handshake: the receiver's hello (40 bytes) is all that comes back.
-  EXPECT_EQ(RawExchange(receiver->endpoint(), std::string(500, 'z'), false).size(), 40u);
+  EXPECT_EQ(RawExchange(receiver->endpoint(), {std::string(500, 'z')}, false).size(), 40u);
   // Garbage after the handshake: the connection is dropped without an answer.
-  EXPECT_EQ(RawExchange(receiver->endpoint(), std::string(500, 'z')), "");
+  EXPECT_EQ(RawExchange(receiver->endpoint(), {std::string(500, 'z')}), "");
 
   // A valid frame over the receiver's limit: RESOURCE_EXHAUSTED, then the connection ends.
   KvChunkHeader h;
@@ -515,7 +545,7 @@ TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   h.token_count = 64;
   h.width = 32;  // 16 KiB payload
   const std::string big = EncodeKvDataFrame(41, h, std::string(2 * 64 * 32 * 4, '\0'));
-  const std::string answer = RawExchange(receiver->endpoint(), big);
+  const std::string answer = RawExchange(receiver->endpoint(), {big});
   absl::StatusOr<KvFrame> ack = DecodeKvFrame(answer);
   ASSERT_TRUE(ack.ok()) << ack.status();
   EXPECT_EQ(ack->header.seq, 41u);
@@ -531,10 +561,11 @@ TEST(TcpTransportTest, ReceiverSurvivesGarbageAndAnswersOversizedFrames) {
   good.capability = lease.capability;
   good.token_count = 2;
   h.token_count = 2;
-  std::string frames = EncodeKvDataFrame(1, h, std::string(2 * 2 * 32 * 4, '\1'));
-  frames += EncodeKvDataFrame(2, good, std::string(2 * 2 * 32 * 4, '\1'));
-  frames[frames.size() - 5] ^= 1;
-  frames += EncodeKvDataFrame(3, good, std::string(2 * 2 * 32 * 4, '\1'));
+  // (The corrupted payload is sealed as it is: the sender's own bug, which the checksum finds.)
+  std::vector<std::string> frames = {EncodeKvDataFrame(1, h, std::string(2 * 2 * 32 * 4, '\1')),
+                                     EncodeKvDataFrame(2, good, std::string(2 * 2 * 32 * 4, '\1')),
+                                     EncodeKvDataFrame(3, good, std::string(2 * 2 * 32 * 4, '\1'))};
+  frames[1][frames[1].size() - 5] ^= 1;
   const std::string answers = RawExchange(receiver->endpoint(), frames);
   std::vector<KvFrame> acks;
   for (size_t at = 0; at < answers.size();) {
@@ -583,6 +614,67 @@ TEST(TcpTransportTest, NeverRunsOpenAndAWrongSecretIsRefusedAtTheHandshake) {
   EXPECT_TRUE(sink.Release(target.lease_id).ok());
   receiver.reset();
   EXPECT_TRUE(sink.Clean());
+  EXPECT_EQ(CountOpenFds(), fds_before);
+}
+
+// A relay between a prefill worker's sender and a decode worker's receiver passes the
+// handshake through (both ends prove the secret to each other through it). What it does with
+// the frames afterwards: answering them itself, altering them or replaying one must fail every
+// time, with no chunk delivered that the sender did not send and no success the receiver did
+// not give. Passing them on untouched is the control: it works.
+TEST(TcpTransportTest, RelayInTheMiddleCannotAnswerAlterOrReplayFrames) {
+  using Mode = testing::KvRelay::Mode;
+  const int fds_before = CountOpenFds();
+  for (Mode mode :
+       {Mode::kPass, Mode::kAnswerItself, Mode::kTamperPayload, Mode::kReplayFirstFrame}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    CacheSink sink(KvShape(kLayers, 2, 16), 64, kDstBlock);
+    std::unique_ptr<KvReceiver> receiver =
+        *MakeKvReceiver("tcp", "127.0.0.1:0", &sink, ReceiverOptions());
+    {
+      testing::KvRelay relay(receiver->endpoint(), mode);
+      std::unique_ptr<KvSender> sender = *MakeKvSender("tcp", SenderOptions());
+      const KvTarget lease = sink.Admit(receiver->endpoint(), 1, kTokens, Soon());
+      KvTarget via_relay = lease;
+      via_relay.endpoint = relay.endpoint();
+      PrefillSide prefill(1);
+      prefill.Prefill(0, 7);
+      absl::Status s = prefill.Ship(sender.get(), via_relay, 0, 1);
+      if (s.ok()) s = sender->Wait(via_relay, Soon());
+      EXPECT_GE(relay.handshakes(), 1);
+      switch (mode) {
+        case Mode::kPass:
+          EXPECT_TRUE(s.ok()) << s;
+          EXPECT_TRUE(sink.IsComplete(lease.lease_id));
+          EXPECT_TRUE(sink.Holds(1, kTokens, 7));
+          break;
+        case Mode::kAnswerItself:
+          // Its ACKs carry no valid seal: the sender believes none of them.
+          EXPECT_EQ(s.code(), Code::kUnavailable) << s;
+          EXPECT_NE(s.message().find("seal"), std::string::npos) << s;
+          EXPECT_GE(relay.forged_acks(), 1);
+          EXPECT_EQ(sink.checked_headers(), 0);
+          break;
+        case Mode::kTamperPayload:
+          // The altered frame fails its seal at the receiver, which hangs up unanswered.
+          EXPECT_FALSE(s.ok());
+          EXPECT_EQ(sink.accepted_calls(), 0);
+          EXPECT_FALSE(sink.IsComplete(lease.lease_id));
+          break;
+        case Mode::kReplayFirstFrame:
+          // The first frame lands once; its copy ends the connection.
+          EXPECT_FALSE(s.ok());
+          EXPECT_LE(sink.accepted_calls(), 1);
+          EXPECT_FALSE(sink.IsComplete(lease.lease_id));
+          break;
+      }
+      sender->Forget(via_relay);
+      sender.reset();
+      EXPECT_TRUE(sink.Release(lease.lease_id).ok());
+    }
+    receiver.reset();
+    EXPECT_TRUE(sink.Clean());
+  }
   EXPECT_EQ(CountOpenFds(), fds_before);
 }
 

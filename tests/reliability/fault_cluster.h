@@ -71,7 +71,8 @@ class FaultCluster {
     Append(argv, flags);
     const int i = Start("router", argv);
     channel_ = grpc::CreateChannel(procs_[i].address, grpc::InsecureChannelCredentials());
-    internal_channel_ = grpc::CreateChannel(procs_[i].internal, grpc::InsecureChannelCredentials());
+    router_internal_ = procs_[i].internal;
+    internal_channel_ = grpc::CreateChannel(router_internal_, grpc::InsecureChannelCredentials());
     stub_ = v1::Generation::NewStub(channel_);
     registry_ = v1::Registry::NewStub(internal_channel_);
     return i;
@@ -96,14 +97,7 @@ class FaultCluster {
   int size() const { return static_cast<int>(procs_.size()); }
   v1::Generation::Stub* generation() { return stub_.get(); }
 
-  v1::ListWorkersResponse Workers() {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ProveCluster(&ctx, internal_method::kListWorkers);
-    v1::ListWorkersResponse resp;
-    registry_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
-    return resp;
-  }
+  v1::ListWorkersResponse Workers() { return ListWorkers(router_internal_, registry_.get()); }
   // The router's view of worker `i` (matched by its address); nullptr when not listed.
   std::optional<v1::WorkerInfo> Info(int i) {
     const v1::ListWorkersResponse all = Workers();  // (not a temporary in the range-for)
@@ -247,6 +241,7 @@ class FaultCluster {
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<grpc::Channel> internal_channel_;
   std::unique_ptr<v1::Generation::Stub> stub_;
+  std::string router_internal_;
   std::unique_ptr<v1::Registry::Stub> registry_;
 };
 

@@ -322,7 +322,8 @@ TEST_F(SecurityTest, MutualTlsRolesGuardTheInternalSurfaces) {
   fake.set_address("127.0.0.1:9");
   v1::RegisterResponse rr;
   grpc::ClientContext ctx;
-  testing::ProveCluster(&ctx, internal_method::kRegister, PeerRole::kDecode);
+  testing::ProveCluster(&ctx, internal_method::kRegister, c.router_internal(), fake,
+                        PeerRole::kDecode);
   const grpc::Status refused = registry->Register(&ctx, fake, &rr);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED) << refused.error_message();
   EXPECT_TRUE(absl::StrContains(refused.error_message(), "names no role"))
@@ -349,12 +350,13 @@ TEST_F(SecurityTest, MutualTlsRolesGuardTheInternalSurfaces) {
     ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
     if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to)) != 0) {
       ::close(fd);
-      return absl::UnavailableError("connect");
+      return absl::Status(absl::UnavailableError("connect"));
     }
     SecureSocket sock(fd, auth->tls, /*server=*/false);
     std::atomic<bool> stop{false};
     return AuthenticateKvConnection(sock, *auth, /*receiver=*/false, stop,
-                                    absl::Now() + absl::Seconds(5));
+                                    absl::Now() + absl::Seconds(5))
+        .status();
   };
   EXPECT_TRUE(connect({pki_.cert(), pki_.key(), pki_.ca()}).ok());
   EXPECT_FALSE(connect(client_flags).ok());
@@ -501,6 +503,7 @@ TEST_F(SecurityTest, BadFlagsAreNamed) {
        "--tls-key: " + pki_.Path("rogue.key") + " is not the private key of the certificate"},
       {" --max-message-bytes 10", "--max-message-bytes"},
       {" --max-message-bytes lots", "--max-message-bytes"},
+      {" --http-max-buffered-bytes 1000", "--http-max-buffered-bytes must be in [16842752, "},
       // Internal surfaces are never open: a secret or role certificates are required.
       {"", "--cluster-secret-file is required"},
       {" --cluster-secret-file " + pki_.Path("missing.secret"),

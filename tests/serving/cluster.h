@@ -106,13 +106,7 @@ class Cluster {
   // The router's OpenAI-compatible HTTP API (HOST:PORT).
   const std::string& http() const { return http_; }
 
-  v1::ListWorkersResponse Workers() {
-    grpc::ClientContext ctx;
-    ProveCluster(&ctx, internal_method::kListWorkers);
-    v1::ListWorkersResponse resp;
-    registry_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
-    return resp;
-  }
+  v1::ListWorkersResponse Workers() { return ListWorkers(router_internal_, registry_.get()); }
 
   // The leak check across processes: every worker reports all KV blocks free and nothing
   // queued or running (waits for the heartbeats to catch up).

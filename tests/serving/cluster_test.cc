@@ -288,7 +288,8 @@ TEST_F(ClusterTest, RouterRefusesAWorkerOfAnotherKvDtype) {
   req.set_address("127.0.0.1:9");
   req.set_kv_dtype("fp8");
   grpc::ClientContext ctx;
-  testing::ProveCluster(&ctx, internal_method::kRegister, PeerRole::kPrefill);
+  testing::ProveCluster(&ctx, internal_method::kRegister, c.router_internal(), req,
+                        PeerRole::kPrefill);
   v1::RegisterResponse resp;
   const grpc::Status refused = stub->Register(&ctx, req, &resp);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);

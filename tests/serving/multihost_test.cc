@@ -269,11 +269,7 @@ class MultiHostTest : public ::testing::Test {
 
   // Worker id -> healthy, as router `i` sees them.
   std::map<std::string, bool> Workers(int i) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    ProveCluster(&ctx, internal_method::kListWorkers);
-    v1::ListWorkersResponse resp;
-    registry_[i]->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp);
+    const v1::ListWorkersResponse resp = ListWorkers(routers_[i].internal, registry_[i].get());
     std::map<std::string, bool> out;
     for (const auto& w : resp.workers()) out[w.worker_id()] = w.healthy();
     return out;
@@ -320,10 +316,9 @@ TEST_F(MultiHostTest, WorkersFindBothRoutersByNameAndOutputsMatchOneHost) {
   ASSERT_TRUE(WaitFor([&] { return AllHealthyOnBothRouters(); }, 20000))
       << "r1 sees " << Workers(0).size() << " workers, r2 " << Workers(1).size();
   {
-    grpc::ClientContext ctx;
-    ProveCluster(&ctx, internal_method::kListWorkers);
-    v1::ListWorkersResponse resp;
-    ASSERT_TRUE(registry_[0]->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok());
+    grpc::Status s;
+    const v1::ListWorkersResponse resp = ListWorkers(routers_[0].internal, registry_[0].get(), &s);
+    ASSERT_TRUE(s.ok()) << s.error_message();
     for (const auto& w : resp.workers()) {
       const std::string host = w.address().substr(0, w.address().rfind(':'));
       EXPECT_EQ(host, hosts_.host(w.worker_id()).ip) << w.worker_id();

@@ -311,7 +311,7 @@ TEST(NcclServerTest, RouterRefusesAWorkerOfAnotherTransport) {
     v1::RegisterResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    testing::ProveCluster(&ctx, internal_method::kRegister,
+    testing::ProveCluster(&ctx, internal_method::kRegister, router.internal, req,
                           role == v1::WORKER_ROLE_PREFILL ? PeerRole::kPrefill : PeerRole::kDecode);
     return stub->Register(&ctx, req, &resp);
   };

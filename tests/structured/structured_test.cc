@@ -3,16 +3,21 @@
 // matcher generates by random walks, for many schemas, must parse and validate there.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "structured/json_matcher.h"
+#include "structured/json_parse.h"
 #include "structured/json_schema.h"
 #include "structured/token_mask.h"
 
@@ -135,6 +140,57 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAndBadSchemasNameWhatAndWhere) {
   }
 }
 
+// ParseJson gives ordered_json's own parse: the same document, keys in the text's order, a
+// repeated key's last value at its first place, the same errors; in linear time, so an object of
+// 200k keys (ordered_json's parser: minutes) is parsed at once.
+TEST(JsonParseTest, SameDocumentAsOrderedJsonInLinearTime) {
+  const std::vector<std::string> texts = {
+      R"({"b": 1, "a": [true, false, null, -2, 3.5, "x"], "c": {"d": {}, "e": []}})",
+      R"({"k": 1, "j": 2, "k": {"z": 3}, "j": [4]})",  // repeated keys, each before 16 keys
+      R"([[[[1]]], {"\u00e9": "\n"}, 18446744073709551615, -9223372036854775808, 1e308])",
+      R"("just a string")",
+      "  7  ",
+  };
+  std::string many = "{";  // 40 keys, then every one of them again: the hashed path
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 40; ++i) absl::StrAppend(&many, "\"k", i, "\": ", round * 100 + i, ",");
+  }
+  many += "\"last\": {\"k0\": 1, \"k0\": 2}}";
+  std::vector<std::string> all = texts;
+  all.push_back(many);
+  for (const std::string& text : all) {
+    absl::StatusOr<Json> got = ParseJson(text);
+    ASSERT_TRUE(got.ok()) << text << ": " << got.status();
+    const Json want = Json::parse(text);
+    EXPECT_EQ(got->dump(), want.dump()) << text;
+  }
+  for (const std::string bad : {"{", R"({"a" 1})", "[1,]", "{} x", ""}) {
+    absl::StatusOr<Json> got = ParseJson(bad);
+    ASSERT_FALSE(got.ok()) << bad;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find("parse error"), std::string::npos) << got.status();
+  }
+  std::string huge = "{";
+  for (int i = 0; i < 200000; ++i) absl::StrAppend(&huge, i ? ",\"" : "\"", i, "\":", i);
+  huge += "}";
+  absl::StatusOr<Json> got = ParseJson(huge);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 200000u);
+  EXPECT_EQ(got->begin().key(), "0");
+  EXPECT_EQ((*got)["199999"], 199999);
+}
+
+TEST(JsonParseTest, StopsWhenCancelled) {
+  std::string big = "[";
+  for (int i = 0; i < 100000; ++i) big += i ? ",1" : "1";
+  big += "]";
+  int polls = 0;
+  absl::StatusOr<Json> got = ParseJson(big, [&] { return ++polls == 3; });
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kCancelled) << got.status();
+  EXPECT_EQ(polls, 3);  // polled every 4096 values, stopped at the first yes
+  EXPECT_TRUE(ParseJson(big, [] { return false; }).ok());
+}
+
 TEST(JsonMatcherTest, AcceptsValidTextsAndRejectsInvalidOnes) {
   const auto person = MustCompile(Schemas()[2]);
   EXPECT_TRUE(Accepts(*person, R"({"name": "Bo", "age": 7})"));
@@ -187,6 +243,18 @@ TEST(JsonMatcherTest, NestingAndWhitespaceAreBounded) {
   EXPECT_EQ(spaces, 8) << "a newline and 4 spaces per enclosing container";
 }
 
+// Every case ({"schema", "text"}) through the `jsonschema` package (validate_json.py), which
+// prints the ones it rejects; `name` names the file they pass through.
+void ExpectJsonschemaAccepts(const Json& cases, const std::string& name) {
+  const std::string path =
+      ::testing::TempDir() + "/" + name + "_" + std::to_string(getpid()) + ".json";
+  std::ofstream(path) << cases.dump();
+  const std::string command =
+      "python3 " + std::string(TANDEM_SOURCE_DIR) + "/tests/structured/validate_json.py " + path;
+  EXPECT_EQ(std::system(command.c_str()), 0) << "jsonschema rejected a case (printed above)";
+  std::remove(path.c_str());
+}
+
 // Every random walk, for every schema, parses and validates with the jsonschema package.
 TEST(JsonMatcherTest, RandomWalksValidateAgainstJsonschema) {
   Json cases = Json::array();
@@ -206,13 +274,7 @@ TEST(JsonMatcherTest, RandomWalksValidateAgainstJsonschema) {
     }
   }
   EXPECT_LT(unfinished, 10);
-  const std::string path =
-      ::testing::TempDir() + "/structured_cases_" + std::to_string(getpid()) + ".json";
-  std::ofstream(path) << cases.dump();
-  const std::string command =
-      "python3 " + std::string(TANDEM_SOURCE_DIR) + "/tests/structured/validate_json.py " + path;
-  EXPECT_EQ(std::system(command.c_str()), 0) << "jsonschema rejected a case (printed above)";
-  std::remove(path.c_str());
+  ExpectJsonschemaAccepts(cases, "structured_cases");
 }
 
 // The token mask's fast paths against trying every token, over random walks through a small
@@ -254,6 +316,165 @@ TEST(TokenMaskTest, AllowedEqualsTryingEveryToken) {
     }
   }
   EXPECT_GT(steps, 1000);
+}
+
+// ---- Recursion: schemas no finite value satisfies are refused; the others always complete ----
+
+TEST(JsonSchemaTest, EndlessRecursionIsRefusedNamingTheRef) {
+  struct Case {
+    std::string schema;
+    std::vector<std::string> words;
+  };
+  auto nested = [](int levels) {  // arrays that must hold arrays, `levels` deep
+    std::string s = R"({"type": "string"})";
+    for (int i = 1; i < levels; ++i) {
+      s = absl::StrCat(R"({"type": "array", "minItems": 1, "items": )", s, "}");
+    }
+    return s;
+  };
+  const std::vector<Case> cases = {
+      // The issue's schema: every array holds at least one array.
+      {R"({"type": "array", "items": {"$ref": "#"}, "minItems": 1})",
+       {"at /items/$ref", "\"#\"", "no finite value"}},
+      {R"({"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]})",
+       {"at /properties/next/$ref", "no finite value"}},
+      {R"({"$defs": {"a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}},
+          "required": ["b"]}, "b": {"type": "array", "items": {"$ref": "#/$defs/a"},
+          "minItems": 2}}, "$ref": "#/$defs/a"})",
+       {"no finite value", "#/$defs/"}},
+      // Every alternative is endless.
+      {R"({"anyOf": [{"type": "array", "items": {"$ref": "#"}, "minItems": 1},
+          {"type": "object", "properties": {"k": {"$ref": "#"}}, "required": ["k"]}]})",
+       {"\"#\"", "no finite value"}},
+      // Endless in an optional place is refused too: it describes nothing.
+      {R"({"type": "object", "properties": {"x": {"$ref": "#/$defs/loop"}}, "$defs": {"loop":
+          {"type": "array", "items": {"$ref": "#/$defs/loop"}, "minItems": 1}}})",
+       {"at /properties/x/$ref", "#/$defs/loop", "no finite value"}},
+      // A cycle of references with no schema in it: it was taken for "any value".
+      {R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+          "$ref": "#/$defs/a"})",
+       {R"("#/$defs/a" -> "#/$defs/b" -> "#/$defs/a")", "never reaches a schema"}},
+      {R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+       {"never reaches a schema"}},
+      {R"({"$ref": "#"})", {"never reaches a schema"}},
+      {R"({"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
+          "$ref": "#/$defs/a"})",
+       {"/anyOf/0", "before any value begins"}},
+      // Finite, but deeper than the matcher's stack.
+      {nested(40), {"at /", "40 levels", "at most 32"}},
+  };
+  for (const Case& c : cases) {
+    auto s = JsonSchema::Compile(c.schema);
+    ASSERT_FALSE(s.ok()) << c.schema;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+    for (const std::string& w : c.words) {
+      EXPECT_NE(std::string(s.status().message()).find(w), std::string::npos)
+          << c.schema << " -> " << s.status().message();
+    }
+  }
+  // A suffix waits under the value: one level fewer.
+  EXPECT_TRUE(JsonSchema::Compile(nested(32)).ok());
+  EXPECT_FALSE(JsonSchema::Compile(nested(33)).ok());
+  EXPECT_TRUE(JsonSchema::Compile(nested(31), "<x>", "</x>").ok());
+  auto with_suffix = JsonSchema::Compile(nested(32), "<x>", "</x>");
+  ASSERT_FALSE(with_suffix.ok());
+  EXPECT_NE(with_suffix.status().message().find("at most 31"), std::string::npos)
+      << with_suffix.status();
+}
+
+// Recursion that can end: accepted, and a walk that opens every container it may still closes
+// (no dead end at the nesting limit) with a text the jsonschema package validates.
+TEST(JsonSchemaTest, RecursionThatCanEndAlwaysCompletes) {
+  const std::vector<std::string> schemas = {
+      R"({"type": "array", "items": {"$ref": "#"}})",
+      R"({"type": "object", "properties": {"v": {"type": "integer"}, "next": {"$ref": "#"}},
+          "required": ["v"]})",
+      // Pydantic's Optional[Node]: a required property that may be null.
+      R"({"$defs": {"Node": {"type": "object", "properties": {"value": {"type": "integer"},
+          "next": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}},
+          "required": ["value", "next"]}}, "$ref": "#/$defs/Node"})",
+      // Another name for a schema that contains it.
+      R"({"$defs": {"a": {"type": "object", "properties": {"x": {"$ref": "#/$defs/b"}}},
+          "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+      R"({"anyOf": [{"type": "string", "maxLength": 2},
+          {"type": "array", "items": {"$ref": "#"}, "minItems": 1, "maxItems": 2}]})",
+      R"({"type": "object", "additionalProperties": {"$ref": "#"}})",
+  };
+  Json cases = Json::array();
+  for (const std::string& text : schemas) {
+    const auto schema = MustCompile(text);
+    ASSERT_NE(schema, nullptr);
+    for (int seed = 0; seed < 5; ++seed) {
+      std::mt19937 rng(seed);
+      JsonMatcher m(schema->root());
+      std::string out;
+      int deepest = 0, depth = 0;
+      bool in_string = false;  // no backslash is ever taken: a quote toggles
+      while (!(m.Complete() && m.Done()) && out.size() < 20000) {
+        std::vector<unsigned char> ok;
+        for (int c = 0x20; c < 0x7f; ++c) {
+          JsonMatcher trial = m;
+          if (c != '\\' && trial.Feed(static_cast<unsigned char>(c))) ok.push_back(c);
+        }
+        if (ok.empty()) break;
+        auto first_of = [&](std::string_view wants) -> std::optional<unsigned char> {
+          for (unsigned char w : wants) {
+            if (std::find(ok.begin(), ok.end(), w) != ok.end()) return w;
+          }
+          return std::nullopt;
+        };
+        // Open whatever may be opened, then close everything; strings end at once.
+        const std::optional<unsigned char> wanted = in_string          ? first_of("\"")
+                                                    : out.size() < 600 ? first_of("[{\"n1:,")
+                                                                       : first_of("]}");
+        const unsigned char pick = wanted ? *wanted : ok[rng() % ok.size()];
+        ASSERT_TRUE(m.Feed(pick));
+        out += static_cast<char>(pick);
+        if (pick == '"') in_string = !in_string;
+        if (!in_string && pick != '"') {
+          depth += (pick == '[' || pick == '{') - (pick == ']' || pick == '}');
+        }
+        deepest = std::max(deepest, depth);
+      }
+      ASSERT_TRUE(m.Complete()) << text << ": a dead end after " << out;
+      EXPECT_LE(deepest, JsonMatcher::kMaxDepth) << text;
+      cases.push_back({{"schema", Json::parse(text)}, {"text", out}});
+    }
+  }
+  ExpectJsonschemaAccepts(cases, "structured_recursive");
+}
+
+// A value is begun only where its smallest form fits: an object that needs 4 levels may start
+// in frame 28, not in frame 29, where an array (1 level) still may.
+TEST(JsonMatcherTest, NeverBeginsAValueThatCannotCloseInTime) {
+  const auto schema = MustCompile(R"({"$defs": {"deep": {"type": "object", "properties": {"a":
+      {"type": "object", "properties": {"b": {"type": "object", "properties": {"c":
+      {"type": "string"}}, "required": ["c"]}}, "required": ["b"]}}, "required": ["a"]}},
+      "type": "array", "items": {"anyOf": [{"$ref": "#"}, {"$ref": "#/$defs/deep"}]}})");
+  ASSERT_NE(schema, nullptr);
+  for (int arrays : {28, 29}) {
+    JsonMatcher m(schema->root());
+    ASSERT_TRUE(m.Feed(std::string(arrays, '[')));
+    JsonMatcher object = m, array = m;
+    EXPECT_EQ(object.Feed('{'), arrays == 28) << arrays;
+    EXPECT_TRUE(array.Feed('[')) << arrays;
+    if (arrays == 28) {
+      EXPECT_TRUE(object.Feed(R"("a": {"b": {"c": "x"}}})" + std::string(28, ']')));
+      EXPECT_TRUE(object.Complete() && object.Done());
+    }
+  }
+  // The optional deep property of a closed object is left out where it cannot fit.
+  const auto optional = MustCompile(R"({"type": "array", "items": {"anyOf": [{"$ref": "#"},
+      {"type": "object", "properties": {"deep": {"$ref": "#/$defs/d"}, "z": {"type": "null"}}}]},
+      "$defs": {"d": {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1,
+      "items": {"type": "string"}}}}})");
+  ASSERT_NE(optional, nullptr);
+  JsonMatcher m(optional->root());
+  ASSERT_TRUE(m.Feed(std::string(29, '[') + "{"));  // the object in frame 29: d needs 3 more
+  JsonMatcher deep = m, z = m;
+  EXPECT_FALSE(deep.Feed(R"("d)"));
+  EXPECT_TRUE(z.Feed(R"("z": null})" + std::string(29, ']')));
+  EXPECT_TRUE(z.Complete());
 }
 
 }  // namespace

@@ -33,6 +33,10 @@ void ValueMap::Set(std::string key, Value value) {
   entries_.emplace_back(std::move(key), std::move(value));
 }
 
+void ValueMap::AddNew(std::string key, Value value) {
+  entries_.emplace_back(std::move(key), std::move(value));
+}
+
 size_t ValueMap::size() const { return entries_.size(); }
 
 namespace {
@@ -64,7 +68,9 @@ Value FromJsonImpl(const Json& j) {
     }
     case nlohmann::json::value_t::object: {
       ValueMap map;
-      for (auto it = j.begin(); it != j.end(); ++it) map.Set(it.key(), FromJsonImpl(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) {
+        map.AddNew(it.key(), FromJsonImpl(it.value()));  // JSON keys are unique
+      }
       return Value::Dict(std::move(map));
     }
     default:  // binary, discarded

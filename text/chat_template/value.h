@@ -28,6 +28,9 @@ class ValueMap {
   const Value* Find(std::string_view key) const;
   Value* Find(std::string_view key);
   void Set(std::string key, Value value);
+  // Adds `key`, which the caller knows is not in the map (a JSON object's keys are unique),
+  // without Set's search: building a dict of n keys stays linear.
+  void AddNew(std::string key, Value value);
   size_t size() const;
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
