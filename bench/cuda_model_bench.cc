@@ -7,7 +7,8 @@
 //           bf16 nominal); FLOPs = 2 x matmul parameters x tokens + causal attention
 //           (4 x layers x q_dim x tokens² / 2).
 // Flags: --context N (512), --layers N (32), --batches 1,8,64,256, --prefill 512,2048,8192 (an
-// empty list skips that part, e.g. to profile the other under ncu).
+// empty list skips that part, e.g. to profile the other under ncu), --kv-dtype f32|bf16|fp8 (the
+// KV cache; bf16, the CUDA default: attention by FlashInfer; f32: the hand-written kernels).
 // Prints figures and writes JSON to --out (default bench/results/cuda_model_bench.json). Exits 77
 // (skipped) without a usable GPU.
 #include <algorithm>
@@ -35,7 +36,17 @@ struct Flags {
   int context = 512;
   int layers = 32;
   std::vector<int> batches = {1, 8, 64, 256}, prefills = {512, 2048, 8192};
+  std::string kv_dtype = "bf16";
 };
+
+// TANDEM_KV_* of a --kv-dtype name, -1 for another.
+int KvCode(const std::string& name) {
+  return name == "f32"    ? TANDEM_KV_F32
+         : name == "bf16" ? TANDEM_KV_BF16
+         : name == "fp8"  ? TANDEM_KV_FP8
+                          : -1;
+}
+int KvElementBytes(int code) { return code == TANDEM_KV_F32 ? 4 : code == TANDEM_KV_BF16 ? 2 : 1; }
 
 // "1,8,64" -> {1, 8, 64}; "" -> {} (that part skipped, e.g. to profile one of them).
 std::vector<int> ParseList(const char* text) {
@@ -56,6 +67,11 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     if (std::strcmp(argv[i], "--layers") == 0) flags->layers = std::atoi(argv[i + 1]);
     if (std::strcmp(argv[i], "--batches") == 0) flags->batches = ParseList(argv[i + 1]);
     if (std::strcmp(argv[i], "--prefill") == 0) flags->prefills = ParseList(argv[i + 1]);
+    if (std::strcmp(argv[i], "--kv-dtype") == 0) flags->kv_dtype = argv[i + 1];
+  }
+  if (KvCode(flags->kv_dtype) < 0) {
+    std::fprintf(stderr, "--kv-dtype: f32, bf16 or fp8\n");
+    return false;
   }
   for (int b : flags->batches) {
     if (b < 1 || b > 256) {
@@ -78,7 +94,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 
 // The Llama-3-8B-shaped model of `layers` layers, with KV blocks for kMaxBatch sequences of
 // `blocks_per_seq` blocks and one prefill of kMaxPrefill tokens. `inv_freq` must outlive it.
-TandemModelDesc ModelDesc(int layers, int blocks_per_seq, const std::vector<float>& inv_freq) {
+TandemModelDesc ModelDesc(int layers, int blocks_per_seq, int kv_code,
+                          const std::vector<float>& inv_freq) {
   TandemModelDesc d{};
   d.dim = 4096;
   d.hidden_dim = 14336;
@@ -99,6 +116,7 @@ TandemModelDesc ModelDesc(int layers, int blocks_per_seq, const std::vector<floa
   d.max_seqs = kMaxBatch;
   d.max_logit_rows = kMaxBatch;
   d.use_graphs = 1;
+  d.kv_dtype = kv_code;
   return d;
 }
 
@@ -197,7 +215,8 @@ int main(int argc, char** argv) {
     inv_freq[i] = 1.f / std::pow(500000.f, 2.f * i / kHeadDim);
   }
   const int blocks_per_seq = (context + 1 + kBlockSize - 1) / kBlockSize;
-  const TandemModelDesc d = ModelDesc(layers, blocks_per_seq, inv_freq);
+  const int kv_code = KvCode(flags.kv_dtype);
+  const TandemModelDesc d = ModelDesc(layers, blocks_per_seq, kv_code, inv_freq);
   TandemModel* m = nullptr;
   auto t0 = std::chrono::steady_clock::now();
   if (api->model_create(&d, nullptr, 1234, &m) != 0) {
@@ -209,11 +228,14 @@ int main(int argc, char** argv) {
   std::printf("model: %d layers, weights %.2f GB, KV cache %.2f GB, workspace %.2f GB (%.1f s)\n",
               layers, info.weight_bytes / 1e9, info.kv_bytes / 1e9, info.workspace_bytes / 1e9,
               Seconds(t0));
-  const double kv_bytes_per_token = 2.0 * layers * d.n_kv_heads * kHeadDim * 4;
-  std::string json =
-      "{\"model\":\"llama3-8b-shape random bf16\",\"layers\":" + std::to_string(layers) +
-      ",\"context\":" + std::to_string(context) +
-      ",\"weight_bytes\":" + std::to_string(info.weight_bytes) + ",\"decode\":[";
+  // fp8's scales are per block, not per token: 2 * n_kv_heads floats a block, left out.
+  const double kv_bytes_per_token =
+      2.0 * layers * d.n_kv_heads * kHeadDim * KvElementBytes(kv_code);
+  std::printf("KV cache: %s\n", flags.kv_dtype.c_str());
+  std::string json = "{\"model\":\"llama3-8b-shape random bf16\",\"kv_dtype\":\"" + flags.kv_dtype +
+                     "\",\"layers\":" + std::to_string(layers) +
+                     ",\"context\":" + std::to_string(context) +
+                     ",\"weight_bytes\":" + std::to_string(info.weight_bytes) + ",\"decode\":[";
   bool ok = true;
   for (int batch : flags.batches) {
     if (!BenchDecode(api, m, info, batch, context, blocks_per_seq, kv_bytes_per_token,

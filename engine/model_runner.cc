@@ -22,7 +22,7 @@ class CpuModelRunner : public ModelRunner {
     return model_->Forward(batch, &cache_, logits, on_layer_kv);
   }
   KvCache* host_kv_cache() override { return &cache_; }
-  int kv_width() const override { return static_cast<int>(cache_.width()); }
+  KvCacheSpec kv_spec() const override { return cache_.spec(); }
 
   // The host twin of a device runner's sampling: the same draw per row, only the tokens out.
   bool samples_on_device() const override { return samples_rows_; }
@@ -99,9 +99,11 @@ class CudaModelRunner : public ModelRunner {
     return RunMarshalled(rows, row_params_.data(), nullptr, tokens->data());
   }
 
-  int kv_width() const override { return config_.kv_dim(); }
+  KvCacheSpec kv_spec() const override {
+    return KvCacheSpec::For(config_, options_.block_size, options_.kv_dtype);
+  }
   absl::Status CopyKvOut(int layer, std::span<const int> block_table, int token_start,
-                         int token_count, float* out) override {
+                         int token_count, char* out) override {
     if (int rc = api_->model_pack_kv(model_, layer, block_table.data(),
                                      static_cast<int>(block_table.size()), token_start, token_count,
                                      out)) {
@@ -110,7 +112,7 @@ class CudaModelRunner : public ModelRunner {
     return absl::OkStatus();
   }
   absl::Status CopyKvIn(int layer, std::span<const int> block_table, int token_start,
-                        int token_count, const float* in) override {
+                        int token_count, const char* in) override {
     if (int rc = api_->model_unpack_kv(model_, layer, block_table.data(),
                                        static_cast<int>(block_table.size()), token_start,
                                        token_count, in)) {
@@ -173,6 +175,30 @@ int DTypeCode(DType d) {
   return d == DType::kF32 ? 0 : d == DType::kBF16 ? 2 : d == DType::kF16 ? 1 : -1;
 }
 
+// The library's KV dtype code (TANDEM_KV_*), or an error naming --kv-dtype.
+absl::StatusOr<int> KvDtypeCode(const TandemCudaApi* api, DType kv, int head_dim) {
+  switch (kv) {
+    case DType::kF32:
+      return TANDEM_KV_F32;
+    case DType::kBF16:
+    case DType::kFp8E4M3: {
+      const int code = kv == DType::kBF16 ? TANDEM_KV_BF16 : TANDEM_KV_FP8;
+      const char* why = "";
+      if (api->fi_attention_supported(head_dim, code, &why) == 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "--kv-dtype=%s with --device=cuda: %s (head_dim %d); --kv-dtype=f32 runs everywhere",
+            DTypeName(kv), why, head_dim));
+      }
+      return code;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--kv-dtype=%s: the CUDA backend keeps its KV cache in f32, bf16 or fp8 (f16 runs on "
+          "--device=cpu)",
+          DTypeName(kv)));
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache,
@@ -216,6 +242,8 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& mo
   if (DTypeCode(w.token_embedding.dtype) < 0) {
     return absl::InvalidArgumentError("--device=cuda: unsupported token embedding dtype");
   }
+  absl::StatusOr<int> kv_code = KvDtypeCode(*api, o.kv_dtype, c.head_dim);
+  if (!kv_code.ok()) return kv_code.status();
   const std::vector<float> inv_freq = c.RopeInvFreq();
   TandemModelDesc d{};
   d.dim = c.dim;
@@ -241,6 +269,7 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& mo
   d.max_batch_tokens = std::max(o.max_batch_tokens, d.max_seqs);
   d.max_logit_rows = std::max(o.max_logit_rows, d.max_seqs);
   d.use_graphs = o.use_graphs ? 1 : 0;
+  d.kv_dtype = *kv_code;
   std::vector<TandemLayerWeights> layers(c.n_layers);
   for (int i = 0; i < c.n_layers; ++i) {
     const LayerWeights& l = w.layers[i];
@@ -260,18 +289,21 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& mo
   return std::unique_ptr<ModelRunner>(new CudaModelRunner(*api, m, c, o));
 }
 
+absl::StatusOr<DType> ResolveKvDtype(std::string_view name, std::string_view device,
+                                     const ModelConfig& config) {
+  if (name != "auto" && !name.empty()) return ParseKvDtype(name);
+  if (device != "cuda") return DType::kF32;
+  auto api = LoadCudaApi();
+  if (!api.ok()) return DType::kF32;  // MakeModelRunner reports the missing device
+  return (*api)->fi_attention_supported(config.head_dim, TANDEM_KV_BF16, nullptr) != 0
+             ? DType::kBF16
+             : DType::kF32;
+}
+
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
                                                              const Model* model,
                                                              const CudaRunnerOptions& options) {
-  if (device == "cuda") {
-    if (options.kv_dtype != DType::kF32) {
-      return absl::UnimplementedError(absl::StrFormat(
-          "--kv-dtype=%s: the CUDA backend keeps its KV cache in f32 (other dtypes run on "
-          "--device=cpu)",
-          DTypeName(options.kv_dtype)));
-    }
-    return MakeCudaModelRunner(*model, options);
-  }
+  if (device == "cuda") return MakeCudaModelRunner(*model, options);
   if (device != "cpu") {
     return absl::InvalidArgumentError(
         absl::StrFormat("device: \"%s\" is not one of cpu, cuda", device));

@@ -47,19 +47,22 @@ class ModelRunner {
   }
 
   // The runner's KV cache, for KV transfer to pack and unpack (kv_transfer/runner_kv.h).
-  // A cache in host memory is handed out as is; a device cache is float32 of kv_width() elements
-  // per token row, reached by copies.
+  // A cache in host memory is handed out as is; a device cache is reached by copies.
   virtual KvCache* host_kv_cache() { return nullptr; }
-  virtual int kv_width() const = 0;
-  // Device caches: K rows then V rows [2, token_count, kv_width()] of tokens [token_start,
-  // token_start + token_count) of `layer` through `block_table`, copied out of (into) the cache.
-  // INVALID_ARGUMENT for a layer, range or block outside the cache, before anything is copied.
+  // The cache's shape and dtype (what a block and a transferred chunk hold).
+  virtual KvCacheSpec kv_spec() const = 0;
+  int kv_width() const { return kv_spec().width(); }
+  // Device caches: a chunk's payload as kv_transfer/kv_pack.h GatherKv lays it out (K rows then
+  // V rows [2, token_count, width] of the cache dtype, then for fp8 the sequence's scales [2,
+  // n_kv_heads] f32) for tokens [token_start, token_start + token_count) of `layer` through
+  // `block_table`, copied out of (into) the cache. INVALID_ARGUMENT for a layer, range or block
+  // outside the cache, before anything is copied.
   virtual absl::Status CopyKvOut(int layer, std::span<const int> block_table, int token_start,
-                                 int token_count, float* out) {
+                                 int token_count, char* out) {
     return absl::UnimplementedError("this runner's KV cache is in host memory");
   }
   virtual absl::Status CopyKvIn(int layer, std::span<const int> block_table, int token_start,
-                                int token_count, const float* in) {
+                                int token_count, const char* in) {
     return absl::UnimplementedError("this runner's KV cache is in host memory");
   }
 };
@@ -78,7 +81,8 @@ struct CudaRunnerOptions {
   int max_seqs = 64;            // sequences per step
   int max_logit_rows = 0;       // logit rows per step (all_logits chunks); 0: max_seqs
   bool use_graphs = true;       // decode-only steps as CUDA graphs per batch bucket
-  // The KV cache dtype (engine/kv/kv_cache.h). The CUDA device model keeps f32 and refuses others.
+  // The KV cache dtype (engine/kv/kv_cache.h): f32, bf16 or fp8 on the CUDA device model (bf16
+  // and fp8 attention by FlashInfer, for head_dim 64 and 128; f16 runs on the CPU only).
   DType kv_dtype = DType::kF32;
 
   absl::Status Validate() const;
@@ -89,6 +93,12 @@ struct CudaRunnerOptions {
 // no CUDA library or device.
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
                                                                  const CudaRunnerOptions& options);
+
+// `--kv-dtype` for an engine on `device` ("cpu" or "cuda"): "auto" is bf16 on CUDA where the
+// library's attention supports the model's head_dim in bf16 (FlashInfer), else f32; any other
+// name as ParseKvDtype reads it.
+absl::StatusOr<DType> ResolveKvDtype(std::string_view name, std::string_view device,
+                                     const ModelConfig& config);
 
 // The runner for an engine: "cpu" builds the CPU runner over a new KvCache of num_blocks x
 // block_size, "cuda" the CUDA runner.

@@ -18,9 +18,11 @@ absl::StatusOr<std::string> PackRunnerKv(ModelRunner& runner, int layer,
     return absl::InvalidArgumentError(
         absl::StrFormat("kv chunk: bad token range start %d count %d", token_start, token_count));
   }
-  std::string out(2 * static_cast<size_t>(token_count) * runner.kv_width() * sizeof(float), '\0');
-  absl::Status s = runner.CopyKvOut(layer, block_table, token_start, token_count,
-                                    reinterpret_cast<float*>(out.data()));
+  const KvChunkHeader h = MakeRunnerKvHeader(runner, 0, layer, token_start, token_count);
+  absl::StatusOr<uint64_t> bytes = KvChunkPayloadBytes(h, UINT64_MAX);
+  if (!bytes.ok()) return bytes.status();
+  std::string out(*bytes, '\0');
+  absl::Status s = runner.CopyKvOut(layer, block_table, token_start, token_count, out.data());
   if (!s.ok()) return s;
   return out;
 }
@@ -30,22 +32,23 @@ KvChunkHeader MakeRunnerKvHeader(ModelRunner& runner, uint64_t request_id, int l
   if (const KvCache* cache = runner.host_kv_cache()) {
     return MakeKvChunkHeader(*cache, request_id, layer, token_start, token_count);
   }
-  return MakeKvChunkHeader(runner.kv_width(), request_id, layer, token_start, token_count);
+  const KvCacheSpec spec = runner.kv_spec();
+  KvChunkHeader h = MakeKvChunkHeader(spec.width(), request_id, layer, token_start, token_count);
+  h.dtype = spec.dtype;
+  if (spec.dtype == DType::kFp8E4M3) h.scale_groups = static_cast<uint32_t>(spec.n_kv_heads);
+  return h;
 }
 
 absl::Status UnpackRunnerKv(ModelRunner& runner, std::span<const char> payload,
                             const KvChunkHeader& h, std::span<const int> block_table) {
   if (KvCache* cache = runner.host_kv_cache()) return ScatterKv(payload, h, block_table, cache);
-  if (absl::Status s = CheckKvChunk(h, runner.kv_width()); !s.ok()) return s;
+  if (absl::Status s = CheckKvChunk(h, runner.kv_spec()); !s.ok()) return s;
   if (h.token_count == 0 || h.token_count > (1u << 30) || h.token_start > (1u << 30)) {
     return absl::InvalidArgumentError("kv chunk: bad token range");
   }
   if (absl::Status s = CheckKvPayload(h, payload.size()); !s.ok()) return s;
-  // The payload is not necessarily float-aligned: copy it.
-  std::vector<float> wire(payload.size() / sizeof(float));
-  std::memcpy(wire.data(), payload.data(), payload.size());
   return runner.CopyKvIn(static_cast<int>(h.layer), block_table, static_cast<int>(h.token_start),
-                         static_cast<int>(h.token_count), wire.data());
+                         static_cast<int>(h.token_count), payload.data());
 }
 
 }  // namespace tandem

@@ -1,6 +1,6 @@
 // KV transfer over a model runner's cache (engine/model_runner.h): the sender's packing and the
 // receiver's unpacking of one chunk, whether the cache is in host memory (kv_pack.h's gather and
-// scatter, in the cache's dtype) or on a device (float32 rows copied by the runner).
+// scatter) or on a device (copied by the runner); in the cache's dtype either way.
 #ifndef TANDEM_KV_TRANSFER_RUNNER_KV_H_
 #define TANDEM_KV_TRANSFER_RUNNER_KV_H_
 

@@ -5,13 +5,17 @@
 # runs every CUDA test and writes logs and JSON results under $OUT (or the folder given as $1):
 #   device.txt            nvidia-smi, nvcc, the CUDA libraries found
 #   cuda_twin.json/.log   every kernel against its CPU twin (kernels_test CudaTwin*/CudaOpsTwin*/
-#                         CudaGemmAttentionTwin*)
+#                         CudaGemmAttentionTwin*/CudaKvDtypeTwin*: bf16/fp8 KV, FlashInfer)
 #   cuda_kv_bench.json    KV pack/unpack GB/s on the GPU
 #   cuda_model.json/.log  the device model against the CPU model (stories260K f32/bf16, block
 #                         sizes 16/64, graph replay vs plain steps, KV pack); cuda_engines.json:
 #                         the prefill/decode engines on --device=cuda against the CPU engine
 #   cuda_model_bench.json decode step time (batch 1/8/64/256) vs the HBM bound and prefill
 #                         TFLOP/s (512/2048/8192 tokens) of a Llama-3-8B-shaped random bf16 model
+#                         with a bf16 KV cache (FlashInfer attention); cuda_model_bench_f32kv.json:
+#                         the same with an f32 KV cache (the hand-written kernels)
+#   torch_peer.json       the same shape in PyTorch (transformers + SDPA) on the same GPU;
+#   gpu_vs_torch.json/.txt  Tandem / PyTorch per row, with the goals met or not
 #   nccl.json/.log        the NCCL transport: fake-communicator logic, the real library's loader,
 #                         a lonely rank's abort and device staging (1 GPU), the 2-GPU transfers
 #                         (raw and through the KvSender/KvReceiver transport; skipped on 1 GPU)
@@ -134,7 +138,7 @@ gtest_stage() {
   grep -E '^\[  (FAILED|PASSED) |Failure|error' "$OUT/$name.log" | head -20
 }
 gtest_stage cuda_twin 120 kernels_test 2 \
-  --gtest_filter='CudaTwin*:CudaOpsTwin*:CudaGemmAttentionTwin*'
+  --gtest_filter='CudaTwin*:CudaOpsTwin*:CudaGemmAttentionTwin*:CudaKvDtypeTwin*'
 gtest_stage cuda_model 120 cuda_model_test 6
 
 # The engines pull in more of the tree (metrics, transports): built on their own when building
@@ -209,6 +213,21 @@ c=$?
 record cuda_model_bench $c $(($(date +%s) - s))
 [[ $c -ne 0 && $rc -eq 0 ]] && rc=7
 cat "$OUT/cuda_model_bench.log"
+# The PyTorch peer on the same GPU in the same run (bench/gpu/torch_peer.py: the same model shape,
+# SDPA attention, cuBLAS GEMMs, graph-replayed decode steps), and Tandem / PyTorch per row with
+# the goals (bench/gpu/compare.py; gpu_vs_torch.json).
+s=$(date +%s)
+timeout 240 python3 bench/gpu/torch_peer.py --out "$OUT/torch_peer.json" >"$OUT/torch_peer.log" 2>&1
+c=$?
+record torch_peer $c $(($(date +%s) - s))
+cat "$OUT/torch_peer.log"
+echo "== Tandem against PyTorch, this run (above 1x: Tandem faster):"
+python3 bench/gpu/compare.py "$OUT/cuda_model_bench.json" "$OUT/torch_peer.json" \
+  --out "$OUT/gpu_vs_torch.json" 2>&1 | tee "$OUT/gpu_vs_torch.txt"
+# The same model with an f32 KV cache (the hand-written attention kernels), for comparison.
+echo "== f32 KV cache (hand-written attention):"
+timeout 90 "$BIN/cuda_model_bench" --kv-dtype f32 --batches 64,256 --prefill 2048,8192 \
+  --out "$OUT/cuda_model_bench_f32kv.json" 2>&1 | grep -E "decode|prefill"
 # The same decode steps with cuBLAS for every GEMM (TANDEM_CUDA_GEMV=0), for comparison.
 echo "== decode with cuBLAS instead of the bf16 GEMV (TANDEM_CUDA_GEMV=0):"
 TANDEM_CUDA_GEMV=0 timeout 60 "$BIN/cuda_model_bench" --batches 1,8 --prefill "" \

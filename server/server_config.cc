@@ -148,8 +148,9 @@ void AddWorkerFlags(CLI::App& app, WorkerConfig* c) {
                  "needs f32 or bf16)")
       ->group(g);
   app.add_option("--kv-dtype", c->kv_dtype,
-                 "auto | f32 | bf16 | f16 | fp8: the KV cache as stored and shipped (auto: the "
-                 "model's compute dtype, f32); every worker of a cluster must use the same")
+                 "auto | f32 | bf16 | f16 | fp8: the KV cache as stored and shipped (auto: bf16 "
+                 "with --device=cuda where the model's head_dim has FlashInfer attention (64, "
+                 "128), else f32); every worker of a cluster must use the same")
       ->group(g);
   app.add_option("--kv-transport", c->kv_transport,
                  "tcp | local | nccl (default: local under --role=all, else tcp); every worker "

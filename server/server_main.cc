@@ -264,6 +264,10 @@ absl::Status TandemServer::LoadModel() {
   auto m = Model::Load(c_.common.model, backend_.get(), weight_dtype);
   if (!m.ok()) return m.status();
   model_ = std::move(*m);
+  // "auto" depends on the device and the model (bf16 on CUDA where its attention has it).
+  auto resolved = ResolveKvDtype(c_.worker.kv_dtype, device_, model_->config());
+  if (!resolved.ok()) return resolved.status();
+  kv_dtype_ = *resolved;
   return absl::OkStatus();
 }
 

@@ -51,7 +51,8 @@ commands:
       Prints the prompt and then the completion on stdout as it is generated;
       timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
       when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
-      q6_k; default: as stored). --kv-dtype: the KV cache (auto: f32).
+      q6_k; default: as stored). --kv-dtype: the KV cache (auto: bf16 with
+      --device=cuda where the model's head_dim has FlashInfer attention, else f32).
       --json-schema: the output is one JSON value valid against the schema (JSON
       text, or @FILE to read it from FILE); --json-object: any JSON object.
       --speculative: each step proposes up to K (default 4) tokens, by prompt lookup
@@ -304,6 +305,9 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
     ro.max_seqs = 1;
     // A step scoring proposals has a row per token.
     ro.max_logit_rows = opts.speculative.enabled() ? opts.speculative.num_tokens + 1 : 1;
+    auto kv = ResolveKvDtype(f.Get("kv-dtype", "auto"), "cuda", c);
+    if (!kv.ok()) return Fail(kv.status());
+    ro.kv_dtype = *kv;
     auto r = MakeModelRunner("cuda", loaded->model.get(), ro);
     if (!r.ok()) return Fail(r.status());
     runner = std::move(*r);

@@ -15,6 +15,7 @@ TandemCudaApi MakeApi() {
   api.model_forward = tandem::cuda::ModelForward;
   api.model_pack_kv = tandem::cuda::ModelPackKv;
   api.model_unpack_kv = tandem::cuda::ModelUnpackKv;
+  api.paged_attention_fi = tandem::cuda::PagedAttentionFi;
   return api;
 }
 

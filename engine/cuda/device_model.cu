@@ -3,7 +3,9 @@
 // step metadata (step_plan.h), kernels on the model's own stream, one device-to-host copy of the
 // logits or sampled tokens. Decode-only steps are padded to a batch bucket and run as a CUDA
 // graph captured once per bucket. The layer sequence is engine/model.cc's Model::Forward, op for
-// op, so the CPU model is its twin (tests/engine/cuda/cuda_model_test.cc).
+// op, so the CPU model is its twin (tests/engine/cuda/cuda_model_test.cc). The KV cache is f32
+// (attention by the hand-written kernels) or bf16 / fp8 (attention by FlashInfer, planned once
+// per step: kernels/cuda/fi_attention.h).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "engine/cuda/device_model.h"
 #include "engine/cuda/step_plan.h"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/fi_attention.h"
 #include "kernels/cuda/ops.h"
 
 struct TandemModel {
@@ -42,10 +45,12 @@ struct TandemModel {
   float* final_norm = nullptr;
   float* inv_freq = nullptr;  // [head_dim / 2]
   std::vector<Layer> layers;
-  float* kv = nullptr;  // [n_layers, 2 (K, V), num_blocks + 1, block_size, kv_width]
+  char* kv = nullptr;  // [n_layers, 2 (K, V), num_blocks + 1, block_size, kv_width] of kv_dtype
+  float* scales = nullptr;                  // fp8: [n_layers, num_blocks + 1, 2, n_kv_heads]
+  tandem::cuda::FiAttention* fi = nullptr;  // bf16 / fp8 caches: their attention
   char* work = nullptr;
   void* host_stage = nullptr;  // pinned, ws.meta_bytes: the step's upload
-  float* wire = nullptr;       // device staging of pack / unpack
+  void* wire = nullptr;        // device staging of pack / unpack
   size_t wire_bytes = 0;
   int* table = nullptr;  // device staging of a pack / unpack block table
   size_t table_ints = 0;
@@ -57,11 +62,17 @@ struct TandemModel {
   std::mutex mu;  // one step or pack / unpack at a time
 
   int kv_width() const { return desc.n_kv_heads * desc.head_dim; }
-  size_t LayerKvFloats() const {
-    return static_cast<size_t>(desc.num_blocks + 1) * desc.block_size * kv_width();
+  // Bytes of one layer's K (or V) cache.
+  size_t LayerKvBytes() const {
+    return static_cast<size_t>(desc.num_blocks + 1) * desc.block_size * kv_width() *
+           tandem::cuda::KvElementBytes(desc.kv_dtype);
   }
-  float* k_cache(int l) const { return kv + 2 * LayerKvFloats() * l; }
-  float* v_cache(int l) const { return kv + 2 * LayerKvFloats() * l + LayerKvFloats(); }
+  void* k_cache(int l) const { return kv + 2 * LayerKvBytes() * l; }
+  void* v_cache(int l) const { return kv + 2 * LayerKvBytes() * l + LayerKvBytes(); }
+  size_t LayerScales() const {
+    return static_cast<size_t>(desc.num_blocks + 1) * 2 * desc.n_kv_heads;
+  }
+  float* layer_scales(int l) const { return scales ? scales + LayerScales() * l : nullptr; }
   template <typename T>
   T* At(size_t offset) const {
     return reinterpret_cast<T*>(work + offset);
@@ -148,11 +159,70 @@ int UploadWeights(TandemModel* m, const TandemModelWeights* w, uint64_t seed) {
   return 0;
 }
 
+// One layer's attention: att [T, q_dim] from q and the layer's cache, which this step's K/V
+// rows k, v [T, kv_dim] are first written into (fp8: after the chunks' scales are set).
+int Attention(TandemModel* m, int l, const StepLayout& L, int T, int num_seqs, int num_tiles,
+              bool decode_only, int max_context, int table_stride, const float* q, const float* k,
+              const float* v, float* att) {
+  const TandemModelDesc& d = m->desc;
+  const WorkspaceLayout& w = m->ws;
+  cudaStream_t st = m->stream;
+  const int* meta = m->At<int>(w.meta);
+  if (d.kv_dtype == kKvF32) {
+    float* kc = static_cast<float*>(m->k_cache(l));
+    float* vc = static_cast<float*>(m->v_cache(l));
+    if (int e = WriteKv(k, v, meta + L.slots, T, m->kv_width(), kc, vc, st)) return e;
+    PagedAttentionDeviceArgs a;
+    a.num_tokens = T;
+    a.n_heads = d.n_heads;
+    a.n_kv_heads = d.n_kv_heads;
+    a.head_dim = d.head_dim;
+    a.block_size = d.block_size;
+    a.max_blocks_per_seq = table_stride;
+    a.token_seq = meta + L.token_seq;
+    a.token_pos = meta + L.token_pos;
+    a.block_tables = meta + L.block_tables;
+    a.sliding_window = d.sliding_window;
+    if (decode_only) {
+      return PagedAttentionDecode(q, kc, vc, a, max_context, m->At<void>(w.attn), w.attn_bytes, att,
+                                  st);
+    }
+    // bf16 models take the tensor-core prefill attention; f32 models stay in f32 throughout.
+    const bool tc_attention = d.weight_dtype == 2 && d.head_dim % 16 == 0;
+    return PrefillAttention(q, kc, vc, a, meta + L.tiles, num_tiles, tc_attention, att, st);
+  }
+  float* scales = m->layer_scales(l);
+  if (d.kv_dtype == kKvFp8) {
+    if (int e = SetFp8Scales(k, v, meta + L.fi_q_indptr, meta + L.token_pos, num_seqs,
+                             meta + L.block_tables, table_stride, d.n_kv_heads, d.head_dim,
+                             d.block_size, scales, st)) {
+      return e;
+    }
+  }
+  if (int e = WriteKvTyped(k, v, meta + L.slots, T, d.n_kv_heads, d.head_dim, d.block_size,
+                           d.kv_dtype, scales, m->k_cache(l), m->v_cache(l), st)) {
+    return e;
+  }
+  const int64_t n = static_cast<int64_t>(T) * d.n_heads * d.head_dim;
+  if (int e = F32ToBf16(q, m->At<void>(w.q16), n, st)) return e;
+  FiSequences seqs;
+  seqs.q_indptr = meta + L.fi_q_indptr;
+  seqs.kv_indptr = meta + L.fi_kv_indptr;
+  seqs.kv_indices = meta + L.fi_kv_indices;
+  seqs.kv_last_page_len = meta + L.fi_last_page_len;
+  if (int e = m->fi->Run(m->At<void>(w.q16), m->k_cache(l), m->v_cache(l), scales, seqs,
+                         m->At<void>(w.o16), st)) {
+    return e;
+  }
+  return Bf16ToF32(m->At<void>(w.o16), att, n, st);
+}
+
 // The layers and the classifier for the step whose metadata is at ws.meta with `layout` (block
-// tables of `table_stride` ids per row); only stream-ordered work, so it can be captured into
-// a graph. max_context: the decode attention's context bound (<= table_stride * block_size).
-int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bool decode_only,
-            int max_context, int table_stride) {
+// tables of `table_stride` ids per row, num_seqs sequences); only stream-ordered work, so it can
+// be captured into a graph. max_context: the decode attention's context bound (<= table_stride *
+// block_size).
+int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_seqs, int num_tiles,
+            bool decode_only, int max_context, int table_stride) {
   const TandemModelDesc& d = m->desc;
   const WorkspaceLayout& w = m->ws;
   cudaStream_t st = m->stream;
@@ -163,22 +233,9 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
         *hb = m->At<float>(w.hb), *hb2 = m->At<float>(w.hb2), *rows = m->At<float>(w.rows),
         *logits = m->At<float>(w.logits);
   void* x16 = m->At<void>(w.x16);
-  const size_t x16_bytes = w.attn - w.x16;
-  PagedAttentionDeviceArgs a;
-  a.num_tokens = T;
-  a.n_heads = d.n_heads;
-  a.n_kv_heads = d.n_kv_heads;
-  a.head_dim = d.head_dim;
-  a.block_size = d.block_size;
-  a.max_blocks_per_seq = table_stride;
-  a.token_seq = meta + L.token_seq;
-  a.token_pos = meta + L.token_pos;
-  a.block_tables = meta + L.block_tables;
-  a.sliding_window = d.sliding_window;
+  const size_t x16_bytes = w.q16 - w.x16;
   const int* pos = meta + L.token_pos;
   const int wd = d.weight_dtype;
-  // bf16 models take the tensor-core prefill attention; f32 models stay in f32 throughout.
-  const bool tc_attention = wd == 2 && d.head_dim % 16 == 0;
   // same_input: the previous GEMM had the same input, already rounded to bf16 in x16.
   auto gemm = [&](const float* in, const void* wt, const float* bias, float* out, int n, int r,
                   int c, bool same_input = false) {
@@ -196,16 +253,8 @@ int RunStep(TandemModel* m, const StepLayout& L, int T, int R, int num_tiles, bo
     if (int e = gemm(xb, W.wv, W.bv, v, T, kv_dim, d.dim, true)) return e;
     if (int e = Rope(q, T, d.n_heads, d.head_dim, pos, m->inv_freq, d.rope_style, st)) return e;
     if (int e = Rope(k, T, d.n_kv_heads, d.head_dim, pos, m->inv_freq, d.rope_style, st)) return e;
-    if (int e = WriteKv(k, v, meta + L.slots, T, kv_dim, m->k_cache(l), m->v_cache(l), st)) {
-      return e;
-    }
-    if (decode_only) {
-      if (int e = PagedAttentionDecode(q, m->k_cache(l), m->v_cache(l), a, max_context,
-                                       m->At<void>(w.attn), w.attn_bytes, att, st)) {
-        return e;
-      }
-    } else if (int e = PrefillAttention(q, m->k_cache(l), m->v_cache(l), a, meta + L.tiles,
-                                        num_tiles, tc_attention, att, st)) {
+    if (int e = Attention(m, l, L, T, num_seqs, num_tiles, decode_only, max_context, table_stride,
+                          q, k, v, att)) {
       return e;
     }
     if (int e = gemm(att, W.wo, nullptr, xb, T, d.dim, q_dim)) return e;
@@ -229,7 +278,8 @@ cudaGraphExec_t CaptureDecode(TandemModel* m, const StepLayout& L, int bucket, i
             "cudaStreamBeginCapture")) {
     return nullptr;
   }
-  const int run = RunStep(m, L, bucket, bucket, 0, true, context, context / m->desc.block_size);
+  const int run =
+      RunStep(m, L, bucket, bucket, bucket, 0, true, context, context / m->desc.block_size);
   cudaGraph_t graph = nullptr;
   const cudaError_t end = cudaStreamEndCapture(m->stream, &graph);
   cudaGraphExec_t exec = nullptr;
@@ -254,7 +304,8 @@ int RunDecodeStep(TandemModel* m, const StepLayout& L, int bucket, int context) 
     ++m->graph_replays;
     return Check(cudaGraphLaunch(it->second, m->stream), "cudaGraphLaunch");
   }
-  if (int e = RunStep(m, L, bucket, bucket, 0, true, context, context / m->desc.block_size)) {
+  if (int e =
+          RunStep(m, L, bucket, bucket, bucket, 0, true, context, context / m->desc.block_size)) {
     return e;
   }
   if (it == m->graphs.end()) {
@@ -306,10 +357,20 @@ int DoForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, con
                     "model_forward upload")) {
     return e;
   }
-  if (plan.context_bucket > 0) {  // only when use_graphs asked PlanStep to pad
+  const bool graph = plan.context_bucket > 0;  // only when use_graphs asked PlanStep to pad
+  if (m->fi != nullptr) {
+    // The attention's work split, for every layer of this step (a graph's: before each replay).
+    const int32_t* meta = plan.meta.data();
+    if (int e = m->fi->Plan(meta + plan.layout.fi_q_indptr, meta + plan.layout.fi_kv_indptr,
+                            plan.num_seqs, graph, m->stream)) {
+      return e;
+    }
+  }
+  if (graph) {
     if (int e = RunDecodeStep(m, plan.layout, plan.num_tokens, plan.context_bucket)) return e;
-  } else if (int e = RunStep(m, plan.layout, plan.num_tokens, plan.num_rows, plan.num_tiles,
-                             plan.decode_only, plan.max_context, plan.table_stride)) {
+  } else if (int e =
+                 RunStep(m, plan.layout, plan.num_tokens, plan.num_rows, plan.num_seqs,
+                         plan.num_tiles, plan.decode_only, plan.max_context, plan.table_stride)) {
     return e;
   }
   const float* d_logits = m->At<float>(w.logits);
@@ -361,7 +422,8 @@ int StageKv(TandemModel* m, int layer, const int* block_table, int num_blocks, i
     if (int e = Check(cudaMalloc(&m->table, needed * sizeof(int)), what)) return e;
     m->table_ints = needed;
   }
-  const size_t wire = 2ull * token_count * m->kv_width() * sizeof(float);
+  const size_t wire =
+      KvWireBytes(m->desc.kv_dtype, m->desc.n_kv_heads, m->desc.head_dim, token_count);
   if (wire > m->wire_bytes) {
     if (m->wire != nullptr) cudaFree(m->wire);
     m->wire = nullptr;
@@ -398,6 +460,7 @@ int ModelCreate(const TandemModelDesc* desc, const TandemModelWeights* weights,
   shape.head_dim = desc->head_dim;
   shape.vocab_size = desc->vocab_size;
   shape.bf16_weights = desc->weight_dtype == 2;
+  shape.fi_attention = desc->kv_dtype != kKvF32;
   m->ws = MakeWorkspaceLayout(
       shape, m->limits,
       PagedAttentionWorkspaceBytes(decode_rows, desc->n_heads, desc->head_dim, max_context),
@@ -437,11 +500,31 @@ int ModelCreate(const TandemModelDesc* desc, const TandemModelWeights* weights,
           "model_create inv_freq")) {
     return fail(e);
   }
-  m->kv_bytes = 2 * m->LayerKvFloats() * desc->n_layers * sizeof(float);
+  m->kv_bytes = 2 * m->LayerKvBytes() * desc->n_layers;
   if (int e = Alloc(m, m->kv_bytes, &p, "model_create KV cache")) return fail(e);
-  m->kv = static_cast<float*>(p);
+  m->kv = static_cast<char*>(p);
   if (int e = Check(cudaMemsetAsync(m->kv, 0, m->kv_bytes, m->stream), "model_create KV zero")) {
     return fail(e);
+  }
+  if (desc->kv_dtype == kKvFp8) {
+    const size_t n = m->LayerScales() * desc->n_layers;
+    if (int e = Alloc(m, n * sizeof(float), &p, "model_create fp8 KV scales")) return fail(e);
+    m->scales = static_cast<float*>(p);
+    m->kv_bytes += n * sizeof(float);
+    if (int e = FillRandom(m->scales, 0, static_cast<int64_t>(n), 0, 1.0f, 1, m->stream)) {
+      return fail(e);
+    }
+  }
+  if (desc->kv_dtype != kKvF32) {
+    FiShape fs;
+    fs.n_heads = desc->n_heads;
+    fs.n_kv_heads = desc->n_kv_heads;
+    fs.head_dim = desc->head_dim;
+    fs.block_size = desc->block_size;
+    fs.kv_dtype = desc->kv_dtype;
+    fs.sliding_window = desc->sliding_window;
+    m->fi = FiAttention::Create(fs, desc->max_batch_tokens, desc->max_seqs);
+    if (m->fi == nullptr) return fail(static_cast<int>(cudaErrorInvalidValue));
   }
   if (int e = Alloc(m, m->ws.total, &p, "model_create workspace")) return fail(e);
   m->work = static_cast<char*>(p);
@@ -460,6 +543,7 @@ void ModelDestroy(TandemModel* m) {
     if (exec != nullptr) cudaGraphExecDestroy(exec);
   }
   if (m->cublas != nullptr) cublasDestroy(m->cublas);
+  delete m->fi;
   for (void* p : m->allocations) cudaFree(p);
   if (m->wire != nullptr) cudaFree(m->wire);
   if (m->table != nullptr) cudaFree(m->table);
@@ -492,18 +576,20 @@ int ModelForward(TandemModel* m, const TandemStepChunk* chunks, int num_chunks, 
 }
 
 int ModelPackKv(TandemModel* m, int layer, const int* block_table, int num_blocks, int token_start,
-                int token_count, float* wire) {
+                int token_count, void* wire) {
   if (m == nullptr || wire == nullptr) return BadArg("model_pack_kv", "model and wire needed");
   std::lock_guard<std::mutex> lock(m->mu);
   if (int e =
           StageKv(m, layer, block_table, num_blocks, token_start, token_count, "model_pack_kv")) {
     return e;
   }
-  if (int e = PackKv(m->k_cache(layer), m->v_cache(layer), m->table, m->desc.block_size,
-                     m->kv_width(), token_start, token_count, m->wire, m->stream)) {
+  const TandemModelDesc& d = m->desc;
+  if (int e = PackKvTyped(m->k_cache(layer), m->v_cache(layer), m->layer_scales(layer), m->table,
+                          d.block_size, d.n_kv_heads, d.head_dim, d.kv_dtype, token_start,
+                          token_count, m->wire, m->stream)) {
     return e;
   }
-  const size_t bytes = 2ull * token_count * m->kv_width() * sizeof(float);
+  const size_t bytes = KvWireBytes(d.kv_dtype, d.n_kv_heads, d.head_dim, token_count);
   if (int e = Check(cudaMemcpyAsync(wire, m->wire, bytes, cudaMemcpyDeviceToHost, m->stream),
                     "model_pack_kv download")) {
     return e;
@@ -512,23 +598,99 @@ int ModelPackKv(TandemModel* m, int layer, const int* block_table, int num_block
 }
 
 int ModelUnpackKv(TandemModel* m, int layer, const int* block_table, int num_blocks,
-                  int token_start, int token_count, const float* wire) {
+                  int token_start, int token_count, const void* wire) {
   if (m == nullptr || wire == nullptr) return BadArg("model_unpack_kv", "model and wire needed");
   std::lock_guard<std::mutex> lock(m->mu);
   if (int e =
           StageKv(m, layer, block_table, num_blocks, token_start, token_count, "model_unpack_kv")) {
     return e;
   }
-  const size_t bytes = 2ull * token_count * m->kv_width() * sizeof(float);
+  const TandemModelDesc& d = m->desc;
+  const size_t bytes = KvWireBytes(d.kv_dtype, d.n_kv_heads, d.head_dim, token_count);
   if (int e = Check(cudaMemcpyAsync(m->wire, wire, bytes, cudaMemcpyHostToDevice, m->stream),
                     "model_unpack_kv upload")) {
     return e;
   }
-  if (int e = UnpackKv(m->wire, m->table, m->desc.block_size, m->kv_width(), token_start,
-                       token_count, m->k_cache(layer), m->v_cache(layer), m->stream)) {
+  if (int e = UnpackKvTyped(m->wire, m->table, d.block_size, d.n_kv_heads, d.head_dim, d.kv_dtype,
+                            token_start, token_count, m->k_cache(layer), m->v_cache(layer),
+                            m->layer_scales(layer), m->stream)) {
     return e;
   }
   return Check(cudaStreamSynchronize(m->stream), "model_unpack_kv");
+}
+
+int PagedAttentionFi(const float* d_q, int kv_dtype, const void* d_k_cache, const void* d_v_cache,
+                     const float* d_scales, int n_heads, int n_kv_heads, int head_dim,
+                     int block_size, int sliding_window, const TandemStepChunk* chunks,
+                     int num_chunks, const int* block_tables, float* d_out) {
+  if (chunks == nullptr || block_tables == nullptr || num_chunks <= 0 || block_size <= 0) {
+    return BadArg("paged_attention_fi", "chunks and block_tables given, num_chunks > 0");
+  }
+  // The chunks' tables as rows of one stride, then FlashInfer's page lists of them.
+  std::vector<int> counts(num_chunks), starts(num_chunks);
+  int stride = 1;
+  for (int s = 0; s < num_chunks; ++s) {
+    counts[s] = chunks[s].num_tokens;
+    starts[s] = chunks[s].start_pos;
+    const int needed = (starts[s] + counts[s] + block_size - 1) / block_size;
+    if (counts[s] <= 0 || starts[s] < 0 || chunks[s].num_blocks < needed) {
+      return BadArg("paged_attention_fi", "a chunk without tokens or blocks for its positions");
+    }
+    stride = std::max(stride, needed);
+  }
+  std::vector<int32_t> tables(static_cast<size_t>(num_chunks) * stride, 0);
+  for (int s = 0, at = 0; s < num_chunks; at += chunks[s].num_blocks, ++s) {
+    std::copy_n(block_tables + at, (starts[s] + counts[s] + block_size - 1) / block_size,
+                tables.begin() + static_cast<size_t>(s) * stride);
+  }
+  FiPageLists lists;
+  BuildFiPageLists(counts, starts, tables.data(), stride, block_size, &lists);
+  const int rows = lists.q_indptr.back();
+  FiShape shape;
+  shape.n_heads = n_heads;
+  shape.n_kv_heads = n_kv_heads;
+  shape.head_dim = head_dim;
+  shape.block_size = block_size;
+  shape.kv_dtype = kv_dtype;
+  shape.sliding_window = sliding_window;
+  FiAttention* fi = FiAttention::Create(shape, rows, num_chunks);
+  if (fi == nullptr) return static_cast<int>(cudaErrorInvalidValue);
+  // One device buffer: the four page-list arrays, then bf16 queries and output.
+  const size_t ints = lists.q_indptr.size() + lists.kv_indptr.size() +
+                      lists.kv_last_page_len.size() + lists.kv_indices.size();
+  const size_t elems = static_cast<size_t>(rows) * n_heads * head_dim;
+  const size_t ints_bytes = (ints * 4 + 255) / 256 * 256;
+  char* buf = nullptr;
+  int rc = Check(cudaMalloc(&buf, ints_bytes + 2 * elems * 2), "paged_attention_fi buffers");
+  if (rc == 0) {
+    int32_t* d = reinterpret_cast<int32_t*>(buf);
+    FiSequences seqs;
+    size_t at = 0;
+    auto put = [&](const std::vector<int32_t>& v, const int** out) {
+      *out = d + at;
+      if (rc == 0) {
+        rc = Check(cudaMemcpy(d + at, v.data(), v.size() * 4, cudaMemcpyHostToDevice),
+                   "paged_attention_fi upload");
+      }
+      at += v.size();
+    };
+    put(lists.q_indptr, &seqs.q_indptr);
+    put(lists.kv_indptr, &seqs.kv_indptr);
+    put(lists.kv_last_page_len, &seqs.kv_last_page_len);
+    put(lists.kv_indices, &seqs.kv_indices);
+    void* q16 = buf + ints_bytes;
+    void* o16 = buf + ints_bytes + elems * 2;
+    if (rc == 0) rc = F32ToBf16(d_q, q16, static_cast<int64_t>(elems), nullptr);
+    if (rc == 0) {
+      rc = fi->Plan(lists.q_indptr.data(), lists.kv_indptr.data(), num_chunks, false, nullptr);
+    }
+    if (rc == 0) rc = fi->Run(q16, d_k_cache, d_v_cache, d_scales, seqs, o16, nullptr);
+    if (rc == 0) rc = Bf16ToF32(o16, d_out, static_cast<int64_t>(elems), nullptr);
+    if (rc == 0) rc = Check(cudaDeviceSynchronize(), "paged_attention_fi");
+    cudaFree(buf);
+  }
+  delete fi;
+  return rc;
 }
 
 }  // namespace tandem::cuda

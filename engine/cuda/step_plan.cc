@@ -52,8 +52,32 @@ StepLayout MakeStepLayout(int tokens, int rows, int seqs, int tiles, int max_blo
   off += seqs * max_blocks_per_seq;
   l.tiles = off;
   off += 2 * tiles;
+  l.fi_q_indptr = off;
+  off += seqs + 1;
+  l.fi_kv_indptr = off;
+  off += seqs + 1;
+  l.fi_last_page_len = off;
+  off += seqs;
+  l.fi_kv_indices = off;
+  off += seqs * max_blocks_per_seq;
   l.total = off;
   return l;
+}
+
+void BuildFiPageLists(std::span<const int> num_tokens, std::span<const int> start_pos,
+                      const int32_t* tables, int stride, int block_size, FiPageLists* out) {
+  *out = FiPageLists();
+  out->q_indptr.push_back(0);
+  out->kv_indptr.push_back(0);
+  for (size_t s = 0; s < num_tokens.size(); ++s) {
+    const int kv_len = start_pos[s] + num_tokens[s];
+    const int pages = (kv_len + block_size - 1) / block_size;
+    out->q_indptr.push_back(out->q_indptr.back() + num_tokens[s]);
+    out->kv_indptr.push_back(out->kv_indptr.back() + pages);
+    out->kv_last_page_len.push_back(kv_len - (pages - 1) * block_size);
+    const int32_t* row = tables + static_cast<int64_t>(s) * stride;
+    out->kv_indices.insert(out->kv_indices.end(), row, row + pages);
+  }
 }
 
 void BuildAttentionTiles(std::span<const int> token_seq, std::vector<int32_t>* tiles) {
@@ -188,6 +212,17 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& lim, bo
     m[L.slots + t] = lim.num_blocks * bs;
     m[L.logit_rows + r++] = t;
   }
+  std::vector<int> counts(padded_seqs, 1), starts(padded_seqs, 0);
+  for (int s = 0; s < num_seqs; ++s) {
+    counts[s] = static_cast<int>(batch[s].tokens.size());
+    starts[s] = batch[s].start_pos;
+  }
+  FiPageLists fi;
+  BuildFiPageLists(counts, starts, m + L.block_tables, stride, bs, &fi);
+  std::copy(fi.q_indptr.begin(), fi.q_indptr.end(), m + L.fi_q_indptr);
+  std::copy(fi.kv_indptr.begin(), fi.kv_indptr.end(), m + L.fi_kv_indptr);
+  std::copy(fi.kv_last_page_len.begin(), fi.kv_last_page_len.end(), m + L.fi_last_page_len);
+  std::copy(fi.kv_indices.begin(), fi.kv_indices.end(), m + L.fi_kv_indices);
   return "";
 }
 
@@ -226,6 +261,12 @@ std::string ValidateModelDesc(const TandemModelDesc& d) {
   if (d.sliding_window < 0) return "model desc: sliding_window must be >= 0";
   if (d.max_seqs > d.max_batch_tokens) {
     return "model desc: max_seqs must be <= max_batch_tokens";
+  }
+  if (d.kv_dtype != TANDEM_KV_F32 && d.kv_dtype != TANDEM_KV_BF16 && d.kv_dtype != TANDEM_KV_FP8) {
+    return "model desc: kv_dtype must be 0 (f32), 2 (bf16) or 3 (fp8)";
+  }
+  if (d.kv_dtype == TANDEM_KV_FP8 && d.n_kv_heads > 256) {
+    return "model desc: an fp8 KV cache needs n_kv_heads <= 256";
   }
   if (static_cast<long long>(d.num_blocks + 1) * d.block_size > (1ll << 31) - 1) {
     return "model desc: (num_blocks + 1) * block_size must fit in an int (cache slots)";
@@ -276,6 +317,8 @@ WorkspaceLayout MakeWorkspaceLayout(const WorkspaceShape& s, const StepLimits& l
   w.logits = take(R * s.vocab_size * 4);
   const size_t max_cols = std::max({s.dim, s.hidden_dim, s.q_dim});
   w.x16 = take(s.bf16_weights ? T * max_cols * 2 : 0);
+  w.q16 = take(s.fi_attention ? T * s.q_dim * 2 : 0);
+  w.o16 = take(s.fi_attention ? T * s.q_dim * 2 : 0);
   w.attn_bytes = attn_bytes;
   w.attn = take(attn_bytes);
   w.sample_bytes = sample_bytes;

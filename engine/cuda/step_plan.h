@@ -72,7 +72,14 @@ struct StepLayout {
   int logit_rows = 0;    // [rows] token index whose logits are row r
   int block_tables = 0;  // [seqs, table stride] block ids (pad block beyond a chunk's)
   int tiles = 0;         // [num_tiles, 2] (first token, token count) of each attention tile
-  int total = 0;         // ints in the buffer
+  // FlashInfer's page lists of the same sequences (kernels/cuda/fi_attention.h FiSequences), for
+  // KV caches of bf16 and fp8: query-row and page offsets, the last page's fill, and the pages
+  // (each sequence's first blocks of its table, packed; room for seqs * table stride).
+  int fi_q_indptr = 0;       // [seqs + 1]
+  int fi_kv_indptr = 0;      // [seqs + 1]
+  int fi_last_page_len = 0;  // [seqs]
+  int fi_kv_indices = 0;     // [<= seqs * table stride]
+  int total = 0;             // ints in the buffer
 };
 
 // The layout for capacities (tokens, rows, seqs, tiles, table stride); a decode graph of bucket
@@ -95,6 +102,15 @@ struct StepPlan {
   std::vector<int32_t> meta;  // [layout.total], the one host→device copy
 };
 
+// FlashInfer's page lists (StepLayout fi_*) of sequences with num_tokens[s] new tokens from
+// start_pos[s], whose block tables are rows of `tables` (`stride` ids each): query rows in order,
+// pages [0, ceil((start_pos + n) / block_size)) of each table, the last holding the rest.
+struct FiPageLists {
+  std::vector<int32_t> q_indptr, kv_indptr, kv_last_page_len, kv_indices;
+};
+void BuildFiPageLists(std::span<const int> num_tokens, std::span<const int> start_pos,
+                      const int32_t* tables, int stride, int block_size, FiPageLists* out);
+
 // Tiles of at most kPrefillTileTokens consecutive tokens of one chunk, appended to `tiles` as
 // (first token, count) pairs; token_seq [num_tokens] must group each chunk's tokens together.
 void BuildAttentionTiles(std::span<const int> token_seq, std::vector<int32_t>* tiles);
@@ -113,13 +129,15 @@ std::string PlanStep(std::span<const StepChunk> batch, const StepLimits& limits,
 struct WorkspaceShape {
   int dim = 0, hidden_dim = 0, q_dim = 0, kv_dim = 0, n_heads = 0, head_dim = 0, vocab_size = 0;
   bool bf16_weights = false;
+  bool fi_attention = false;  // bf16/fp8 KV: attention through FlashInfer, in bf16
 };
 struct WorkspaceLayout {
   size_t x = 0, xb = 0, q = 0, k = 0, v = 0, att = 0, hb = 0, hb2 = 0;  // activations
   size_t rows = 0;                                                      // [max_logit_rows, dim]
   size_t logits = 0;                                                    // [max_logit_rows, vocab]
-  size_t x16 = 0;   // bf16 copy of a GEMM input: [max_batch_tokens, max cols]
-  size_t attn = 0;  // split-K decode attention partials
+  size_t x16 = 0;           // bf16 copy of a GEMM input: [max_batch_tokens, max cols]
+  size_t q16 = 0, o16 = 0;  // fi_attention: bf16 queries and output [max_batch_tokens, q_dim]
+  size_t attn = 0;          // split-K decode attention partials
   size_t attn_bytes = 0;
   size_t sample = 0;  // sampler workspace
   size_t sample_bytes = 0;

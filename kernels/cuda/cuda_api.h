@@ -14,7 +14,12 @@
 extern "C" {
 #endif
 
-#define TANDEM_CUDA_ABI_VERSION 4
+#define TANDEM_CUDA_ABI_VERSION 5
+
+/* KV cache dtypes (kernels/dtype.h DType values): f32, bf16, fp8 E4M3 with scales. */
+#define TANDEM_KV_F32 0
+#define TANDEM_KV_BF16 2
+#define TANDEM_KV_FP8 3
 
 /* Decode attention over the paged cache; the fields follow PagedAttentionArgs
  * (kernels/backend.h), pointers on the device. */
@@ -60,14 +65,18 @@ typedef struct TandemModelDesc {
   const float* rope_inv_freq; /* host [head_dim / 2], copied */
   int weight_dtype;           /* 0 f32, 2 bf16 */
   int qkv_bias;               /* 1: layers carry bq, bk, bv */
-  /* The KV cache: per layer K and V [num_blocks, block_size, n_kv_heads * head_dim] f32, plus
-   * one pad block (id num_blocks) that padded graph rows write into. */
+  /* The KV cache: per layer K and V [num_blocks, block_size, n_kv_heads * head_dim] of kv_dtype,
+   * plus one pad block (id num_blocks) that padded graph rows write into; fp8 caches also hold
+   * scales [num_blocks + 1, 2, n_kv_heads] f32 per layer. */
   int num_blocks;
   int block_size;
   int max_batch_tokens; /* tokens per forward (padding included) */
   int max_seqs;         /* chunks per forward (padding included) */
   int max_logit_rows;   /* logit rows per forward (padding included) */
   int use_graphs;       /* 1: decode-only steps run as CUDA graphs per batch bucket */
+  /* ABI 5: TANDEM_KV_F32 (the hand-written attention kernels), TANDEM_KV_BF16 or TANDEM_KV_FP8
+   * (FlashInfer's; head_dim 64 or 128, fi_attention_supported). */
+  int kv_dtype;
 } TandemModelDesc;
 
 /* Host pointers to one layer's weights; matrices row-major in the desc's weight_dtype. */
@@ -211,13 +220,15 @@ typedef struct TandemCudaApi {
                        const int* tokens, const int* block_tables,
                        const TandemSampleRowParams* sample_params, float* logits, int* sampled,
                        int* num_rows);
-  /* wire[2, token_count, kv_width] (host; K rows then V rows) <- tokens [token_start,
-   * token_start + token_count) of `layer` through block_table[num_blocks] (host); unpack is the
-   * inverse. Bounds are checked before anything is copied. */
+  /* wire (host) <- tokens [token_start, token_start + token_count) of `layer` through
+   * block_table[num_blocks] (host), as kv_transfer/wire.h lays a chunk out: K rows then V rows
+   * [2, token_count, kv_width] of the cache's dtype, then for fp8 the sequence's scales
+   * [2, n_kv_heads] f32 (ABI 5; f32 rows before). unpack is the inverse (fp8: the scales go into
+   * every block the chunk touches). Bounds are checked before anything is copied. */
   int (*model_pack_kv)(TandemModel* model, int layer, const int* block_table, int num_blocks,
-                       int token_start, int token_count, float* wire);
+                       int token_start, int token_count, void* wire);
   int (*model_unpack_kv)(TandemModel* model, int layer, const int* block_table, int num_blocks,
-                         int token_start, int token_count, const float* wire);
+                         int token_start, int token_count, const void* wire);
 
   /* ---- ABI 4 ---- */
   /* prefill_attention on the tensor cores, as the device model runs it for bf16 models: Q, K,
@@ -225,6 +236,43 @@ typedef struct TandemCudaApi {
   int (*prefill_attention_bf16)(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                                 const TandemPagedAttentionArgs* args, const int* d_tiles,
                                 int num_tiles, float* d_out);
+
+  /* ---- ABI 5: KV caches of bf16 and fp8, attention over them by FlashInfer ---- */
+  /* 1 when paged_attention_fi (and a device model with this kv_dtype) runs for head_dim and
+   * kv_dtype in this library, else 0 with the reason in *why (may be NULL). */
+  int (*fi_attention_supported)(int head_dim, int kv_dtype, const char** why);
+  /* write_kv into caches of kv_dtype [num_slots, n_kv_heads * head_dim]: bf16 and fp8 round to
+   * nearest even, fp8 rows are divided by their block's scale (d_scales [num_blocks, 2,
+   * n_kv_heads]) and saturate at +-448. */
+  int (*write_kv_typed)(const float* d_k, const float* d_v, const int* d_slots, int n,
+                        int n_kv_heads, int head_dim, int block_size, int kv_dtype,
+                        const float* d_scales, void* d_k_cache, void* d_v_cache);
+  /* fp8: the scales of a step's chunks before their rows are written, as SetFp8Scales
+   * (engine/kv/kv_cache.h): chunk c has rows [d_q_indptr[c], d_q_indptr[c + 1]) of d_k, d_v
+   * [tokens, n_kv_heads * head_dim] at positions d_token_pos, block table row c of d_tables
+   * [num_chunks, table_stride]. */
+  int (*set_fp8_scales)(const float* d_k, const float* d_v, const int* d_q_indptr,
+                        const int* d_token_pos, int num_chunks, const int* d_tables,
+                        int table_stride, int n_kv_heads, int head_dim, int block_size,
+                        float* d_scales);
+  /* pack_kv / unpack_kv for caches of kv_dtype, d_wire as model_pack_kv lays it out. */
+  int (*pack_kv_typed)(const void* d_k_cache, const void* d_v_cache, const float* d_scales,
+                       const int* d_block_table, int block_size, int n_kv_heads, int head_dim,
+                       int kv_dtype, int token_start, int token_count, void* d_wire);
+  int (*unpack_kv_typed)(const void* d_wire, const int* d_block_table, int block_size,
+                         int n_kv_heads, int head_dim, int kv_dtype, int token_start,
+                         int token_count, void* d_k_cache, void* d_v_cache, float* d_scales);
+  /* Causal attention of a step's chunks over caches of kv_dtype (bf16 or fp8), as the device
+   * model runs it: d_q [T, n_heads, head_dim] f32 (rounded to bf16); chunks[num_chunks] (host)
+   * in order, chunk s owning the next num_tokens rows at positions [start_pos, start_pos +
+   * num_tokens) with block table num_blocks ids of block_tables (host, concatenated); d_scales
+   * [num_blocks, 2, n_kv_heads] for fp8; d_out [T, n_heads, head_dim] f32. Plans and allocates
+   * its own workspace each call (tests and tools; the device model keeps one). */
+  int (*paged_attention_fi)(const float* d_q, int kv_dtype, const void* d_k_cache,
+                            const void* d_v_cache, const float* d_scales, int n_heads,
+                            int n_kv_heads, int head_dim, int block_size, int sliding_window,
+                            const TandemStepChunk* chunks, int num_chunks, const int* block_tables,
+                            float* d_out);
 } TandemCudaApi;
 
 /* Exported by libtandem_cuda.so. */

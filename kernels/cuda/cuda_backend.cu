@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_api.h"
+#include "kernels/cuda/fi_attention.h"
 #include "kernels/cuda/ops.h"
 
 namespace {
@@ -177,6 +178,29 @@ int UnpackKvC(const float* wire, const int* table, int bs, int width, int start,
               float* kc, float* vc) {
   return tandem::cuda::UnpackKv(wire, table, bs, width, start, count, kc, vc, 0);
 }
+int FiSupportedC(int head_dim, int kv_dtype, const char** why) {
+  return tandem::cuda::FiSupported(head_dim, kv_dtype, why) ? 1 : 0;
+}
+int WriteKvTypedC(const float* k, const float* v, const int* slots, int n, int heads, int hd,
+                  int bs, int dtype, const float* scales, void* kc, void* vc) {
+  return tandem::cuda::WriteKvTyped(k, v, slots, n, heads, hd, bs, dtype, scales, kc, vc, 0);
+}
+int SetFp8ScalesC(const float* k, const float* v, const int* q_indptr, const int* pos,
+                  int num_chunks, const int* tables, int stride, int heads, int hd, int bs,
+                  float* scales) {
+  return tandem::cuda::SetFp8Scales(k, v, q_indptr, pos, num_chunks, tables, stride, heads, hd, bs,
+                                    scales, 0);
+}
+int PackKvTypedC(const void* kc, const void* vc, const float* scales, const int* table, int bs,
+                 int heads, int hd, int dtype, int start, int count, void* wire) {
+  return tandem::cuda::PackKvTyped(kc, vc, scales, table, bs, heads, hd, dtype, start, count, wire,
+                                   0);
+}
+int UnpackKvTypedC(const void* wire, const int* table, int bs, int heads, int hd, int dtype,
+                   int start, int count, void* kc, void* vc, float* scales) {
+  return tandem::cuda::UnpackKvTyped(wire, table, bs, heads, hd, dtype, start, count, kc, vc,
+                                     scales, 0);
+}
 int PagedAttentionDecodeC(const float* q, const float* k, const float* v,
                           const TandemPagedAttentionArgs* args, int max_context, void* ws,
                           size_t ws_bytes, float* out) {
@@ -242,6 +266,11 @@ void FillKernelEntries(TandemCudaApi* api) {
   api->gemm = GemmC;
   api->prefill_attention = PrefillAttentionC<false>;
   api->prefill_attention_bf16 = PrefillAttentionC<true>;
+  api->fi_attention_supported = FiSupportedC;
+  api->write_kv_typed = WriteKvTypedC;
+  api->set_fp8_scales = SetFp8ScalesC;
+  api->pack_kv_typed = PackKvTypedC;
+  api->unpack_kv_typed = UnpackKvTypedC;
 }
 
 }  // namespace tandem::cuda

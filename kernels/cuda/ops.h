@@ -36,6 +36,35 @@ int PackKv(const float* d_k_cache, const float* d_v_cache, const int* d_block_ta
 int UnpackKv(const float* d_wire, const int* d_block_table, int block_size, int width,
              int token_start, int token_count, float* d_k_cache, float* d_v_cache,
              cudaStream_t stream);
+// KV cache dtypes (the values of kernels/dtype.h DType): f32, bf16, fp8 E4M3 with scales.
+inline constexpr int kKvF32 = 0, kKvBf16 = 2, kKvFp8 = 3;
+// Bytes of one element of a cache of kv_dtype (0 for an unknown dtype), and of a packed chunk
+// of token_count tokens (K rows, V rows, and for fp8 the scales [2, n_kv_heads] f32).
+size_t KvElementBytes(int kv_dtype);
+size_t KvWireBytes(int kv_dtype, int n_kv_heads, int head_dim, int token_count);
+// WriteKv into caches of kv_dtype (fp8: divided by their block's scale, d_scales [blocks, 2,
+// n_kv_heads]).
+int WriteKvTyped(const float* d_k, const float* d_v, const int* d_slots, int n, int n_kv_heads,
+                 int head_dim, int block_size, int kv_dtype, const float* d_scales, void* d_k_cache,
+                 void* d_v_cache, cudaStream_t stream);
+// fp8 caches: the scales of a step's chunks, before their rows are written (the CPU twin is
+// engine/kv/kv_cache.h SetFp8Scales). Chunk c's rows are [d_q_indptr[c], d_q_indptr[c + 1]) of
+// d_k / d_v [tokens, n_kv_heads * head_dim], its start position d_token_pos[first row], its
+// block table row c of d_tables [num_chunks, table_stride].
+int SetFp8Scales(const float* d_k, const float* d_v, const int* d_q_indptr, const int* d_token_pos,
+                 int num_chunks, const int* d_tables, int table_stride, int n_kv_heads,
+                 int head_dim, int block_size, float* d_scales, cudaStream_t stream);
+// PackKv / UnpackKv of caches of kv_dtype into the wire payload of kv_transfer/wire.h (fp8: the
+// scales of the chunk's first block after the rows; unpack sets them in every block it touches).
+int PackKvTyped(const void* d_k_cache, const void* d_v_cache, const float* d_scales,
+                const int* d_block_table, int block_size, int n_kv_heads, int head_dim,
+                int kv_dtype, int token_start, int token_count, void* d_wire, cudaStream_t stream);
+int UnpackKvTyped(const void* d_wire, const int* d_block_table, int block_size, int n_kv_heads,
+                  int head_dim, int kv_dtype, int token_start, int token_count, void* d_k_cache,
+                  void* d_v_cache, float* d_scales, cudaStream_t stream);
+// d_y[n] (bf16, rounded to nearest even) = d_x[n] (f32), and back.
+int F32ToBf16(const float* d_x, void* d_y, int64_t n, cudaStream_t stream);
+int Bf16ToF32(const void* d_x, float* d_y, int64_t n, cudaStream_t stream);
 size_t PagedAttentionWorkspaceBytes(int num_tokens, int n_heads, int head_dim, int max_context);
 int PagedAttentionDecode(const float* d_q, const float* d_k_cache, const float* d_v_cache,
                          const PagedAttentionDeviceArgs& args, int max_context, void* d_workspace,

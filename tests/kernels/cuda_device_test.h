@@ -54,6 +54,25 @@ class CudaDeviceTest : public ::testing::Test {
     for (float& x : v) x = d(rng);
     return v;
   }
+  // The CPU twin's arguments for tokens of sequences token_seq[t] at token_pos[t] (host
+  // pointers, which must outlive them), tables [seqs, mb].
+  static PagedAttentionArgs HostArgs(int n_heads, int n_kv_heads, int head_dim, int block_size,
+                                     int mb, int window, const std::vector<int>& token_seq,
+                                     const std::vector<int>& token_pos,
+                                     const std::vector<int>& tables) {
+    PagedAttentionArgs a;
+    a.num_tokens = static_cast<int>(token_seq.size());
+    a.n_heads = n_heads;
+    a.n_kv_heads = n_kv_heads;
+    a.head_dim = head_dim;
+    a.block_size = block_size;
+    a.max_blocks_per_seq = mb;
+    a.token_seq = token_seq.data();
+    a.token_pos = token_pos.data();
+    a.block_tables = tables.data();
+    a.sliding_window = window;
+    return a;
+  }
   // max |a - b| / max |b|: the normalized error.
   static double NormErr(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 1e-30;

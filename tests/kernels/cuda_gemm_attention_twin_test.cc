@@ -123,17 +123,8 @@ TEST_F(CudaGemmAttentionTwinTest, PrefillAttentionMatchesCpu) {
     const auto kc = Random(static_cast<size_t>(num_blocks) * c.block_size * width, 10 + ci);
     const auto vc = Random(kc.size(), 20 + ci);
     const auto q = Random(static_cast<size_t>(T) * c.n_heads * c.head_dim, 30 + ci);
-    PagedAttentionArgs a;
-    a.num_tokens = T;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = c.head_dim;
-    a.block_size = c.block_size;
-    a.max_blocks_per_seq = mb;
-    a.token_seq = token_seq.data();
-    a.token_pos = token_pos.data();
-    a.block_tables = tables.data();
-    a.sliding_window = c.window;
+    const PagedAttentionArgs a = HostArgs(c.n_heads, c.n_kv_heads, c.head_dim, c.block_size, mb,
+                                          c.window, token_seq, token_pos, tables);
     std::vector<float> want(q.size());
     cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
 

@@ -1,8 +1,9 @@
 // The device-resident model (engine/cuda/device_model.cu through engine/model_runner.h)
 // against the CPU model, its twin: stories260K with f32 and bf16 weights, block sizes 16 and 64,
 // mixed batches of chunked prefills (start_pos > 0) and decodes, KV pack / unpack, graph replay
-// against plain steps. Skipped where no GPU (or no CUDA library) is present; scripts/
-// gpu_check.sh runs them on a machine with one.
+// against plain steps; and models of head_dim 64 and 128 with bf16 and fp8 KV caches (attention
+// by FlashInfer) against the CPU model with the same cache dtype. Skipped where no GPU (or no CUDA
+// library) is present; scripts/ gpu_check.sh runs them on a machine with one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,9 +12,12 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/str_format.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "kernels/backend_loader.h"
+#include "kernels/dtype.h"
 #include "kv_transfer/runner_kv.h"
 #include "tests/kernels/cuda_device_test.h"
 #include "tests/test_util.h"
@@ -65,9 +69,29 @@ float Margin(std::span<const float> row) {
 // teacher-forced with the CPU's tokens so both see the same inputs. Checks logits within `tol`
 // (normalized) and equal greedy tokens wherever the CPU's top-2 margin exceeds twice the
 // observed absolute error (a near-tie may legitimately flip).
-void CompareRunners(const Model& model, int block_size, double tol, int steps) {
+// The packed KV chunk `payload` (kv_transfer/kv_pack.h GatherKv's layout) of a cache of `dt`
+// with `heads` KV heads of `head_dim`, as float32 values (fp8: times their scales).
+std::vector<float> PayloadFloats(const std::string& payload, DType dt, int heads, int head_dim) {
+  const size_t scale_bytes = dt == DType::kFp8E4M3 ? 2 * heads * 4 : 0;
+  const size_t n = (payload.size() - scale_bytes) / DTypeSize(dt);
+  std::vector<float> out(n);
+  ConvertToF32(dt, payload.data(), out.data(), n);
+  if (dt == DType::kFp8E4M3) {
+    std::vector<float> scales(2 * heads);  // [K/V, head]
+    std::memcpy(scales.data(), payload.data() + n, scale_bytes);
+    const size_t half = n / 2, width = static_cast<size_t>(heads) * head_dim;
+    for (size_t i = 0; i < n; ++i) {
+      out[i] *= scales[(i / half) * heads + (i % half) % width / head_dim];
+    }
+  }
+  return out;
+}
+
+void CompareRunners(const Model& model, int block_size, double tol, int steps,
+                    DType kv_dtype = DType::kF32) {
   const ModelConfig& c = model.config();
   CudaRunnerOptions o;
+  o.kv_dtype = kv_dtype;
   o.block_size = block_size;
   o.num_blocks = 3 * ((c.max_seq_len + block_size - 1) / block_size);
   o.max_batch_tokens = 256;
@@ -144,9 +168,9 @@ void CompareRunners(const Model& model, int block_size, double tol, int steps) {
     auto want = PackRunnerKv(**cpu, layer, tables[0], 3, 60);
     auto got = PackRunnerKv(**gpu, layer, tables[0], 3, 60);
     ASSERT_TRUE(want.ok() && got.ok());
-    std::vector<float> w(want->size() / 4), g(got->size() / 4);
-    std::memcpy(w.data(), want->data(), want->size());
-    std::memcpy(g.data(), got->data(), got->size());
+    ASSERT_EQ(want->size(), got->size()) << "packed KV, layer " << layer;
+    const std::vector<float> w = PayloadFloats(*want, kv_dtype, c.n_kv_heads, c.head_dim);
+    const std::vector<float> g = PayloadFloats(*got, kv_dtype, c.n_kv_heads, c.head_dim);
     EXPECT_LT(NormErr(g, w), tol) << "packed KV, layer " << layer;
   }
 }
@@ -174,6 +198,49 @@ TEST_F(CudaModelTest, Stories260KBf16MatchesCpu) {
   auto model = Load(DType::kBF16);
   ASSERT_NE(model, nullptr);
   CompareRunners(*model, 16, 5e-2, 12);
+}
+
+// A random model of Llama shape with heads of `head_dim` (64: SmolLM2's; 128: Llama 3's), GQA
+// groups of 2, bf16 weights, written and loaded as a Hugging Face directory.
+std::unique_ptr<Model> RandomModel(Backend* backend, int head_dim, testing::TempDir* dir) {
+  auto c = RandomModelConfig("stories260K");
+  EXPECT_TRUE(c.ok());
+  c->n_heads = 4;
+  c->n_kv_heads = 2;
+  c->head_dim = head_dim;
+  c->dim = 4 * head_dim;
+  c->hidden_dim = 2 * c->dim;
+  c->n_layers = 3;
+  c->tie_word_embeddings = false;
+  EXPECT_TRUE(WriteRandomModel(*c, DType::kBF16, 11, dir->path()).ok());
+  auto m = Model::Load(dir->path(), backend, DType::kBF16);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// bf16 and fp8 KV caches on the device (attention by FlashInfer) against the CPU model with the
+// same cache dtype. The caches hold the same rounding of slightly different K/V (the GPU's GEMMs
+// round their input to bf16), the GPU's attention rounds its queries, softmax weights and output
+// to bf16 (relative 2^-9 each): about 1e-2 of the largest logit over 3 layers and the classifier;
+// fp8 adds its rounding of values that differ by that much (2^-4 relative, where a K/V value sits
+// near a rounding boundary). 5e-2 (bf16) and 1.5e-1 (fp8) bound these while a wrong block, head,
+// position or scale moves logits by O(1); greedy tokens must agree wherever the margin exceeds
+// twice the observed error.
+TEST_F(CudaModelTest, Bf16AndFp8KvCachesMatchCpu) {
+  for (int hd : {64, 128}) {
+    for (DType dt : {DType::kBF16, DType::kFp8E4M3}) {
+      const char* why = "";
+      const int code = dt == DType::kBF16 ? TANDEM_KV_BF16 : TANDEM_KV_FP8;
+      if (api_->fi_attention_supported(hd, code, &why) == 0) {
+        GTEST_SKIP() << "no FlashInfer attention in this library: " << why;
+      }
+      testing::TempDir dir;
+      auto model = RandomModel(backend_.get(), hd, &dir);
+      ASSERT_NE(model, nullptr);
+      SCOPED_TRACE(absl::StrFormat("head_dim %d, kv %s", hd, DTypeName(dt)));
+      CompareRunners(*model, hd == 64 ? 16 : 64, dt == DType::kBF16 ? 5e-2 : 1.5e-1, 8, dt);
+    }
+  }
 }
 
 // The runner's device sampling: greedy rows are the argmax of the same step's logits, and a

@@ -100,6 +100,27 @@ TEST(StepPlanTest, MixedBatchPacksEveryArray) {
   EXPECT_EQ(m[L.block_tables + 2], 10);  // beyond the chunk: the pad block
   EXPECT_EQ(m[L.block_tables + stride + 2], 9);
   EXPECT_EQ(std::vector<int>(m + L.tiles, m + L.tiles + 4), (std::vector<int>{0, 5, 5, 1}));
+  // FlashInfer's page lists: rows [0, 5) and [5, 6); positions 0..6 in pages 7, 3 (the last
+  // holding 3), positions 0..9 in pages 5, 6, 9 (the last holding 2).
+  auto ints = [m](int at, int n) { return std::vector<int>(m + at, m + at + n); };
+  EXPECT_EQ(ints(L.fi_q_indptr, 3), (std::vector<int>{0, 5, 6}));
+  EXPECT_EQ(ints(L.fi_kv_indptr, 3), (std::vector<int>{0, 2, 5}));
+  EXPECT_EQ(ints(L.fi_last_page_len, 2), (std::vector<int>{3, 2}));
+  EXPECT_EQ(ints(L.fi_kv_indices, 5), (std::vector<int>{7, 3, 5, 6, 9}));
+}
+
+// The page lists alone: a context ending exactly at a block's end keeps that block as its last
+// page (full), one position into a block starts a page; rows follow the chunks' token counts.
+TEST(StepPlanTest, FlashInferPageListsFollowEachContext) {
+  const std::vector<int32_t> tables = {4, 1, 8, 0,  //
+                                       2, 9, 0, 0,  //
+                                       6, 0, 0, 0};
+  FiPageLists f;
+  BuildFiPageLists(std::vector<int>{8, 1, 1}, std::vector<int>{0, 4, 0}, tables.data(), 4, 4, &f);
+  EXPECT_EQ(f.q_indptr, (std::vector<int32_t>{0, 8, 9, 10}));
+  EXPECT_EQ(f.kv_indptr, (std::vector<int32_t>{0, 2, 4, 5}));
+  EXPECT_EQ(f.kv_last_page_len, (std::vector<int32_t>{4, 1, 1}));
+  EXPECT_EQ(f.kv_indices, (std::vector<int32_t>{4, 1, 2, 9, 6}));
 }
 
 TEST(StepPlanTest, DecodeStepIsPaddedToItsBucketWithPadBlockTokens) {
@@ -133,6 +154,11 @@ TEST(StepPlanTest, DecodeStepIsPaddedToItsBucketWithPadBlockTokens) {
   EXPECT_EQ(m[L.block_tables + 3 * Limits().max_blocks_per_seq()], 10);
   EXPECT_EQ(m[L.logit_rows + 3], 3);
   EXPECT_EQ(m[L.slots + 2], 5 * 4 + 2);  // position 6 -> block table[1] = 5, row 2
+  // The padding row's page list: the pad block, one position; the real rows' two pages each.
+  EXPECT_EQ(m[L.fi_kv_indptr + 4], 2 + 2 + 2 + 1);
+  EXPECT_EQ(m[L.fi_last_page_len + 3], 1);
+  EXPECT_EQ(m[L.fi_kv_indices + 6], 10);
+  EXPECT_EQ(m[L.fi_q_indptr + 4], 4);
 
   // Without padding (graphs off) the step keeps its size.
   ASSERT_EQ(PlanStep(batch, Limits(), false, &p), "");
