@@ -43,6 +43,9 @@ inline size_t DTypeSize(DType t) {
 std::string_view DTypeName(DType t);
 
 inline constexpr float kFp8E4M3Max = 448.0f;
+// fp8 KV caches' scales get this headroom over the largest value of a sequence's first chunk,
+// for the tokens that come later (engine/kv/kv_cache.h; the device twin in kernels/cuda).
+inline constexpr float kFp8ScaleHeadroom = 2.0f;
 
 inline float Bf16ToF32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;

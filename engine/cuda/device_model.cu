@@ -463,7 +463,10 @@ int ModelCreate(const TandemModelDesc* desc, const TandemModelWeights* weights,
   shape.fi_attention = desc->kv_dtype != kKvF32;
   m->ws = MakeWorkspaceLayout(
       shape, m->limits,
-      PagedAttentionWorkspaceBytes(decode_rows, desc->n_heads, desc->head_dim, max_context),
+      // FlashInfer's attention (bf16 / fp8 caches) keeps its own workspace.
+      shape.fi_attention
+          ? 0
+          : PagedAttentionWorkspaceBytes(decode_rows, desc->n_heads, desc->head_dim, max_context),
       SampleWorkspaceBytes(desc->max_logit_rows, desc->vocab_size), sizeof(TandemSampleRowParams));
   auto fail = [m](int e) {
     ModelDestroy(m);

@@ -46,8 +46,6 @@ struct KvCacheSpec {
 // "f16" or "fp8"; INVALID_ARGUMENT naming the flag otherwise.
 absl::StatusOr<DType> ParseKvDtype(std::string_view name, DType compute = DType::kF32);
 
-// fp8 scales get this headroom over the largest value seen, for the tokens that come later.
-inline constexpr float kFp8ScaleHeadroom = 2.0f;
 
 class KvCache {
  public:

@@ -129,7 +129,26 @@ FiAttention* FiAttention::Create(const FiShape& shape, int max_rows, int max_seq
     delete fi;
     return nullptr;
   }
-  fi->float_bytes_ = std::max<size_t>(f, 1 << 20);
+  // A plan that splits the KV keeps a partial output row per (query tile row, KV chunk): at most
+  // padded_batch_size x cta_tile_q / group of them. It splits only while its work tiles are
+  // fewer than twice the SMs per KV head (max_bs), with tiles of up to 128 packed rows; a decode
+  // graph pads to max(max_bs, its sequences) tiles of 16. The sampled shapes above need not
+  // reach that bound, so it is taken analytically too.
+  int sms = 0, dev = 0;
+  if (Check(cudaGetDevice(&dev), "flashinfer attention") ||
+      Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev),
+            "flashinfer attention")) {
+    delete fi;
+    return nullptr;
+  }
+  const size_t group = static_cast<size_t>(shape.n_heads / shape.n_kv_heads);
+  const size_t max_bs = std::max(1, 2 * sms / shape.n_kv_heads);
+  const size_t rows = std::max((max_bs * 128 + group - 1) / group,
+                               (std::max<size_t>(max_bs, max_seqs) * 16 + group - 1) / group);
+  const size_t bound = static_cast<size_t>(shape.n_heads) * rows *
+                           (static_cast<size_t>(shape.head_dim) + 1) * sizeof(float) +
+                       4096;
+  fi->float_bytes_ = std::max<size_t>({f, bound, 1 << 20});
   fi->int_bytes_ = std::max<size_t>(i, 1 << 16);
   if (Check(cudaMalloc(&fi->float_ws_, fi->float_bytes_), "flashinfer attention workspace") ||
       Check(cudaMalloc(&fi->int_ws_, fi->int_bytes_), "flashinfer attention workspace") ||
@@ -158,15 +177,26 @@ int FiAttention::Plan(const int* q_indptr_h, const int* kv_indptr_h, int num_seq
   std::vector<int32_t> q(q_indptr_h, q_indptr_h + num_seqs + 1);
   std::vector<int32_t> kv(kv_indptr_h, kv_indptr_h + num_seqs + 1);
   flashinfer::PrefillPlanInfo info;
-  try {
-    const cudaError_t e = flashinfer::PrefillPlan<int32_t>(
+  auto plan = [&](bool disable_split_kv) {
+    return flashinfer::PrefillPlan<int32_t>(
         float_ws_, float_bytes_, int_ws_, int_host_, int_bytes_, info, q.data(), kv.data(),
         static_cast<uint32_t>(q.back()), static_cast<uint32_t>(num_seqs), shape_.n_heads,
         shape_.n_kv_heads, shape_.head_dim, shape_.head_dim, shape_.block_size, graph,
         /*sizeof_dtype_o=*/2, shape_.sliding_window > 0 ? shape_.sliding_window - 1 : -1,
-        /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
+        /*fixed_split_size=*/-1, disable_split_kv, /*num_colocated_ctas=*/0,
         /*uniform_q_len=*/graph ? 1 : 0, /*fixed_uniform_q_len=*/graph, stream,
         static_cast<uint32_t>(KvElementBytes(shape_.kv_dtype)));
+  };
+  try {
+    cudaError_t e;
+    try {
+      e = plan(/*disable_split_kv=*/false);
+    } catch (const std::exception&) {
+      // The workspace is sized for the largest split (Create); should a plan still want more,
+      // an eager step runs unsplit rather than fail (a graph's shape must not change).
+      if (graph) throw;
+      e = plan(/*disable_split_kv=*/true);
+    }
     if (int rc = Check(e, "flashinfer attention plan")) return rc;
   } catch (const std::exception& ex) {
     return BadArg("flashinfer attention plan", ex.what());

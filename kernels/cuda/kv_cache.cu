@@ -10,6 +10,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops.h"
+#include "kernels/dtype.h"
 
 namespace tandem::cuda {
 namespace {
@@ -37,9 +38,9 @@ __global__ void WriteKvKernel(const float* __restrict__ k,    // [n, width]
 
 int Threads(int width) { return width >= 256 ? 256 : (width + 31) / 32 * 32; }
 
-// The headroom and range of engine/kv/kv_cache.h (kFp8ScaleHeadroom, kFp8E4M3Max).
-constexpr float kFp8Headroom = 2.0f;
-constexpr float kFp8Max = 448.0f;
+// The CPU's own constants (kernels/dtype.h), so the twins cannot drift apart.
+constexpr float kFp8Headroom = kFp8ScaleHeadroom;
+constexpr float kFp8Max = kFp8E4M3Max;
 
 // Stores x (divided by the scale for fp8) as the cache dtype: bf16 and fp8 round to nearest
 // even, fp8 saturates at +-448 (as kernels/dtype.h F32ToBf16 / F32ToFp8E4M3).

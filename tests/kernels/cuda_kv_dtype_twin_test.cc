@@ -171,7 +171,9 @@ TEST_F(CudaKvDtypeTwinTest, PackAndUnpackMatchGatherAndScatter) {
               0)
         << api_->last_error();
     const auto bk = Download(static_cast<const char*>(back.k), bytes);
+    const auto bv = Download(static_cast<const char*>(back.v), bytes);
     EXPECT_EQ(std::memcmp(bk.data(), dst->k_bytes(0), bytes), 0) << DTypeName(dt);
+    EXPECT_EQ(std::memcmp(bv.data(), dst->v_bytes(0), bytes), 0) << DTypeName(dt);
     if (back.scales != nullptr) {
       const auto bs_ = Download(back.scales, static_cast<size_t>(blocks) * 2 * kv_heads);
       EXPECT_EQ(std::memcmp(bs_.data(), dst->scales(0), bs_.size() * 4), 0) << "scales";
@@ -202,6 +204,10 @@ TEST_F(CudaKvDtypeTwinTest, FlashInferAttentionMatchesCpu) {
       {64, 8, 8, 64, 50, {{0, 130}, {200, 65}}},
       {16, 32, 8, 128, 0, {{3000, 96}, {100, 1}, {2047, 1}}},
       {16, 32, 8, 128, 4096, {{30000, 33}}},
+      // Few query tiles over a long context: the planner splits the KV with 128-row tiles, the
+      // largest partial outputs the workspace must hold.
+      {16, 32, 8, 128, 0, {{0, 200}}},
+      {16, 32, 8, 128, 0, {{1800, 130}}},
   };
   for (DType dt : {DType::kBF16, DType::kFp8E4M3}) {
     for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -262,9 +268,10 @@ TEST_F(CudaKvDtypeTwinTest, FlashInferAttentionMatchesCpu) {
                 0)
           << api_->last_error();
       // K enters exact (bf16 and scaled fp8 are exact in bf16 and f32); what differs from the
-      // CPU is the bf16 rounding of the softmax weights and of V times its scale (relative 2^-9
-      // each, random in sign: ~1e-3 of the largest output), the output rounded to bf16 (2^-9)
-      // and the f32 sums' order. 1e-2 catches a wrong key, block, head, scale or mask.
+      // CPU is the bf16 rounding of the softmax weights (relative 2^-9 each, random in sign:
+      // ~1e-3 of the largest output), of each V scale (once per block and head: a bias of up to
+      // 2^-9), of the output (2^-9), and the f32 sums' order. 1e-2 catches a wrong key, block,
+      // head, scale or mask.
       const double err = NormErr(Download(d_out, q.size()), want);
       std::printf("%s case %zu: FlashInfer attention error %.2e\n", DTypeName(dt).data(), ci, err);
       EXPECT_LT(err, 1e-2) << DTypeName(dt) << " case " << ci;
