@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/stop.h"
@@ -66,15 +67,16 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
                                                       r.sampling.min_tokens,
                                                       r.max_tokens + r.output_tokens));
   }
-  if (!r.sampling.json_schema.empty()) {
+  if (!r.sampling.json_schema.empty() || !r.sampling.choice.empty()) {
+    const char* what = r.sampling.json_schema.empty() ? "choice" : "json_schema";
     if (r.ignore_eos) {
-      return absl::InvalidArgumentError("ignore_eos: cannot be combined with json_schema");
+      return absl::InvalidArgumentError(absl::StrCat("ignore_eos: cannot be combined with ", what));
     }
     if (r.sampling.min_tokens > 0) {
-      return absl::InvalidArgumentError("min_tokens: cannot be combined with json_schema");
+      return absl::InvalidArgumentError(absl::StrCat("min_tokens: cannot be combined with ", what));
     }
     if (r.sampling.constraint == nullptr) {
-      return absl::FailedPreconditionError("json_schema: not compiled for this model");
+      return absl::FailedPreconditionError(absl::StrCat(what, ": not compiled for this model"));
     }
   }
   if (!r.stop_strings.empty() && tokenizer == nullptr) {
@@ -136,7 +138,8 @@ absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
                              const Tokenizer* tokenizer, std::vector<GenerationRequest>* attached) {
   // Requests asking for structured output get their constraint compiled for this model.
   for (const GenerationRequest& r : *requests) {
-    if (!r.sampling.json_schema.empty() && r.sampling.constraint == nullptr) {
+    if ((!r.sampling.json_schema.empty() || !r.sampling.choice.empty()) &&
+        r.sampling.constraint == nullptr) {
       attached->assign(requests->begin(), requests->end());
       for (size_t i = 0; i < attached->size(); ++i) {
         if (absl::Status s = AttachConstraint(constraints, &(*attached)[i].sampling); !s.ok()) {
@@ -525,13 +528,18 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   return std::move(state.outputs);
 }
 
-absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,
-                                               DType kv_dtype) {
+absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
+                                                        std::span<const int> ids, int top_n,
+                                                        DType kv_dtype) {
   const ModelConfig& c = model.config();
   if (ids.size() < 2) return absl::InvalidArgumentError("text: needs at least 2 tokens to score");
   if (static_cast<int64_t>(ids.size()) > c.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrFormat("text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
+  }
+  if (top_n < 0 || top_n > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs, top_n));
   }
   const int bs = 16;
   const int nb = BlocksFor(static_cast<int>(ids.size()), bs);
@@ -542,11 +550,27 @@ absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<con
   SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
   std::vector<float> logits;
   if (absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits); !s.ok()) return s;
-  std::vector<float> out;
+  std::vector<ScoredToken> out;
   for (size_t i = 0; i + 1 < ids.size(); ++i) {
     std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-    out.push_back(ComputeLogprobs(row, ids[i + 1], 0).logprob);
+    const int token = ids[i + 1];
+    TokenLogprobs lp = ComputeLogprobs(row, token, top_n);
+    ScoredToken t;
+    t.logprob = lp.logprob;
+    t.rank = 1 + static_cast<int>(std::count_if(row.begin(), row.end(),
+                                                [&](float v) { return v > row[token]; }));
+    t.top = std::move(lp.top);
+    out.push_back(std::move(t));
   }
+  return out;
+}
+
+absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,
+                                               DType kv_dtype) {
+  auto scored = ScoreTokensTop(model, ids, 0, kv_dtype);
+  if (!scored.ok()) return scored.status();
+  std::vector<float> out;
+  for (const ScoredToken& t : *scored) out.push_back(t.logprob);
   return out;
 }
 

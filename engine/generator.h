@@ -138,6 +138,20 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
 absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,
                                                DType kv_dtype = DType::kF32);
 
+// One scored position: the token's log-probability given those before it, its rank there (1 +
+// the tokens with a higher logit, vLLM's definition) and the `top_n` most likely tokens
+// (ComputeLogprobs: most likely first, ties by lower id).
+struct ScoredToken {
+  float logprob = 0;
+  int rank = 1;
+  std::vector<std::pair<int, float>> top;
+};
+
+// ScoreTokens with each position's rank and its top_n (0..kMaxTopLogprobs) most likely tokens.
+absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
+                                                        std::span<const int> ids, int top_n,
+                                                        DType kv_dtype = DType::kF32);
+
 }  // namespace tandem
 
 #endif  // TANDEM_ENGINE_GENERATOR_H_

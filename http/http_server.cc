@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "formats/mapped_file.h"
 #include "http/http_listener.h"
+#include "router/request_id.h"
 #include "router/router.h"
 #include "security/secure_socket.h"
 
@@ -90,7 +91,12 @@ struct HttpServer::Impl {
   // config). A refused connection is closed without reading its body.
   std::optional<HttpRefusal> CheckHead(const HttpRequest& head) const {
     const std::string& path = head.path;
-    if (!path.starts_with("/v1/") && path != "/metrics") return std::nullopt;
+    // /tokenize and /detokenize as gRPC's Tokenize and Detokenize (vLLM leaves them open);
+    // /health, /ping and /version stay open.
+    if (!path.starts_with("/v1/") && path != "/metrics" && path != "/tokenize" &&
+        path != "/detokenize") {
+      return std::nullopt;
+    }
     const bool generation = path.starts_with("/v1/") && !path.starts_with("/v1/models");
     const grpc::Status s = router->Authorize(std::string(head.Header("authorization")), generation);
     if (s.ok()) return std::nullopt;
@@ -108,6 +114,15 @@ struct HttpServer::Impl {
     };
     if (path == "/health") {
       if (method("GET")) Health(w);
+    } else if (path == "/ping") {
+      // vLLM's (and SageMaker's) health check, GET or POST: /health's answer.
+      if (req.method == "POST" || method("GET")) Health(w);
+    } else if (path == "/version") {
+      if (method("GET")) w.Send(200, "application/json", R"({"version": ")" TANDEM_VERSION R"("})");
+    } else if (path == "/tokenize") {
+      if (method("POST")) Tokenize(req, w);
+    } else if (path == "/detokenize") {
+      if (method("POST")) Detokenize(req, w);
     } else if (path == "/metrics" && (!options.serve_metrics || metrics == nullptr)) {
       Reply(w, Error(404,
                      "GET /metrics: off on this port (start the router with --http-metrics, "
@@ -161,12 +176,120 @@ struct HttpServer::Impl {
     w.Send(ok ? 200 : 503, "application/json", body.dump());
   }
 
+  // vLLM's /tokenize: through Router::Tokenize, as gRPC's Tokenize (the same limits).
+  void Tokenize(const HttpRequest& req, HttpResponseWriter& w) {
+    auto t = openai::ParseTokenizeRequest(req.body, model);
+    if (!t.ok()) return Reply(w, openai::ToApiError(t.status(), nullptr));
+    v1::TokenizeRequest tr;
+    tr.set_text(t->text);
+    tr.set_add_special_tokens(t->add_special_tokens);
+    v1::TokenizeResponse resp;
+    if (grpc::Status s = router->Tokenize(&tr, &resp); !s.ok()) {
+      return Reply(w, openai::ToApiError(s, nullptr));  // "text: ..." is the prompt
+    }
+    const std::vector<int> ids(resp.token_ids().begin(), resp.token_ids().end());
+    w.Send(200, "application/json", openai::TokenizeResponseBody(ids, t->return_token_strs, model));
+  }
+
+  void Detokenize(const HttpRequest& req, HttpResponseWriter& w) {
+    auto ids = openai::ParseDetokenizeRequest(req.body, model);
+    if (!ids.ok()) return Reply(w, openai::ToApiError(ids.status(), nullptr));
+    v1::DetokenizeRequest dr;
+    dr.mutable_token_ids()->Add(ids->begin(), ids->end());
+    v1::DetokenizeResponse resp;
+    if (grpc::Status s = router->Detokenize(&dr, &resp); !s.ok()) {
+      return Reply(w, openai::ToApiError(s, nullptr));
+    }
+    w.Send(200, "application/json",
+           nlohmann::ordered_json{{"prompt", resp.text()}}.dump(
+               -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  }
+
   StreamCall MakeCall() const {
     StreamCall call;
     call.deadline = options.request_timeout == absl::InfiniteDuration()
                         ? absl::InfiniteFuture()
                         : absl::Now() + options.request_timeout;
     return call;
+  }
+
+  // The prompt's token ids as the router's ingress makes them (text with the model's special
+  // tokens), checked as it checks them.
+  grpc::Status PromptIds(const v1::GenerateRequest& g, std::vector<int>* ids) const {
+    auto invalid = [](const std::string& why) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, why);
+    };
+    if (g.has_text()) {
+      if (g.text().empty()) return invalid("text: must not be empty");
+      if (const int limit = IngressLimits().max_text_bytes;
+          g.text().size() > static_cast<size_t>(limit)) {
+        return invalid(absl::StrFormat("text: longer than %d bytes", limit));
+      }
+      *ids = model.tokenizer->Encode(g.text(), /*add_special_tokens=*/true);
+    } else {
+      ids->assign(g.tokens().ids().begin(), g.tokens().ids().end());
+    }
+    if (ids->empty()) return invalid("text: tokenizes to no tokens");
+    if (static_cast<int>(ids->size()) > model.max_context) {
+      return invalid(
+          absl::StrFormat("tokens.ids: the prompt is %d tokens; the context length is %d",
+                          ids->size(), model.max_context));
+    }
+    for (int id : *ids) {
+      if (id < 0 || id >= model.tokenizer->vocab_size()) {
+        return invalid(absl::StrFormat("tokens.ids: id %d is outside the vocabulary", id));
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  // Completions' echo with logprobs, vLLM's prompt_logprobs and max_tokens 0: every prompt's
+  // tokens (their counts in `prompt_tokens`), scored by Router::Score on a prefill worker when
+  // log-probabilities are asked for, given to the builder.
+  grpc::Status ScorePrompts(const openai::Request& request, openai::ResponseBuilder* builder,
+                            std::vector<int>* prompt_tokens) {
+    const size_t group = static_cast<size_t>(std::max(1, request.best_of));
+    const int top = std::max(request.echo_logprobs ? request.generate.sampling().top_logprobs() : 0,
+                             request.prompt_logprobs);
+    for (size_t p = 0; p * group < request.choices.size(); ++p) {
+      std::vector<int> ids;
+      if (grpc::Status s = PromptIds(request.choices[p * group], &ids); !s.ok()) return s;
+      v1::ScoreResponse score;
+      if (ids.size() >= 2 && (request.echo_logprobs || request.prompt_logprobs >= 0)) {
+        v1::ScoreRequest sr;
+        sr.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+        sr.set_top_logprobs(top);
+        if (grpc::Status s = router->Score(sr, MakeCall().deadline, &score); !s.ok()) return s;
+      }
+      builder->SetPromptScore(static_cast<int>(p), ids, score);
+      prompt_tokens->push_back(static_cast<int>(ids.size()));
+    }
+    return grpc::Status::OK;
+  }
+
+  // max_tokens 0: each choice is its prompt alone (echo), finished at its length.
+  void AnswerPromptOnly(const openai::Request& request, const std::vector<int>& prompt_tokens,
+                        openai::ResponseBuilder& builder, HttpResponseWriter& w) {
+    const std::string id = NewRequestId();
+    const size_t group = static_cast<size_t>(std::max(1, request.best_of));
+    std::string events;
+    for (size_t i = 0; i < request.choices.size(); ++i) {
+      v1::GenerateResponse m;
+      m.set_request_id(id);
+      m.set_finish_reason(v1::FINISH_REASON_LENGTH);
+      m.mutable_usage()->set_prompt_tokens(prompt_tokens[i / group]);
+      events += builder.Add(static_cast<int>(i), m);
+    }
+    Count(grpc::StatusCode::OK);
+    if (!request.stream) {
+      w.Send(200, "application/json", builder.Body());
+      return;
+    }
+    if (w.StartStream(200, "text/event-stream",
+                      {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}) &&
+        w.Write(events + builder.StreamEnd())) {
+      w.End();
+    }
   }
 
   // The generation runs on this handler's thread: the client's bytes are already all here,
@@ -182,6 +305,14 @@ struct HttpServer::Impl {
     }
     const openai::Request& request = *parsed;
     openai::ResponseBuilder builder(request, model, absl::ToUnixSeconds(absl::Now()));
+    if (request.echo_logprobs || request.prompt_logprobs >= 0 || request.score_only) {
+      std::vector<int> prompt_tokens;
+      if (grpc::Status s = ScorePrompts(request, &builder, &prompt_tokens); !s.ok()) {
+        Count(s.error_code());
+        return Reply(w, openai::ToApiError(s, &request));
+      }
+      if (request.score_only) return AnswerPromptOnly(request, prompt_tokens, builder, w);
+    }
     // Every choice is its own generation through the router, the first on this thread and the
     // others on their own; their messages meet in the builder (and the stream) under `mu`. One
     // failing choice cancels the others: the request fails as a whole.

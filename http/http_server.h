@@ -1,5 +1,6 @@
 // The router's OpenAI-compatible HTTP front (http/http_listener.h): POST /v1/completions,
-// POST /v1/chat/completions (JSON or server-sent events), GET /v1/models, GET /health. Every
+// POST /v1/chat/completions (JSON or server-sent events), GET /v1/models, GET /health, and
+// vLLM's /ping, /version, POST /tokenize and /detokenize. Every
 // generation goes through Router::GenerateStream, the path gRPC's Generate takes, so both get the
 // same validation, limits, cancellation and metrics. A client that disconnects cancels its
 // request, which frees it on every worker. Slow or idle clients hold no serving thread (the
@@ -55,8 +56,8 @@ struct HttpServerOptions {
 class HttpServer {
  public:
   // Binds and starts serving. `router` and `metrics` (nullptr: none) must outlive the server.
-  // The router's API keys guard every /v1 endpoint (401 without a valid "Authorization: Bearer
-  // KEY"); /health stays open.
+  // The router's API keys guard every /v1 endpoint, /tokenize and /detokenize (401 without a
+  // valid "Authorization: Bearer KEY"); /health, /ping and /version stay open.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(Router* router,
                                                            openai::ServedModel model,
                                                            RouterMetrics* metrics,

@@ -189,6 +189,97 @@ absl::Status SetResponseFormat(const Json& v, v1::SamplingParams* s) {
   return absl::OkStatus();
 }
 
+// vLLM's structured-output extensions: guided_json, guided_choice, and structured_outputs (its
+// newer object: "json", "choice", "json_object") become sampling.json_schema or sampling.choice,
+// as response_format does. What Tandem cannot constrain output by (a regex, a grammar, a
+// structural tag, a whitespace pattern) is refused naming the field, never ignored.
+struct Guide {
+  std::string param;  // the field that asked, for errors ("guided_json", "structured_outputs.json")
+  const Json* json = nullptr;
+  const Json* choice = nullptr;
+  bool json_object = false;
+};
+
+constexpr char kNoRegex[] =
+    "is not supported: Tandem constrains output by a JSON schema (guided_json, response_format) "
+    "or a list of strings (guided_choice) only";
+
+// structured_outputs: {"json" | "choice" | "json_object", and flags that change nothing here}.
+absl::Status StructuredOutputs(const Json& v, std::vector<Guide>* guides) {
+  if (!v.is_object()) return Invalid("structured_outputs", "must be an object");
+  for (const auto& [key, value] : v.items()) {
+    const std::string param = "structured_outputs." + key;
+    if (value.is_null()) continue;
+    if (key == "json") {
+      guides->push_back({param, &value});
+    } else if (key == "choice") {
+      guides->push_back({param, nullptr, &value});
+    } else if (key == "json_object") {
+      auto b = GetBool(value, param);
+      if (!b.ok()) return b.status();
+      if (*b) guides->push_back({param, nullptr, nullptr, true});
+    } else if (key == "regex" || key == "grammar" || key == "structural_tag" ||
+               key == "whitespace_pattern") {
+      return Invalid(param, kNoRegex);
+    } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
+               key == "disable_additional_properties") {
+      auto b = GetBool(value, param);
+      if (!b.ok()) return b.status();
+      // A backend's fallback changes nothing here; the other two would change the output.
+      if (*b && key != "disable_fallback") return Invalid(param, "is not supported");
+    } else {
+      return Invalid(param, "is not a structured_outputs field Tandem knows");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetGuided(const Json& body, Request* r) {
+  for (const char* key :
+       {"guided_regex", "guided_grammar", "guided_whitespace_pattern", "structural_tag"}) {
+    if (Field(body, key) != nullptr) return Invalid(key, kNoRegex);
+  }
+  if (const Json* v = Field(body, "guided_decoding_backend"); v != nullptr && !v->is_string()) {
+    return Invalid("guided_decoding_backend", "must be a string");  // any: one engine here
+  }
+  std::vector<Guide> guides;
+  if (const Json* v = Field(body, "guided_json")) guides.push_back({"guided_json", v});
+  if (const Json* v = Field(body, "guided_choice")) guides.push_back({"guided_choice", nullptr, v});
+  if (const Json* v = Field(body, "structured_outputs")) {
+    if (absl::Status st = StructuredOutputs(*v, &guides); !st.ok()) return st;
+  }
+  if (guides.empty()) return absl::OkStatus();
+  const Guide& g = guides[0];
+  if (guides.size() > 1) {
+    return Invalid(guides[1].param, "cannot be combined with " + g.param);
+  }
+  v1::SamplingParams* s = r->generate.mutable_sampling();
+  if (!s->json_schema().empty()) {
+    return Invalid(g.param, "cannot be combined with response_format or a forced tool_choice");
+  }
+  if (g.json_object) {
+    s->set_json_schema(kJsonObjectSchema);
+  } else if (g.json != nullptr) {
+    if (g.json->is_string()) {
+      s->set_json_schema(g.json->get<std::string>());  // the schema as JSON text
+    } else if (g.json->is_object() || g.json->is_boolean()) {
+      s->set_json_schema(g.json->dump());
+    } else {
+      return Invalid(g.param, "must be a JSON Schema object or its JSON text");
+    }
+  } else {
+    if (!g.choice->is_array() || g.choice->empty()) {
+      return Invalid(g.param, "must be a non-empty list of strings");
+    }
+    for (const Json& c : *g.choice) {
+      if (!c.is_string()) return Invalid(g.param, "must be a non-empty list of strings");
+      s->add_choice(c.get<std::string>());
+    }
+  }
+  r->schema_param = g.param;  // the router's errors about the schema or choice name it
+  return absl::OkStatus();
+}
+
 // `prompt` of /v1/completions as a list of prompts, each a string or a list of token ids: a
 // string, a list of token ids, a list of strings, or a list of lists of token ids.
 absl::StatusOr<std::vector<Json>> PromptList(const Json& prompt) {
@@ -225,8 +316,68 @@ absl::Status SetPrompt(const Json& prompt, v1::GenerateRequest* out) {
   return set_ids(prompt);
 }
 
-// `messages` of /v1/chat/completions, checked and with list contents ([{"type": "text",
-// "text": ...}, ...]) joined into one string (parts separated by "\n"), as templates expect.
+// A message's `content` as chat templates get it: a string as given; a list of text parts
+// ([{"type": "text", "text": ...}, ...]) joined with "\n"; null or absent (an assistant turn
+// that only called tools, as the openai SDK and LangChain send it back) "", as vLLM passes it,
+// so that both a template's `if message.content` and its `'...' + message.content` work.
+absl::StatusOr<std::string> MessageContent(const Json& m, const std::string& where) {
+  const Json* content = Field(m, "content");
+  if (content == nullptr) return std::string();
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array()) {
+    return Invalid(where + ".content", "must be a string, null or an array of content parts");
+  }
+  std::vector<std::string> texts;
+  for (size_t j = 0; j < content->size(); ++j) {
+    const Json& part = (*content)[j];
+    const std::string pw = absl::StrFormat("%s.content[%d]", where, j);
+    const Json* type = part.is_object() ? Field(part, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
+      return Invalid(pw + ".type", "only \"text\" content parts are supported");
+    }
+    const Json* text = Field(part, "text");
+    if (text == nullptr || !text->is_string()) return Invalid(pw + ".text", "must be a string");
+    texts.push_back(text->get<std::string>());
+  }
+  return absl::StrJoin(texts, "\n");
+}
+
+// An assistant message's `tool_calls` as transformers' tool-use templates expect them (and
+// vLLM passes them): [{"id", "type": "function", "function": {"name", "arguments"}}] with
+// `arguments` an object, parsed from the JSON text OpenAI's API carries.
+absl::StatusOr<Json> ToolCalls(const Json& calls, const std::string& where) {
+  if (!calls.is_array()) return Invalid(where, "must be an array of tool calls");
+  Json out = Json::array();
+  for (size_t j = 0; j < calls.size(); ++j) {
+    const std::string cw = absl::StrFormat("%s[%d]", where, j);
+    const Json* fn = calls[j].is_object() ? Field(calls[j], "function") : nullptr;
+    if (fn == nullptr || !fn->is_object()) return Invalid(cw + ".function", "must be an object");
+    const Json* name = Field(*fn, "name");
+    if (name == nullptr || !name->is_string()) {
+      return Invalid(cw + ".function.name", "is required and must be a string");
+    }
+    Json call = calls[j];
+    if (const Json* args = Field(*fn, "arguments"); args != nullptr && args->is_string()) {
+      const std::string& text = args->get_ref<const std::string&>();
+      absl::StatusOr<Json> parsed = CheckJsonLimits(text).ok()
+                                        ? structured::ParseJson(text)
+                                        : absl::InvalidArgumentError("over the JSON limits");
+      if (!parsed.ok()) {
+        return Invalid(cw + ".function.arguments",
+                       absl::StrCat("is not valid JSON (", parsed.status().message(), ")"));
+      }
+      call["function"]["arguments"] = *std::move(parsed);
+    } else if (args != nullptr && !args->is_object()) {
+      return Invalid(cw + ".function.arguments", "must be a JSON object or its text");
+    }
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
+// `messages` of /v1/chat/completions, checked, as templates expect them: content a string
+// (MessageContent), an assistant's tool_calls with parsed arguments (ToolCalls); a tool
+// message's tool_call_id and name, and other keys, as given.
 absl::StatusOr<Json> Messages(const Json& body) {
   const Json* messages = Field(body, "messages");
   if (messages == nullptr) return Invalid("messages", "is required");
@@ -243,33 +394,26 @@ absl::StatusOr<Json> Messages(const Json& body) {
       return Invalid(where + ".role", "is required and must be a string");
     }
     Json copy = m;
-    if (const Json* content = Field(m, "content"); content != nullptr && !content->is_string()) {
-      if (!content->is_array()) {
-        return Invalid(where + ".content", "must be a string or an array of content parts");
-      }
-      std::vector<std::string> texts;
-      for (size_t j = 0; j < content->size(); ++j) {
-        const Json& part = (*content)[j];
-        const std::string pw = absl::StrFormat("%s.content[%d]", where, j);
-        const Json* type = part.is_object() ? Field(part, "type") : nullptr;
-        if (type == nullptr || !type->is_string() || type->get<std::string>() != "text") {
-          return Invalid(pw + ".type", "only \"text\" content parts are supported");
-        }
-        const Json* text = Field(part, "text");
-        if (text == nullptr || !text->is_string()) return Invalid(pw + ".text", "must be a string");
-        texts.push_back(text->get<std::string>());
-      }
-      copy["content"] = absl::StrJoin(texts, "\n");
+    absl::StatusOr<std::string> content = MessageContent(m, where);
+    if (!content.ok()) return content.status();
+    copy["content"] = *std::move(content);
+    if (const Json* calls = Field(m, "tool_calls")) {
+      absl::StatusOr<Json> parsed = ToolCalls(*calls, where + ".tool_calls");
+      if (!parsed.ok()) return parsed.status();
+      copy["tool_calls"] = *std::move(parsed);
+    } else if (m.contains("tool_calls")) {
+      copy.erase("tool_calls");  // null: none (a template's `if message.tool_calls` is false)
     }
     out.push_back(std::move(copy));
   }
   return out;
 }
 
-// The chat prompt: the model's template applied to the messages, tokenized without adding
-// special tokens (the template writes them), as transformers' apply_chat_template(tokenize=True).
-absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::GenerateRequest* out,
-                           bool* parse_tool_calls) {
+// The chat prompt's text: the model's template applied to the messages (and tools, and
+// chat_template_kwargs). A forced tool_choice sets `sampling`'s schema; tools to parse out of
+// the output set *parse_tool_calls.
+absl::StatusOr<std::string> RenderChat(const Json& body, const ServedModel& model,
+                                       v1::SamplingParams* sampling, bool* parse_tool_calls) {
   auto messages = Messages(body);
   if (!messages.ok()) return messages.status();
   bool add_generation_prompt = true;
@@ -337,7 +481,7 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
     }
     if (!forced.empty()) {
       if (forced.size() == 1 && forced_index < 0) forced_index = 0;  // "required", one tool
-      if (absl::Status s = ForceToolCall(forced, forced_index, out->mutable_sampling()); !s.ok()) {
+      if (absl::Status s = ForceToolCall(forced, forced_index, sampling); !s.ok()) {
         return s;
       }
     }
@@ -363,6 +507,15 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
     }
     return text.status();
   }
+  return text;
+}
+
+// The chat prompt: the model's template applied to the messages, tokenized without adding
+// special tokens (the template writes them), as transformers' apply_chat_template(tokenize=True).
+absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::GenerateRequest* out,
+                           bool* parse_tool_calls) {
+  auto text = RenderChat(body, model, out->mutable_sampling(), parse_tool_calls);
+  if (!text.ok()) return text.status();
   const std::vector<int> ids = model.tokenizer->Encode(*text, /*add_special_tokens=*/false);
   if (ids.empty()) return Invalid("messages", "the chat template rendered no tokens");
   out->mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
@@ -377,7 +530,9 @@ std::string OpenAiParam(std::string_view field, const Request* r) {
   }
   if (field == "max_tokens") return r != nullptr ? r->max_tokens_param : "max_tokens";
   if (field == "sampling.top_logprobs") return chat ? "top_logprobs" : "logprobs";
-  if (field == "sampling.json_schema") return "response_format";
+  if (field == "sampling.json_schema" || field == "sampling.choice") {
+    return r != nullptr ? r->schema_param : "response_format";
+  }
   if (field.starts_with("sampling.")) return std::string(field.substr(9));
   return std::string(field);
 }
@@ -458,7 +613,16 @@ constexpr std::string_view kKnownFields[] = {"model",
                                              "user",
                                              "metadata",
                                              "store",
-                                             "service_tier"};
+                                             "service_tier",
+                                             "guided_json",
+                                             "guided_choice",
+                                             "guided_regex",
+                                             "guided_grammar",
+                                             "guided_whitespace_pattern",
+                                             "guided_decoding_backend",
+                                             "structural_tag",
+                                             "structured_outputs",
+                                             "prompt_logprobs"};
 
 // Logs each field Tandem does not know, once per name per process (at most 64 names, each cut
 // to 64 printable characters), so that an operator sees what clients send without a log line
@@ -741,6 +905,25 @@ absl::Status SetStreaming(const Json& body, int n, int best_of, Request* r) {
   return absl::OkStatus();
 }
 
+// max_tokens 0 (the prompt alone, with echo) and vLLM's prompt_logprobs.
+absl::Status SetPromptScoring(const Json& body, Request* r) {
+  if (r->generate.max_tokens() == 0) {
+    if (!r->echo) {
+      return Invalid(r->max_tokens_param,
+                     "must be >= 1 (0 only with echo, which returns the prompt alone: with "
+                     "logprobs, its tokens' log-probabilities)");
+    }
+    r->score_only = true;
+  }
+  if (const Json* v = Field(body, "prompt_logprobs")) {
+    auto n = GetInt(*v, "prompt_logprobs", 0, kMaxTopLogprobs);
+    if (!n.ok()) return n.status();
+    if (r->stream) return Invalid("prompt_logprobs", "cannot be streamed");
+    r->prompt_logprobs = static_cast<int>(*n);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
@@ -774,17 +957,110 @@ absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_te
   v1::GenerateRequest& g = r.generate;
   v1::SamplingParams* s = g.mutable_sampling();
   if (absl::Status st = SetSampling(body, random_seed, s); !st.ok()) return st;
+  if (absl::Status st = SetGuided(body, &r); !st.ok()) return st;
   if (absl::Status st = SetLogprobs(body, chat, s); !st.ok()) return st;
   if (absl::Status st = SetStop(body, &g); !st.ok()) return st;
 
-  if (r.echo && s->logprobs()) return Invalid("echo", "with logprobs is not supported");
+  r.echo_logprobs = r.echo && s->logprobs();
 
   if (absl::Status st = AddChoices(chat, n, best_of, std::move(prompts), &r); !st.ok()) return st;
   r.n = n;
   r.best_of = best_of;
 
   if (absl::Status st = SetStreaming(body, n, best_of, &r); !st.ok()) return st;
+  if (absl::Status st = SetPromptScoring(body, &r); !st.ok()) return st;
   return r;
+}
+
+namespace {
+
+// The body of a request that is not a generation: an object whose `model`, if any, is ours.
+absl::StatusOr<Json> ParseOtherBody(std::string_view body_text, const ServedModel& model) {
+  absl::StatusOr<Json> body = ParseBody(body_text, {});
+  if (!body.ok()) return body.status();
+  if (const Json* v = Field(*body, "model")) {
+    if (!v->is_string()) return Invalid("model", "must be a string");
+    if (v->get<std::string>() != model.id) {
+      return absl::NotFoundError(
+          absl::StrFormat("model: the model '%s' does not exist", v->get<std::string>()));
+    }
+  }
+  return body;
+}
+
+}  // namespace
+
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body_text,
+                                                     const ServedModel& model) {
+  absl::StatusOr<Json> parsed = ParseOtherBody(body_text, model);
+  if (!parsed.ok()) return parsed.status();
+  const Json& body = *parsed;
+  TokenizeRequest t;
+  const Json* prompt = Field(body, "prompt");
+  if (prompt != nullptr && Field(body, "messages") != nullptr) {
+    return Invalid("messages", "give either prompt or messages");
+  }
+  if (prompt != nullptr) {
+    if (!prompt->is_string()) return Invalid("prompt", "must be a string");
+    t.text = prompt->get<std::string>();
+  } else if (Field(body, "messages") != nullptr) {
+    // The chat prompt, as chat completions render it; the template writes the special tokens.
+    v1::SamplingParams unused;
+    bool parse_tool_calls = false;
+    auto text = RenderChat(body, model, &unused, &parse_tool_calls);
+    if (!text.ok()) return text.status();
+    t.text = *std::move(text);
+    t.add_special_tokens = false;
+  } else {
+    return Invalid("prompt", "is required (or messages)");
+  }
+  for (auto [key, out] : {std::pair{"add_special_tokens", &t.add_special_tokens},
+                          std::pair{"return_token_strs", &t.return_token_strs}}) {
+    if (const Json* v = Field(body, key)) {
+      auto b = GetBool(*v, key);
+      if (!b.ok()) return b.status();
+      *out = *b;
+    }
+  }
+  return t;
+}
+
+std::string TokenizeResponseBody(const std::vector<int>& ids, bool token_strs,
+                                 const ServedModel& model) {
+  Json strs = nullptr;
+  if (token_strs) {
+    strs = Json::array();
+    for (int id : ids) strs.push_back(TokenText(*model.tokenizer, id).first);
+  }
+  const Json body = {{"count", ids.size()},
+                     {"max_model_len", model.max_context},
+                     {"tokens", ids},
+                     {"token_strs", std::move(strs)}};
+  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(std::string_view body_text,
+                                                        const ServedModel& model) {
+  absl::StatusOr<Json> parsed = ParseOtherBody(body_text, model);
+  if (!parsed.ok()) return parsed.status();
+  const Json* tokens = Field(*parsed, "tokens");
+  if (tokens == nullptr || !tokens->is_array()) {
+    return Invalid("tokens", "is required and must be a list of token ids");
+  }
+  const size_t max_ids = std::max<size_t>(size_t{4} * model.max_context, 1 << 16);
+  if (tokens->size() > max_ids) {
+    return Invalid("tokens",
+                   absl::StrFormat("%d ids, more than the limit of %d", tokens->size(), max_ids));
+  }
+  const int vocab = model.tokenizer->vocab_size();
+  std::vector<int> ids;
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const std::string where = absl::StrFormat("tokens[%d]", i);
+    auto id = GetInt((*tokens)[i], where, 0, vocab - 1);
+    if (!id.ok()) return id.status();
+    ids.push_back(static_cast<int>(*id));
+  }
+  return ids;
 }
 
 ApiError ToApiError(const absl::Status& status, const Request* request) {
@@ -1019,6 +1295,63 @@ Json ResponseBuilder::Logprobs(Choice& choice, const v1::GenerateResponse& msg) 
   return out;
 }
 
+void ResponseBuilder::SetPromptScore(int prompt, const std::vector<int>& ids,
+                                     const v1::ScoreResponse& score) {
+  const Tokenizer& tok = *model_.tokenizer;
+  const int legacy_top = request_.generate.sampling().top_logprobs();
+  Json legacy = {{"tokens", Json::array()},
+                 {"token_logprobs", Json::array()},
+                 {"top_logprobs", Json::array()},
+                 {"text_offset", Json::array()}};
+  Json vllm = Json::array();
+  int64_t offset = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string text = TokenText(tok, ids[i]).first;
+    legacy["tokens"].push_back(text);
+    legacy["text_offset"].push_back(offset);
+    offset += static_cast<int64_t>(text.size());
+    const int k = static_cast<int>(i) - 1;      // its entry in `score`
+    if (k < 0 || k >= score.logprobs_size()) {  // the first token: nothing before it
+      legacy["token_logprobs"].push_back(nullptr);
+      legacy["top_logprobs"].push_back(nullptr);
+      vllm.push_back(nullptr);
+      continue;
+    }
+    legacy["token_logprobs"].push_back(score.logprobs(k));
+    Json top = Json::object();
+    Json entry = Json::object();
+    entry[std::to_string(ids[i])] = {{"logprob", score.logprobs(k)},
+                                     {"rank", k < score.ranks_size() ? score.ranks(k) : 0},
+                                     {"decoded_token", text}};
+    if (k < score.top_logprobs_size()) {
+      const auto& alternatives = score.top_logprobs(k).top();
+      for (int j = 0; j < alternatives.size(); ++j) {
+        const v1::TopLogprob& t = alternatives[j];
+        const std::string ttext = TokenText(tok, t.token_id()).first;
+        if (j < legacy_top && !top.contains(ttext)) top[ttext] = t.logprob();  // most likely first
+        const std::string id = std::to_string(t.token_id());
+        if (j < request_.prompt_logprobs && !entry.contains(id)) {
+          entry[id] = {{"logprob", t.logprob()}, {"rank", j + 1}, {"decoded_token", ttext}};
+        }
+      }
+    }
+    legacy["top_logprobs"].push_back(std::move(top));
+    vllm.push_back(std::move(entry));
+  }
+  const size_t group = static_cast<size_t>(std::max(1, request_.best_of));
+  for (size_t i = prompt * group; i < std::min(choices_.size(), (prompt + 1) * group); ++i) {
+    Choice& c = choices_[i];
+    if (request_.echo_logprobs) {
+      c.prompt_legacy = legacy;
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (const Json& x : legacy[key]) c.logprobs[key].push_back(x);
+      }
+      c.text_offset = offset;
+    }
+    if (request_.prompt_logprobs >= 0) c.prompt_logprobs = vllm;
+  }
+}
+
 std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
   const bool chat = request_.endpoint == Endpoint::kChatCompletions;
   if (index < 0 || index >= static_cast<int>(choices_.size())) return "";
@@ -1086,6 +1419,14 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
     }
   } else {
     const std::string text = (first ? EchoText(index) : std::string()) + msg.text();
+    if (first && !choice.prompt_legacy.is_null() && !logprobs.is_null()) {
+      // The echoed prompt's entries come first.
+      Json both = choice.prompt_legacy;
+      for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+        for (const Json& x : logprobs[key]) both[key].push_back(x);
+      }
+      logprobs = std::move(both);
+    }
     if (!text.empty() || !finish.empty() || msg.token_ids_size() > 0) {
       emit(Chunk({{"index", index},
                   {"text", text},
@@ -1120,7 +1461,9 @@ namespace {
 double CumulativeLogprob(const Json& logprobs) {
   double sum = 0;
   if (logprobs.is_object() && logprobs.contains("token_logprobs")) {
-    for (const Json& l : logprobs["token_logprobs"]) sum += l.get<double>();
+    for (const Json& l : logprobs["token_logprobs"]) {
+      if (l.is_number()) sum += l.get<double>();  // an echoed prompt's first token has none
+    }
   }
   return sum;
 }
@@ -1165,6 +1508,7 @@ std::string ResponseBuilder::Body() const {
                          {"text", EchoText(static_cast<int>(i)) + c.text},
                          {"logprobs", logprobs},
                          {"finish_reason", Nullable(c.finish_reason)}});
+      if (request_.prompt_logprobs >= 0) choices.back()["prompt_logprobs"] = c.prompt_logprobs;
     }
   }
   Json body = {{"id", id_},
@@ -1173,6 +1517,8 @@ std::string ResponseBuilder::Body() const {
                {"model", model_.id},
                {"choices", std::move(choices)},
                {"usage", Usage()}};
+  // vLLM's chat response carries the (one) prompt's log-probabilities beside the choices.
+  if (chat && request_.prompt_logprobs >= 0) body["prompt_logprobs"] = choices_[0].prompt_logprobs;
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 

@@ -56,6 +56,15 @@ struct Request {
   int best_of = 1;
   bool want_logprobs = false;  // the client asked for logprobs (best_of > n computes them anyway)
   bool echo = false;           // completions: the prompt's text before the completion
+  // Completions' echo with logprobs: the prompt's tokens come first in each choice's logprobs
+  // (OpenAI's legacy format; the first token has none), computed by Router::Score.
+  bool echo_logprobs = false;
+  // Completions' max_tokens 0 (only with echo): no generation, the prompt alone, scored with
+  // logprobs (what lm-evaluation-harness asks for a loglikelihood).
+  bool score_only = false;
+  // vLLM's prompt_logprobs: each prompt position's log-probability, rank and this many most
+  // likely tokens, in vLLM's shape; -1: not asked.
+  int prompt_logprobs = -1;
   // Chat with `tools` (and tool_choice "auto"): the output's <tool_call>{...}</tool_call> blocks
   // become OpenAI's tool_calls (ToolCallParser).
   bool parse_tool_calls = false;
@@ -63,6 +72,9 @@ struct Request {
   bool include_usage = false;  // stream_options.include_usage
   // How the request named max_tokens ("max_tokens" or "max_completion_tokens"), for errors.
   std::string max_tokens_param = "max_tokens";
+  // The field that asked for structured output (response_format, guided_json, guided_choice,
+  // structured_outputs.json, ...): the router's errors about the schema or choice name it.
+  std::string schema_param = "response_format";
 };
 
 // Parses and type-checks a body. Errors are statuses whose message starts with the OpenAI
@@ -74,6 +86,25 @@ struct Request {
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
                                      const ServedModel& model, uint64_t random_seed,
                                      const std::function<bool()>& cancelled = {});
+
+// vLLM's POST /tokenize: {"prompt": TEXT, "add_special_tokens": true} or {"messages": [...],
+// "add_generation_prompt": true, "add_special_tokens": false, "chat_template_kwargs", "tools"}
+// (messages rendered as chat completions render them), and "return_token_strs"; "model" as in
+// ParseRequest. Errors name the field.
+struct TokenizeRequest {
+  std::string text;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
+                                                     const ServedModel& model);
+// {"count", "max_model_len", "tokens", "token_strs"} (each token's text, or null).
+std::string TokenizeResponseBody(const std::vector<int>& ids, bool token_strs,
+                                 const ServedModel& model);
+// vLLM's POST /detokenize: {"tokens": [ids]}, each in the vocabulary, at most
+// max(4 x the context, 65536) of them. The answer is {"prompt": TEXT}.
+absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(std::string_view body,
+                                                        const ServedModel& model);
 
 // An error as OpenAI reports it.
 struct ApiError {
@@ -138,6 +169,10 @@ class ResponseBuilder {
   static std::string StreamError(const ApiError& error);
   // The non-streaming body, after the last message.
   std::string Body() const;
+  // The prompt of every choice of prompt `prompt` (choices [prompt * best_of, + best_of)),
+  // `ids`, and its Router::Score (`score` empty for a one-token prompt): with echo_logprobs or
+  // prompt_logprobs, before any Add of those choices.
+  void SetPromptScore(int prompt, const std::vector<int>& ids, const v1::ScoreResponse& score);
 
  private:
   struct Choice {
@@ -150,6 +185,8 @@ class ResponseBuilder {
     nlohmann::ordered_json logprobs;
     std::unique_ptr<ToolCallParser> tools;  // with Request::parse_tool_calls
     nlohmann::ordered_json tool_calls = nlohmann::ordered_json::array();
+    nlohmann::ordered_json prompt_legacy;    // echo_logprobs: the prompt's entries (SetPromptScore)
+    nlohmann::ordered_json prompt_logprobs;  // prompt_logprobs: vLLM's list
   };
 
   nlohmann::ordered_json Chunk(nlohmann::ordered_json choice) const;

@@ -77,7 +77,8 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
                                                      const SamplingParams& sampling,
                                                      const KvTarget& target, absl::Time deadline,
                                                      const std::function<bool()>& cancelled,
-                                                     int output_tokens) {
+                                                     int output_tokens,
+                                                     absl::Duration compute_timeout) {
   GenerationRequest check;
   check.prompt = prompt;
   check.sampling = sampling;
@@ -142,11 +143,17 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
     while (!job->done) {
       done_cv_.wait_for(lock, std::chrono::milliseconds(10));
       if (job->done) break;
-      const bool expired = absl::Now() >= deadline;
-      if (expired || (cancelled && cancelled())) {
+      const absl::Time now = absl::Now();
+      const bool expired = now >= deadline;
+      const bool stalled = job->started != absl::Time() && now - job->started >= compute_timeout;
+      if (expired || stalled || (cancelled && cancelled())) {
         job->cancelled = true;
-        job->status = expired ? absl::DeadlineExceededError("prefill deadline passed")
-                              : absl::CancelledError("prefill cancelled");
+        job->status = expired   ? absl::DeadlineExceededError("prefill deadline passed")
+                      : stalled ? absl::DeadlineExceededError(
+                                      absl::StrFormat("prefill still computing %s after it started "
+                                                      "(--prefill-timeout-ms)",
+                                                      absl::FormatDuration(compute_timeout)))
+                                : absl::CancelledError("prefill cancelled");
         work_cv_.notify_one();
         done_cv_.wait(lock, [&] { return job->done; });
       }
@@ -164,7 +171,13 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
     return job->status;
   }
   const absl::Time computed = absl::Now();
-  absl::Status acked = sender_->Wait(target, deadline);
+  // The transfer is part of the prefill's work: its acknowledgements are waited for within the
+  // same compute timeout (a chunk the decode side never acknowledges must not hold the request).
+  const absl::Time ack_deadline =
+      compute_timeout == absl::InfiniteDuration() || job->started == absl::Time()
+          ? deadline
+          : std::min(deadline, job->started + compute_timeout);
+  absl::Status acked = sender_->Wait(target, ack_deadline);
   sender_->Forget(target);
   if (!acked.ok()) {
     if (metrics_) metrics_->kv_transfer_failures.Increment();
@@ -310,13 +323,13 @@ void PrefillEngine::Loop() {
   }
 }
 
-absl::StatusOr<std::vector<float>> PrefillEngine::Score(std::span<const int> ids) {
+absl::StatusOr<std::vector<ScoredToken>> PrefillEngine::Score(std::span<const int> ids, int top_n) {
   for (int t : ids) {
     if (t < 0 || t >= model_->config().vocab_size) {
       return absl::InvalidArgumentError(absl::StrFormat("token_ids: %d outside the vocabulary", t));
     }
   }
-  return ScoreTokens(*model_, ids);
+  return ScoreTokensTop(*model_, ids, top_n);
 }
 
 WorkerLoadSnapshot PrefillEngine::Load() const {

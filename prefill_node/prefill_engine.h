@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/fault_injection.h"
+#include "engine/generator.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
@@ -69,15 +70,19 @@ class PrefillEngine {
   // prompt.size(), with `sampling`) and returns once the decode worker acknowledged every
   // chunk. `cancelled` is polled: when it turns true the prefill is aborted (CANCELLED).
   // `output_tokens`: GenerationRequest::output_tokens (a resumed request's generated ids at the
-  // end of the prompt).
+  // end of the prompt). `deadline` bounds the whole call; `compute_timeout` only the time from
+  // the prompt's first scheduled chunk to the last acknowledgement of its KV (waiting in the
+  // queue behind other prompts is not a stall): past either, DEADLINE_EXCEEDED.
   absl::StatusOr<PrefillResult> Prefill(uint64_t request_id, std::vector<int> prompt,
                                         const SamplingParams& sampling, const KvTarget& target,
                                         absl::Time deadline,
                                         const std::function<bool()>& cancelled = nullptr,
-                                        int output_tokens = 0);
+                                        int output_tokens = 0,
+                                        absl::Duration compute_timeout = absl::InfiniteDuration());
 
-  // Log-probabilities of ids[1..] (one prefill with logits for every position).
-  absl::StatusOr<std::vector<float>> Score(std::span<const int> ids);
+  // Log-probabilities of ids[1..], their ranks and each position's `top_n` most likely tokens
+  // (one prefill with logits for every position; ScoreTokensTop).
+  absl::StatusOr<std::vector<ScoredToken>> Score(std::span<const int> ids, int top_n = 0);
 
   // Progress and drain, for health: BeginDrain() makes Prefill UNAVAILABLE from then on while
   // admitted work finishes.

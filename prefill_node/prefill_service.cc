@@ -13,7 +13,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   if (!req->has_kv_target() || req->kv_target().endpoint().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "kv_target: required");
   }
-  // Without a client deadline, the transfer still may not hang forever.
+  // Without a client deadline, the transfer still may not hang forever (the router's calls
+  // carry the request's deadline, and compute_timeout_ms bounds the compute itself).
   absl::Time deadline = absl::Now() + absl::Minutes(10);
   if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
     deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
@@ -21,7 +22,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   auto r = engine_->Prefill(
       next_id_++, {req->prompt_ids().begin(), req->prompt_ids().end()}, FromProto(req->sampling()),
       FromProto(req->kv_target()), deadline, [ctx] { return ctx->IsCancelled(); },
-      req->output_tokens());
+      req->output_tokens(),
+      req->compute_timeout_ms() > 0 ? absl::Milliseconds(req->compute_timeout_ms())
+                                    : absl::InfiniteDuration());
   if (!r.ok()) return ToGrpc(r.status());
   resp->set_first_token(r->first_token);
   resp->set_cached_tokens(r->cached_tokens);
@@ -39,9 +42,21 @@ grpc::Status PrefillService::Score(grpc::ServerContext* ctx, const v1::PrefillSc
     return s;
   }
   std::vector<int> ids(req->token_ids().begin(), req->token_ids().end());
-  auto lp = engine_->Score(ids);
-  if (!lp.ok()) return ToGrpc(lp.status());
-  resp->mutable_logprobs()->Add(lp->begin(), lp->end());
+  auto scored = engine_->Score(ids, req->top_logprobs());
+  if (!scored.ok()) return ToGrpc(scored.status());
+  for (const ScoredToken& t : *scored) {
+    resp->add_logprobs(t.logprob);
+    resp->add_ranks(t.rank);
+    if (req->top_logprobs() > 0) {
+      v1::TokenLogprobs* top = resp->add_top_logprobs();
+      top->set_logprob(t.logprob);
+      for (const auto& [id, logprob] : t.top) {
+        v1::TopLogprob* x = top->add_top();
+        x->set_token_id(id);
+        x->set_logprob(logprob);
+      }
+    }
+  }
   return grpc::Status::OK;
 }
 

@@ -18,6 +18,54 @@ absl::Status Invalid(std::string_view field, std::string_view why) {
 // One definition of well-formed UTF-8 for the whole project (text/tokenizer.h).
 bool ValidUtf8(std::string_view s) { return ToValidUtf8(s) == s; }
 
+// sampling.json_schema (with json_prefix and json_suffix) or sampling.choice: compiled, within
+// the limits, and not combined with what would end the output early or keep it going.
+absl::Status CheckStructuredOutput(const v1::GenerateRequest& req, const SamplingParams& s,
+                                   const IngressLimits& limits) {
+  if (s.json_schema.empty() && !(s.json_prefix.empty() && s.json_suffix.empty())) {
+    return Invalid(s.json_prefix.empty() ? "sampling.json_suffix" : "sampling.json_prefix",
+                   "needs sampling.json_schema");
+  }
+  for (const auto& [field, text] :
+       {std::pair<const char*, const std::string*>{"sampling.json_prefix", &s.json_prefix},
+        {"sampling.json_suffix", &s.json_suffix}}) {
+    if (static_cast<int>(text->size()) > limits.max_json_text_bytes) {
+      return Invalid(field, absl::StrFormat("longer than %d bytes", limits.max_json_text_bytes));
+    }
+  }
+  if (!s.choice.empty()) {
+    if (!s.json_schema.empty()) {
+      return Invalid("sampling.choice", "cannot be combined with sampling.json_schema");
+    }
+    if (auto choice = structured::JsonSchema::Choice(s.choice); !choice.ok()) {
+      return Invalid("sampling.choice", std::string(choice.status().message()));
+    }
+  } else if (!s.json_schema.empty()) {
+    if (static_cast<int>(s.json_schema.size()) > limits.max_json_schema_bytes) {
+      return Invalid("sampling.json_schema",
+                     absl::StrFormat("longer than %d bytes", limits.max_json_schema_bytes));
+    }
+    if (auto schema = structured::JsonSchema::Compile(s.json_schema, s.json_prefix, s.json_suffix);
+        !schema.ok()) {
+      return Invalid("sampling.json_schema", std::string(schema.status().message()));
+    }
+  } else {
+    return absl::OkStatus();
+  }
+  const char* what = s.choice.empty() ? "json_schema" : "choice";
+  if (s.min_tokens > 0) {
+    return Invalid("sampling.min_tokens", absl::StrCat("cannot be combined with ", what));
+  }
+  if (req.ignore_eos())
+    return Invalid("ignore_eos", absl::StrCat("cannot be combined with ", what));
+  // The output always validates: a stop string would cut the value short and end as "stop".
+  if (req.stop_size() > 0) {
+    return Invalid(
+        "stop", absl::StrCat("cannot be combined with ", what, " (it would cut the value short)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
@@ -93,34 +141,7 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
     return Invalid("sampling.min_tokens", absl::StrFormat("%d is more than max_tokens (%d)",
                                                           s.min_tokens, out.max_tokens));
   }
-  if (s.json_schema.empty() && !(s.json_prefix.empty() && s.json_suffix.empty())) {
-    return Invalid(s.json_prefix.empty() ? "sampling.json_suffix" : "sampling.json_prefix",
-                   "needs sampling.json_schema");
-  }
-  for (const auto& [field, text] :
-       {std::pair<const char*, const std::string*>{"sampling.json_prefix", &s.json_prefix},
-        {"sampling.json_suffix", &s.json_suffix}}) {
-    if (static_cast<int>(text->size()) > limits.max_json_text_bytes) {
-      return Invalid(field, absl::StrFormat("longer than %d bytes", limits.max_json_text_bytes));
-    }
-  }
-  if (!s.json_schema.empty()) {
-    if (static_cast<int>(s.json_schema.size()) > limits.max_json_schema_bytes) {
-      return Invalid("sampling.json_schema",
-                     absl::StrFormat("longer than %d bytes", limits.max_json_schema_bytes));
-    }
-    if (auto schema = structured::JsonSchema::Compile(s.json_schema, s.json_prefix, s.json_suffix);
-        !schema.ok()) {
-      return Invalid("sampling.json_schema", std::string(schema.status().message()));
-    }
-    if (s.min_tokens > 0)
-      return Invalid("sampling.min_tokens", "cannot be combined with json_schema");
-    if (req.ignore_eos()) return Invalid("ignore_eos", "cannot be combined with json_schema");
-    // The output always validates: a stop string would cut the value short and end as "stop".
-    if (req.stop_size() > 0) {
-      return Invalid("stop", "cannot be combined with json_schema (it would cut the value short)");
-    }
-  }
+  if (absl::Status st = CheckStructuredOutput(req, s, limits); !st.ok()) return st;
   if (req.stop_size() > limits.max_stop_strings) {
     return Invalid("stop", absl::StrFormat("at most %d strings", limits.max_stop_strings));
   }

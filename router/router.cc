@@ -167,10 +167,13 @@ class CancelWatcher {
     hub_->Add(this);
   }
   ~CancelWatcher() { hub_->Remove(this); }
+  // A context watched is a new call (a later attempt's context may sit at an earlier one's
+  // address): it starts not abandoned.
   void Watch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
     if (cancelled_) c->TryCancel();
     watched_.insert(c);
+    abandoned_.erase(c);
   }
   void Unwatch(grpc::ClientContext* c) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -487,17 +490,27 @@ class GenerateTransaction {
     explicit Attempt(Router* r) : queued{r} {}
     std::vector<int> prompt;  // the request's prompt + the tokens already streamed
     int len = 0;
-    int remaining = 0;     // tokens still allowed
-    int total_tokens = 0;  // what the request may reach: prompt + remaining, within the context
-    absl::Time queue_until;
-    // A place in the router's wait queue, taken while the request waits for workers or room.
+    int remaining = 0;       // tokens still allowed
+    int total_tokens = 0;    // what the request may reach: prompt + remaining, within the context
+    absl::Time queue_until;  // waiting for a healthy worker of a role, until then
+    absl::Time room_until;   // waiting for KV room on a decode worker, until then
+    // A place in the router's wait queue (first come, first admitted), taken while the request
+    // waits for workers or for KV room, given back when it is admitted or gives up.
     struct QueueSlot {
       Router* r;
       bool held = false;
-      ~QueueSlot() {
+      uint64_t ticket = 0;
+      void ReleaseLocked() {
         if (!held) return;
-        std::lock_guard<std::mutex> lock(r->mu_);
+        held = false;
         --r->waiting_for_room_;
+        auto& order = r->admit_order_;
+        order.erase(std::find(order.begin(), order.end(), ticket));
+        r->room_cv_.notify_all();  // the next in line may try
+      }
+      ~QueueSlot() {
+        std::lock_guard<std::mutex> lock(r->mu_);
+        ReleaseLocked();
       }
     } queued;
     std::unique_ptr<grpc::ClientContext> d_ctx;
@@ -529,6 +542,10 @@ class GenerateTransaction {
   grpc::Status Begin();
   grpc::Status RunAttempt();
   grpc::Status Enqueue(Attempt& a);  // under r_->mu_
+  // Under r_->mu_: whether `a` may look for room now (no one waits, or it is first in line).
+  bool MyTurnLocked(const Attempt& a) const;
+  // The request's deadline passed while it waited for KV room.
+  grpc::Status NoRoom();
   grpc::Status WaitForWorkers(Attempt& a);
   grpc::Status Admit(Attempt& a);
   // One admission try on decode worker `pick`: OK and the stream in `a`, or why not (*vanished:
@@ -658,6 +675,7 @@ grpc::Status GenerateTransaction::RunAttempt() {
   a.total_tokens =
       static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
   a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
+  a.room_until = call_.deadline;
   state_ = State::kAdmit;
   if (grpc::Status s = WaitForWorkers(a); !s.ok()) return s;
   if (grpc::Status s = Admit(a); !s.ok()) return s;
@@ -677,7 +695,19 @@ grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
   }
   ++r_->waiting_for_room_;
   a.queued.held = true;
+  a.queued.ticket = r_->next_ticket_++;
+  r_->admit_order_.push_back(a.queued.ticket);
   return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::NoRoom() {
+  final_ = true;
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      "no decode worker had KV room before the request's deadline");
+}
+
+bool GenerateTransaction::MyTurnLocked(const Attempt& a) const {
+  return r_->admit_order_.empty() || (a.queued.held && r_->admit_order_.front() == a.queued.ticket);
 }
 
 // A role with no healthy worker (one stalled or restarting) is waited for, in the same bounded
@@ -703,7 +733,9 @@ grpc::Status GenerateTransaction::WaitForWorkers(Attempt& a) {
 }
 
 // Admission on a decode worker: the stream that lives as long as the request there. With no
-// room anywhere the request waits (bounded) for room to free up.
+// room anywhere the request waits in line (first come, first admitted; the queue's places are
+// bounded) for room to free up, until its own deadline or until its client leaves: a full cache
+// delays requests, it does not fail them.
 grpc::Status GenerateTransaction::Admit(Attempt& a) {
   std::set<std::string> tried = failed_decode_;
   grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
@@ -714,6 +746,14 @@ grpc::Status GenerateTransaction::Admit(Attempt& a) {
     {
       std::unique_lock<std::mutex> lock(r_->mu_);
       const absl::Time now = absl::Now();
+      if (!MyTurnLocked(a)) {
+        // Requests that came first are waiting for room: wait behind them.
+        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+        if (IsGone()) return ClientGone();
+        if (now >= a.room_until) return NoRoom();
+        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
       // A request that could not fit in any decode worker's whole cache never will.
       if (const int64_t most = r_->registry_.LargestDecodeTokens(now);
           most > 0 && most < a.total_tokens) {
@@ -739,17 +779,12 @@ grpc::Status GenerateTransaction::Admit(Attempt& a) {
         const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
         if (grpc::Status s = Enqueue(a); !s.ok()) return s;
         if (IsGone()) return ClientGone();
-        if (now >= a.queue_until) {
-          if (none_healthy) {
-            final_ = true;
-            return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                "no healthy decode worker within the queue timeout");
-          }
-          return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                              absl::StrFormat("no decode worker had room within the queue "
-                                              "timeout; retry after %d ms",
-                                              r_->options_.retry_after_ms));
+        if (none_healthy && now >= a.queue_until) {
+          final_ = true;
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "no healthy decode worker within the queue timeout");
         }
+        if (now >= a.room_until) return NoRoom();
         r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
         tried = failed_decode_;
         continue;
@@ -769,6 +804,10 @@ grpc::Status GenerateTransaction::Admit(Attempt& a) {
     } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
       return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
     }
+  }
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    a.queued.ReleaseLocked();  // admitted: the next in line may look for room
   }
   if (admitted_at_ == absl::Time()) {
     admitted_at_ = absl::Now();
@@ -865,18 +904,31 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
   *preq.mutable_sampling() = ToProto(greq_->sampling);
   *preq.mutable_kv_target() = ToProto(a.target);
   preq.set_output_tokens(static_cast<int>(generated_.size()));
+  // Waiting in a busy prefill worker's queue is not a failure: the call lives as long as the
+  // request, its compute is bounded by the prefill timeout (counted by the worker from when the
+  // prompt starts computing), and a worker that stalls (its step loop stops: health) is given
+  // up on and the request resumed elsewhere.
+  preq.set_compute_timeout_ms(static_cast<int32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(r_->options_.prefill_timeout), INT32_MAX)));
   grpc::ClientContext p_ctx;
-  // The prefill, KV transfer included, must finish within the prefill timeout: a stalled worker
-  // is given up on and the request resumed elsewhere.
-  p_ctx.set_deadline(
-      absl::ToChronoTime(std::min(call_.deadline, absl::Now() + r_->options_.prefill_timeout)));
+  p_ctx.set_deadline(absl::ToChronoTime(call_.deadline));
   r_->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
   watcher_->Watch(&p_ctx);
+  watcher_->WatchWorker(&p_ctx, [r = r_, id = *prefill_id] {
+    std::lock_guard<std::mutex> lock(r->mu_);
+    const WorkerEntry* w = r->registry_.Find(id);
+    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
+  });
   grpc::Status ps =
       v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address))->Prefill(&p_ctx, preq, &a.presp);
   watcher_->Unwatch(&p_ctx);
   r_->Learn(*p_address, p_ctx);
   if (IsGone()) return ClientGone();
+  if (!ps.ok() && watcher_->abandoned(&p_ctx)) {
+    Report(*prefill_id, &failed_prefill_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("prefill worker %s turned unhealthy", *prefill_id));
+  }
   if (!ps.ok()) {
     // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what it
     // sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame here;
@@ -1052,8 +1104,9 @@ grpc::Status GenerateTransaction::EndsWhole() const {
     text = text.first(text.size() - 1);
   if (c->Completes(text)) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::INTERNAL,
-                      "sampling.json_schema: the model ended its output before the value was "
-                      "complete (no token of its vocabulary could continue it)");
+                      "structured output (sampling.json_schema or sampling.choice): the model "
+                      "ended its output before the value was complete (no token of its "
+                      "vocabulary could continue it)");
 }
 
 void GenerateTransaction::FinishResponse() {
@@ -1125,6 +1178,19 @@ grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCal
 
 grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                            v1::ScoreResponse* resp) {
+  const bool no_deadline = ctx->deadline() == std::chrono::system_clock::time_point::max();
+  return Score(*req, no_deadline ? absl::InfiniteFuture() : absl::FromChrono(ctx->deadline()),
+               resp);
+}
+
+grpc::Status Router::Score(const v1::ScoreRequest& request, absl::Time deadline,
+                           v1::ScoreResponse* resp) {
+  const v1::ScoreRequest* req = &request;
+  if (req->top_logprobs() < 0 || req->top_logprobs() > kMaxTopLogprobs) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs,
+                                        req->top_logprobs()));
+  }
   std::vector<int> ids;
   if (req->has_text()) {
     if (req->text().empty())
@@ -1167,9 +1233,10 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
   if (!address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
   v1::PrefillScoreRequest preq;
   preq.mutable_token_ids()->Add(ids.begin(), ids.end());
+  preq.set_top_logprobs(req->top_logprobs());
   v1::PrefillScoreResponse presp;
   grpc::ClientContext c;
-  c.set_deadline(ctx->deadline());
+  c.set_deadline(absl::ToChronoTime(deadline));
   Prove(&c, internal_method::kPrefillScore, *address, preq);
   grpc::Status s = v1::PrefillWorker::NewStub(ChannelFor(*address))->Score(&c, preq, &presp);
   Learn(*address, c);
@@ -1181,6 +1248,8 @@ grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req
     nll -= lp;
   }
   nll /= std::max(1, presp.logprobs_size());
+  *resp->mutable_top_logprobs() = presp.top_logprobs();
+  *resp->mutable_ranks() = presp.ranks();
   resp->set_mean_cross_entropy(nll);
   resp->set_perplexity(std::exp(nll));
   return grpc::Status::OK;

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -118,6 +119,8 @@ class Router {
                         grpc::ServerWriter<v1::GenerateResponse>* writer);
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                      v1::ScoreResponse* resp);
+  // Score with a deadline (the HTTP API's prompt log-probabilities).
+  grpc::Status Score(const v1::ScoreRequest& req, absl::Time deadline, v1::ScoreResponse* resp);
   grpc::Status Tokenize(const v1::TokenizeRequest* req, v1::TokenizeResponse* resp);
   grpc::Status Detokenize(const v1::DetokenizeRequest* req, v1::DetokenizeResponse* resp);
   grpc::Status GetModelInfo(v1::ModelInfo* resp);
@@ -165,6 +168,9 @@ class Router {
   std::set<std::string> in_flight_;
   std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
   int waiting_for_room_ = 0;
+  // The tickets of requests waiting in line, oldest first: only the first looks for room.
+  std::deque<uint64_t> admit_order_;
+  uint64_t next_ticket_ = 1;
   std::atomic<bool> draining_{false};
 };
 

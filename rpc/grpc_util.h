@@ -44,6 +44,7 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.json_schema = p.json_schema();
   s.json_prefix = p.json_prefix();
   s.json_suffix = p.json_suffix();
+  s.choice.assign(p.choice().begin(), p.choice().end());
   return s;
 }
 
@@ -63,6 +64,7 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_json_schema(s.json_schema);
   p.set_json_prefix(s.json_prefix);
   p.set_json_suffix(s.json_suffix);
+  for (const std::string& c : s.choice) p.add_choice(c);
   return p;
 }
 

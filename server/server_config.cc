@@ -141,7 +141,15 @@ void AddWorkerFlags(CLI::App& app, WorkerConfig* c) {
       ->group(g);
   app.add_option("--block-size", c->block_size, "Tokens per KV block")->group(g);
   app.add_option("--num-blocks", c->num_blocks, "KV blocks (0: from --kv-bytes)")->group(g);
-  app.add_option("--kv-bytes", c->kv_bytes, "KV cache size")->group(g);
+  app.add_option("--kv-bytes", c->kv_bytes,
+                 "KV cache size (0: a decode worker takes --kv-memory-fraction of its memory "
+                 "less the weights, a prefill worker 1 GiB)")
+      ->group(g);
+  app.add_option("--kv-memory-fraction", c->kv_memory_fraction,
+                 "Of the memory a decode worker may use (its cgroup limit or the machine's; the "
+                 "GPU's with --device=cuda), the share for weights and KV cache when --kv-bytes "
+                 "and --num-blocks are 0")
+      ->group(g);
   app.add_option("--dtype", c->dtype,
                  "The weights, converted at load when stored otherwise: f32, bf16, f16, q8_0, "
                  "q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (default: as stored; --device=cuda "
@@ -255,6 +263,12 @@ absl::Status WorkerConfig::Validate() const {
     if (auto dt = ParseWeightDType(dtype); !dt.ok()) return dt.status();
   }
   if (auto kv = ParseKvDtype(kv_dtype); !kv.ok()) return kv.status();
+  if (!(kv_memory_fraction > 0 && kv_memory_fraction <= 1)) {
+    return absl::InvalidArgumentError("--kv-memory-fraction must be in (0, 1]");
+  }
+  if (kv_bytes < 0 || num_blocks < 0) {
+    return absl::InvalidArgumentError("--kv-bytes and --num-blocks must be >= 0");
+  }
   if (!kv_transport.empty() && kv_transport != "tcp" && kv_transport != "local" &&
       kv_transport != "nccl") {
     return absl::InvalidArgumentError("--kv-transport must be tcp, local or nccl");

@@ -61,7 +61,10 @@ struct WorkerConfig {
   std::string worker_id;
   int64_t block_size = 16;
   int64_t num_blocks = 0;  // 0: from kv_bytes
-  int64_t kv_bytes = int64_t{1} << 30;
+  // 0: decode workers take kv_memory_fraction of their memory less the weights; prefill
+  // workers 1 GiB (prompts in flight and the prefix cache).
+  int64_t kv_bytes = 0;
+  double kv_memory_fraction = 0.5;
   std::string dtype;  // empty: as stored
   std::string kv_dtype = "auto";
   std::string kv_transport;  // empty: local under --role=all, else tcp

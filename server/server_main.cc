@@ -23,6 +23,7 @@
 #include "decode_node/decode_engine.h"
 #include "decode_node/decode_service.h"
 #include "engine/fault_injection.h"
+#include "engine/kv/kv_budget.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/sampling/output_constraint.h"
@@ -83,6 +84,9 @@ class TandemServer {
   absl::Status BuildConstraints();
   absl::Status BuildPrefill();
   absl::Status BuildDecode();
+  // The decode KV budget without --kv-bytes: --kv-memory-fraction of the memory this worker may
+  // use (the GPU's on CUDA, else the host's or its cgroup's) less the weights.
+  absl::StatusOr<int64_t> DecodeKvBudget() const;
   // --speculative, --spec-tokens and --draft-model (loading the draft model).
   absl::Status ConfigureSpeculation(SpeculativeConfig* spec);
   absl::Status Listen();
@@ -281,7 +285,8 @@ absl::Status TandemServer::BuildRouter() {
   auto tok = LoadModelTokenizer(c_.common.tokenizer, model_path, *config, &tok_path);
   if (!tok.ok()) return tok.status();
   RouterOptions ro;
-  ro.model_name = model_path;
+  // The served name, as /v1/models reports it (GetModelInfo.model).
+  ro.model_name = rc.served_model_name.empty() ? ModelLabel(model_path) : rc.served_model_name;
   ro.heartbeat_interval_ms = static_cast<int>(rc.heartbeat_ms);
   ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * rc.heartbeat_ms, 1000));
   ro.registry.forget_after = absl::Milliseconds(rc.forget_after_ms);
@@ -300,7 +305,7 @@ absl::Status TandemServer::BuildRouter() {
     ro.api_keys = std::move(*keys);
   }
   router_ = std::make_unique<Router>(*config, std::move(*tok), ro, router_metrics_.get());
-  served_.id = rc.served_model_name.empty() ? ModelLabel(model_path) : rc.served_model_name;
+  served_.id = ro.model_name;
   served_.max_context = config->max_seq_len;
   served_.tokenizer = &router_->tokenizer();
   served_.chat_template = LoadChatTemplate(model_path, tok_path, rc.chat_template);
@@ -375,7 +380,7 @@ absl::Status TandemServer::BuildPrefill() {
   PrefillEngineOptions po;
   po.block_size = static_cast<int>(c_.worker.block_size);
   po.num_blocks = static_cast<int>(c_.worker.num_blocks);
-  po.max_kv_bytes = c_.worker.kv_bytes;
+  po.max_kv_bytes = c_.worker.kv_bytes > 0 ? c_.worker.kv_bytes : int64_t{1} << 30;
   po.scheduler.token_budget = static_cast<int>(c_.prefill.token_budget);
   po.scheduler.chunk_size = static_cast<int>(c_.prefill.prefill_chunk);
   po.prefix_cache = !c_.prefill.no_prefix_cache;
@@ -415,6 +420,11 @@ absl::Status TandemServer::BuildDecode() {
   dopt.block_size = static_cast<int>(c_.worker.block_size);
   dopt.num_blocks = static_cast<int>(c_.worker.num_blocks);
   dopt.max_kv_bytes = c_.worker.kv_bytes;
+  if (dopt.num_blocks == 0 && dopt.max_kv_bytes == 0) {
+    auto budget = DecodeKvBudget();
+    if (!budget.ok()) return budget.status();
+    dopt.max_kv_bytes = *budget;
+  }
   dopt.max_running = static_cast<int>(c_.decode.max_running);
   dopt.lease_timeout = absl::Milliseconds(c_.decode.lease_timeout_ms);
   dopt.transport = kv_transport_;
@@ -448,7 +458,50 @@ absl::Status TandemServer::BuildDecode() {
   if (!d.ok()) return d.status();
   decode_ = std::move(*d);
   decode_service_ = std::make_unique<DecodeService>(decode_.get(), internal_auth_, nccl_receiver_);
+  const WorkerLoadSnapshot load = decode_->Load();
+  const KvCacheSpec spec = KvCacheSpec::For(model_->config(), load.block_size, kv_dtype_);
+  std::fprintf(stderr,
+               "[tandem-server] decode KV cache: %d blocks of %d tokens (%lld tokens, %.2f GiB, "
+               "%s)\n",
+               load.total_blocks, load.block_size,
+               static_cast<long long>(load.total_blocks) * load.block_size,
+               static_cast<double>(spec.bytes_per_block()) * load.total_blocks / (1 << 30),
+               DTypeName(kv_dtype_).data());
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> TandemServer::DecodeKvBudget() const {
+  int64_t memory = 0;
+  const char* of = "host";
+  if (device_ == "cuda") {
+    auto api = LoadCudaApi();
+    if (!api.ok()) return api.status();
+    size_t free_bytes = 0, total_bytes = 0;
+    if ((*api)->device_memory(&free_bytes, &total_bytes) != 0) {
+      return absl::InternalError(absl::StrFormat("--kv-memory-fraction: %s", (*api)->last_error()));
+    }
+    memory = static_cast<int64_t>(total_bytes);
+    of = "GPU";
+  } else {
+    auto host = HostMemoryBytes();
+    if (!host.ok()) return host.status();
+    memory = *host;
+  }
+  const int64_t weights = WeightBytes(*model_);
+  const double f = c_.worker.kv_memory_fraction;
+  const int64_t budget = KvBytesFromFraction(f, memory, weights);
+  std::fprintf(stderr,
+               "[tandem-server] --kv-memory-fraction %.2f of %.2f GiB (%s) less %.2f GiB of "
+               "weights: %.2f GiB for the decode KV cache\n",
+               f, static_cast<double>(memory) / (1 << 30), of,
+               static_cast<double>(weights) / (1 << 30), static_cast<double>(budget) / (1 << 30));
+  if (budget <= 0) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "--kv-memory-fraction %.2f of %.2f GiB leaves no room for the KV cache after %.2f GiB of "
+        "weights; raise it or give --kv-bytes",
+        f, static_cast<double>(memory) / (1 << 30), static_cast<double>(weights) / (1 << 30)));
+  }
+  return budget;
 }
 
 void TandemServer::ConfigureBuilder(grpc::ServerBuilder& builder, const std::string& listen,
@@ -510,6 +563,12 @@ absl::Status TandemServer::Listen() {
       return absl::UnavailableError(
           absl::StrFormat("cannot listen on %s:%d", host, internal_listen_port));
     }
+    // Health also answers for each service by name (grpc.health.v1 Check with a service, as
+    // Kubernetes' grpc probe and grpc-health-probe -service send it), following SetHealth.
+    grpc::HealthCheckServiceInterface* health = internal_server_->GetHealthCheckService();
+    if (router_) health->SetServingStatus(v1::Registry::service_full_name(), true);
+    if (prefill_service_) health->SetServingStatus(v1::PrefillWorker::service_full_name(), true);
+    if (decode_service_) health->SetServingStatus(v1::DecodeWorker::service_full_name(), true);
   }
   int bound_port = internal_bound;
   if (router_) {
@@ -522,6 +581,8 @@ absl::Status TandemServer::Listen() {
       return absl::UnavailableError(
           absl::StrFormat("cannot listen on %s:%d", host, c_.common.port));
     }
+    public_server_->GetHealthCheckService()->SetServingStatus(v1::Generation::service_full_name(),
+                                                              true);
   }
   internal_address_ = JoinHostPort(advertise_host_, internal_bound);
   address_ = JoinHostPort(advertise_host_, bound_port);

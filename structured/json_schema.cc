@@ -653,6 +653,26 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Compile(std::strin
   return schema;
 }
 
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Choice(
+    const std::vector<std::string>& choices) {
+  if (choices.empty()) return absl::InvalidArgumentError("must hold at least one string");
+  if (choices.size() > static_cast<size_t>(kMaxChoices)) {
+    return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxChoices, " strings"));
+  }
+  size_t bytes = 0;
+  for (const std::string& c : choices) {
+    if (c.empty()) return absl::InvalidArgumentError("strings must not be empty");
+    bytes += c.size();
+  }
+  if (bytes > kMaxChoiceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("more than ", kMaxChoiceBytes, " bytes"));
+  }
+  auto s = std::make_shared<JsonSchema>();
+  s->nodes_.push_back(std::make_unique<SchemaNode>(LiteralNode(choices)));
+  s->root_ = s->nodes_.back().get();
+  return s;
+}
+
 std::shared_ptr<const JsonSchema> JsonSchema::AnyObject() {
   static const std::shared_ptr<const JsonSchema> kSchema = [] {
     auto s = std::make_shared<JsonSchema>();

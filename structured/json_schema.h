@@ -1,6 +1,7 @@
 // JSON Schema compiled for constrained decoding (OpenAI's response_format json_schema and
-// json_object): a graph of value nodes that JsonMatcher (structured/json_matcher.h) walks one
-// byte at a time, so that every text it accepts is one JSON value valid against the schema.
+// json_object; also a choice of raw texts, vLLM's guided_choice): a graph of value nodes that
+// JsonMatcher (structured/json_matcher.h) walks one byte at a time, so that every text it accepts
+// is one JSON value valid against the schema.
 //
 // What is supported, and how each keyword is generated:
 //   type              object, array, string, number, integer, boolean, null, or a list of them
@@ -95,6 +96,10 @@ class JsonSchema {
                                                                    std::string_view suffix = {});
   // OpenAI's json_object: any JSON object.
   static std::shared_ptr<const JsonSchema> AnyObject();
+  // Not JSON: exactly one of `choices`, as raw text (vLLM's guided_choice). INVALID_ARGUMENT for
+  // none, an empty one, more than kMaxChoices, or more than kMaxChoiceBytes in all.
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Choice(
+      const std::vector<std::string>& choices);
 
   const SchemaNode* root() const { return root_; }
   // kLiteral nodes of one literal each, or null.
@@ -102,6 +107,8 @@ class JsonSchema {
   const SchemaNode* suffix() const { return suffix_; }
 
   static constexpr int kMaxNodes = 4096;
+  static constexpr int kMaxChoices = 256;
+  static constexpr size_t kMaxChoiceBytes = 65536;
   // Nesting levels a value may have (JsonMatcher's stack, the suffix's frame included).
   static constexpr int kMaxDepth = 32;
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Tandem's CPU engine against llama.cpp on the same GGUF weights, same machine, same run.
 #
-# llama.cpp is built from source in a scratch folder ($SCRATCH, default /tmp/tandem-llamacpp;
-# the llama-cpp-python source package vendors it), never inside the repository. The default chat
+# llama.cpp is built from source in a scratch folder by bench/llamacpp/build.sh ($SCRATCH,
+# default /tmp/tandem-llamacpp; the llama-cpp-python source package vendors it), never inside
+# the repository. The default chat
 # model (SmolLM2-135M-Instruct Q4_1) is re-typed with llama-quantize into F32, F16, BF16, Q8_0,
 # Q4_0 and Q4_K files, and both engines run each file as stored:
 #   decode_b1    llama-bench tg64               engine_bench decode_b1
@@ -20,20 +21,10 @@ TYPES=${2:-F32 F16 BF16 Q8_0 Q4_0 Q4_K}
 SCRATCH=${SCRATCH:-/tmp/tandem-llamacpp}
 RUNS=${RUNS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
-VERSION=0.3.36
 gguf="$(bash scripts/fetch_model.sh --smollm2)"
 mkdir -p "$SCRATCH" bench/results
 bin="$SCRATCH/build/bin"
-if [ ! -x "$bin/llama-bench" ] || [ ! -x "$bin/llama-batched-bench" ]; then
-  python3 -m pip download --quiet --no-deps --no-binary :all: "llama-cpp-python==$VERSION" \
-    -d "$SCRATCH"
-  tar xzf "$SCRATCH/llama_cpp_python-$VERSION.tar.gz" -C "$SCRATCH"
-  cmake -S "$SCRATCH/llama_cpp_python-$VERSION/vendor/llama.cpp" -B "$SCRATCH/build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_SERVER=OFF >/dev/null
-  cmake --build "$SCRATCH/build" -j "$(nproc)" --target llama-bench llama-batched-bench \
-    llama-quantize >/dev/null
-fi
+SCRATCH="$SCRATCH" bash bench/llamacpp/build.sh llama-bench llama-batched-bench llama-quantize
 cmake --build "$BUILD_DIR" --target engine_bench >/dev/null
 
 for run in $(seq "$RUNS"); do

@@ -56,15 +56,14 @@ std::shared_ptr<const structured::TokenMask> OutputConstraints::Vocabulary() {
   return vocabulary_;
 }
 
-absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForSchema(
-    const std::string& schema, const std::string& prefix, const std::string& suffix) {
-  const std::string key =
-      absl::StrCat(prefix.size(), ":", prefix, suffix.size(), ":", suffix, schema);
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::Cached(
+    const std::string& key,
+    const std::function<absl::StatusOr<std::shared_ptr<const structured::JsonSchema>>()>& compile) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
   }
-  auto compiled = structured::JsonSchema::Compile(schema, prefix, suffix);
+  auto compiled = compile();
   if (!compiled.ok()) return compiled.status();
   std::lock_guard<std::mutex> lock(mu_);
   auto constraint = std::make_shared<const OutputConstraint>(*compiled, Vocabulary());
@@ -73,7 +72,27 @@ absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForSc
   return constraint;
 }
 
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForSchema(
+    const std::string& schema, const std::string& prefix, const std::string& suffix) {
+  return Cached(absl::StrCat(prefix.size(), ":", prefix, suffix.size(), ":", suffix, schema),
+                [&] { return structured::JsonSchema::Compile(schema, prefix, suffix); });
+}
+
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForChoice(
+    const std::vector<std::string>& choices) {
+  // Never a schema's key: those start with a digit.
+  std::string key = "choice";
+  for (const std::string& c : choices) absl::StrAppend(&key, ":", c.size(), ":", c);
+  return Cached(key, [&] { return structured::JsonSchema::Choice(choices); });
+}
+
 absl::Status OutputConstraints::Attach(SamplingParams* p) {
+  if (!p->choice.empty()) {
+    auto c = ForChoice(p->choice);
+    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("choice: ", c.status().message()));
+    p->constraint = *c;
+    return absl::OkStatus();
+  }
   if (p->json_schema.empty()) return absl::OkStatus();
   auto c = ForSchema(p->json_schema, p->json_prefix, p->json_suffix);
   if (!c.ok()) {
@@ -84,10 +103,11 @@ absl::Status OutputConstraints::Attach(SamplingParams* p) {
 }
 
 absl::Status AttachConstraint(OutputConstraints* constraints, SamplingParams* p) {
-  if (p->json_schema.empty()) return absl::OkStatus();
+  if (p->json_schema.empty() && p->choice.empty()) return absl::OkStatus();
   if (constraints == nullptr) {
     return absl::FailedPreconditionError(
-        "json_schema: this worker has no tokenizer to constrain its output with");
+        absl::StrCat(p->choice.empty() ? "json_schema" : "choice",
+                     ": this worker has no tokenizer to constrain its output with"));
   }
   return constraints->Attach(p);
 }

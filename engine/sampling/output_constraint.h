@@ -1,7 +1,7 @@
-// Structured output on the engine side (OpenAI's response_format json_object / json_schema): a
-// JSON Schema (structured/json_schema.h) bound to a model's vocabulary, masking the logits where
-// tokens are sampled (engine/sampling/sampler.h ProcessLogits) so that the output is one JSON value
-// valid against the schema, followed by EOS.
+// Structured output on the engine side (OpenAI's response_format json_object / json_schema, and
+// vLLM's guided_choice): a JSON Schema (structured/json_schema.h) bound to a model's vocabulary,
+// masking the logits where tokens are sampled (engine/sampling/sampler.h ProcessLogits) so that
+// the output is one JSON value valid against the schema (or one of the choices), followed by EOS.
 //
 // The constraint keeps no per-request state: each step replays the request's generated tokens
 // through the schema's matcher from the start. A request therefore masks the same way on any
@@ -11,6 +11,7 @@
 #ifndef TANDEM_ENGINE_SAMPLING_OUTPUT_CONSTRAINT_H_
 #define TANDEM_ENGINE_SAMPLING_OUTPUT_CONSTRAINT_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,13 +65,22 @@ class OutputConstraints {
   absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForSchema(const std::string& schema,
                                                                     const std::string& prefix = "",
                                                                     const std::string& suffix = "");
-  // Sets p->constraint from p->json_schema (and its prefix and suffix); nothing when it is empty.
+  // Exactly one of `choices`, as raw text (structured::JsonSchema::Choice).
+  absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForChoice(
+      const std::vector<std::string>& choices);
+  // Sets p->constraint from p->json_schema (and its prefix and suffix) or p->choice; nothing
+  // when both are empty.
   absl::Status Attach(SamplingParams* p);
 
   static constexpr size_t kCachedSchemas = 64;
 
  private:
   std::shared_ptr<const structured::TokenMask> Vocabulary();
+  // The cached constraint of `key`, compiled by `compile` on a miss.
+  absl::StatusOr<std::shared_ptr<const OutputConstraint>> Cached(
+      const std::string& key,
+      const std::function<absl::StatusOr<std::shared_ptr<const structured::JsonSchema>>()>&
+          compile);
 
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::mutex mu_;

@@ -63,7 +63,8 @@ absl::Status SamplingParams::Validate(int vocab_size) const {
 
 bool SamplingParams::HasLogitProcessors() const {
   return presence_penalty != 0.0f || frequency_penalty != 0.0f || repetition_penalty != 1.0f ||
-         min_tokens > 0 || !logit_bias.empty() || !json_schema.empty() || constraint != nullptr;
+         min_tokens > 0 || !logit_bias.empty() || !json_schema.empty() || !choice.empty() ||
+         constraint != nullptr;
 }
 
 void ProcessLogits(std::span<float> logits, const SamplingParams& p, const SamplingHistory& h) {

@@ -46,6 +46,8 @@ struct SamplingParams {
   // (a forced tool call's "<tool_call>\n" and "\n</tool_call>").
   std::string json_prefix;
   std::string json_suffix;
+  // Or, instead of json_schema: the output is exactly one of these strings, then EOS.
+  std::vector<std::string> choice;
   std::shared_ptr<const OutputConstraint> constraint;
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside

@@ -241,6 +241,8 @@ typedef struct TandemCudaApi {
   /* 1 when paged_attention_fi (and a device model with this kv_dtype) runs for head_dim and
    * kv_dtype in this library, else 0 with the reason in *why (may be NULL). */
   int (*fi_attention_supported)(int head_dim, int kv_dtype, const char** why);
+  /* The current device's free and total memory in bytes (cudaMemGetInfo). */
+  int (*device_memory)(size_t* free_bytes, size_t* total_bytes);
   /* write_kv into caches of kv_dtype [num_slots, n_kv_heads * head_dim]: bf16 and fp8 round to
    * nearest even, fp8 rows are divided by their block's scale (d_scales [num_blocks, 2,
    * n_kv_heads]) and saturate at +-448. */

@@ -104,6 +104,10 @@ int DeviceName(int device, char* buf, size_t len) {
   return 0;
 }
 
+int DeviceMemory(size_t* free_bytes, size_t* total_bytes) {
+  return Check(cudaMemGetInfo(free_bytes, total_bytes), "cudaMemGetInfo");
+}
+
 int Malloc(void** p, size_t bytes) { return Check(cudaMalloc(p, bytes), "cudaMalloc"); }
 int Free(void* p) { return Check(cudaFree(p), "cudaFree"); }
 int H2D(void* d, const void* s, size_t b) {
@@ -267,6 +271,7 @@ void FillKernelEntries(TandemCudaApi* api) {
   api->prefill_attention = PrefillAttentionC<false>;
   api->prefill_attention_bf16 = PrefillAttentionC<true>;
   api->fi_attention_supported = FiSupportedC;
+  api->device_memory = DeviceMemory;
   api->write_kv_typed = WriteKvTypedC;
   api->set_fp8_scales = SetFp8ScalesC;
   api->pack_kv_typed = PackKvTypedC;

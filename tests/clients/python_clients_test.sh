@@ -3,9 +3,11 @@
 # rot: a 1-prefill + 1-decode `tandem up` on stories260K, the official `openai` client on the
 # HTTP API and a client generated from proto/ by grpcio-tools on gRPC. Both ask for the same
 # seeded completion, which must come out identical; the openai client also gets JSON fitting a
-# schema (response_format) and a forced tool call. The clients live in a virtual environment
-# cached under ~/.cache/tandem/pyclients (pip install openai grpcio grpcio-tools); without
-# network access to PyPI the test is skipped (exit 77), saying so.
+# schema (response_format) and a forced tool call, and an agent loop (a tool call, its result,
+# the answer) runs through the SDK as LangChain runs it (tests/clients/openai_agent_loop.py).
+# The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
+# openai grpcio grpcio-tools); without network access to PyPI the test is skipped (exit 77),
+# saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
 set -euo pipefail
 BIN=$(realpath "$1") SRC=$(realpath "$2") SHARED=$(realpath "$3")
@@ -31,11 +33,9 @@ PY="$VENV/bin/python"
   "$SRC/proto/tandem/v1/generation.proto")
 
 MODEL="$SHARED/models/stories260K/stories260K.bin"
-cat >"$WORK/chat.jinja" <<'JINJA'
-{% for m in messages %}{{ m['role'] + ': ' + m['content'] | trim + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}
-JINJA
+# A template that renders tools, tool calls and their results as Qwen2.5's does, in few tokens.
 "$BIN/tandem" up --model "$MODEL" --tokenizer "$SHARED/models/stories260K/tok512.bin" \
-  --chat-template "$WORK/chat.jinja" >"$WORK/up.out" 2>"$WORK/up.err" &
+  --chat-template "$SRC/tests/fixtures/chat/tools_short.jinja" >"$WORK/up.out" 2>"$WORK/up.err" &
 UP_PID=$!
 for _ in $(seq 1 300); do
   if grep -q '^http router=' "$WORK/up.out" && grep -q '^ready router=' "$WORK/up.out"; then break; fi
@@ -52,6 +52,8 @@ echo "--- grpc_client.py"; cat "$WORK/grpc.txt"
 echo "--- openai_client.py"; cat "$WORK/openai.txt"
 
 fail=0
+echo "--- openai_agent_loop.py"
+"$PY" "$SRC/tests/clients/openai_agent_loop.py" "$HTTP" || { echo "FAIL: the agent loop"; fail=1; }
 grpc_completion=$(grep '^completion: ' "$WORK/grpc.txt")
 openai_completion=$(grep '^completion: ' "$WORK/openai.txt")
 [ "${#grpc_completion}" -gt 20 ] || { echo "FAIL: the gRPC completion is empty"; fail=1; }

@@ -384,6 +384,325 @@ TEST(HttpClusterTest, ResponseFormatGivesTheGrpcTokensAsValidJson) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
+// An agent loop over HTTP with a template that renders tools, calls and results as Qwen2.5's
+// does, in few tokens (tests/fixtures/chat/tools_short.jinja): a forced call,
+// then the second turn exactly as the openai SDK sends it back (the assistant message with
+// content null and arguments as JSON text, the tool's result with tool_call_id), whose answer is
+// the gRPC generation of the prompt the template renders from the messages in transformers'
+// form (content "", arguments an object). tests/clients/ runs the same loop with the SDK itself.
+TEST(HttpClusterTest, AgentLoopToolCallResultAndAnswer) {
+  const std::string tmpl_path = testing::SourceDir() + "/tests/fixtures/chat/tools_short.jinja";
+  Cluster c(1, 1, {}, {"--chat-template", tmpl_path});
+  ASSERT_TRUE(c.ready());
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "parameters": {"type": "object", "properties": {"city": {"type": "string",
+      "maxLength": 12}}, "required": ["city"]}}}])");
+  json messages = json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+  json first = {{"messages", messages},
+                {"tools", tools},
+                {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+                {"max_tokens", 300},
+                {"temperature", 0.7},
+                {"seed", 2}};
+  HttpReply r = Curl(c.http(), "/v1/chat/completions", first.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json assistant = r.Json()["choices"][0]["message"];
+  ASSERT_EQ(r.Json()["choices"][0]["finish_reason"], "tool_calls") << r.body;
+  ASSERT_TRUE(assistant["content"].is_null()) << r.body;
+  ASSERT_EQ(assistant["tool_calls"].size(), 1u) << r.body;
+  const json call = assistant["tool_calls"][0];
+  const json args = json::parse(call["function"]["arguments"].get<std::string>());
+  // The SDK's second turn: its own message back, then the tool's result.
+  messages.push_back({{"content", nullptr}, {"role", "assistant"}, {"tool_calls", {call}}});
+  messages.push_back({{"role", "tool"},
+                      {"tool_call_id", call["id"]},
+                      {"content", "{\"city\": " + args["city"].dump() + ", \"celsius\": 22}"}});
+  const json second = {{"messages", messages},
+                       {"tools", tools},
+                       {"max_tokens", 24},
+                       {"temperature", 0.7},
+                       {"seed", 5}};
+  r = Curl(c.http(), "/v1/chat/completions", second.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json answer = r.Json();
+  ASSERT_TRUE(answer["choices"][0]["message"]["content"].is_string()) << r.body;
+
+  // The same turn through gRPC: the template given transformers' form of the messages.
+  json expected = messages;
+  expected[1]["content"] = "";
+  expected[1]["tool_calls"][0]["function"]["arguments"] = args;
+  auto config = TokenizerChatTemplate::FromConfig(
+      json{{"chat_template", *ReadFileToString(tmpl_path)}}.dump());
+  ASSERT_TRUE(config.ok());
+  auto rendered = config->Apply(expected, true, json{{"tools", tools}});
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_NE(rendered->find("<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": "),
+            std::string::npos)
+      << *rendered;
+  EXPECT_NE(rendered->find("\ntool: {\"city\": "), std::string::npos) << *rendered;
+  const std::vector<int> ids = Tok()->Encode(*rendered, false);
+  v1::GenerateRequest g;
+  g.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+  g.set_max_tokens(24);
+  g.mutable_sampling()->set_temperature(0.7f);
+  g.mutable_sampling()->set_seed(5);
+  const testing::Streamed want = testing::Generate(c.generation(), g);
+  ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], ids.size());
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], want.text);
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// vLLM's structured-output fields on both endpoints: guided_choice and structured_outputs.choice
+// give exactly one of the strings, guided_json and structured_outputs.json a value of the schema,
+// each the gRPC tokens for sampling.choice or sampling.json_schema; a regex or a grammar is a
+// 400 naming the field.
+TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
+  testing::TempDir dir;
+  Cluster c(1, 1, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
+  ASSERT_TRUE(c.ready());
+  const json choices = {"happy ending", "sad ending", "no ending at all"};
+  const json schema = json::parse(R"({"type": "object", "properties": {"mood":
+      {"enum": ["calm", "wild"]}, "n": {"type": "integer"}}, "required": ["mood", "n"]})");
+  struct Case {
+    std::string field;  // as the client writes it
+    json value;
+    bool choice;
+  };
+  const std::vector<Case> cases = {{"guided_choice", choices, true},
+                                   {"structured_outputs", {{"choice", choices}}, true},
+                                   {"guided_json", schema, false},
+                                   {"structured_outputs", {{"json", schema}}, false}};
+  for (bool chat : {false, true}) {
+    const json messages = {{{"role", "user"}, {"content", "How does it end?"}}};
+    v1::GenerateRequest g;
+    if (chat) {
+      auto tmpl = TokenizerChatTemplate::FromConfig(json{{"chat_template", kTemplate}}.dump());
+      ASSERT_TRUE(tmpl.ok());
+      const std::vector<int> ids = Tok()->Encode(*tmpl->Apply(messages, true), false);
+      g.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
+    } else {
+      g.set_text("The story ends with");
+    }
+    g.set_max_tokens(120);
+    g.mutable_sampling()->set_temperature(0.9f);
+    g.mutable_sampling()->set_seed(4);
+    for (const Case& k : cases) {
+      SCOPED_TRACE(k.field + (chat ? " chat" : " completions"));
+      v1::GenerateRequest want_req = g;
+      if (k.choice) {
+        for (const json& x : choices) want_req.mutable_sampling()->add_choice(x);
+      } else {
+        want_req.mutable_sampling()->set_json_schema(schema.dump());
+      }
+      const testing::Streamed want = testing::Generate(c.generation(), want_req);
+      ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+      EXPECT_EQ(want.finish, v1::FINISH_REASON_STOP) << want.text;
+      if (k.choice) {
+        EXPECT_NE(std::find(choices.begin(), choices.end(), want.text), choices.end()) << want.text;
+      } else {
+        EXPECT_TRUE(json::parse(want.text, nullptr, false).is_object()) << want.text;
+      }
+      json body = {{"max_tokens", 120}, {"temperature", 0.9}, {"seed", 4}, {k.field, k.value}};
+      if (chat) {
+        body["messages"] = messages;
+      } else {
+        body["prompt"] = "The story ends with";
+      }
+      const HttpReply r =
+          Curl(c.http(), chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      const json reply = r.Json();
+      const json& ch = reply["choices"][0];
+      EXPECT_EQ(chat ? ch["message"]["content"] : ch["text"], want.text);
+      EXPECT_EQ(ch["finish_reason"], "stop");
+    }
+    // What Tandem cannot constrain by is refused, naming the field.
+    for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+             {"guided_regex", "(yes|no)"},
+             {"guided_grammar", "root ::= \"x\""},
+             {"structured_outputs", {{"regex", "[0-9]+"}}},
+             {"structured_outputs", {{"grammar", "root ::= \"x\""}}}}) {
+      json body = {{field, value}};
+      if (chat) {
+        body["messages"] = messages;
+      } else {
+        body["prompt"] = "a";
+      }
+      const HttpReply r =
+          Curl(c.http(), chat ? "/v1/chat/completions" : "/v1/completions", body.dump());
+      EXPECT_EQ(r.status, 400) << r.body;
+      const std::string param = r.Json()["error"]["param"];
+      EXPECT_TRUE(param == field || param.starts_with(field + ".")) << r.body;
+      EXPECT_NE(r.body.find("not supported"), std::string::npos) << r.body;
+    }
+  }
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// Prompt log-probabilities: echo with logprobs and max_tokens 0 (lm-evaluation-harness's
+// loglikelihood request) returns the prompt's tokens with gRPC Score's log-probabilities and
+// top_logprobs, the first null; max_tokens 1 adds the generated token after them; vLLM's
+// prompt_logprobs gives the same numbers with ranks, on both endpoints.
+TEST(HttpClusterTest, PromptLogprobsEqualGrpcScore) {
+  testing::TempDir dir;
+  Cluster c(1, 1, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
+  ASSERT_TRUE(c.ready());
+  const std::vector<int> prompt = Tok()->Encode("Once upon a time, there was a cat", true);
+  v1::ScoreRequest sr;
+  sr.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  sr.set_top_logprobs(3);
+  v1::ScoreResponse score;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(c.generation()->Score(&ctx, sr, &score).ok());
+  ASSERT_EQ(score.logprobs_size(), static_cast<int>(prompt.size()) - 1);
+  ASSERT_EQ(score.top_logprobs_size(), score.logprobs_size());
+  ASSERT_EQ(score.ranks_size(), score.logprobs_size());
+  for (int i = 0; i < score.logprobs_size(); ++i) {
+    const v1::TokenLogprobs& t = score.top_logprobs(i);
+    ASSERT_EQ(t.top_size(), 3);
+    EXPECT_EQ(t.logprob(), score.logprobs(i));
+    EXPECT_LE(score.logprobs(i), t.top(0).logprob());
+    EXPECT_EQ(score.ranks(i) == 1, t.top(0).token_id() == prompt[i + 1]) << i;
+  }
+  // The lm-evaluation-harness request: token ids, text prompts too, in JSON and streamed.
+  for (const json& p : {json(prompt), json("Once upon a time, there was a cat")}) {
+    for (bool stream : {false, true}) {
+      SCOPED_TRACE(p.dump() + (stream ? " streamed" : ""));
+      json body = {{"prompt", p},     {"echo", true},     {"logprobs", 3},
+                   {"max_tokens", 0}, {"temperature", 0}, {"stream", stream}};
+      const HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      json choice;
+      if (stream) {
+        const std::vector<json> events = SseEvents(r.body);
+        ASSERT_EQ(events.size(), 2u) << r.body;
+        choice = events[0]["choices"][0];
+      } else {
+        choice = r.Json()["choices"][0];
+        EXPECT_EQ(r.Json()["usage"]["prompt_tokens"], prompt.size());
+        EXPECT_EQ(r.Json()["usage"]["completion_tokens"], 0);
+      }
+      EXPECT_EQ(choice["finish_reason"], "length");
+      EXPECT_EQ(choice["text"], Tok()->Decode(prompt));
+      const json& lp = choice["logprobs"];
+      ASSERT_EQ(lp["token_logprobs"].size(), prompt.size()) << r.body;
+      EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+      EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+      for (size_t i = 1; i < prompt.size(); ++i) {
+        EXPECT_EQ(lp["token_logprobs"][i].get<float>(), score.logprobs(i - 1)) << i;
+        EXPECT_EQ(lp["tokens"][i], ToValidUtf8(Tok()->Decode(std::vector<int>{prompt[i]})));
+        const json& top = lp["top_logprobs"][i];
+        EXPECT_LE(top.size(), 3u);
+        const v1::TopLogprob& best = score.top_logprobs(i - 1).top(0);
+        EXPECT_EQ(top[ToValidUtf8(Tok()->Decode(std::vector<int>{best.token_id()}))].get<float>(),
+                  best.logprob());
+      }
+    }
+  }
+  // max_tokens 1 (the harness's newer request): the prompt's entries, then the generated one's.
+  json body = {
+      {"prompt", prompt}, {"echo", true}, {"logprobs", 1}, {"max_tokens", 1}, {"temperature", 0}};
+  HttpReply r = Curl(c.http(), "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json lp = r.Json()["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), prompt.size() + 1) << r.body;
+  EXPECT_EQ(lp["token_logprobs"][1].get<float>(), score.logprobs(0));
+  EXPECT_EQ(lp["text_offset"][prompt.size()],
+            lp["text_offset"][prompt.size() - 1].get<int>() +
+                lp["tokens"][prompt.size() - 1].get<std::string>().size());
+  // vLLM's prompt_logprobs, on completions (per choice) and chat (beside the choices).
+  body = {{"prompt", prompt}, {"prompt_logprobs", 2}, {"max_tokens", 2}};
+  r = Curl(c.http(), "/v1/completions", body.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json vllm = r.Json()["choices"][0]["prompt_logprobs"];
+  ASSERT_EQ(vllm.size(), prompt.size()) << r.body;
+  EXPECT_TRUE(vllm[0].is_null());
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    const json& entry = vllm[i][std::to_string(prompt[i])];
+    EXPECT_EQ(entry["logprob"].get<float>(), score.logprobs(i - 1));
+    EXPECT_EQ(entry["rank"], score.ranks(i - 1));
+    const v1::TopLogprob& best = score.top_logprobs(i - 1).top(0);
+    EXPECT_EQ(vllm[i][std::to_string(best.token_id())]["rank"], 1);
+  }
+  const json messages = {{{"role", "user"}, {"content", "Tell me a story"}}};
+  r = Curl(c.http(), "/v1/chat/completions",
+           json{{"messages", messages}, {"prompt_logprobs", 0}, {"max_tokens", 2}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto tmpl = TokenizerChatTemplate::FromConfig(json{{"chat_template", kTemplate}}.dump());
+  const std::vector<int> chat_ids = Tok()->Encode(*tmpl->Apply(messages, true), false);
+  v1::ScoreRequest chat_sr;
+  chat_sr.mutable_tokens()->mutable_ids()->Add(chat_ids.begin(), chat_ids.end());
+  v1::ScoreResponse chat_score;
+  grpc::ClientContext chat_ctx;
+  ASSERT_TRUE(c.generation()->Score(&chat_ctx, chat_sr, &chat_score).ok());
+  const json chat_lp = r.Json()["prompt_logprobs"];
+  ASSERT_EQ(chat_lp.size(), chat_ids.size()) << r.body;
+  for (size_t i = 1; i < chat_ids.size(); ++i) {
+    ASSERT_EQ(chat_lp[i].size(), 1u);  // prompt_logprobs 0: the token alone
+    EXPECT_EQ(chat_lp[i][std::to_string(chat_ids[i])]["logprob"].get<float>(),
+              chat_score.logprobs(i - 1));
+  }
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// vLLM's /tokenize, /detokenize, /version and /ping: the gRPC Tokenize and Detokenize answers in
+// vLLM's shapes; a chat's tokens are those chat completions would generate from.
+TEST(HttpClusterTest, TokenizeDetokenizeVersionAndPing) {
+  testing::TempDir dir;
+  Cluster c(0, 0, {}, {"--chat-template", WriteFile(dir, "chat.jinja", kTemplate)});
+  ASSERT_TRUE(c.ready());
+  v1::TokenizeRequest tr;
+  tr.set_text("Once upon a time");
+  tr.set_add_special_tokens(true);
+  v1::TokenizeResponse want;
+  grpc::ClientContext ctx;
+  ASSERT_TRUE(c.generation()->Tokenize(&ctx, tr, &want).ok());
+  HttpReply r = Curl(c.http(), "/tokenize", R"({"prompt": "Once upon a time"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<int> ids(want.token_ids().begin(), want.token_ids().end());
+  EXPECT_EQ(r.Json()["tokens"], json(ids));
+  EXPECT_EQ(r.Json()["count"], ids.size());
+  EXPECT_EQ(r.Json()["max_model_len"], 512);
+  EXPECT_TRUE(r.Json()["token_strs"].is_null());
+  r = Curl(
+      c.http(), "/tokenize",
+      R"({"prompt": "Once upon a time", "add_special_tokens": false, "return_token_strs": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["tokens"], json(Tok()->Encode("Once upon a time", false)));
+  EXPECT_EQ(r.Json()["token_strs"].size(), r.Json()["tokens"].size());
+  // A chat: the prompt chat completions generate from (their usage counts it).
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  r = Curl(c.http(), "/tokenize", chat.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json gen = chat;
+  gen["max_tokens"] = 1;
+  const HttpReply completion = Curl(c.http(), "/v1/chat/completions", gen.dump());
+  ASSERT_EQ(completion.status, 200) << completion.body;
+  EXPECT_EQ(r.Json()["count"], completion.Json()["usage"]["prompt_tokens"]);
+  r = Curl(c.http(), "/detokenize", json{{"tokens", ids}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  v1::DetokenizeRequest dr;
+  dr.mutable_token_ids()->Add(ids.begin(), ids.end());
+  v1::DetokenizeResponse text;
+  grpc::ClientContext dctx;
+  ASSERT_TRUE(c.generation()->Detokenize(&dctx, dr, &text).ok());
+  EXPECT_EQ(r.Json()["prompt"], text.text());
+  r = Curl(c.http(), "/detokenize", R"({"tokens": [1, 99999]})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "tokens[1]");
+  r = Curl(c.http(), "/tokenize", R"({"prompt": 5})");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "prompt");
+  EXPECT_EQ(Curl(c.http(), "/tokenize").status, 405);  // GET
+
+  r = Curl(c.http(), "/version");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_TRUE(r.Json()["version"].is_string()) << r.body;
+  EXPECT_EQ(Curl(c.http(), "/ping").status, 200);
+  EXPECT_EQ(Curl(c.http(), "/ping", "{}").status, 200);  // POST, as SageMaker sends it
+}
+
 // With --http-metrics, /metrics on the HTTP port is the router's registry, as its metrics port
 // serves it, with vLLM's model_name label and the per-request token histograms. Without the
 // flag the port serves no metrics (they name workers and their load).
@@ -638,9 +957,17 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
     r = Curl(c.http(), path, b, {"Authorization: Bearer " + key});
     EXPECT_EQ(r.status, 200) << r.body;
   }
-  // /metrics on the HTTP port takes the key too (Prometheus sends it as a bearer token).
+  // /metrics on the HTTP port takes the key too (Prometheus sends it as a bearer token), and so
+  // do /tokenize and /detokenize (as gRPC's Tokenize and Detokenize); /ping and /version do not.
   EXPECT_EQ(Curl(c.http(), "/metrics").status, 401);
   EXPECT_EQ(Curl(c.http(), "/metrics", "", {"Authorization: Bearer " + key}).status, 200);
+  for (const auto& [path, request] : std::vector<std::pair<std::string, std::string>>{
+           {"/tokenize", R"({"prompt": "Once"})"}, {"/detokenize", R"({"tokens": [1, 2]})"}}) {
+    EXPECT_EQ(Curl(c.http(), path, request).status, 401) << path;
+    EXPECT_EQ(Curl(c.http(), path, request, {"Authorization: Bearer " + key}).status, 200) << path;
+  }
+  EXPECT_EQ(Curl(c.http(), "/ping").status, 200);
+  EXPECT_EQ(Curl(c.http(), "/version").status, 200);
   // Malformed JSON without a key is 401 first: nothing is read before the key.
   EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
   EXPECT_EQ(Curl(c.http(), "/health").status, 200);

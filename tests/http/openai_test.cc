@@ -202,7 +202,39 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kC, R"({"prompt": ["a", "b", "c"], "n": 22})", 400, "n"},
       {kC, R"({"prompt": "a", "echo": "yes"})", 400, "echo"},
       {kC, R"({"prompt": "a", "speculative": "no"})", 400, "speculative"},
-      {kC, R"({"prompt": "a", "echo": true, "logprobs": 1})", 400, "echo"},
+      {kC, R"({"prompt": "a", "max_tokens": 0})", 400, "max_tokens"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 0})", 400,
+       "max_tokens"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})",
+       400, "max_completion_tokens"},
+      {kC, R"({"prompt": "a", "prompt_logprobs": 21})", 400, "prompt_logprobs"},
+      {kC, R"({"prompt": "a", "prompt_logprobs": true})", 400, "prompt_logprobs"},
+      {kC, R"({"prompt": "a", "prompt_logprobs": 1, "stream": true})", 400, "prompt_logprobs"},
+      {kC, R"({"prompt": "a", "guided_regex": "[a-z]+"})", 400, "guided_regex"},
+      {kChat, R"({"messages": [{"role": "user", "content": "a"}], "guided_grammar": "root ::= x"})",
+       400, "guided_grammar"},
+      {kC, R"({"prompt": "a", "guided_whitespace_pattern": " "})", 400,
+       "guided_whitespace_pattern"},
+      {kC, R"({"prompt": "a", "structural_tag": "{}"})", 400, "structural_tag"},
+      {kC, R"({"prompt": "a", "structured_outputs": {"regex": "a+"}})", 400,
+       "structured_outputs.regex"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "structured_outputs": {"grammar": "x"}})",
+       400, "structured_outputs.grammar"},
+      {kC, R"({"prompt": "a", "structured_outputs": {"cfg": "x"}})", 400, "structured_outputs.cfg"},
+      {kC, R"({"prompt": "a", "structured_outputs": {"disable_any_whitespace": true}})", 400,
+       "structured_outputs.disable_any_whitespace"},
+      {kC, R"({"prompt": "a", "structured_outputs": "json"})", 400, "structured_outputs"},
+      {kC, R"({"prompt": "a", "guided_json": 5})", 400, "guided_json"},
+      {kC, R"({"prompt": "a", "guided_choice": "yes"})", 400, "guided_choice"},
+      {kC, R"({"prompt": "a", "guided_choice": []})", 400, "guided_choice"},
+      {kC, R"({"prompt": "a", "guided_choice": ["a", 1]})", 400, "guided_choice"},
+      {kC, R"({"prompt": "a", "guided_choice": ["a"], "guided_json": {}})", 400, "guided_choice"},
+      {kC, R"({"prompt": "a", "guided_choice": ["a"], "structured_outputs": {"json": {}}})", 400,
+       "structured_outputs.json"},
+      {kC, R"({"prompt": "a", "guided_json": {}, "response_format": {"type": "json_object"}})", 400,
+       "guided_json"},
+      {kC, R"({"prompt": "a", "guided_decoding_backend": 1})", 400, "guided_decoding_backend"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "echo": true})", 400, "echo"},
       {kC, R"({"prompt": "a", "stream": "yes"})", 400, "stream"},
       {kC, R"({"prompt": "a", "stream_options": {"include_usage": true}})", 400, "stream_options"},
@@ -230,6 +262,21 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kChat, R"({"messages": [{"role": "user", "content": 5}]})", 400, "messages[0].content"},
       {kChat, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", 400,
        "messages[0].content[0].type"},
+      {kChat,
+       R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"type":
+           "function", "function": {"name": "f", "arguments": "{\"x\": "}}]}]})",
+       400, "messages[0].tool_calls[0].function.arguments"},
+      {kChat,
+       R"({"messages": [{"role": "assistant", "tool_calls": [{"type": "function", "function":
+           {"name": "f", "arguments": 5}}]}]})",
+       400, "messages[0].tool_calls[0].function.arguments"},
+      {kChat, R"({"messages": [{"role": "assistant", "tool_calls": {"id": "x"}}]})", 400,
+       "messages[0].tool_calls"},
+      {kChat, R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]})", 400,
+       "messages[0].tool_calls[0].function"},
+      {kChat,
+       R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]})",
+       400, "messages[0].tool_calls[0].function.name"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "logprobs": 1})", 400,
        "logprobs"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "top_logprobs": 2})", 400,
@@ -378,7 +425,7 @@ TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
       {Endpoint::kCompletions, R"({"prompt": "a", "temperature": -1})", "temperature"},
       {Endpoint::kCompletions, R"({"prompt": "a", "top_p": 1.5})", "top_p"},
       {Endpoint::kCompletions, R"({"prompt": "a", "top_k": -2})", "top_k"},
-      {Endpoint::kCompletions, R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "max_tokens": -1})", "max_tokens"},
       {Endpoint::kCompletions, R"({"prompt": "a", "logprobs": 21})", "logprobs"},
       {Endpoint::kCompletions, R"({"prompt": ""})", "prompt"},
       {Endpoint::kCompletions, R"({"prompt": [600]})", "prompt"},
@@ -402,10 +449,26 @@ TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
        R"({"messages": [{"role": "user", "content": "a"}], "logprobs": true, "top_logprobs": 21})",
        "top_logprobs"},
       {Endpoint::kChatCompletions,
-       R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0})",
+       R"({"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": -1})",
        "max_completion_tokens"},
       {Endpoint::kChatCompletions,
        R"({"messages": [{"role": "user", "content": "a"}], "max_tokens": 9999})", "max_tokens"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "guided_json": {"type": "string", "minimum": 1}})", "guided_json"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}], "guided_json": "{\"pattern\": 1}"})",
+       "guided_json"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "guided_choice": ["a", ""]})", "guided_choice"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}], "structured_outputs": {"choice": ["x"]},
+           "stop": ["y"]})",
+       "stop"},
+      {Endpoint::kChatCompletions,
+       R"({"messages": [{"role": "user", "content": "a"}],
+           "structured_outputs": {"json": {"type": "object", "not": {}}}})",
+       "structured_outputs.json"},
+      {Endpoint::kCompletions, R"({"prompt": "a", "guided_choice": ["a"], "ignore_eos": true})",
+       "ignore_eos"},
   };
   for (const Case& c : cases) {
     auto r = Parse(c.endpoint, c.body);
@@ -675,6 +738,54 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
   EXPECT_EQ(events[1]["choices"][0]["finish_reason"], "tool_calls");
 }
 
+// An agent loop's turns as the openai SDK sends them back (an assistant turn with content null
+// and tool_calls whose arguments are JSON text, then role "tool" results) reach the template as
+// transformers and vLLM pass them: the prompt is jinja2's rendering of
+// tests/fixtures/chat/qwen2.5_tools.json (content "", arguments as objects).
+TEST_F(OpenAiTest, AgentLoopTurnsRenderAsJinja2Does) {
+  const std::string dir = testing::SourceDir() + "/tests/fixtures/chat/";
+  auto source = ReadFileToString(dir + "qwen2.5_tools.jinja");
+  ASSERT_TRUE(source.ok());
+  model_.chat_template = TokenizerChatTemplate::FromConfig(
+      Json{{"chat_template", *source}, {"eos_token", "<|im_end|>"}}.dump());
+  ASSERT_TRUE(model_.chat_template.ok()) << model_.chat_template.status();
+  const Json oracle = Json::parse(*ReadFileToString(dir + "qwen2.5_tools.json"));
+  int cases = 0;
+  for (const Json& c : oracle["cases"]) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    Json messages = c["messages"];
+    for (Json& m : messages) {
+      if (!m.contains("tool_calls")) continue;
+      if (m["content"] == "") m["content"] = nullptr;  // what the SDK sends back
+      for (Json& call : m["tool_calls"]) {
+        call["function"]["arguments"] = call["function"]["arguments"].dump();
+      }
+    }
+    Json body = {{"messages", messages}, {"add_generation_prompt", c["add_generation_prompt"]}};
+    if (!c["tools"].is_null()) body["tools"] = c["tools"];
+    auto r = Parse(Endpoint::kChatCompletions, body.dump());
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::vector<int> want = tokenizer_->Encode(c["rendered"].get<std::string>(), false);
+    EXPECT_EQ(
+        std::vector<int>(r->generate.tokens().ids().begin(), r->generate.tokens().ids().end()),
+        want);
+    ++cases;
+  }
+  EXPECT_EQ(cases, 5);
+  // A message without content, or with tool_calls null, renders as one with "" and none.
+  auto bare = Parse(Endpoint::kChatCompletions,
+                    R"({"messages": [{"role": "user", "content": "Hello!"},
+                                     {"role": "assistant", "tool_calls": null}],
+                        "add_generation_prompt": false})");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(
+      std::vector<int>(bare->generate.tokens().ids().begin(), bare->generate.tokens().ids().end()),
+      tokenizer_->Encode("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You "
+                         "are a helpful assistant.<|im_end|>\n<|im_start|>user\nHello!"
+                         "<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n",
+                         false));
+}
+
 // best_of: every candidate generated with its logprobs, the n most likely returned in order,
 // logprobs only when asked.
 TEST_F(OpenAiTest, BestOfReturnsTheMostLikelyCandidates) {
@@ -699,6 +810,25 @@ TEST_F(OpenAiTest, BestOfReturnsTheMostLikelyCandidates) {
   EXPECT_TRUE(body["choices"][0]["logprobs"].is_null());
   EXPECT_EQ(body["usage"]["completion_tokens"], 9);  // every candidate's tokens
   EXPECT_EQ(body["usage"]["prompt_tokens"], 4);      // the prompt once
+
+  // With echo and logprobs every candidate leads with the same prompt entries (the first null).
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": [1, 300], "n": 2, "best_of": 3, "echo": true, "logprobs": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ResponseBuilder echoed(*r, model_, 1700000000);
+  v1::ScoreResponse score;
+  score.add_logprobs(-0.25f);
+  score.add_ranks(1);
+  echoed.SetPromptScore(0, {1, 300}, score);
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateResponse m = Message({300}, "text" + std::to_string(i), true);
+    m.mutable_logprobs(0)->set_logprob(logprob[i]);
+    echoed.Add(i, m);
+  }
+  const Json echo_body = Json::parse(echoed.Body());
+  ASSERT_EQ(echo_body["choices"].size(), 2u);
+  EXPECT_EQ(echo_body["choices"][0]["logprobs"]["token_logprobs"],
+            Json::parse("[null, -0.25, -1.0]"));
 }
 
 TEST_F(OpenAiTest, CompletionResponsesInBothShapes) {
@@ -723,6 +853,185 @@ TEST_F(OpenAiTest, CompletionResponsesInBothShapes) {
                       ToApiError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "gone"), &*r))
                       .substr(6));
   EXPECT_EQ(err["error"]["code"], "service_unavailable");
+}
+
+// vLLM's structured-output fields become the schema or the choice response_format would give;
+// a backend's name changes nothing.
+TEST_F(OpenAiTest, VllmStructuredOutputFieldsMapToASchemaOrAChoice) {
+  const std::string chat = R"("messages": [{"role": "user", "content": "a"}])";
+  struct Case {
+    Endpoint endpoint;
+    std::string body;
+    std::string schema;               // sampling.json_schema, or
+    std::vector<std::string> choice;  // sampling.choice
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "guided_json": {"type": "integer"}})",
+       R"({"type":"integer"})",
+       {},
+       "guided_json"},
+      {Endpoint::kChatCompletions,
+       "{" + chat + R"(, "guided_json": "{\"type\": \"integer\"}", "guided_decoding_backend":
+          "xgrammar"})",
+       R"({"type": "integer"})",
+       {},
+       "guided_json"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "guided_choice": ["yes", "no"]})",
+       "",
+       {"yes", "no"},
+       "guided_choice"},
+      {Endpoint::kChatCompletions,
+       "{" + chat + R"(, "structured_outputs": {"choice": ["b", "a"], "disable_fallback": true,
+          "regex": null}})",
+       "",
+       {"b", "a"},
+       "structured_outputs.choice"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "structured_outputs": {"json": {"enum": [1]}}})",
+       R"({"enum":[1]})",
+       {},
+       "structured_outputs.json"},
+      {Endpoint::kCompletions,
+       R"({"prompt": "a", "structured_outputs": {"json_object": true},
+           "response_format": {"type": "text"}})",
+       kJsonObjectSchema,
+       {},
+       "structured_outputs.json_object"},
+  };
+  for (const Case& c : cases) {
+    auto r = Parse(c.endpoint, c.body);
+    ASSERT_TRUE(r.ok()) << c.body << ": " << r.status();
+    for (const v1::GenerateRequest& g : r->choices) {
+      EXPECT_EQ(g.sampling().json_schema(), c.schema) << c.body;
+      EXPECT_EQ(
+          std::vector<std::string>(g.sampling().choice().begin(), g.sampling().choice().end()),
+          c.choice)
+          << c.body;
+    }
+    EXPECT_EQ(r->schema_param, c.param);
+    auto checked = ValidateGenerateRequest(
+        r->generate, ModelConfig{.vocab_size = 512, .max_seq_len = 512}, *tokenizer_);
+    EXPECT_TRUE(checked.ok()) << c.body << ": " << checked.status();
+  }
+  auto none = Parse(Endpoint::kCompletions, R"({"prompt": "a", "guided_json": null})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->generate.sampling().json_schema().empty());
+  EXPECT_EQ(none->schema_param, "response_format");
+}
+
+// Completions' echo with logprobs and vLLM's prompt_logprobs: the prompt's Score in OpenAI's
+// legacy shape (first token null) before the completion's entries, and in vLLM's shape.
+TEST_F(OpenAiTest, PromptLogprobsInBothShapes) {
+  auto r = Parse(Endpoint::kCompletions,
+                 R"({"prompt": [1, 300, 301], "echo": true, "logprobs": 1, "max_tokens": 0,
+                     "prompt_logprobs": 2})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->echo_logprobs);
+  EXPECT_TRUE(r->score_only);
+  EXPECT_EQ(r->prompt_logprobs, 2);
+  v1::ScoreResponse score;
+  for (int k = 0; k < 2; ++k) {
+    score.add_logprobs(-1.5f - k);
+    score.add_ranks(3 + k);
+    v1::TokenLogprobs* top = score.add_top_logprobs();
+    top->set_logprob(-1.5f - k);
+    for (int id : {7, 8}) {
+      v1::TopLogprob* t = top->add_top();
+      t->set_token_id(id);
+      t->set_logprob(-0.1f * id);
+    }
+  }
+  ResponseBuilder b(*r, model_, 1700000000);
+  b.SetPromptScore(0, {1, 300, 301}, score);
+  v1::GenerateResponse end;
+  end.set_request_id("req-1");
+  end.set_finish_reason(v1::FINISH_REASON_LENGTH);
+  end.mutable_usage()->set_prompt_tokens(3);
+  b.Add(0, end);
+  const Json body = Json::parse(b.Body());
+  const Json& choice = body["choices"][0];
+  EXPECT_EQ(choice["text"], tokenizer_->Decode(std::vector<int>{1, 300, 301}));
+  EXPECT_EQ(choice["finish_reason"], "length");
+  const Json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 3u);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][1].get<float>(), -1.5f);
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][2].get<float>(), -2.5f);
+  EXPECT_EQ(lp["top_logprobs"][1].size(), 1u);  // logprobs: 1
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  const Json& vllm = choice["prompt_logprobs"];
+  ASSERT_EQ(vllm.size(), 3u);
+  EXPECT_TRUE(vllm[0].is_null());
+  EXPECT_EQ(vllm[1]["300"]["rank"], 3);
+  EXPECT_FLOAT_EQ(vllm[1]["300"]["logprob"].get<float>(), -1.5f);
+  EXPECT_EQ(vllm[1]["7"]["rank"], 1);
+  EXPECT_EQ(vllm[1]["8"]["rank"], 2);
+  EXPECT_EQ(vllm[2]["301"]["rank"], 4);
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 0);
+
+  // Streamed with a completion: the prompt's entries lead the first chunk's logprobs.
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": [1, 300, 301], "echo": true, "logprobs": 1, "stream": true})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->score_only);
+  ResponseBuilder s(*r, model_, 1700000000);
+  s.SetPromptScore(0, {1, 300, 301}, score);
+  std::vector<Json> events = Events(s.Add(0, Message({302}, "x", false)));
+  ASSERT_EQ(events.size(), 1u);
+  const Json& first = events[0]["choices"][0]["logprobs"];
+  ASSERT_EQ(first["token_logprobs"].size(), 4u);
+  EXPECT_TRUE(first["token_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(first["token_logprobs"][3].get<float>(), -0.5f);
+  EXPECT_EQ(first["text_offset"][3],
+            first["text_offset"][2].get<int>() + first["tokens"][2].get<std::string>().size());
+}
+
+TEST_F(OpenAiTest, TokenizeAndDetokenizeBodies) {
+  auto t = ParseTokenizeRequest(R"({"model": "stories260K", "prompt": "Once"})", model_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->text, "Once");
+  EXPECT_TRUE(t->add_special_tokens);
+  t = ParseTokenizeRequest(R"({"messages": [{"role": "user", "content": "hi"}],
+                               "add_generation_prompt": false, "return_token_strs": true})",
+                           model_);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->text, "<|user|>\nhi<|end|>\n");
+  EXPECT_FALSE(t->add_special_tokens);  // the template writes them
+  EXPECT_TRUE(t->return_token_strs);
+  const Json body = Json::parse(TokenizeResponseBody({1, 300}, true, model_));
+  EXPECT_EQ(body["count"], 2);
+  EXPECT_EQ(body["max_model_len"], 512);
+  EXPECT_EQ(body["tokens"], Json::parse("[1, 300]"));
+  EXPECT_EQ(body["token_strs"].size(), 2u);
+  EXPECT_TRUE(Json::parse(TokenizeResponseBody({1}, false, model_))["token_strs"].is_null());
+  auto ids = ParseDetokenizeRequest(R"({"tokens": [1, 300]})", model_);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int>{1, 300}));
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({})", "prompt"},
+           {R"({"prompt": 5})", "prompt"},
+           {R"({"prompt": "a", "add_special_tokens": "no"})", "add_special_tokens"},
+           {R"({"prompt": "a", "messages": []})", "messages"},
+           {R"({"messages": [{"content": "a"}]})", "messages[0].role"},
+           {R"({"prompt": "a", "model": "gpt-4"})", "model"}}) {
+    auto bad = ParseTokenizeRequest(body, model_);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_EQ(ToApiError(bad.status(), nullptr).param, param) << bad.status();
+  }
+  for (const auto& [body, param] :
+       std::vector<std::pair<std::string, std::string>>{{R"({})", "tokens"},
+                                                        {R"({"tokens": [1, 512]})", "tokens[1]"},
+                                                        {R"({"tokens": [-1]})", "tokens[0]"},
+                                                        {R"({"tokens": ["a"]})", "tokens[0]"}}) {
+    auto bad = ParseDetokenizeRequest(body, model_);
+    ASSERT_FALSE(bad.ok()) << body;
+    EXPECT_EQ(ToApiError(bad.status(), nullptr).param, param) << bad.status();
+  }
 }
 
 }  // namespace

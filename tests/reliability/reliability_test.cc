@@ -259,7 +259,8 @@ TEST_F(ReliabilityTest, Row05_KillPrefillMidTransferReprefillsElsewhere) {
 }
 
 // Row 6: a corrupted KV chunk is caught by its checksum (DATA_LOSS), a dropped one by the
-// prefill deadline; both requests are resumed and give the fault-free output.
+// prefill timeout (which bounds compute and transfer); both requests are resumed and give the
+// fault-free output.
 TEST_F(ReliabilityTest, Row06_CorruptedOrMissingChunkIsResumed) {
   ASSERT_TRUE(reference_->ready());
   FaultCluster c;
@@ -624,6 +625,110 @@ TEST_F(ReliabilityTest, Row32_AStalledOnlyWorkerDelaysRequestsWithoutFailingThem
       EXPECT_EQ(s.tokens, want);
     }
   }
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// Sends `n` copies of `req` at once; returns how many completed with `want`, the quiet run's
+// tokens (each failure or difference is a test failure too).
+int AllExact(FaultCluster& c, const v1::GenerateRequest& req, const std::vector<int>& want, int n) {
+  int ok = 0;
+  for (const CallResult& r : testing::RunAsync(c.generation(), n, n, [&](int) { return req; })) {
+    EXPECT_EQ(r.code, grpc::StatusCode::OK) << r.message;
+    if (r.code == grpc::StatusCode::OK) {
+      EXPECT_EQ(r.tokens, want);
+      ok += r.tokens == want;
+    }
+  }
+  return ok;
+}
+
+// Row 40: a busy prefill worker is not a stalled one. Twelve long prompts at once on one prefill
+// worker whose every step is slowed: most wait seconds in its queue, far past the 1 s prefill
+// timeout, which bounds only their compute. No attempt is abandoned (no resume), every request
+// completes with the quiet run's tokens.
+TEST_F(ReliabilityTest, Row40_AQueuedPrefillHasNotTimedOut) {
+  ASSERT_TRUE(reference_->ready());
+  FaultCluster c;
+  c.StartRouter({"--prefill-timeout-ms", "1000"});
+  // One 64-token chunk a step (each prompt takes two, ~0.3 s), so the prompts queue.
+  const int p = c.StartWorker(
+      "prefill", {"--prefill-chunk", "64", "--token-budget", "64", "--fault", "step_delay_ms=150"});
+  const int d = c.StartWorker("decode");
+  ASSERT_GE(p, 0);
+  ASSERT_GE(d, 0);
+  const v1::GenerateRequest req = Greedy(kLongPrompt, 8);
+  const std::vector<int> want = Reference(req);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(AllExact(c, req, want, 12), 12);
+  const double seconds = SecondsSince(t0);
+  EXPECT_GT(seconds, 2.0) << "the prompts did not queue behind each other";
+  EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), 0) << "a queued prefill was abandoned";
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// Row 42: the only prefill worker stops (SIGSTOP) mid-transfer. The router gives its attempt up
+// once the worker turns unhealthy (no heartbeat for a second), and the decode worker's lease
+// for it is freed at once by that, long before its own 60 s lease timeout; when the worker
+// continues, the request resumes and completes with the quiet run's tokens.
+TEST_F(ReliabilityTest, Row42_AnAbandonedPrefillFreesItsDecodeLeaseAtOnce) {
+  ASSERT_TRUE(reference_->ready());
+  FaultCluster c;
+  c.StartRouter();
+  const int p = c.StartWorker("prefill", {"--prefill-chunk", "16", "--fault", "step_delay_ms=200"});
+  const int d = c.StartWorker("decode", {"--lease-timeout-ms", "60000"});
+  ASSERT_GE(p, 0);
+  ASSERT_GE(d, 0);
+  const v1::GenerateRequest req = Greedy(kLongPrompt, 20);
+  const std::vector<int> want = Reference(req);
+  std::vector<int> got;
+  grpc::Status st;
+  std::thread client([&] {
+    auto out = testing::Generate(c.generation(), req);
+    st = out.status;
+    got = out.tokens;
+  });
+  ASSERT_TRUE(
+      FaultCluster::WaitFor([&] { return c.Metric(d, "tandem_kv_transfer_bytes_total") > 0; }));
+  ASSERT_GE(c.Metric(d, "tandem_kv_leases_waiting"), 1);
+  c.Signal(p, SIGSTOP);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(
+      FaultCluster::WaitFor([&] { return c.Metric(d, "tandem_kv_leases_waiting") == 0; }, 5000))
+      << "the abandoned attempt's lease was not freed";
+  const double freed_after = SecondsSince(stopped);
+  std::printf("row 42: the lease was freed %.2f s after the prefill worker stopped\n", freed_after);
+  EXPECT_EQ(c.Metric(d, "tandem_kv_leases_expired_total"), 0) << "freed by expiry, not at once";
+  c.Signal(p, SIGCONT);
+  client.join();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(got, want);
+  EXPECT_GE(c.Metric(0, "tandem_resumes_total"), 1);
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// Row 41: a decode worker's KV cache holds two of these requests at a time. Sixteen arrive at
+// once: they wait in the router's line (first come, first admitted) for blocks to free, far past
+// the queue timeout (which bounds only the wait for a healthy worker), and every one completes
+// with the quiet run's tokens; none is refused.
+TEST_F(ReliabilityTest, Row41_ShortKvWaitsInLineInsteadOfFailing) {
+  ASSERT_TRUE(reference_->ready());
+  FaultCluster c;
+  c.StartRouter({"--queue-timeout-ms", "300"});
+  const int p = c.StartWorker("prefill");
+  // 12 blocks of 16: a prompt of ~15 tokens and 40 more need 4 blocks (3 with room to grow).
+  const int d = c.StartWorker(
+      "decode", {"--num-blocks", "12", "--block-size", "16", "--fault", "step_delay_ms=20"});
+  ASSERT_GE(p, 0);
+  ASSERT_GE(d, 0);
+  const v1::GenerateRequest req = Greedy(kPrompt, 40);
+  const std::vector<int> want = Reference(req);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(AllExact(c, req, want, 16), 16);
+  const double seconds = SecondsSince(t0);
+  EXPECT_GT(seconds, 1.0) << "the requests did not wait for room";
   std::string why;
   EXPECT_TRUE(c.NoLeaks(&why)) << why;
 }

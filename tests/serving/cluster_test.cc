@@ -14,6 +14,7 @@
 #include "engine/generator.h"
 #include "engine/model.h"
 #include "engine/sampling/output_constraint.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "nlohmann/json.hpp"
 #include "rpc/grpc_util.h"
 #include "structured/json_matcher.h"
@@ -438,6 +439,31 @@ TEST_F(ClusterTest, DuplicateRequestIdIsRejected) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
+// grpc.health.v1 answers for the whole process ("") and for each service it serves by name;
+// an unknown name is NOT_FOUND.
+TEST_F(ClusterTest, HealthAnswersForEveryServiceByName) {
+  Cluster c(1, 1);
+  ASSERT_TRUE(c.ready());
+  auto check = [](const std::string& address, const std::string& service) {
+    auto stub = grpc::health::v1::Health::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    const grpc::Status s = stub->Check(&ctx, req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) return std::string("NOT_FOUND");
+    return s.ok() ? grpc::health::v1::HealthCheckResponse::ServingStatus_Name(resp.status())
+                  : "error " + std::to_string(s.error_code());
+  };
+  for (const std::string service : {"", "tandem.v1.Generation"}) {
+    EXPECT_EQ(check(c.router(), service), "SERVING") << service;
+  }
+  EXPECT_EQ(check(c.router_internal(), "tandem.v1.Registry"), "SERVING");
+  EXPECT_EQ(check(c.router(), "tandem.v1.Nothing"), "NOT_FOUND");
+}
+
 TEST_F(ClusterTest, TokenizeDetokenizeModelInfoScore) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.ready());
@@ -458,6 +484,7 @@ TEST_F(ClusterTest, TokenizeDetokenizeModelInfoScore) {
   grpc::ClientContext c3;
   v1::ModelInfo info;
   ASSERT_TRUE(c.generation()->GetModelInfo(&c3, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.model(), "stories260K");  // the served name, as /v1/models has it
   EXPECT_EQ(info.vocab_size(), 512);
   EXPECT_EQ(info.prefill_workers(), 1);
   EXPECT_EQ(info.decode_workers(), 1);

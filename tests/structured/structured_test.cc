@@ -228,6 +228,35 @@ TEST(JsonMatcherTest, AcceptsValidTextsAndRejectsInvalidOnes) {
   EXPECT_FALSE(Accepts(*JsonSchema::AnyObject(), "[]"));
 }
 
+// vLLM's guided_choice: exactly one of the strings, as raw text (no quotes, no whitespace),
+// one that is a prefix of another included; the token mask ends it with EOS only once whole.
+TEST(JsonSchemaTest, ChoiceIsOneOfTheStringsAsRawText) {
+  auto choice = JsonSchema::Choice({"yes", "no", "yes!", "n\u00e9\"e", "no"});
+  ASSERT_TRUE(choice.ok()) << choice.status();
+  for (const char* text : {"yes", "no", "yes!", "n\u00e9\"e"}) {
+    EXPECT_TRUE(Accepts(**choice, text)) << text;
+  }
+  for (const char* text : {"", "ye", "\"yes\"", " yes", "yes ", "nope", "yes!!"}) {
+    EXPECT_FALSE(Accepts(**choice, text)) << text;
+  }
+  const TokenMask mask({"y", "es", "yes", "!", "no", "\"", ""});
+  JsonMatcher m(**choice);
+  std::vector<uint8_t> allowed;
+  mask.Allowed(m, std::vector<int>{6}, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{1, 0, 1, 0, 1, 0, 0}));
+  ASSERT_TRUE(mask.Advance(&m, 2));  // "yes": complete, or "!" to come
+  mask.Allowed(m, std::vector<int>{6}, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 1, 0, 0, 1}));
+  ASSERT_TRUE(mask.Advance(&m, 3));  // "yes!": only EOS
+  mask.Allowed(m, std::vector<int>{6}, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 1}));
+
+  EXPECT_FALSE(JsonSchema::Choice({}).ok());
+  EXPECT_FALSE(JsonSchema::Choice({"a", ""}).ok());
+  EXPECT_FALSE(JsonSchema::Choice(std::vector<std::string>(JsonSchema::kMaxChoices + 1, "a")).ok());
+  EXPECT_FALSE(JsonSchema::Choice({std::string(JsonSchema::kMaxChoiceBytes, 'a'), "b"}).ok());
+}
+
 TEST(JsonMatcherTest, NestingAndWhitespaceAreBounded) {
   const auto any = MustCompile("true");
   JsonMatcher m(any->root());

@@ -99,6 +99,33 @@ TEST(ChatTemplateTest, Qwen3WithToolsMatchesJinja2) {
             std::string::npos);
 }
 
+// Qwen2.5-Instruct's tool-use template, and a short one for the cluster tests, over the
+// conversations of an agent loop (a tool call, its result, parallel calls, the answer), in the
+// form the HTTP API passes messages (tests/fixtures/chat/*.json, rendered by Python's jinja2 in
+// Hugging Face's environment by scripts/make_chat_fixtures.py).
+TEST(ChatTemplateTest, AgentLoopTemplatesMatchJinja2) {
+  const std::string dir = std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/chat/";
+  for (const std::string name : {"qwen2.5_tools", "tools_short"}) {
+    SCOPED_TRACE(name);
+    const std::string source = ReadFile(dir + name + ".jinja");
+    ASSERT_FALSE(source.empty());
+    const ojson oracle = ojson::parse(ReadFile(dir + name + ".json"));
+    absl::StatusOr<TokenizerChatTemplate> tmpl = TokenizerChatTemplate::FromConfig(
+        ojson{{"chat_template", source}, {"eos_token", "<|im_end|>"}}.dump());
+    ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+    int cases = 0;
+    for (const ojson& c : oracle["cases"]) {
+      SCOPED_TRACE(c["name"].get<std::string>());
+      absl::StatusOr<std::string> out =
+          tmpl->Apply(c["messages"], c["add_generation_prompt"], ojson{{"tools", c["tools"]}});
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_EQ(*out, c["rendered"].get<std::string>());
+      ++cases;
+    }
+    EXPECT_EQ(cases, 5);
+  }
+}
+
 // The well-known Llama 3 Instruct template; expected strings derived by hand: bos_token once,
 // each message as a header, its content `| trim`med (the filter binds tighter than `+`), then
 // <|eot_id|>.
