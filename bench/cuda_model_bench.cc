@@ -9,13 +9,17 @@
 // Flags: --context N (512), --layers N (32), --batches 1,8,64,256, --prefill 512,2048,8192 (an
 // empty list skips that part, e.g. to profile the other under ncu), --kv-dtype f32|bf16|fp8 (the
 // KV cache; bf16, the CUDA default: attention by FlashInfer; f32: the hand-written kernels).
-// Prints figures and writes JSON to --out (default bench/results/cuda_model_bench.json). Exits 77
+// Prints figures and writes JSON to --out (default bench/results/cuda_model_bench.json): with the
+// device's name, the UTC date and the commit built ($TANDEM_COMMIT, which scripts/gpu_check.sh
+// sets), so `tandem plan calibrate --from-device` can name where a profile comes from. Exits 77
 // (skipped) without a usable GPU.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -198,6 +202,29 @@ bool BenchPrefill(const TandemCudaApi* api, TandemModel* m, int vocab_size, int 
   return true;
 }
 
+// `"device":...,"date":...,"commit":...,` (the commit only where $TANDEM_COMMIT is set); names
+// are escaped by dropping what JSON would need escaped.
+std::string ProvenanceJson(const TandemCudaApi* api) {
+  auto clean = [](std::string v) {
+    v.erase(std::remove_if(v.begin(), v.end(),
+                           [](char c) { return c == '"' || c == '\\' || (c >= 0 && c < 0x20); }),
+            v.end());
+    return v;
+  };
+  char name[256] = {0};
+  if (api->device_name(0, name, sizeof(name)) != 0) name[0] = 0;
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  std::strftime(date, sizeof(date), "%Y-%m-%d", &utc);
+  std::string j = "\"device\":\"" + clean(name) + "\",\"date\":\"" + date + "\",";
+  if (const char* commit = std::getenv("TANDEM_COMMIT"); commit && *commit) {
+    j += "\"commit\":\"" + clean(commit) + "\",";
+  }
+  return j;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -232,7 +259,8 @@ int main(int argc, char** argv) {
   const double kv_bytes_per_token =
       2.0 * layers * d.n_kv_heads * kHeadDim * KvElementBytes(kv_code);
   std::printf("KV cache: %s\n", flags.kv_dtype.c_str());
-  std::string json = "{\"model\":\"llama3-8b-shape random bf16\",\"kv_dtype\":\"" + flags.kv_dtype +
+  std::string json = "{" + ProvenanceJson(api) +
+                     "\"model\":\"llama3-8b-shape random bf16\",\"kv_dtype\":\"" + flags.kv_dtype +
                      "\",\"layers\":" + std::to_string(layers) +
                      ",\"context\":" + std::to_string(context) +
                      ",\"weight_bytes\":" + std::to_string(info.weight_bytes) + ",\"decode\":[";

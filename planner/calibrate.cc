@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
 #include "engine/sampling/sampler.h"
 #include "kernels/backend.h"
@@ -196,6 +197,87 @@ bool SolveSubset(const std::vector<std::array<double, 4>>& x, const std::vector<
 }
 
 }  // namespace
+
+absl::StatusOr<HardwareProfile> ProfileFromDeviceBench(const HardwareProfile& base,
+                                                       const nlohmann::json& bench,
+                                                       const std::string& provenance,
+                                                       nlohmann::json* fit_report) {
+  auto field = [&](const nlohmann::json& o, const char* key) -> absl::StatusOr<double> {
+    if (!o.is_object() || !o.contains(key) || !o[key].is_number() || !(o[key].get<double>() > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("device bench: \"%s\" must be a positive number", key));
+    }
+    return o[key].get<double>();
+  };
+  auto layers = field(bench, "layers");
+  if (!layers.ok()) return layers.status();
+  auto config = RandomModelConfig("Llama-3-8B");
+  if (!config.ok()) return config.status();
+  config->n_layers = static_cast<int>(*layers);
+  config->max_seq_len = 1 << 16;
+  const std::string kv = bench.value("kv_dtype", std::string("f32"));
+  const double kv_bytes = kv == "f32" ? 4 : kv == "bf16" ? 2 : kv == "fp8" ? 1 : 0;
+  if (kv_bytes == 0) {
+    return absl::InvalidArgumentError("device bench: kv_dtype must be f32, bf16 or fp8");
+  }
+  std::vector<StepSample> samples;
+  auto add = [&](const char* what, std::vector<ChunkShape> batch, double ms) {
+    StepSample s;
+    s.model = what;
+    s.config = *config;
+    s.weight_bytes = 2;
+    s.batch = std::move(batch);
+    s.seconds = ms / 1e3;
+    samples.push_back(std::move(s));
+  };
+  for (const char* part : {"decode", "prefill"}) {
+    if (!bench.contains(part) || !bench[part].is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("device bench: \"%s\" must be a list", part));
+    }
+  }
+  auto context = field(bench, "context");
+  if (!context.ok()) return context.status();
+  for (const auto& row : bench["decode"]) {
+    auto batch = field(row, "batch");
+    auto ms = field(row, "step_ms");
+    if (!batch.ok() || !ms.ok()) return batch.ok() ? ms.status() : batch.status();
+    add("decode",
+        std::vector<ChunkShape>(static_cast<size_t>(*batch),
+                                ChunkShape{static_cast<int>(*context), 1, 1}),
+        *ms);
+  }
+  for (const auto& row : bench["prefill"]) {
+    auto tokens = field(row, "tokens");
+    auto ms = field(row, "ms");
+    if (!tokens.ok() || !ms.ok()) return tokens.ok() ? ms.status() : tokens.status();
+    add("prefill", {ChunkShape{0, static_cast<int>(*tokens), 1}}, *ms);
+  }
+  std::string origin = provenance;
+  if (origin.empty()) {
+    if (!bench.contains("device") || !bench["device"].is_string() ||
+        bench["device"].get<std::string>().empty()) {
+      return absl::InvalidArgumentError(
+          "device bench: the file names no device; say where it was measured (--provenance)");
+    }
+    auto text = [&](const char* key) {
+      return bench.contains(key) && bench[key].is_string() ? bench[key].get<std::string>()
+                                                           : std::string("unknown");
+    };
+    origin = absl::StrFormat(
+        "%s, %s, commit %s: bench/cuda_model_bench (%d layers, context %d, %s KV)", text("device"),
+        text("date"), text("commit"), static_cast<int>(*layers), static_cast<int>(*context), kv);
+  }
+  HardwareProfile fit_base = base;
+  fit_base.overlap = false;
+  fit_base.kv_bytes = kv_bytes;
+  fit_base.has_decode_factors = fit_base.has_prefill_factors = false;
+  auto fitted = FitProfile(fit_base, samples, fit_report);
+  if (!fitted.ok()) return fitted.status();
+  fitted->kv_bytes = base.kv_bytes;
+  fitted->provenance = origin;
+  return fitted;
+}
 
 absl::StatusOr<HardwareProfile> FitProfile(HardwareProfile base,
                                            const std::vector<StepSample>& samples,

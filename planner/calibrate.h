@@ -54,6 +54,19 @@ absl::StatusOr<HardwareProfile> FitProfile(HardwareProfile base,
 // memory, the loopback link, every worker on one shared host.
 HardwareProfile LocalBaseProfile(int threads);
 
+// A GPU's profile from a device run of bench/cuda_model_bench (its JSON: a Llama-3-8B-shaped
+// bf16 model of `layers` layers; decode steps of `batch` sequences at `context` positions,
+// prefills of `tokens`; the KV dtype it ran with, f32 where the file does not say): `base`'s peak,
+// bandwidth and capacity (datasheet figures) with the step overhead and efficiencies fitted to
+// those steps as FitProfile fits them, in its sum model (overlap off: the measured steps are
+// neither at the bandwidth nor at the compute bound). The KV dtype of the profile stays `base`'s
+// (what a deployment runs). The profile's provenance is `provenance`, or where that is empty the
+// file's own device, date and commit (an error if it names no device).
+absl::StatusOr<HardwareProfile> ProfileFromDeviceBench(const HardwareProfile& base,
+                                                       const nlohmann::json& bench,
+                                                       const std::string& provenance,
+                                                       nlohmann::json* fit_report);
+
 }  // namespace tandem::planner
 
 #endif  // TANDEM_PLANNER_CALIBRATE_H_

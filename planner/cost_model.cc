@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "planner/measured_profiles.h"
 
 namespace tandem::planner {
 
@@ -66,14 +67,19 @@ Link NamedLink(const std::string& name) {
   return {};
 }
 
-std::vector<HardwareProfile> Builtins() {
+std::vector<HardwareProfile> Datasheets() {
   return {
       Gpu("h100-sxm", 989, 3.35, 80, 8, 450, NamedLink("infiniband")),
-      Gpu("h200", 989, 4.8, 141, 8, 450, NamedLink("infiniband")),
+      Gpu("h200-datasheet", 989, 4.8, 141, 8, 450, NamedLink("infiniband")),
       Gpu("a100-80gb", 312, 2.039, 80, 8, 300, NamedLink("infiniband")),
       Gpu("l40s", 362, 0.864, 48, 4, 32, NamedLink("roce")),
   };
 }
+
+// The profiles fitted to device runs (planner/profiles/*.json, compiled in): name, JSON.
+constexpr std::pair<const char*, const char*> kMeasured[] = {
+    {"h200", kMeasuredProfileH200},
+};
 
 }  // namespace
 
@@ -199,6 +205,7 @@ nlohmann::json HardwareProfile::ToJson() const {
   if (step_threads != 1) j["step_threads"] = step_threads;
   if (prefill_threads != 0) j["prefill_threads"] = prefill_threads;
   if (prefill_yield != 0) j["prefill_yield"] = prefill_yield;
+  if (!provenance.empty()) j["provenance"] = provenance;
   return j;
 }
 
@@ -243,6 +250,12 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
     return absl::InvalidArgumentError("profile.name must be a string");
   }
   p.name = j["name"].get<std::string>();
+  if (j.contains("provenance")) {
+    if (!j["provenance"].is_string()) {
+      return absl::InvalidArgumentError("profile.provenance must be a string");
+    }
+    p.provenance = j["provenance"].get<std::string>();
+  }
   std::pair<const char*, double*> fields[] = {
       {"peak_flops", &p.peak_flops},
       {"mem_bandwidth", &p.mem_bandwidth},
@@ -325,7 +338,8 @@ absl::StatusOr<HardwareProfile> HardwareProfile::FromJson(const nlohmann::json& 
 
 std::vector<std::string> BuiltinProfileNames() {
   std::vector<std::string> names;
-  for (const auto& p : Builtins()) names.push_back(p.name);
+  for (const auto& [name, json] : kMeasured) names.push_back(name);
+  for (const auto& p : Datasheets()) names.push_back(p.name);
   return names;
 }
 
@@ -340,7 +354,16 @@ absl::StatusOr<HardwareProfile> LoadProfile(const std::string& name_or_path) {
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   if (lower == "h100" || lower == "h100-sxm5") lower = "h100-sxm";
   if (lower == "a100" || lower == "a100-80g") lower = "a100-80gb";
-  for (const auto& p : Builtins()) {
+  for (const auto& [name, json] : kMeasured) {
+    if (lower != name) continue;
+    auto p = HardwareProfile::FromJson(nlohmann::json::parse(json, nullptr, false));
+    if (!p.ok()) {
+      return absl::InternalError(
+          absl::StrFormat("the built-in profile %s: %s", name, std::string(p.status().message())));
+    }
+    return p;
+  }
+  for (const auto& p : Datasheets()) {
     if (p.name == lower) return p;
   }
   const bool local = lower == "local";

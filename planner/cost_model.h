@@ -28,6 +28,9 @@ struct Link {
 
 struct HardwareProfile {
   std::string name;
+  // Where the figures come from ("" for the datasheet profiles): a measured profile names the
+  // device, date, commit and the run it was fitted to.
+  std::string provenance;
   double peak_flops = 0;         // dense matmul FLOP/s per device at the compute dtype
   double mem_bandwidth = 0;      // bytes/s per device
   double mem_capacity = 0;       // bytes per device
@@ -118,7 +121,8 @@ struct HardwareProfile {
   double ridge() const { return peak_flops / mem_bandwidth; }  // FLOP per byte
 };
 
-// The built-in profiles: h100-sxm, h200, a100-80gb, l40s.
+// The built-in profiles: h200, measured (fitted to a device run, its provenance set), then the
+// datasheet ones h100-sxm, h200-datasheet, a100-80gb, l40s.
 std::vector<std::string> BuiltinProfileNames();
 // A built-in name, "local" (the file written by `tandem plan calibrate`, LocalProfilePath()), or
 // a path to a profile JSON file.

@@ -9,7 +9,8 @@
 #   lib/     every shared library they need beyond glibc, libstdc++ and the CUDA libraries
 #   shared/  the model and the oracles (models/stories260K, testdata)
 #   paths    the folders compiled into the tests (TANDEM_SHARED_DIR, TANDEM_BIN_DIR,
-#            TANDEM_SOURCE_DIR): scripts/gpu_check.sh links them to the unpacked bundle.
+#            TANDEM_SOURCE_DIR): scripts/gpu_check.sh links them to the unpacked bundle; and
+#            TANDEM_COMMIT, the commit built (benchmarks record it in their JSON).
 # On the GPU machine: GPU_CHECK_PREBUILT=BUNDLE.tar.xz bash scripts/gpu_check.sh OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,7 +46,9 @@ done
 cp -r "$shared_dir/models/stories260K" "$stage/shared/models/"
 cp -r "$shared_dir/testdata" "$stage/shared/"
 chmod -R u+w "$stage/shared"
-printf 'TANDEM_SHARED_DIR=%s\nTANDEM_BIN_DIR=%s\nTANDEM_SOURCE_DIR=%s\n' "$shared_dir" \
-  "$bin_dir" "$source_dir" >"$stage/paths"
+commit=$(git -C "$source_dir" rev-parse --short HEAD 2>/dev/null || echo unknown)
+if ! git -C "$source_dir" diff --quiet HEAD 2>/dev/null; then commit="$commit-dirty"; fi
+printf 'TANDEM_SHARED_DIR=%s\nTANDEM_BIN_DIR=%s\nTANDEM_SOURCE_DIR=%s\nTANDEM_COMMIT=%s\n' \
+  "$shared_dir" "$bin_dir" "$source_dir" "$commit" >"$stage/paths"
 tar -C "$stage" -cJf "$out" .
 echo "$out: $(du -h "$out" | cut -f1) ($(ls "$stage/lib" | wc -l) libraries)"

@@ -75,6 +75,7 @@ if [[ -n "$PREBUILT" ]]; then
       TANDEM_SHARED_DIR) target="$bundle/shared" ;;
       TANDEM_BIN_DIR) target="$bundle/bin" ;;
       TANDEM_SOURCE_DIR) target="$PWD" ;;
+      TANDEM_COMMIT) export TANDEM_COMMIT="$dir"; continue ;;
       *) continue ;;
     esac
     if [[ ! -e "$dir" ]]; then mkdir -p "$(dirname "$dir")" && ln -s "$target" "$dir"; fi
@@ -94,6 +95,9 @@ if [[ -n "$PREBUILT" ]]; then
   record unpack 0 $(($(date +%s) - s))
 else
   s=$(date +%s)
+  TANDEM_COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  if ! git diff --quiet HEAD 2>/dev/null; then TANDEM_COMMIT="$TANDEM_COMMIT-dirty"; fi
+  export TANDEM_COMMIT
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DTANDEM_BUILD_BENCH=ON >"$OUT/configure.log" 2>&1
   c=$?

@@ -48,6 +48,9 @@ constexpr char kPlanUsage[] = R"(usage:
       On a profile with jitter (a calibrated local one) every run draws its own
       noise, as a measured run does: the figures are the mean of N runs (default
       16; 1 on a profile without jitter), what repeated `tandem bench` runs average to.
+  tandem plan profiles
+      The built-in hardware profiles: their figures, and for each whether they are
+      datasheet figures or measured (on which device, date and commit).
   tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
               [--threads N] [--report FILE] [--in-situ [--tokenizer PATH] [--draws N]]
       Measures forward steps on this machine and fits the `local` profile
@@ -67,9 +70,19 @@ constexpr char kPlanUsage[] = R"(usage:
       cores a step keeps busy) instead of searching it again: about 8 times
       cheaper, for a change to the request path's fit.
 
+  tandem plan calibrate --from-device FILE --base PROFILE --out FILE [--name NAME]
+              [--provenance TEXT] [--report FILE]
+      A GPU's profile from a device run: FILE is the JSON of bench/cuda_model_bench
+      (scripts/gpu_check.sh writes it); the step overhead and the matmul,
+      attention and bandwidth efficiencies are fitted to its decode and prefill
+      steps, on PROFILE's datasheet peak, bandwidth, capacity and links (e.g.
+      h200-datasheet). The profile records where it comes from: the file's device,
+      date and commit, or TEXT. --name: the profile's name (default PROFILE's).
+
 CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
   stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
-PROFILE: h100-sxm, h200, a100-80gb, l40s, local, or a profile JSON file.
+PROFILE: h200 (measured on an H200: `tandem plan profiles` says where), h100-sxm,
+  h200-datasheet, a100-80gb, l40s (datasheet figures), local, or a profile JSON file.
 SPEC: in=LEN,out=LEN[,arrival=poisson|constant|gamma][,burstiness=B] (LEN as
   `tandem bench --input-len`), or a .jsonl trace; or give --input-len/--output-len.
 worker options: --block-size N (16) --token-budget N (2048) --prefill-chunk N (512)
@@ -164,8 +177,8 @@ absl::StatusOr<Common> ParseCommon(const Flags& f) {
   c.cluster.prefill_kv_bytes = c.cluster.decode_kv_bytes = *kv;
   c.cluster.prefix_cache = !f.Has("no-prefix-cache");
   // Speculative decoding on the decode workers: K proposals per step, each kept with the
-  // probability given (as measured: tandem_spec_decode_accepted_tokens_total over
-  // tandem_spec_decode_draft_tokens_total is close to it for small K).
+  // probability given (as measured: tandem_spec_decode_num_accepted_tokens_total over
+  // tandem_spec_decode_num_draft_tokens_total is close to it for small K).
   auto spec = f.GetInt("spec-tokens", 0);
   auto acceptance = f.GetDouble("spec-acceptance", 0);
   if (!spec.ok()) return spec.status();
@@ -387,11 +400,70 @@ int Refit(const Flags& f) {
   return 0;
 }
 
+// --from-device FILE: a GPU profile fitted to a device run of bench/cuda_model_bench.
+int FromDevice(const Flags& f) {
+  for (const char* other : {"model", "refit", "repeats", "threads", "tokenizer", "draws"}) {
+    if (f.Has(other)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrFormat("--from-device fits a device run's JSON: --%s does not apply", other)));
+    }
+  }
+  if (f.Has("in-situ") || f.Has("keep-sharing")) {
+    return Fail(absl::InvalidArgumentError(
+        "--from-device fits a device run's JSON: --in-situ and --keep-sharing do not apply"));
+  }
+  if (!f.Has("base")) {
+    return Fail(absl::InvalidArgumentError(
+        "--from-device needs --base PROFILE: the datasheet profile of the device it ran on (e.g. "
+        "h200-datasheet), whose peak, bandwidth, capacity and links the fit keeps"));
+  }
+  if (!f.Has("out")) {
+    return Fail(absl::InvalidArgumentError("--from-device needs --out FILE (the profile written)"));
+  }
+  const std::string path = f.Get("from-device");
+  std::ifstream in(path);
+  if (!in) return Fail(absl::InvalidArgumentError("--from-device: cannot read " + path));
+  nlohmann::json bench = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (bench.is_discarded() || !bench.is_object()) {
+    return Fail(absl::InvalidArgumentError("--from-device: " + path + " is not a JSON object"));
+  }
+  auto base = planner::LoadProfile(f.Get("base"));
+  if (!base.ok()) return Fail(base.status());
+  nlohmann::json report;
+  auto fitted = planner::ProfileFromDeviceBench(*base, bench, f.Get("provenance"), &report);
+  if (!fitted.ok()) {
+    return Fail(
+        absl::Status(fitted.status().code(), path + ": " + std::string(fitted.status().message())));
+  }
+  if (f.Has("name")) fitted->name = f.Get("name");
+  if (absl::Status s = WriteProfile(f.Get("out"), *fitted); !s.ok()) return Fail(s);
+  std::printf(
+      "%s: step overhead %.3f ms, efficiency matmul %.3f, attention %.3f, bandwidth %.3f; mean "
+      "|error| %.1f%% over %zu steps\nprovenance: %s\nwrote %s\n",
+      fitted->name.c_str(), fitted->step_overhead * 1e3, fitted->matmul_efficiency,
+      fitted->attention_efficiency, fitted->bandwidth_efficiency,
+      100 * report["mean_abs_error"].get<double>(), report["samples"].size(),
+      fitted->provenance.c_str(), f.Get("out").c_str());
+  if (f.Has("report")) {
+    report["profile"] = fitted->ToJson();
+    if (absl::Status s = WriteJson(f.Get("report"), report); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
 int Calibrate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(
-      args, {"model", "out", "repeats", "threads", "report", "tokenizer", "refit", "draws"},
-      {"in-situ", "keep-sharing"});
+  auto f = Flags::Parse(args,
+                        {"model", "out", "repeats", "threads", "report", "tokenizer", "refit",
+                         "draws", "from-device", "base", "provenance", "name"},
+                        {"in-situ", "keep-sharing"});
   if (!f.ok()) return Fail(f.status());
+  if (f->Has("from-device")) return FromDevice(*f);
+  for (const char* only : {"base", "provenance", "name"}) {
+    if (f->Has(only)) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrFormat("--%s goes with --from-device FILE", only)));
+    }
+  }
   if (f->Has("refit")) return Refit(*f);
   if (f->Has("keep-sharing")) {
     return Fail(absl::InvalidArgumentError(
@@ -640,6 +712,23 @@ int Plan(const std::vector<std::string>& args) {
   return 0;
 }
 
+// `tandem plan profiles`: the built-in profiles' figures and where each comes from.
+int Profiles() {
+  for (const std::string& name : planner::BuiltinProfileNames()) {
+    auto p = planner::LoadProfile(name);
+    if (!p.ok()) return Fail(p.status());
+    std::printf(
+        "%-15s peak %4.0f TFLOP/s, HBM %.2f TB/s, %3.0f GB, step overhead %.3f ms, "
+        "efficiency matmul %.2f, attention %.2f, bandwidth %.2f\n  %s\n",
+        name.c_str(), p->peak_flops / 1e12, p->mem_bandwidth / 1e12, p->mem_capacity / 1e9,
+        p->step_overhead * 1e3, p->matmul_efficiency, p->attention_efficiency,
+        p->bandwidth_efficiency,
+        p->provenance.empty() ? "datasheet figures, assumed efficiencies"
+                              : ("measured: " + p->provenance).c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int PlanCommand(const std::vector<std::string>& args) {
@@ -649,6 +738,12 @@ int PlanCommand(const std::vector<std::string>& args) {
   }
   if (!args.empty() && args[0] == "simulate") {
     return Simulate(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
+  if (!args.empty() && args[0] == "profiles") {
+    if (args.size() > 1) {
+      return Fail(absl::InvalidArgumentError("tandem plan profiles takes no arguments"));
+    }
+    return Profiles();
   }
   if (!args.empty() && args[0] == "calibrate") {
     return Calibrate(std::vector<std::string>(args.begin() + 1, args.end()));

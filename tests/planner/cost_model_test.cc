@@ -5,10 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <functional>
 
 #include "engine/loaders/model_writer.h"
 #include "planner/calibrate.h"
 #include "planner/plan.h"
+#include "tests/test_util.h"
 
 namespace tandem::planner {
 namespace {
@@ -337,6 +340,123 @@ TEST(Calibrate, FitRecoversKnownFactors) {
   ASSERT_TRUE(even.ok() && heavy.ok());
   EXPECT_LT(error_on(*heavy, 0), 0.5 * error_on(*even, 0));
   EXPECT_GT(error_on(*heavy, 1), error_on(*even, 1));
+}
+
+nlohmann::json ReadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// The device run the shipped h200 profile was fitted to (../shared/gpu/h200-2026-12-04).
+nlohmann::json H200Run() {
+  return ReadJson(testing::SourceDir() + "/tests/fixtures/planner/h200_cuda_model_bench.json");
+}
+
+TEST(MeasuredProfile, TheShippedH200IsTheFitOfItsDeviceRun) {
+  auto shipped = LoadProfile("h200");
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  EXPECT_NE(shipped->provenance.find("H200"), std::string::npos) << shipped->provenance;
+  EXPECT_NE(shipped->provenance.find("2026-12-04"), std::string::npos) << shipped->provenance;
+  // The file in the repository and the profile compiled in are the same.
+  const nlohmann::json file = ReadJson(testing::SourceDir() + "/planner/profiles/h200.json");
+  EXPECT_EQ(file, shipped->ToJson());
+
+  // Fitted again from the device run on the datasheet's figures, it comes out the same.
+  const nlohmann::json run = H200Run();
+  ASSERT_TRUE(run.is_object());
+  auto datasheet = LoadProfile("h200-datasheet");
+  ASSERT_TRUE(datasheet.ok()) << datasheet.status();
+  EXPECT_TRUE(datasheet->provenance.empty());
+  nlohmann::json report;
+  auto fit = ProfileFromDeviceBench(*datasheet, run, shipped->provenance, &report);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+  fit->name = "h200";
+  const nlohmann::json fresh = fit->ToJson();
+  for (const auto& [key, value] : file.items()) {
+    if (value.is_number_float()) {
+      EXPECT_NEAR(fresh[key].get<double>(), value.get<double>(),
+                  1e-9 * std::abs(value.get<double>()))
+          << key;
+    } else {
+      EXPECT_EQ(fresh[key], value) << key;
+    }
+  }
+  // It reproduces every measured step: within 6% each, 3% on average.
+  ASSERT_EQ(report["samples"].size(), run["decode"].size() + run["prefill"].size());
+  for (const auto& row : report["samples"]) {
+    EXPECT_LT(std::abs(row["error"].get<double>()), 0.06) << row.dump();
+  }
+  EXPECT_LT(report["mean_abs_error"].get<double>(), 0.03);
+  // And the planner's cost model prices the measured decode step as measured (not the
+  // datasheet's typical efficiencies, which put it at a third less).
+  auto config = RandomModelConfig("Llama-3-8B");
+  ASSERT_TRUE(config.ok());
+  HardwareProfile f32_kv = *shipped;
+  f32_kv.kv_bytes = 4;  // what the run used
+  const std::vector<ChunkShape> one = {ChunkShape{512, 1, 1}};
+  const double b1 = CostModel(*config, f32_kv).Step(one).seconds;
+  EXPECT_NEAR(b1, 5.6788e-3, 0.06 * 5.6788e-3);
+  HardwareProfile sheet_f32 = *datasheet;
+  sheet_f32.kv_bytes = 4;
+  EXPECT_LT(CostModel(*config, sheet_f32).Step(one).seconds, 0.75 * 5.6788e-3);
+}
+
+TEST(MeasuredProfile, ProvenanceComesFromTheRunOrTheCaller) {
+  nlohmann::json run = H200Run();
+  auto base = LoadProfile("h200-datasheet");
+  ASSERT_TRUE(base.ok());
+  // The fixture predates the bench's provenance fields: without them the caller must say.
+  auto none = ProfileFromDeviceBench(*base, run, "", nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(none.status().message().find("--provenance"), std::string::npos);
+  run["device"] = "NVIDIA H200";
+  run["date"] = "2026-12-04";
+  run["commit"] = "abc1234";
+  auto named = ProfileFromDeviceBench(*base, run, "", nullptr);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(named->provenance,
+            "NVIDIA H200, 2026-12-04, commit abc1234: bench/cuda_model_bench (32 layers, context "
+            "512, f32 KV)");
+  EXPECT_EQ(named->kv_bytes, base->kv_bytes) << "the profile keeps the deployment's KV dtype";
+  EXPECT_FALSE(named->overlap);
+  // A profile written and read back keeps its provenance.
+  auto back = HardwareProfile::FromJson(named->ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->provenance, named->provenance);
+  nlohmann::json bad_provenance = named->ToJson();
+  bad_provenance["provenance"] = 7;
+  EXPECT_FALSE(HardwareProfile::FromJson(bad_provenance).ok());
+}
+
+TEST(MeasuredProfile, MalformedRunsAreRefusedByField) {
+  auto base = LoadProfile("h200-datasheet");
+  ASSERT_TRUE(base.ok());
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::string needle;
+  };
+  const std::vector<Case> cases = {
+      {[](nlohmann::json& j) { j.erase("layers"); }, "\"layers\""},
+      {[](nlohmann::json& j) { j["context"] = -5; }, "\"context\""},
+      {[](nlohmann::json& j) { j["decode"] = "fast"; }, "\"decode\""},
+      {[](nlohmann::json& j) { j.erase("prefill"); }, "\"prefill\""},
+      {[](nlohmann::json& j) { j["decode"][0]["step_ms"] = 0; }, "\"step_ms\""},
+      {[](nlohmann::json& j) { j["prefill"][1].erase("tokens"); }, "\"tokens\""},
+      {[](nlohmann::json& j) { j["kv_dtype"] = "int4"; }, "kv_dtype"},
+      {[](nlohmann::json& j) {
+         j["decode"] = nlohmann::json::array();
+         j["prefill"] = {j["prefill"][0]};
+       },
+       "at least 4"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json run = H200Run();
+    c.edit(run);
+    auto p = ProfileFromDeviceBench(*base, run, "test", nullptr);
+    ASSERT_FALSE(p.ok()) << run.dump();
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << p.status();
+    EXPECT_NE(p.status().message().find(c.needle), std::string::npos) << p.status();
+  }
 }
 
 }  // namespace

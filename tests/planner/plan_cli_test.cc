@@ -91,6 +91,32 @@ TEST(PlanCli, CalibrateWritesAProfileSimulateReads) {
   EXPECT_EQ(local.exit_code, 0) << local.err;
 }
 
+TEST(PlanCli, CalibrateFromADeviceRunWritesTheShippedProfile) {
+  // The command that made planner/profiles/h200.json, run again on the same device run: the same
+  // file, and `plan profiles` says which profiles are measured.
+  const std::string shipped_path = testing::SourceDir() + "/planner/profiles/h200.json";
+  const auto shipped = nlohmann::json::parse(*ReadFileToString(shipped_path));
+  const std::string out = TempPath("h200.json");
+  const CliRun fit = Tandem("plan calibrate --from-device " + testing::SourceDir() +
+                            "/tests/fixtures/planner/h200_cuda_model_bench.json --base "
+                            "h200-datasheet --name h200 --provenance '" +
+                            shipped["provenance"].get<std::string>() + "' --out " + out);
+  ASSERT_EQ(fit.exit_code, 0) << fit.err;
+  EXPECT_NE(fit.out.find("mean |error|"), std::string::npos) << fit.out;
+  EXPECT_EQ(nlohmann::json::parse(*ReadFileToString(out)), shipped);
+  const CliRun profiles = Tandem("plan profiles");
+  ASSERT_EQ(profiles.exit_code, 0) << profiles.err;
+  EXPECT_NE(profiles.out.find("measured: " + shipped["provenance"].get<std::string>()),
+            std::string::npos)
+      << profiles.out;
+  EXPECT_NE(profiles.out.find("h200-datasheet"), std::string::npos) << profiles.out;
+  // The measured profile plans.
+  const CliRun sim = Tandem(
+      "plan simulate --model llama-3-8b --hardware h200 --prefill 1 --decode 1 --rate 2 "
+      "--num-requests 20 --input-len 1024 --output-len 32");
+  EXPECT_EQ(sim.exit_code, 0) << sim.err;
+}
+
 TEST(PlanCli, CalibrateInSituFitsTheRequestPathOfARealCluster) {
   // --in-situ starts a router, a prefill and a decode worker, runs five workloads through them
   // (each closed loop --draws times) and fits the decode and prefill steps and the request path
@@ -385,6 +411,13 @@ TEST(PlanCli, BadInputIsOneClearLine) {
       {"plan calibrate --refit /nonexistent/report.json --model stories260k", "", "--refit", 2},
       {"plan calibrate --refit /nonexistent/report.json", "", "--model", 2},
       {"plan calibrate --model stories260k --in-situ --keep-sharing", "", "--keep-sharing", 2},
+      {"plan calibrate --from-device /nonexistent.json --out /tmp/x.json", "", "--base", 2},
+      {"plan calibrate --from-device /nonexistent.json --base h200-datasheet --out /tmp/x.json", "",
+       "cannot read", 2},
+      {"plan calibrate --from-device /dev/null --base h200-datasheet --model stories260k", "",
+       "--model", 2},
+      {"plan calibrate --model stories260k --base h200-datasheet", "", "--from-device", 2},
+      {"plan profiles extra", "", "no arguments", 2},
       {"plan simulate --model llama-3-8b --hardware local --rate 1",
        "TANDEM_LOCAL_PROFILE=/nonexistent/profile.json", "tandem plan calibrate", 1},
   };
