@@ -501,6 +501,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
     speculation_.proposed_tokens += w.draft;
     speculation_.accepted_tokens += kept[i];
     if (metrics_) {
+      metrics_->spec_num_drafts.Increment();
       metrics_->spec_draft_tokens.Increment(w.draft);
       metrics_->spec_accepted_tokens.Increment(kept[i]);
       metrics_->spec_acceptance_length.Observe(kept[i]);

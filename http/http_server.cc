@@ -357,6 +357,12 @@ struct HttpServer::Impl {
         s = st;
       }
     }
+    if (s.ok() && metrics) {
+      // vLLM's request_params_n: once per prompt (vLLM makes a request of each).
+      for (int p = 0; p * request.best_of < total; ++p) {
+        metrics->request_params_n.Observe(request.n);
+      }
+    }
     if (!request.stream) {
       if (!s.ok()) return Reply(w, openai::ToApiError(s, &request));
       w.Send(200, "application/json", builder.Body());

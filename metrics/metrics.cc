@@ -57,6 +57,18 @@ const std::map<std::string, std::string>& HelpTexts() {
        "tokens. Decode: sampled and recomputed tokens."},
       {"tandem_request_prompt_tokens", "Router: prompt tokens per successful request."},
       {"tandem_request_generation_tokens", "Router: tokens generated per successful request."},
+      {"tandem_request_prefill_time_seconds",
+       "Router: per successful request, admission on a decode worker to the first token (vLLM's "
+       "request_prefill_time_seconds: prefill, KV transfer and the first token)."},
+      {"tandem_request_decode_time_seconds",
+       "Router: per successful request, the first token to the last."},
+      {"tandem_request_inference_time_seconds",
+       "Router: per successful request, admission on a decode worker to the last token "
+       "(prefill and decode time)."},
+      {"tandem_request_params_n",
+       "Router: the n (choices) of successful requests, per prompt; 1 for a gRPC Generate call."},
+      {"tandem_request_params_max_tokens",
+       "Router: the max_tokens of successfully generated sequences."},
       {"tandem_prefill_step_seconds", "Prefill: duration of one forward step."},
       {"tandem_prefix_cache_queries_total",
        "Prefill: prompt tokens looked up in the prefix cache."},
@@ -78,9 +90,11 @@ const std::map<std::string, std::string>& HelpTexts() {
       {"tandem_cache_config_info",
        "A worker's KV cache as configured: the labels cache_dtype, block_size and num_blocks; "
        "the value is 1."},
-      {"tandem_spec_decode_draft_tokens_total",
+      {"tandem_spec_decode_num_drafts_total",
+       "Decode: speculative drafts scored (one per sequence and verify step)."},
+      {"tandem_spec_decode_num_draft_tokens_total",
        "Decode: tokens proposed by speculative decoding and scored by the model."},
-      {"tandem_spec_decode_accepted_tokens_total",
+      {"tandem_spec_decode_num_accepted_tokens_total",
        "Decode: proposed tokens kept (each equal to the token the model drew there)."},
       {"tandem_spec_decode_acceptance_length",
        "Decode: per sequence and verify step, the proposals kept (0 to --spec-tokens); the step "
@@ -158,6 +172,24 @@ const std::vector<double>& TokenLatencyBuckets() {
 // Proposals kept per verify step: every count up to 8, then doublings to --spec-tokens' 64.
 const std::vector<double>& AcceptanceLengthBuckets() {
   static const auto* kBuckets = new std::vector<double>{0, 1, 2, 3, 4, 5, 6, 7, 8, 16, 32, 64};
+  return *kBuckets;
+}
+
+const std::vector<double>& ParamsNBuckets() {
+  static const auto* kBuckets = new std::vector<double>{1, 2, 5, 10, 20};
+  return *kBuckets;
+}
+
+const std::vector<double>& MaxTokensBuckets() {
+  static const auto* kBuckets = [] {
+    auto* b = new std::vector<double>;
+    for (double v = 1; v <= 1e6; v *= 10) {
+      for (double m : {1.0, 2.0, 5.0}) {
+        if (v * m <= 1e6) b->push_back(v * m);
+      }
+    }
+    return b;
+  }();
   return *kBuckets;
 }
 
@@ -242,7 +274,16 @@ RouterMetrics::RouterMetrics(MetricsRegistry& r)
       request_prompt_tokens(
           NewHistogram(r, labels, "tandem_request_prompt_tokens", CountBuckets())),
       request_generation_tokens(
-          NewHistogram(r, labels, "tandem_request_generation_tokens", CountBuckets())) {
+          NewHistogram(r, labels, "tandem_request_generation_tokens", CountBuckets())),
+      request_prefill_time(
+          NewHistogram(r, labels, "tandem_request_prefill_time_seconds", RequestLatencyBuckets())),
+      request_decode_time(
+          NewHistogram(r, labels, "tandem_request_decode_time_seconds", RequestLatencyBuckets())),
+      request_inference_time(NewHistogram(r, labels, "tandem_request_inference_time_seconds",
+                                          RequestLatencyBuckets())),
+      request_params_n(NewHistogram(r, labels, "tandem_request_params_n", ParamsNBuckets())),
+      request_params_max_tokens(
+          NewHistogram(r, labels, "tandem_request_params_max_tokens", MaxTokensBuckets())) {
   for (size_t code = 0; code < kGrpcCodeNames.size(); ++code) {
     requests_by_code[code] = &requests_family.Add(With(labels, "status", kGrpcCodeNames[code]));
   }
@@ -304,8 +345,9 @@ DecodeMetrics::DecodeMetrics(MetricsRegistry& r)
       kv_leases_expired(NewCounter(r, labels, "tandem_kv_leases_expired_total")),
       kv_chunks_rejected(NewCounter(r, labels, "tandem_kv_chunks_rejected_total")),
       preemptions(NewCounter(r, labels, "tandem_num_preemptions_total")),
-      spec_draft_tokens(NewCounter(r, labels, "tandem_spec_decode_draft_tokens_total")),
-      spec_accepted_tokens(NewCounter(r, labels, "tandem_spec_decode_accepted_tokens_total")),
+      spec_num_drafts(NewCounter(r, labels, "tandem_spec_decode_num_drafts_total")),
+      spec_draft_tokens(NewCounter(r, labels, "tandem_spec_decode_num_draft_tokens_total")),
+      spec_accepted_tokens(NewCounter(r, labels, "tandem_spec_decode_num_accepted_tokens_total")),
       spec_acceptance_length(NewHistogram(r, labels, "tandem_spec_decode_acceptance_length",
                                           AcceptanceLengthBuckets())) {}
 

@@ -36,6 +36,10 @@ const std::vector<double>& RequestLatencyBuckets();
 const std::vector<double>& TokenLatencyBuckets();
 // Counts per step (batch tokens, batch size): powers of two, 1 to 16384.
 const std::vector<double>& CountBuckets();
+// A request's n (choices per prompt): vLLM's buckets, 1, 2, 5, 10, 20.
+const std::vector<double>& ParamsNBuckets();
+// A request's max_tokens: 1, 2, 5, 10, 20, 50, ... to 1,000,000 (vLLM's 1-2-5 series).
+const std::vector<double>& MaxTokensBuckets();
 
 // The `model` label value for a model path: the last path component, without the extension of
 // a model file ("/m/stories260K/stories260K.bin" -> "stories260K", "/m/Llama-3.2-1B/" ->
@@ -108,6 +112,15 @@ struct RouterMetrics {
   prometheus::Counter& resumes;                      // attempts resumed after a worker/KV fault
   prometheus::Histogram& request_prompt_tokens;      // per successful request
   prometheus::Histogram& request_generation_tokens;  // per successful request
+  // vLLM's request phases, per successful request: admission on a decode worker to the first
+  // token (prefill), the first token to the last (decode), admission to the last (inference).
+  prometheus::Histogram& request_prefill_time;
+  prometheus::Histogram& request_decode_time;
+  prometheus::Histogram& request_inference_time;
+  // The client's parameters of successful requests: n per prompt (1 for a gRPC Generate call),
+  // max_tokens per generated sequence.
+  prometheus::Histogram& request_params_n;
+  prometheus::Histogram& request_params_max_tokens;
 };
 
 // A prefill worker.
@@ -148,8 +161,9 @@ struct DecodeMetrics {
   prometheus::Counter& kv_leases_expired;   // leases whose KV never completed
   prometheus::Counter& kv_chunks_rejected;  // chunks refused: late writers, stale generations
   prometheus::Counter& preemptions;         // sequences preempted when the cache filled
-  // Speculative decoding: proposals scored, proposals kept, and per verify of a sequence the
-  // proposals kept (0..K).
+  // Speculative decoding, under vLLM's names: drafts (a sequence's proposals in one verify
+  // step), proposals scored, proposals kept, and per draft the proposals kept (0..K).
+  prometheus::Counter& spec_num_drafts;
   prometheus::Counter& spec_draft_tokens;
   prometheus::Counter& spec_accepted_tokens;
   prometheus::Histogram& spec_acceptance_length;

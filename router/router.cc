@@ -1,5 +1,6 @@
 #include "router/router.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
@@ -408,6 +409,8 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
           : absl::string_view();
   call.caller = CallerNamespace(std::string_view(key.data(), key.size()), ctx->peer());
   grpc::Status s = GenerateStream(*req, call);
+  // A Generate call is one sequence: n = 1 (HttpServer counts the HTTP API's n).
+  if (s.ok() && metrics_) metrics_->request_params_n.Observe(1);
   if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
     // gRPC's retry pushback: a well-behaved client waits this long before trying again.
     ctx->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(options_.retry_after_ms));
@@ -1078,6 +1081,12 @@ void GenerateTransaction::RecordSuccess() {
   m->request_generation_tokens.Observe(n);
   m->e2e_request_latency.Observe(e2e);
   if (n > 1) m->time_per_output_token.Observe((e2e - ttft_) / (n - 1));
+  // vLLM's phases: from admission (its "scheduled") to the first token and on to the last.
+  const double queue = absl::ToDoubleSeconds(admitted_at_ - t0_);
+  m->request_prefill_time.Observe(std::max(0.0, ttft_ - queue));
+  m->request_decode_time.Observe(std::max(0.0, e2e - ttft_));
+  m->request_inference_time.Observe(std::max(0.0, e2e - queue));
+  m->request_params_max_tokens.Observe(greq_->max_tokens);
 }
 
 bool GenerateTransaction::AddToken(int token, const v1::TokenLogprobs* logprobs) {

@@ -73,14 +73,15 @@ commands:
       API key defaults to $TANDEM_API_KEY).
   up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
-     [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--dtype DTYPE]
+     [--http-metrics] [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--dtype DTYPE]
      [--kv-dtype auto|f32|bf16|f16|fp8] [--chat-template PATH] [--served-model-name NAME]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
       secret=FILE" (where more workers register, and the secret they need), then
       "metrics ROLE=HOST:PORT" lines and "http router=HOST:PORT" (the OpenAI-compatible
       API); Ctrl-C stops them. TLS flags go to every process, the API keys, chat
-      template and served model name to the router;
+      template, served model name and --http-metrics (/metrics on the HTTP port too)
+      to the router;
       without --cluster-secret-file a new secret is made for the cluster's lifetime.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
@@ -531,7 +532,7 @@ int Up(const std::vector<std::string>& args) {
                    {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key",
                     "tls-ca", "api-keys-file", "http-port", "device", "cluster-secret-file",
                     "kv-dtype", "dtype", "chat-template", "served-model-name"},
-                   {});
+                   {"http-metrics"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
@@ -573,6 +574,7 @@ int Up(const std::vector<std::string>& args) {
                                   {std::string("--") + name, f->Get(name)});
     }
   }
+  if (f->Has("http-metrics")) o.extra_router_flags.push_back("--http-metrics");
   return RunLocalCluster(o);
 }
 

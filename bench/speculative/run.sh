@@ -98,13 +98,13 @@ for workload in copy free; do
   for conc in 1 8; do
     for run in $(seq "$RUNS"); do
       for mode in plain spec; do
-        p0=$(metric "$mode" tandem_spec_decode_draft_tokens_total)
-        a0=$(metric "$mode" tandem_spec_decode_accepted_tokens_total)
+        p0=$(metric "$mode" tandem_spec_decode_num_draft_tokens_total)
+        a0=$(metric "$mode" tandem_spec_decode_num_accepted_tokens_total)
         "$BIN/tandem" bench --router "${router[$mode]}" --trace "$work/$workload.jsonl" \
           --concurrency "$conc" --num-requests 8 --no-progress --json "$work/run.json" \
           >/dev/null 2>&1
-        p1=$(metric "$mode" tandem_spec_decode_draft_tokens_total)
-        a1=$(metric "$mode" tandem_spec_decode_accepted_tokens_total)
+        p1=$(metric "$mode" tandem_spec_decode_num_draft_tokens_total)
+        a1=$(metric "$mode" tandem_spec_decode_num_accepted_tokens_total)
         python3 - "$work/run.json" "$workload" "$mode" "$conc" "$((p1 - p0))" "$((a1 - a0))" \
           >>"$served" <<'PY'
 import json, sys

@@ -118,6 +118,31 @@ TEST(ClusterMetricsTest, CountersAgreeWithClientsAndAcrossProcesses) {
   EXPECT_GT(r("tandem_time_to_first_token_seconds_sum"), 0);
   EXPECT_LE(r("tandem_time_to_first_token_seconds_sum"),
             r("tandem_e2e_request_latency_seconds_sum"));
+  // vLLM's request phases and parameters, once per successful request: prefill (admission to
+  // the first token) and decode (on to the last) add up to the inference time.
+  int max_tokens = 0;
+  for (size_t i = 0; i + 1 < reqs.size(); ++i) max_tokens += reqs[i].max_tokens();
+  for (const char* h : {"tandem_request_prefill_time_seconds", "tandem_request_decode_time_seconds",
+                        "tandem_request_inference_time_seconds", "tandem_request_params_n",
+                        "tandem_request_params_max_tokens"}) {
+    EXPECT_EQ(r(std::string(h) + "_count"), ok) << h;
+    EXPECT_EQ(r(std::string(h) + "_bucket", {{"le", "+Inf"}}), ok) << h;
+  }
+  EXPECT_EQ(r("tandem_request_params_n_sum"), ok);  // gRPC Generate: n = 1
+  EXPECT_EQ(r("tandem_request_params_n_bucket", {{"le", "1"}}), ok);
+  EXPECT_EQ(r("tandem_request_params_max_tokens_sum"), max_tokens);
+  EXPECT_EQ(r("tandem_request_params_max_tokens_bucket", {{"le", "10"}}), 2);  // 9 and 1
+  EXPECT_EQ(r("tandem_request_params_max_tokens_bucket", {{"le", "200"}}), ok);
+  const double prefill_s = r("tandem_request_prefill_time_seconds_sum");
+  const double decode_s = r("tandem_request_decode_time_seconds_sum");
+  const double inference_s = r("tandem_request_inference_time_seconds_sum");
+  EXPECT_GT(prefill_s, 0);
+  EXPECT_GT(decode_s, 0);
+  EXPECT_NEAR(prefill_s + decode_s, inference_s, 1e-6);
+  EXPECT_LE(prefill_s, r("tandem_time_to_first_token_seconds_sum"));
+  EXPECT_LE(inference_s, r("tandem_e2e_request_latency_seconds_sum"));
+  EXPECT_NEAR(decode_s + r("tandem_time_to_first_token_seconds_sum"),
+              r("tandem_e2e_request_latency_seconds_sum"), 1e-6);
   EXPECT_EQ(r("tandem_num_requests_running"), 0);
   EXPECT_EQ(r("tandem_num_requests_waiting"), 0);
   EXPECT_EQ(r("tandem_resumes_total"), 0);
@@ -177,6 +202,35 @@ TEST(ClusterMetricsTest, CountersAgreeWithClientsAndAcrossProcesses) {
   EXPECT_EQ(MetricValue(after, "tandem_num_requests_running", {{"role", "router"}}), 0);
   EXPECT_EQ(MetricValue(after, "tandem_num_requests_waiting", {{"role", "router"}}), 0);
   EXPECT_GE(MetricValue(after, "tandem_generation_tokens_total"), tokens + 3);
+}
+
+// Speculative decoding under vLLM's names: every draft is one sequence's proposals in one
+// verify step (the acceptance-length histogram observes each), at most --spec-tokens of them,
+// and no more proposals kept than scored.
+TEST(ClusterMetricsTest, SpeculativeDecodingCountsDraftsUnderVllmNames) {
+  constexpr int kSpecTokens = 4;
+  Cluster c(1, 1, {"--speculative", "ngram", "--spec-tokens", std::to_string(kSpecTokens)});
+  ASSERT_TRUE(c.ready());
+  // Repetitive stories: the n-gram proposer finds continuations in them.
+  for (const char* prompt : {"Once upon a time", "The little dog saw the little dog"}) {
+    const Seen seen = Call(c.generation(), Request(prompt, 60, true));
+    ASSERT_TRUE(seen.status.ok()) << seen.status.error_message();
+  }
+  ASSERT_TRUE(c.AllBlocksFree());
+  const std::vector<MetricSample> decode = Scrape(c.metrics()[2]);
+  auto d = [&](const std::string& name) {
+    return MetricValue(decode, name, {{"role", "decode"}, {"model", "stories260K"}});
+  };
+  const double drafts = d("tandem_spec_decode_num_drafts_total");
+  const double draft_tokens = d("tandem_spec_decode_num_draft_tokens_total");
+  const double accepted = d("tandem_spec_decode_num_accepted_tokens_total");
+  EXPECT_GT(drafts, 0);
+  EXPECT_GE(draft_tokens, drafts);
+  EXPECT_LE(draft_tokens, kSpecTokens * drafts);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LE(accepted, draft_tokens);
+  EXPECT_EQ(d("tandem_spec_decode_acceptance_length_count"), drafts);
+  EXPECT_EQ(d("tandem_spec_decode_acceptance_length_sum"), accepted);
 }
 
 TEST(ClusterMetricsTest, DeadWorkerHealthGaugeDropsToZero) {

@@ -246,9 +246,9 @@ TEST_F(ClusterTest, SpeculativeDecodingMatchesEngine) {
     CheckAllCases(c, 2);
     const auto decode_metrics = testing::Scrape(c.metrics().back());
     const double proposed =
-        testing::MetricValue(decode_metrics, "tandem_spec_decode_draft_tokens_total");
+        testing::MetricValue(decode_metrics, "tandem_spec_decode_num_draft_tokens_total");
     const double accepted =
-        testing::MetricValue(decode_metrics, "tandem_spec_decode_accepted_tokens_total");
+        testing::MetricValue(decode_metrics, "tandem_spec_decode_num_accepted_tokens_total");
     EXPECT_GT(proposed, 0) << s.flags[1];
     EXPECT_GT(accepted, 0) << s.flags[1];
     std::printf("--speculative %s: %.0f proposed, %.0f accepted\n", s.flags[1].c_str(), proposed,

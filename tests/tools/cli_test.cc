@@ -1,15 +1,22 @@
 // The `tandem` binary as a user runs it: the oracle's text on stdout, clean errors and non-zero
 // exits for bad input.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <thread>
 
 #include "kernels/backend_loader.h"
+#include "metrics/scrape.h"
 #include "tests/cluster_auth.h"
+#include "tests/http/http_client.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -188,6 +195,53 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
     EXPECT_EQ(WEXITSTATUS(status), 2) << c.flags << "\n" << Stderr();
     EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.flags << "\n" << Stderr();
   }
+}
+
+// `tandem up --http-metrics` passes the flag to its router: /metrics answers on the OpenAI HTTP
+// port too, with the HTTP request's n and max_tokens under vLLM's names.
+TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
+  testing::TempDir dir;
+  const std::string log = dir.path() + "/up.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
+                      tok = testing::Tok512();
+    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
+            "--http-metrics", nullptr);
+    ::_exit(127);
+  }
+  std::string http;
+  for (int i = 0; i < 600 && http.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    std::string line;
+    bool ready = false;
+    while (std::getline(in, line)) {
+      ready |= line.rfind("ready router=", 0) == 0;
+      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
+    }
+  }
+  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  const testing::HttpReply r =
+      testing::Curl(http, "/v1/completions",
+                    R"({"prompt": "Once upon a time", "n": 2, "max_tokens": 3, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  const auto samples = Scrape(http);  // GET /metrics on the HTTP port
+  EXPECT_FALSE(samples.empty()) << "no /metrics on the HTTP port " << http;
+  const std::map<std::string, std::string> router = {{"role", "router"}};
+  EXPECT_EQ(MetricValue(samples, "tandem_request_params_n_count", router), 1);
+  EXPECT_EQ(MetricValue(samples, "tandem_request_params_n_sum", router), 2);
+  EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_count", router), 2);
+  EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_sum", router), 6);
+  EXPECT_EQ(MetricValue(samples, "tandem_request_inference_time_seconds_count", router), 2);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
 }
 
 TEST(CliTest, ModelConvertAndRandom) {
