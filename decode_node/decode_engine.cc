@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/sampling/sampler.h"
+#include "kernels/cpu/core_share.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/runner_kv.h"
 
@@ -441,6 +442,8 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
   const absl::Time t0 = absl::Now();
   absl::Status st = health_.BeforeStep();
   if (st.ok()) {
+    // Colocated with a prefill engine on the CPU, the step runs whole (kernels/cpu/core_share.h).
+    CoreShare::DecodeStep turn(CoreShare::Process());
     st = on_device ? runner_->ForwardSample(batch, sample_params, sample_positions, &sampled_)
                    : runner_->Forward(batch, &logits_);
   }

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "engine/generator.h"
+#include "kernels/cpu/core_share.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/runner_kv.h"
 
@@ -282,7 +283,10 @@ void PrefillEngine::Loop() {
     }
     const absl::Time t0 = absl::Now();
     absl::Status st = health_.BeforeStep();
-    if (st.ok())
+    if (st.ok()) {
+      // Colocated with a decode engine on the CPU, this step's loops take turns with its steps
+      // (kernels/cpu/core_share.h).
+      CoreShare::PrefillStep turn(CoreShare::Process());
       st = runner_->Forward(batch, &logits, [&](int layer) {
         for (size_t i = 0; i < work.size(); ++i) {
           if (batch_jobs[i]->cancelled) continue;
@@ -290,6 +294,7 @@ void PrefillEngine::Loop() {
           SendRange(*batch_jobs[i], layer, work[i].start, work[i].count).IgnoreError();
         }
       });
+    }
     const double step_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
     if (metrics_) {
       int tokens = 0;

@@ -181,6 +181,11 @@ void AddPrefillFlags(CLI::App& app, PrefillConfig* c) {
       ->group(g);
   app.add_flag("--no-prefix-cache", c->no_prefix_cache, "Never reuse a cached prompt prefix")
       ->group(g);
+  app.add_option("--colocated-prefill-share", c->colocated_prefill_share,
+                 "--role=all on the CPU: while streams decode, a prefill gets the cores for this "
+                 "many times a decode step between two of them (so a stream's inter-token time "
+                 "stays within about 1 + this many decode steps); 0: no sharing, 0-16")
+      ->group(g);
 }
 
 void AddDecodeFlags(CLI::App& app, DecodeConfig* c) {
@@ -316,6 +321,9 @@ absl::Status ServerConfig::Validate() const {
       return absl::InvalidArgumentError(
           "--internal-port is for a router: a worker's --port is its internal port");
     }
+  }
+  if (!(prefill.colocated_prefill_share >= 0 && prefill.colocated_prefill_share <= 16)) {
+    return absl::InvalidArgumentError("--colocated-prefill-share must be in [0, 16]");
   }
   if (kv_transport() == "nccl" && common.role == "all") {
     return absl::InvalidArgumentError(

@@ -79,6 +79,9 @@ struct PrefillConfig {
   int64_t token_budget = 2048;
   int64_t prefill_chunk = 512;
   bool no_prefix_cache = false;
+  // --role=all on the CPU: a prefill's window between two decode steps, in decode steps
+  // (kernels/cpu/core_share.h); 0: the two engines' loops interleave unmanaged.
+  double colocated_prefill_share = 0.75;
 };
 
 struct DecodeConfig {

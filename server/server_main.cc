@@ -29,6 +29,7 @@
 #include "engine/sampling/output_constraint.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"
+#include "kernels/cpu/core_share.h"
 #include "kv_transfer/kv_auth.h"
 #include "kv_transfer/nccl/nccl_transport.h"
 #include "metrics/metrics.h"
@@ -272,6 +273,11 @@ absl::Status TandemServer::LoadModel() {
   auto resolved = ResolveKvDtype(c_.worker.kv_dtype, device_, model_->config());
   if (!resolved.ok()) return resolved.status();
   kv_dtype_ = *resolved;
+  // Colocated on the CPU, both engines run on one pool: running streams keep their pace while
+  // prompts are prefilled (kernels/cpu/core_share.h).
+  if (c_.common.role == "all" && device_ == "cpu") {
+    CoreShare::Process().Enable(c_.prefill.colocated_prefill_share);
+  }
   return absl::OkStatus();
 }
 

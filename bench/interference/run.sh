@@ -7,8 +7,12 @@
 # 16-token prompts, 150-token outputs) plus bursts of long prompts (gamma arrivals with
 # burstiness 0.25, 200-token prompts, 4-token outputs).
 # Model: random weights of a real shape (f32), written once into the output folder.
-# Writes OUT/{colocated,disaggregated}-{steady,bursts}.json, OUT/interference.svg and
-# OUT/summary.json (TPOT and inter-token latency of the steady stream, TTFT of the bursts).
+# The colocated server runs three times: the steady stream alone (its idle pace), with the bursts
+# (the prefill taking turns with decode steps, kernels/cpu/core_share.h), and with the bursts and
+# --colocated-prefill-share 0 (the two engines' loops interleaved unmanaged).
+# Writes OUT/{colocated,colocated-unshared,disaggregated}-{steady,bursts}.json,
+# OUT/colocated-idle-steady.json, OUT/interference.svg and OUT/summary.json (TPOT and
+# inter-token latency of the steady stream, TTFT of the bursts).
 #   bench/interference/run.sh [OUT_DIR]      (default bench/results/interference)
 # Knobs (environment): SHAPE (stories15M), BURST_PROMPT (200 tokens), STEADY_OUTPUT (150),
 # STEADY_REQUESTS (24), BURSTS (12), BURST_RATE (1.5 req/s).
@@ -58,22 +62,30 @@ start() {
   exit 1
 }
 
+# workload NAME ROUTER [idle]: the steady stream, with the bursts unless "idle".
 workload() {
-  local name=$1 router=$2
+  local name=$1 router=$2 idle=${3:-}
   sleep 1  # registration
   "$bin/tandem" bench --router "$router" --concurrency 4 --input-len 16 --output-len "$STEADY_OUTPUT" \
     --num-requests "$STEADY_REQUESTS" --seed 1 --no-progress --json "$OUT/$name-steady.json" >"$OUT/$name-steady.txt" &
   local steady=$!
-  "$bin/tandem" bench --router "$router" --rate "$BURST_RATE" --arrival gamma --burstiness 0.25 \
-    --input-len "$BURST_PROMPT" --output-len 4 --num-requests "$BURSTS" --seed 2 --no-progress \
-    --json "$OUT/$name-bursts.json" >"$OUT/$name-bursts.txt"
+  if [ -z "$idle" ]; then
+    "$bin/tandem" bench --router "$router" --rate "$BURST_RATE" --arrival gamma --burstiness 0.25 \
+      --input-len "$BURST_PROMPT" --output-len 4 --num-requests "$BURSTS" --seed 2 --no-progress \
+      --json "$OUT/$name-bursts.json" >"$OUT/$name-bursts.txt"
+  fi
   wait $steady
   echo "== $name: steady decode stream"; cat "$OUT/$name-steady.txt"
-  echo "== $name: prompt bursts"; cat "$OUT/$name-bursts.txt"
+  if [ -z "$idle" ]; then echo "== $name: prompt bursts"; cat "$OUT/$name-bursts.txt"; fi
 }
 
 start all 2
+workload colocated-idle "$ADDR" idle
 workload colocated "$ADDR"
+cleanup
+pids=()
+start all 2 --colocated-prefill-share 0
+workload colocated-unshared "$ADDR"
 cleanup
 pids=()
 
@@ -92,14 +104,19 @@ import json, os, sys
 out = sys.argv[1]
 s = {"shape": os.environ.get("SHAPE", "stories15M"),
      "burst_prompt_tokens": int(os.environ.get("BURST_PROMPT", "200"))}
-for mode in ("colocated", "disaggregated"):
+for mode in ("colocated-idle", "colocated", "colocated-unshared", "disaggregated"):
     steady = json.load(open(f"{out}/{mode}-steady.json"))["summary"]
-    bursts = json.load(open(f"{out}/{mode}-bursts.json"))["summary"]
     s[mode] = {"steady_tpot_p99_ms": steady["tpot_s"]["p99"] * 1e3,
                "steady_tpot_p50_ms": steady["tpot_s"]["p50"] * 1e3,
-               "steady_itl_p99_ms": steady["itl_s"]["p99"] * 1e3,
-               "bursts_ttft_p99_ms": bursts["ttft_s"]["p99"] * 1e3,
-               "bursts_ttft_p50_ms": bursts["ttft_s"]["p50"] * 1e3}
+               "steady_itl_p90_ms": steady["itl_s"]["p90"] * 1e3,
+               "steady_itl_p99_ms": steady["itl_s"]["p99"] * 1e3}
+    if mode != "colocated-idle":
+        bursts = json.load(open(f"{out}/{mode}-bursts.json"))["summary"]
+        s[mode].update({"bursts_ttft_p99_ms": bursts["ttft_s"]["p99"] * 1e3,
+                        "bursts_ttft_p50_ms": bursts["ttft_s"]["p50"] * 1e3})
+idle = s["colocated-idle"]["steady_itl_p90_ms"]
+for mode in ("colocated", "colocated-unshared", "disaggregated"):
+    s[mode]["steady_itl_p90_over_idle"] = s[mode]["steady_itl_p90_ms"] / idle
 json.dump(s, open(f"{out}/summary.json", "w"), indent=2)
 print(json.dumps(s, indent=2))
 PY

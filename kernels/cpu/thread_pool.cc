@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/cpu/core_share.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -58,6 +60,13 @@ void ThreadPool::RunChunks() {
 void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
+  // A colocated prefill's loop waits for its turn beside decode steps (kernels/cpu/core_share.h).
+  struct Turn {
+    bool held = CoreShare::Process().EnterLoop();
+    ~Turn() {
+      if (held) CoreShare::Process().ExitLoop();
+    }
+  } turn;
   grain = std::max<int64_t>({1, grain, (n + kMaxChunks - 1) / kMaxChunks});
   if (num_threads_ == 1 || grain >= n) {
     fn(0, n);

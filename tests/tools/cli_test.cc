@@ -173,8 +173,8 @@ TEST(CliTest, DeviceFlagOnGpuOrItsError) {
   EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
 }
 
-// tandem-server's speculative decoding flags: bad values are named, and so is a draft model that
-// cannot be loaded (one of another vocabulary is refused as SpeculativeOptionsTest shows).
+// tandem-server's speculative decoding flags (and the colocated prefill share): bad values are
+// named, and so is a draft model that cannot be loaded (one of another vocabulary is refused as SpeculativeOptionsTest shows).
 TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
   const std::string server =
       testing::BinDir() + "/tandem-server --role decode --port 0 --router 127.0.0.1:1 --model " +
@@ -187,6 +187,8 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
       {" --speculative draft", "--draft-model: given exactly when --speculative=draft"},
       {" --draft-model " + testing::Stories260K(), "--draft-model: given exactly"},
       {" --speculative draft --draft-model /nonexistent", "--draft-model: model path"},
+      {" --colocated-prefill-share -1", "--colocated-prefill-share must be in [0, 16]"},
+      {" --colocated-prefill-share nan", "--colocated-prefill-share must be in [0, 16]"},
   };
   for (const Case& c : cases) {
     const std::string cmd = server + c.flags + " 2>" + StderrPath();
