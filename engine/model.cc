@@ -234,6 +234,10 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
     b.Matmul(xb.data(), w.wq, w.bq, q.data(), num_tokens);
     b.Matmul(xb.data(), w.wk, w.bk, k.data(), num_tokens);
     b.Matmul(xb.data(), w.wv, w.bv, v.data(), num_tokens);
+    if (w.q_norm != nullptr) {  // Qwen3: each head normalised on its own, before the rotation
+      b.RmsNorm(q.data(), w.q_norm, q.data(), num_tokens * c.n_heads, c.head_dim, c.norm_eps);
+      b.RmsNorm(k.data(), w.k_norm, k.data(), num_tokens * c.n_kv_heads, c.head_dim, c.norm_eps);
+    }
     b.Rope(q.data(), num_tokens, c.n_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
            c.rope_style);
     b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq_.data(),

@@ -1,5 +1,6 @@
 // The Llama-family forward pass (RMSNorm, RoPE, GQA attention over a paged KV cache, SwiGLU
-// MLP, tied or separate classifier), written once against the Backend interface.
+// MLP, tied or separate classifier; Qwen2's q/k/v biases and Qwen3's per-head q/k norms), written
+// once against the Backend interface.
 //
 // One Forward call takes new tokens of many sequences: a prefill is a sequence with many new
 // tokens (or a chunk of them), a decode step is one new token for each of many sequences; both
@@ -35,6 +36,8 @@ struct LayerWeights {
   const float* bq = nullptr;         // [q_dim] or nullptr
   const float* bk = nullptr;         // [kv_dim] or nullptr
   const float* bv = nullptr;         // [kv_dim] or nullptr
+  const float* q_norm = nullptr;     // [head_dim], shared by every query head; or nullptr
+  const float* k_norm = nullptr;     // [head_dim], shared by every KV head; or nullptr
 };
 
 struct ModelWeights {
@@ -114,7 +117,7 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
 class GgufFile;
-// GGUF file (formats/gguf.h): architectures llama, mistral and qwen2; from a path or a file
+// GGUF file (formats/gguf.h): architectures llama, mistral, qwen2 and qwen3; from a path or a file
 // already read.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);

@@ -216,14 +216,27 @@ absl::Status CudaRunnerOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status CudaSupportsModel(const ModelConfig& c) {
+  if (c.qk_norm) {
+    // The device model (engine/cuda/device_model.cu) has no per-head q/k norm: refused rather
+    // than run without it.
+    return absl::UnimplementedError(absl::StrFormat(
+        "--device=cuda: %s normalises each head of q and k (q_norm/k_norm), which the CUDA "
+        "backend does not implement; run it with --device=cpu",
+        c.architecture));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
                                                                  const CudaRunnerOptions& o) {
   if (absl::Status s = o.Validate(); !s.ok()) return s;
+  const ModelConfig& c = model.config();
+  if (absl::Status s = CudaSupportsModel(c); !s.ok()) return s;
   auto api = LoadCudaApi();
   if (!api.ok()) {
     return absl::UnavailableError(absl::StrFormat("--device=cuda: %s", api.status().message()));
   }
-  const ModelConfig& c = model.config();
   const ModelWeights& w = model.weights();
   const DType wd = w.classifier.dtype;
   for (const LayerWeights& l : w.layers) {

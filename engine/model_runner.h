@@ -94,6 +94,10 @@ struct CudaRunnerOptions {
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
                                                                  const CudaRunnerOptions& options);
 
+// OK when the CUDA runner computes `config`'s layout; else UNIMPLEMENTED naming what it lacks
+// (`--device=auto` then runs such a model on the CPU).
+absl::Status CudaSupportsModel(const ModelConfig& config);
+
 // `--kv-dtype` for an engine on `device` ("cpu" or "cuda"): "auto" is bf16 on CUDA where the
 // library's attention supports the model's head_dim in bf16 (FlashInfer), else f32; any other
 // name as ParseKvDtype reads it.

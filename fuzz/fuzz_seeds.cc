@@ -89,7 +89,8 @@ void Safetensors() {
 }
 
 void HfConfig() {
-  for (const char* name : {"llama3_f32", "llama_tied_bf16", "mistral_f16", "qwen2_f32"}) {
+  for (const char* name :
+       {"llama3_f32", "llama_tied_bf16", "mistral_f16", "qwen2_f32", "qwen3_f32"}) {
     Write("hf_config_fuzzer", name, Read(kSource + "/tests/fixtures/hf/" + name + "/config.json"));
   }
 }

@@ -239,14 +239,14 @@ def full_logits(model, ids):
 
 
 @torch.no_grad()
-def greedy(model, prompt):
+def greedy(model, prompt, new_tokens=GREEDY_NEW_TOKENS):
     model.generation_config.eos_token_id = None  # never stop early: 8 plain argmax steps
     out = model.generate(
         torch.tensor([prompt], dtype=torch.long),
         attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
         do_sample=False,
-        max_new_tokens=GREEDY_NEW_TOKENS,
-        min_new_tokens=GREEDY_NEW_TOKENS,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
         pad_token_id=0,
         temperature=None,
         top_p=None,
@@ -274,8 +274,14 @@ def write_expected(path, doc):
     lines.append("  ],")
     lines.append(f'  "greedy_prompt": {json.dumps(doc["greedy_prompt"])},')
     lines.append(f'  "greedy_tokens": {json.dumps(doc["greedy_tokens"])}')
+    # Further keys (make_qwen3_fixtures.py adds the tokenizer's and chat template's), one a line.
+    known = ("name", "architecture", "transformers_version", "torch_version", "dtype",
+             "compute_dtype", "cases", "greedy_prompt", "greedy_tokens")
+    for k in (k for k in doc if k not in known):
+        lines[-1] += ","
+        lines.append(f"  {json.dumps(k)}: {json.dumps(doc[k])}")
     lines.append("}")
-    with open(path, "w") as f:
+    with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
 

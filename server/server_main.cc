@@ -26,7 +26,9 @@
 #include "engine/kv/kv_budget.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
+#include "engine/model_runner.h"
 #include "engine/sampling/output_constraint.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/core_share.h"
@@ -269,6 +271,13 @@ absl::Status TandemServer::LoadModel() {
   auto m = Model::Load(c_.common.model, backend_.get(), weight_dtype);
   if (!m.ok()) return m.status();
   model_ = std::move(*m);
+  if (device_ == "cuda" && c_.common.device == "auto") {
+    if (absl::Status s = CudaSupportsModel(model_->config()); !s.ok()) {
+      std::fprintf(stderr, "[tandem-server] device: cpu after all (%s)\n",
+                   std::string(s.message()).c_str());
+      device_ = "cpu";
+    }
+  }
   // "auto" depends on the device and the model (bf16 on CUDA where its attention has it).
   auto resolved = ResolveKvDtype(c_.worker.kv_dtype, device_, model_->config());
   if (!resolved.ok()) return resolved.status();

@@ -20,6 +20,12 @@ inline std::string Stories260K() { return SharedDir() + "/models/stories260K/sto
 inline std::string Tok512() { return SharedDir() + "/models/stories260K/tok512.bin"; }
 inline std::string SourceDir() { return TANDEM_SOURCE_DIR; }
 inline std::string BinDir() { return TANDEM_BIN_DIR; }
+// The tiny random-weight Qwen3 of scripts/make_qwen3_fixtures.py: an HF directory (with its
+// tokenizer and chat template) and the same model as GGUF files, `name` qwen3_f32 or qwen3_q8_0.
+inline std::string Qwen3Dir() { return SourceDir() + "/tests/fixtures/hf/qwen3_f32"; }
+inline std::string Qwen3Gguf(const std::string& name) {
+  return SourceDir() + "/tests/fixtures/gguf/qwen3/" + name + ".gguf";
+}
 
 inline nlohmann::json LoadJson(const std::string& path) {
   auto text = ReadFileToString(path);

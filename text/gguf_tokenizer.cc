@@ -37,9 +37,8 @@ Json Split(const char* regex) {
           {"invert", false}};
 }
 
-absl::StatusOr<Json> Gpt2PreTokenizer(const GgufFile& f) {
-  auto pre = f.String("tokenizer.ggml.pre");
-  const std::string name = pre.ok() ? *pre : "default";
+// The pre-tokenizer that tokenizer.ggml.pre `name` stands for.
+absl::StatusOr<Json> Gpt2PreTokenizer(const GgufFile& f, const std::string& name) {
   if (name == "default" || name == "gpt-2") return ByteLevel(true);
   if (name == "smollm") {
     return Json{
@@ -141,9 +140,14 @@ absl::Status AddGpt2Model(const GgufFile& f, const Json& vocab, Json* j) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: a gpt2 tokenizer needs tokenizer.ggml.merges", f.path()));
   }
-  auto pre = Gpt2PreTokenizer(f);
+  auto pre_name = f.String("tokenizer.ggml.pre");
+  const std::string name = pre_name.ok() ? *pre_name : "default";
+  auto pre = Gpt2PreTokenizer(f, name);
   if (!pre.ok()) return pre.status();
-  (*j)["normalizer"] = nullptr;
+  // Qwen2's and Qwen3's own tokenizer.json normalise the text to NFC before the split, and so
+  // does the tokenizer transformers builds from such a GGUF; llama.cpp does not (its ids differ
+  // from the model's on text that is not in NFC).
+  (*j)["normalizer"] = name == "qwen2" ? Json{{"type", "NFC"}} : Json(nullptr);
   (*j)["pre_tokenizer"] = *pre;
   (*j)["decoder"] = ByteLevel(true);
   Json merge_list = Json::array();

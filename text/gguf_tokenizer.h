@@ -6,7 +6,9 @@
 //   tokenizer.ggml.model "gpt2": byte-level BPE from tokens and merges; the pre-tokenizer from
 //     tokenizer.ggml.pre: "default"/"gpt-2" (GPT-2's regex), "smollm" (every digit split off,
 //     then GPT-2's regex: llama.cpp's reading of the name and the model's own tokenizer.json;
-//     transformers' GGUF converter omits the digit split), "llama-bpe" (Llama 3) and "qwen2".
+//     transformers' GGUF converter omits the digit split), "llama-bpe" (Llama 3) and "qwen2"
+//     (Qwen2 and Qwen3: NFC first, as their tokenizer.json and transformers do; llama.cpp does
+//     not normalise).
 //   tokenizer.ggml.model "llama": sentencepiece-style BPE with byte fallback; the merges are
 //     derived from the scores (a merge ranks by its result's score, as sentencepiece merges).
 // Control tokens become special added tokens; tokenizer.ggml.add_bos_token (and add_eos_token)

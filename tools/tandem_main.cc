@@ -146,6 +146,10 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   auto model = Model::Load(f.Get("model"), l.backend.get(), weight_dtype);
   if (!model.ok()) return model.status();
   l.model = std::move(*model);
+  if (l.device == "cuda" && f.Get("device", "auto") == "auto" &&
+      !CudaSupportsModel(l.model->config()).ok()) {
+    l.device = "cpu";  // a layout the CUDA runner does not compute runs on the CPU
+  }
   std::string tok_path = f.Get("tokenizer");
   if (tok_path.empty()) {
     auto found = FindTokenizerFor(f.Get("model"), l.model->config().vocab_size);

@@ -86,6 +86,7 @@ int64_t WeightBytes(const Model& model) {
     }
     bytes += int64_t{2} * c.dim * 4;
     if (l.bq != nullptr) bytes += (int64_t{c.n_heads} + 2 * c.n_kv_heads) * c.head_dim * 4;
+    if (l.q_norm != nullptr) bytes += int64_t{2} * c.head_dim * 4;
   }
   return bytes;
 }

@@ -1,5 +1,5 @@
-// Llama-family models from GGUF files (architectures llama, mistral and qwen2) on the model
-// code every other format uses. Matrices stay in the mapping as stored (F32, F16, BF16 or a
+// Llama-family models from GGUF files (architectures llama, mistral, qwen2 and qwen3) on the
+// model code every other format uses. Matrices stay in the mapping as stored (F32, F16, BF16 or a
 // block-quantized type), except the query and key projections of llama and mistral files:
 // llama.cpp's converter reorders their rows for its interleaved rotary embedding, so they are
 // copied back into Hugging Face order (whole rows move; quantized rows move as they are).
@@ -78,9 +78,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   } else if (*arch == "qwen2") {
     c.architecture = "Qwen2ForCausalLM";
     c.qkv_bias = true;
+  } else if (*arch == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.qk_norm = true;
   } else {
     return absl::UnimplementedError(absl::StrFormat(
-        "%s: architecture \"%s\" (Tandem runs llama, mistral and qwen2)", f.path(), *arch));
+        "%s: architecture \"%s\" (Tandem runs llama, mistral, qwen2 and qwen3)", f.path(), *arch));
   }
   if (absl::Status s = CheckArchitectureKeys(f, *arch); !s.ok()) return s;
   const std::string p = *arch + ".";
@@ -165,7 +168,10 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
   auto config = GgufModelConfig(f);
   if (!config.ok()) return config.status();
   ModelConfig c = *config;
-  const bool permuted = c.architecture != "Qwen2ForCausalLM";
+  // llama.cpp permutes the q/k rows of the models it runs with interleaved RoPE (llama,
+  // mistral); Qwen's rotate halves (NEOX) and keep Hugging Face's order.
+  const bool permuted =
+      c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM";
 
   ModelWeights w;
   w.files.push_back(f.file());
@@ -249,6 +255,10 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
       lw.bq = vec(p + "attn_q.bias", q);
       lw.bk = vec(p + "attn_k.bias", kv);
       lw.bv = vec(p + "attn_v.bias", kv);
+    }
+    if (c.qk_norm) {
+      lw.q_norm = vec(p + "attn_q_norm.weight", c.head_dim);
+      lw.k_norm = vec(p + "attn_k_norm.weight", c.head_dim);
     }
   }
   if (!status.ok()) return status;

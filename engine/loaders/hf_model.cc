@@ -135,6 +135,10 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
       lw.bk = vec(p + "self_attn.k_proj.bias", kv);
       lw.bv = vec(p + "self_attn.v_proj.bias", kv);
     }
+    if (c.qk_norm) {
+      lw.q_norm = vec(p + "self_attn.q_norm.weight", c.head_dim);
+      lw.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim);
+    }
   }
   if (!status.ok()) return status;
   return std::make_pair(std::move(c), std::move(w));

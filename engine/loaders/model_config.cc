@@ -145,8 +145,14 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
   auto set = [](const json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); };
   for (const auto& [key, v] : j.items()) {
     if (key == "mlp_bias" && is_true(v)) return refuse(key, v);
-    // Llama and Mistral put attention_bias on o_proj too (Qwen2's q/k/v biases are built in).
+    // Llama, Mistral and Qwen3 put attention_bias on o_proj too (Qwen2's q/k/v biases are built
+    // in).
     if (key == "attention_bias" && is_true(v) && arch != "Qwen2ForCausalLM") return refuse(key, v);
+    // Qwen3's sliding window covers only the layers from max_window_layers on (and
+    // transformers' eager attention ignores it); Tandem applies a window to every layer or none.
+    if (arch == "Qwen3ForCausalLM" && key == "use_sliding_window" && is_true(v)) {
+      return refuse(key, v);
+    }
     if (key == "partial_rotary_factor" && !(v.is_number() && v.get<double>() == 1.0))
       return refuse(key, v);
     if ((key == "final_logit_softcapping" || key == "attn_logit_softcapping" ||
@@ -160,10 +166,12 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
         !(v.is_number() && v.get<double>() == 1.0)) {
       return refuse(key, v);
     }
-    // One kind of attention for every layer: Tandem applies sliding_window to all or none.
+    // One kind of attention for every layer: Tandem applies sliding_window to all or none (and
+    // Qwen3 to none).
     if (key == "layer_types" && v.is_array() && !v.empty()) {
       for (const json& t : v) {
-        if (t != v[0] || (t != "full_attention" && t != "sliding_attention")) {
+        if (t != v[0] || (t != "full_attention" && t != "sliding_attention") ||
+            (arch == "Qwen3ForCausalLM" && t != "full_attention")) {
           return refuse(key, v);
         }
       }
@@ -182,20 +190,22 @@ absl::StatusOr<std::string> SupportedArchitecture(const json& j) {
   auto model_type_or = GetString(j, "model_type", "");
   if (!model_type_or.ok()) return model_type_or.status();
   const std::string model_type = *std::move(model_type_or);
-  static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"};
+  static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+                                     "Qwen3ForCausalLM"};
   bool supported = false;
   for (const char* s : kSupported) supported |= arch == s;
   if (!supported) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "config.json: unsupported architecture \"%s\" (model_type \"%s\"); supported: "
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
         arch, model_type));
   }
   return arch;
 }
 
-// The model's shape: sizes, layer and head counts, vocabulary and context length.
-absl::Status ReadShape(const json& j, ModelConfig* c) {
+// The model's shape: sizes, layer and head counts, vocabulary and context length. `arch` picks
+// the default head_dim: hidden_size / num_attention_heads, but 128 for Qwen3 (Qwen3Config's).
+absl::Status ReadShape(const json& j, const std::string& arch, ModelConfig* c) {
   auto assign = [](int& dst, absl::StatusOr<int> v) -> absl::Status {
     if (!v.ok()) return v.status();
     dst = *v;
@@ -210,7 +220,8 @@ absl::Status ReadShape(const json& j, ModelConfig* c) {
   if (!(s = assign(c->vocab_size, GetInt(j, "vocab_size", std::nullopt))).ok()) return s;
   if (!(s = assign(c->max_seq_len, GetInt(j, "max_position_embeddings", 2048))).ok()) return s;
   if (c->n_heads <= 0) return absl::InvalidArgumentError("config.json: num_attention_heads <= 0");
-  if (!(s = assign(c->head_dim, GetInt(j, "head_dim", c->dim / c->n_heads))).ok()) return s;
+  const int default_head_dim = arch == "Qwen3ForCausalLM" ? 128 : c->dim / c->n_heads;
+  if (!(s = assign(c->head_dim, GetInt(j, "head_dim", default_head_dim))).ok()) return s;
   return absl::OkStatus();
 }
 
@@ -339,7 +350,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
     return absl::InvalidArgumentError("config.json: hidden_act must be \"silu\"");
   }
-  if (absl::Status s = ReadShape(j, &c); !s.ok()) return s;
+  if (absl::Status s = ReadShape(j, arch, &c); !s.ok()) return s;
   if (absl::Status unsupported = RefuseUnknownMath(j, arch); !unsupported.ok()) return unsupported;
   auto rope_or = FindRopeParameters(j);
   if (!rope_or.ok()) return rope_or.status();
@@ -353,8 +364,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   auto tie = GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM");
   if (!tie.ok()) return tie.status();
   c.tie_word_embeddings = *tie;
-  // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window.
-  auto use_sliding_window = GetBool(j, "use_sliding_window", true);
+  // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window, and
+  // Qwen3 never (use_sliding_window true is refused above, and its default is false).
+  auto use_sliding_window = GetBool(j, "use_sliding_window", arch != "Qwen3ForCausalLM");
   if (!use_sliding_window.ok()) return use_sliding_window.status();
   if (auto it = j.find("sliding_window");
       it != j.end() && it->is_number_integer() && *use_sliding_window) {
@@ -366,6 +378,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
     c.sliding_window = window <= 0 || window >= c.max_seq_len ? 0 : static_cast<int>(window);
   }
   c.qkv_bias = arch == "Qwen2ForCausalLM";
+  c.qk_norm = arch == "Qwen3ForCausalLM";
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
     c.qkv_bias = c.qkv_bias || it->get<bool>();
   }
@@ -384,6 +397,7 @@ std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   json j;
   j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
   j["model_type"] = architecture == "Qwen2ForCausalLM"     ? "qwen2"
+                    : architecture == "Qwen3ForCausalLM"   ? "qwen3"
                     : architecture == "MistralForCausalLM" ? "mistral"
                                                            : "llama";
   j["hidden_size"] = dim;

@@ -38,6 +38,7 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   int sliding_window = 0;           // attend to at most this many positions; 0 = all
   bool qkv_bias = false;            // Qwen2: q/k/v projections carry a bias
+  bool qk_norm = false;             // Qwen3: RMSNorm over each head of q and k, before RoPE
   bool tie_word_embeddings = true;  // classifier shares the token embedding
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;  // generation stops when one of these is produced
@@ -53,7 +54,7 @@ struct ModelConfig {
   // Hugging Face: float32 theta ** (2i / head_dim)).
   std::vector<float> RopeInvFreq() const;
 
-  // Parses a Hugging Face config.json (Llama, Mistral, Qwen2 and their relatives).
+  // Parses a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3 and their relatives).
   static absl::StatusOr<ModelConfig> FromHfJson(const std::string& json_text);
   // The config.json that FromHfJson reads back into this config; `torch_dtype` names the
   // weights' type ("float32", "bfloat16", "float16").

@@ -42,6 +42,10 @@ std::vector<TensorSpec> HfTensorSpecs(const ModelConfig& c, DType dtype) {
       specs.push_back({p + "self_attn.k_proj.bias", dtype, {kv}});
       specs.push_back({p + "self_attn.v_proj.bias", dtype, {kv}});
     }
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", dtype, {c.head_dim}});
+      specs.push_back({p + "self_attn.k_norm.weight", dtype, {c.head_dim}});
+    }
     specs.push_back({p + "self_attn.o_proj.weight", dtype, {dim, q}});
     specs.push_back({p + "post_attention_layernorm.weight", dtype, {dim}});
     specs.push_back({p + "mlp.gate_proj.weight", dtype, {hid, dim}});
@@ -105,6 +109,8 @@ absl::Status WriteHfModel(const std::string& out_dir, const ModelConfig& c, cons
     if (f == "self_attn.q_proj.bias") return FloatBytes(lw.bq, t.numel());
     if (f == "self_attn.k_proj.bias") return FloatBytes(lw.bk, t.numel());
     if (f == "self_attn.v_proj.bias") return FloatBytes(lw.bv, t.numel());
+    if (f == "self_attn.q_norm.weight") return FloatBytes(lw.q_norm, t.numel());
+    if (f == "self_attn.k_norm.weight") return FloatBytes(lw.k_norm, t.numel());
     if (f == "mlp.gate_proj.weight") return matrix(lw.w1);
     if (f == "mlp.up_proj.weight") return matrix(lw.w3);
     if (f == "mlp.down_proj.weight") return matrix(lw.w2);

@@ -1,63 +1,104 @@
 // The Hugging Face path against transformers itself: tiny random-weight checkpoints saved by
 // save_pretrained with transformers' float32 logits beside them (tests/fixtures/hf, made by
-// scripts/make_hf_fixtures.py).
+// scripts/make_hf_fixtures.py), and Qwen3 as an HF directory and as GGUF files with its tokenizer
+// and chat template (tests/fixtures/hf/qwen3_f32 and gguf/qwen3, scripts/make_qwen3_fixtures.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "engine/generator.h"
+#include "engine/loaders/model_writer.h"
 #include "engine/model.h"
+#include "engine/model_runner.h"
 #include "tests/test_util.h"
 #include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {
 
-// The model in `dir` against transformers' logits and greedy tokens in `expected_path`.
-void ExpectTransformersLogits(const std::string& dir, const std::string& expected_path) {
-  const auto expected = testing::LoadJson(expected_path);
-  ASSERT_TRUE(expected.is_object()) << expected_path;
-  auto backend = MakeCpuBackend();
-  auto model = Model::Load(dir, backend.get());
-  ASSERT_TRUE(model.ok()) << model.status();
-  const ModelConfig& c = (*model)->config();
-  auto cache = KvCache::Create(c, 8, 16);
-  ASSERT_TRUE(cache.ok());
+// The logits of every position of each case's input_ids (make_hf_fixtures.py's schema), as
+// [positions * vocab_size] per case.
+std::vector<std::vector<float>> CaseLogits(const Model& model, const nlohmann::json& expected) {
+  std::vector<std::vector<float>> out;
+  auto cache = KvCache::Create(model.config(), 8, 16);
+  EXPECT_TRUE(cache.ok());
+  if (!cache.ok()) return out;
   std::vector<int> table = {0, 1, 2, 3, 4, 5, 6, 7};
   for (const auto& cs : expected["cases"]) {
     const std::vector<int> ids = cs["input_ids"];
     SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
-    std::vector<float> logits;
-    ASSERT_TRUE((*model)->Forward({&chunk, 1}, &*cache, &logits).ok());
-    const auto& want = cs["logits"];
-    ASSERT_EQ(logits.size(), want.size() * c.vocab_size);
-    for (size_t p = 0; p < want.size(); ++p) {
-      const std::vector<float> row = want[p];
-      float max_abs = 0, max_err = 0;
-      for (int v = 0; v < c.vocab_size; ++v) {
-        max_abs = std::max(max_abs, std::abs(row[v]));
-        max_err = std::max(max_err, std::abs(logits[p * c.vocab_size + v] - row[v]));
-      }
-      // Both sides compute in float32 from the same (upcast) weights; they differ only in
-      // summation order (~1e-6 relative per op, compounding over 2 layers) and in the fixtures'
-      // rounding to 6 significant digits (5e-6 relative). 1e-4 of the row's largest logit is
-      // two orders above that and two below the smallest real bug (a wrong rotation or a
-      // missing bias moves logits by 3..20).
-      EXPECT_LE(max_err, 1e-4f * std::max(1.0f, max_abs))
-          << dir << " sequence of " << ids.size() << " position " << p;
-    }
+    absl::Status s = model.Forward({&chunk, 1}, &*cache, &out.emplace_back());
+    EXPECT_TRUE(s.ok()) << s;
   }
-  // Greedy continuation as model.generate(do_sample=False) with EOS disabled.
+  return out;
+}
+
+// The largest |logit - transformers' logit| of each position, over the row's largest |logit|.
+std::vector<float> RelativeErrors(const std::vector<float>& logits, const nlohmann::json& want,
+                                  int vocab) {
+  std::vector<float> errors;
+  if (logits.size() != want.size() * vocab) {
+    ADD_FAILURE() << logits.size() << " logits for " << want.size() << " rows of " << vocab;
+    return errors;
+  }
+  for (size_t p = 0; p < want.size(); ++p) {
+    const std::vector<float> row = want[p];
+    float max_abs = 0, max_err = 0;
+    for (int v = 0; v < vocab; ++v) {
+      max_abs = std::max(max_abs, std::abs(row[v]));
+      max_err = std::max(max_err, std::abs(logits[p * vocab + v] - row[v]));
+    }
+    errors.push_back(max_err / std::max(1.0f, max_abs));
+  }
+  return errors;
+}
+
+// `model`'s greedy continuation of expected["greedy_prompt"] against
+// model.generate(do_sample=False) with EOS disabled (expected["greedy_tokens"]).
+void ExpectTransformersGreedy(const Model& model, const nlohmann::json& expected,
+                              const std::string& what) {
   GenerationRequest req;
   req.prompt = expected["greedy_prompt"].get<std::vector<int>>();
   req.sampling.temperature = 0;
   req.ignore_eos = true;
   const std::vector<int> want = expected["greedy_tokens"];
   req.max_tokens = static_cast<int>(want.size());
-  Generator gen(model->get(), nullptr, {});
+  Generator gen(&model, nullptr, {});
   auto out = gen.Generate({&req, 1});
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ((*out)[0].tokens, want);
+  EXPECT_EQ((*out)[0].tokens, want) << what;
+}
+
+// `model` against transformers' logits and greedy tokens in `expected` (`what` names them).
+void ExpectTransformersLogits(const Model& model, const nlohmann::json& expected,
+                              const std::string& what) {
+  ASSERT_TRUE(expected.is_object()) << what;
+  const int vocab = model.config().vocab_size;
+  const auto logits = CaseLogits(model, expected);
+  ASSERT_EQ(logits.size(), expected["cases"].size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const auto& cs = expected["cases"][i];
+    const std::vector<float> errors = RelativeErrors(logits[i], cs["logits"], vocab);
+    for (size_t p = 0; p < errors.size(); ++p) {
+      // Both sides compute in float32 from the same (upcast) weights; they differ only in
+      // summation order (~1e-6 relative per op, compounding over 2 layers) and in the fixtures'
+      // rounding to 6 significant digits (5e-6 relative). 1e-4 of the row's largest logit is
+      // two orders above that and two below the smallest real bug (a wrong rotation or a
+      // missing bias moves logits by 3..20).
+      EXPECT_LE(errors[p], 1e-4f) << what << " sequence of " << cs["input_ids"].size()
+                                  << " position " << p;
+    }
+  }
+  ExpectTransformersGreedy(model, expected, what);
+}
+
+// The model at `path` against transformers' logits and greedy tokens in `expected_path`.
+void ExpectTransformersLogits(const std::string& path, const std::string& expected_path,
+                              std::optional<DType> dtype = std::nullopt) {
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(path, backend.get(), dtype);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ExpectTransformersLogits(**model, testing::LoadJson(expected_path), path);
 }
 
 class HfTransformersTest : public ::testing::TestWithParam<std::string> {};
@@ -69,7 +110,7 @@ TEST_P(HfTransformersTest, LogitsAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfTransformersTest,
                          ::testing::Values("llama3_f32", "llama_tied_bf16", "qwen2_f32",
-                                           "mistral_f16", "llama_sharded_f32"));
+                                           "mistral_f16", "llama_sharded_f32", "qwen3_f32"));
 
 // The same models saved by transformers 5 (tests/fixtures/hf5, make_hf5_fixtures.py): the rope
 // settings live in rope_parameters, and the logits must not move.
@@ -188,6 +229,170 @@ TEST(HfConfigTest, Llama3ScalingTouchesAllThreeBands) {
   EXPECT_NE(scaled[1], plain[1]);  // smoothed
   EXPECT_NE(scaled[1], plain[1] / 8);
   EXPECT_FLOAT_EQ(scaled[7], plain[7] / 8);  // low frequency: divided by factor
+}
+
+// Qwen3: per-head q/k RMSNorm before RoPE, no q/k/v bias, head_dim 16 where hidden_size /
+// num_attention_heads is 8.
+TEST(Qwen3Test, ConfigReadsHeadDimAndQkNorms) {
+  auto c = ModelConfig::FromHfJson(*ReadFileToString(testing::Qwen3Dir() + "/config.json"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->q_dim(), 64);
+  EXPECT_EQ(c->kv_dim(), 32);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->qkv_bias);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->rope_theta, 1e6f);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int>{296});  // <|im_end|>
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Qwen3Dir(), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const LayerWeights& l : (*model)->weights().layers) {
+    EXPECT_NE(l.q_norm, nullptr);
+    EXPECT_NE(l.k_norm, nullptr);
+    EXPECT_EQ(l.bq, nullptr);
+  }
+}
+
+std::string Qwen3ConfigWith(const std::string& extra) {
+  return R"({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 64,
+             "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 128)" +
+         extra + "}";
+}
+
+TEST(Qwen3Test, FieldsThatChangeTheMathAreRefusedByName) {
+  for (const auto& [field, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"use_sliding_window", R"(, "use_sliding_window": true, "sliding_window": 32)"},
+           {"layer_types", R"(, "layer_types": ["full_attention", "sliding_attention"])"},
+           {"layer_types", R"(, "layer_types": ["sliding_attention", "sliding_attention"])"},
+           {"attention_bias", R"(, "attention_bias": true)"},
+           {"rope", R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                        "original_max_position_embeddings": 32768})"},
+       }) {
+    auto r = ModelConfig::FromHfJson(Qwen3ConfigWith(extra));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << extra;
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
+  }
+  // Qwen3Config's defaults where a key is absent: head_dim 128, untied, no sliding window (a
+  // sliding_window value alone does not turn it on).
+  auto c = ModelConfig::FromHfJson(Qwen3ConfigWith(R"(, "sliding_window": 32)"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_TRUE(c->qk_norm);
+  // An architecture outside the list is refused naming the ones Tandem runs.
+  auto gemma = ModelConfig::FromHfJson(R"({"architectures": ["Gemma3ForCausalLM"]})");
+  EXPECT_NE(gemma.status().message().find("Qwen3ForCausalLM"), std::string::npos) << gemma.status();
+}
+
+// The f32 GGUF holds the HF directory's weights (make_qwen3_fixtures.py checks that transformers
+// reading it gives the directory's logits), so it is held to the directory's oracle.
+TEST(Qwen3Test, GgufF32MatchesTransformers) {
+  ExpectTransformersLogits(testing::Qwen3Gguf("qwen3_f32"), testing::Qwen3Dir() + "/expected.json");
+}
+
+// The Q8_0 file dequantized to float32 at load against transformers dequantizing it with gguf-py.
+TEST(Qwen3Test, GgufQ8_0DequantizedMatchesTransformers) {
+  const auto expected =
+      testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/qwen3/expected.json");
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Qwen3Gguf("qwen3_q8_0"), backend.get(), DType::kF32);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ExpectTransformersLogits(**model, expected["q8_0"], "qwen3_q8_0.gguf as f32");
+}
+
+// The Q8_0 matrices as stored (int8 dot products on activations quantized to about 14 bits for
+// steps under 8 tokens, dequantized tiles above): the same greedy tokens as transformers'
+// dequantized model, and logits within 1e-3 of the row's largest (the activations' rounding,
+// ~1e-4 relative per matmul over 2 layers; a wrong block layout moves them by whole units).
+TEST(Qwen3Test, GgufQ8_0AsStoredStaysWithTransformers) {
+  const auto expected =
+      testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/qwen3/expected.json")["q8_0"];
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Qwen3Gguf("qwen3_q8_0"), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->weights().layers[0].wq.dtype, DType::kQ8_0);
+  const auto logits = CaseLogits(**model, expected);
+  ASSERT_EQ(logits.size(), expected["cases"].size());
+  float worst = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    for (float e :
+         RelativeErrors(logits[i], expected["cases"][i]["logits"], (*model)->config().vocab_size)) {
+      worst = std::max(worst, e);
+    }
+  }
+  std::printf("qwen3 Q8_0 as stored against transformers' dequantized logits: %.2e\n", worst);
+  EXPECT_LE(worst, 1e-3f);
+  ExpectTransformersGreedy(**model, expected, "qwen3_q8_0.gguf as stored");
+}
+
+// The tokenizer and chat template found beside each form of the model (tokenizer.json and
+// tokenizer_config.json in the directory; the tokenizer.ggml.* metadata and chat template in the
+// GGUF files) give transformers' ids, decodes and apply_chat_template renders.
+TEST(Qwen3Test, TokenizerAndChatTemplateFromEveryFile) {
+  const auto expected = testing::LoadJson(testing::Qwen3Dir() + "/expected.json");
+  ASSERT_GE(expected["tokenizer"].size(), 60u);
+  ASSERT_GE(expected["chat"].size(), 4u);
+  for (const std::string& path :
+       {testing::Qwen3Dir(), testing::Qwen3Gguf("qwen3_f32"), testing::Qwen3Gguf("qwen3_q8_0")}) {
+    SCOPED_TRACE(path);
+    auto tok_path = FindTokenizerFor(path, 320);
+    ASSERT_TRUE(tok_path.ok()) << tok_path.status();
+    auto tok = LoadTokenizer(*tok_path);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_EQ((*tok)->vocab_size(), 320);
+    EXPECT_EQ((*tok)->eos_ids(), std::vector<int>{296});
+    for (const auto& v : expected["tokenizer"]) {
+      const std::string text = v["text"];
+      const std::vector<int> want = v["ids"];
+      EXPECT_EQ((*tok)->Encode(text, /*add_special_tokens=*/false), want) << v["id"];
+      EXPECT_EQ((*tok)->Decode(want), v["decoded"].get<std::string>()) << v["id"];
+    }
+    auto chat = LoadChatTemplate(path, *tok_path, "");
+    ASSERT_TRUE(chat.ok()) << chat.status();
+    for (const auto& c : expected["chat"]) {
+      auto got = chat->Apply(c["messages"], c["add_generation_prompt"].get<bool>(), c["extra"]);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_EQ(*got, c["rendered"].get<std::string>());
+      EXPECT_EQ((*tok)->Encode(*got, false), c["ids"].get<std::vector<int>>());
+    }
+  }
+}
+
+// `tandem model convert` of the Q8_0 GGUF writes a Qwen3 directory (model_type, head_dim, the
+// q/k norms) that gives the GGUF's dequantized logits exactly.
+TEST(Qwen3Test, ConvertedGgufIsTheSameModel) {
+  testing::TempDir dir;
+  const std::string out = dir.path() + "/qwen3";
+  ASSERT_TRUE(ConvertGgufToHf(testing::Qwen3Gguf("qwen3_q8_0"), out).ok());
+  const auto config = nlohmann::json::parse(*ReadFileToString(out + "/config.json"));
+  EXPECT_EQ(config["model_type"], "qwen3");
+  EXPECT_EQ(config["head_dim"], 16);
+  auto backend = MakeCpuBackend();
+  auto converted = Model::Load(out, backend.get());
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  auto gguf = Model::Load(testing::Qwen3Gguf("qwen3_q8_0"), backend.get(), DType::kF32);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  const auto expected = testing::LoadJson(testing::Qwen3Dir() + "/expected.json");
+  EXPECT_EQ(CaseLogits(**converted, expected), CaseLogits(**gguf, expected));
+}
+
+// The CUDA device model has no per-head q/k norm: a Qwen3 model is refused by name there, before
+// any device is looked for, rather than run without its norms.
+TEST(Qwen3Test, CudaBackendRefusesItByName) {
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Qwen3Dir(), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaRunnerOptions o;
+  o.num_blocks = 8;
+  auto runner = MakeModelRunner("cuda", model->get(), o);
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
+  EXPECT_NE(runner.status().message().find("Qwen3ForCausalLM"), std::string::npos)
+      << runner.status();
 }
 
 }  // namespace

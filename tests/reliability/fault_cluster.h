@@ -40,7 +40,11 @@ struct Proc {
 
 class FaultCluster {
  public:
-  FaultCluster() = default;
+  // `model`: every process's --model and --tokenizer flags (empty: stories260K's).
+  explicit FaultCluster(std::vector<std::string> model = {})
+      : model_(model.empty()
+                   ? std::vector<std::string>{"--model", Stories260K(), "--tokenizer", Tok512()}
+                   : std::move(model)) {}
   FaultCluster(const FaultCluster&) = delete;
   FaultCluster& operator=(const FaultCluster&) = delete;
 
@@ -58,9 +62,10 @@ class FaultCluster {
     }
   }
 
-  static std::vector<std::string> ModelFlags() {
-    return {"--model", Stories260K(),           "--tokenizer",
-            Tok512(),  "--cluster-secret-file", TestClusterSecretFile()};
+  std::vector<std::string> ModelFlags() const {
+    std::vector<std::string> flags = model_;
+    Append(flags, {"--cluster-secret-file", TestClusterSecretFile()});
+    return flags;
   }
 
   // Starts the router (index 0). Heartbeats every 100 ms: a silent worker is unhealthy after
@@ -237,6 +242,7 @@ class FaultCluster {
     return static_cast<int>(procs_.size()) - 1;
   }
 
+  std::vector<std::string> model_;  // --model and --tokenizer
   std::vector<Proc> procs_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<grpc::Channel> internal_channel_;

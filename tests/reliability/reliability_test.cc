@@ -132,6 +132,20 @@ class ReliabilityTest : public ::testing::Test {
 };
 testing::Cluster* ReliabilityTest::reference_ = nullptr;
 
+// Streams `req`, kills -9 the decode worker serving it once 20 tokens arrived, and expects the
+// resumed stream to finish OK with exactly `want`.
+void KillDecodeMidStreamAndExpect(FaultCluster& c, const v1::GenerateRequest& req,
+                                  const std::vector<int>& want) {
+  Stream s(c.generation(), req);
+  ASSERT_TRUE(s.ReadUntil(20));
+  int busy = -1;
+  ASSERT_TRUE(FaultCluster::WaitFor([&] { return (busy = c.Busy("decode")) >= 0; }));
+  c.Kill(busy);
+  const grpc::Status st = s.Finish();
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(s.tokens, want) << "resumed output differs from the fault-free run";
+}
+
 // Rows 4 and 22: kill -9 the decode worker mid-stream. The router resumes the request on
 // another decode worker, and the client's stream continues with no duplicated or missing token,
 // greedy, seeded, with the logit processors and with structured output; with no spare worker
@@ -202,15 +216,37 @@ TEST_F(ReliabilityTest, Row04_SpeculatingDecodeKilledMidStreamResumesIdentically
   for (const v1::GenerateRequest& req : {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11)}) {
     const std::vector<int> want = Reference(req);
     ASSERT_GE(want.size(), 25u);
-    Stream s(c.generation(), req);
-    ASSERT_TRUE(s.ReadUntil(20));
-    int busy = -1;
-    ASSERT_TRUE(FaultCluster::WaitFor([&] { return (busy = c.Busy("decode")) >= 0; }));
-    c.Kill(busy);
+    KillDecodeMidStreamAndExpect(c, req, want);
     ++resumes_expected;
-    const grpc::Status st = s.Finish();
-    ASSERT_TRUE(st.ok()) << st.error_message();
-    EXPECT_EQ(s.tokens, want) << "resumed speculative output differs from the plain run";
+  }
+  EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), resumes_expected);
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// Row 4 for Qwen3 (tests/fixtures/hf/qwen3_f32: per-head q/k norms, head_dim 16 where hidden /
+// heads is 8): a decode worker killed -9 mid-stream, greedy and seeded; the resumed stream equals
+// the fault-free colocated run of the same model, token for token.
+TEST_F(ReliabilityTest, Row04_Qwen3DecodeKilledMidStreamResumesIdentically) {
+  const std::vector<std::string> model = {"--model", testing::Qwen3Dir(), "--tokenizer",
+                                          testing::Qwen3Dir()};
+  testing::Cluster reference(0, 0, {}, {}, model);
+  ASSERT_TRUE(reference.ready());
+  FaultCluster c(model);
+  c.StartRouter();
+  const int p = c.StartWorker("prefill");
+  const std::vector<std::string> slow = {"--fault", "step_delay_ms=15"};
+  std::vector<int> decode = {c.StartWorker("decode", slow), c.StartWorker("decode", slow),
+                             c.StartWorker("decode", slow)};
+  ASSERT_GE(p, 0);
+  for (int d : decode) ASSERT_GE(d, 0);
+  int resumes_expected = 0;
+  for (const v1::GenerateRequest& req : {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11)}) {
+    const testing::Streamed want = testing::Generate(reference.generation(), req);
+    ASSERT_TRUE(want.status.ok()) << want.status.error_message();
+    ASSERT_EQ(want.tokens.size(), 120u);
+    KillDecodeMidStreamAndExpect(c, req, want.tokens);
+    ++resumes_expected;
   }
   EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), resumes_expected);
   std::string why;

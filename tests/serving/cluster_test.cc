@@ -20,6 +20,7 @@
 #include "structured/json_matcher.h"
 #include "tests/metrics/metrics_text.h"
 #include "text/llama2c_tokenizer.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {
@@ -85,13 +86,21 @@ v1::GenerateRequest ToRequest(const Case& c, uint64_t seed = 7) {
   return r;
 }
 
+// A model and its tokenizer, as the servers' --model and --tokenizer flags name them.
+struct ModelFiles {
+  std::string model = testing::Stories260K();
+  std::string tokenizer = testing::Tok512();
+  std::vector<std::string> Flags() const { return {"--model", model, "--tokenizer", tokenizer}; }
+};
+
 // The engine alone, in this process: the expected tokens for every case, with the KV cache
 // stored in `kv_dtype`.
-std::vector<std::vector<int>> Expected(const std::vector<Case>& cases,
-                                       DType kv_dtype = DType::kF32) {
+std::vector<std::vector<int>> Expected(const std::vector<Case>& cases, DType kv_dtype = DType::kF32,
+                                       const ModelFiles& files = {}) {
   auto backend = MakeCpuBackend();
-  auto model = std::move(*Model::Load(testing::Stories260K(), backend.get()));
-  std::shared_ptr<const Tokenizer> tok = *Llama2cTokenizer::Load(testing::Tok512(), 512);
+  auto model = std::move(*Model::Load(files.model, backend.get()));
+  std::shared_ptr<const Tokenizer> tok =
+      *LoadTokenizer(files.tokenizer, model->config().vocab_size);
   std::vector<GenerationRequest> reqs;
   for (const auto& c : cases) {
     GenerationRequest r;
@@ -122,23 +131,30 @@ class ClusterTest : public ::testing::Test {
     delete expected_;
   }
   // The reference prompt "" is sent as tokens ([BOS]): text must not be empty.
-  static v1::GenerateRequest Request(size_t i) {
-    v1::GenerateRequest r = ToRequest((*cases_)[i]);
-    if ((*cases_)[i].prompt.empty()) r.mutable_tokens()->add_ids(1);
+  static v1::GenerateRequest Request(const Case& c) {
+    v1::GenerateRequest r = ToRequest(c);
+    if (c.prompt.empty()) r.mutable_tokens()->add_ids(1);
     return r;
   }
+  static v1::GenerateRequest Request(size_t i) { return Request((*cases_)[i]); }
   void CheckAllCases(Cluster& cluster, int concurrency) {
     CheckAllCases(cluster, concurrency, *expected_);
   }
   void CheckAllCases(Cluster& cluster, int concurrency,
                      const std::vector<std::vector<int>>& expected) {
+    CheckCases(cluster, concurrency, *cases_, expected);
+  }
+  // Every case `concurrency` times at once: each output equals the engine alone's (`expected`,
+  // per case), and every block is free afterwards.
+  void CheckCases(Cluster& cluster, int concurrency, const std::vector<Case>& cases,
+                  const std::vector<std::vector<int>>& expected) {
     ASSERT_TRUE(cluster.ready());
-    const size_t n = cases_->size();
+    const size_t n = cases.size();
     std::vector<testing::Streamed> got(n * concurrency);
     std::vector<std::thread> threads;
     for (size_t i = 0; i < got.size(); ++i) {
       threads.emplace_back(
-          [&, i] { got[i] = testing::Generate(cluster.generation(), Request(i % n)); });
+          [&, i] { got[i] = testing::Generate(cluster.generation(), Request(cases[i % n])); });
     }
     for (auto& t : threads) t.join();
     for (size_t i = 0; i < got.size(); ++i) {
@@ -226,6 +242,46 @@ TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
       testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total");
   EXPECT_GT(preemptions, 0);
   std::printf("32 requests through a 40-block decode worker: %.0f preemptions\n", preemptions);
+}
+
+// Qwen3 (per-head q/k norms, head_dim 16 where hidden / heads is 8; the tiny model of
+// tests/fixtures/hf/qwen3_f32, which hf_transformers_test holds to transformers) as its HF
+// directory (tokenizer.json and chat template beside it) and as its Q8_0 GGUF (the tokenizer from
+// the metadata): --role=all, 1 prefill + 1 decode, and a decode worker under KV pressure give the
+// engine alone's tokens, greedy and seeded, and leave nothing behind.
+TEST_F(ClusterTest, Qwen3MatchesEngineColocatedDisaggregatedAndPreempting) {
+  std::vector<Case> cases;
+  for (const char* prompt : {"Once upon a time", "The capital of France is",
+                             "<|im_start|>user\nName three colours.<|im_end|>\n"
+                             "<|im_start|>assistant\n",
+                             "def f(x):\n    return x * 2  # 123"}) {
+    cases.push_back({prompt, Plain(0.0f, 1.0f), 80});
+    cases.push_back({prompt, Plain(0.8f, 0.9f), 80});
+  }
+  const ModelFiles hf{testing::Qwen3Dir(), testing::Qwen3Dir()};
+  const ModelFiles gguf{testing::Qwen3Gguf("qwen3_q8_0"), testing::Qwen3Gguf("qwen3_q8_0")};
+  struct Setup {
+    int prefill, decode;
+    ModelFiles files;
+    std::vector<std::string> flags;
+    int concurrency;
+  };
+  const Setup setups[] = {
+      {0, 0, hf, {}, 1},
+      {1, 1, hf, {}, 1},
+      {1, 1, gguf, {}, 1},
+      {1, 1, hf, {"--num-blocks", "40"}, 4},  // 32 requests of up to ~110 tokens in 640 slots
+  };
+  for (const Setup& s : setups) {
+    SCOPED_TRACE(absl::StrFormat("%s, %d prefill + %d decode, %d blocks", s.files.model, s.prefill,
+                                 s.decode, s.flags.empty() ? 0 : 40));
+    Cluster c(s.prefill, s.decode, s.flags, {}, s.files.Flags());
+    CheckCases(c, s.concurrency, cases, Expected(cases, DType::kF32, s.files));
+    if (!s.flags.empty()) {
+      EXPECT_GT(
+          testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total"), 0);
+    }
+  }
 }
 
 // Speculative decoding on the decode workers (prompt lookup colocated, a draft model

@@ -11,6 +11,7 @@
 #include "tests/serving/engine_pair.h"
 #include "tests/test_util.h"
 #include "text/llama2c_tokenizer.h"
+#include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {
@@ -187,6 +188,56 @@ TEST_P(EnginesTest, AdmissionsDuringDecodeLeaveRunningRequestsIntact) {
   for (uint64_t h : handles) decode_->Cancel(h);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(*got, (*want)[0].tokens);
+}
+
+// Qwen3 (per-head q/k norms, head_dim 16 where hidden / heads is 8; tests/fixtures/hf/qwen3_f32,
+// checked against transformers in hf_transformers_test) through the pair, greedy and seeded at
+// once: the engine alone's tokens, from a decode engine with room to spare and from one so small
+// that it preempts and recomputes sequences. Nothing is left behind in either.
+TEST_P(EnginesTest, Qwen3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
+  auto model = Model::Load(testing::Qwen3Dir(), backend_.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto tok = LoadTokenizer(testing::Qwen3Dir());
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  std::vector<GenerationRequest> reqs;
+  for (const char* text : {"Once upon a time", "The capital of France is",
+                           "<|im_start|>user\nName three colours.<|im_end|>\n"
+                           "<|im_start|>assistant\n",
+                           "def f(x):\n    return x * 2  # 123"}) {
+    for (int seeded = 0; seeded < 2; ++seeded) {
+      GenerationRequest r;
+      r.prompt = (*tok)->Encode(text, false);
+      r.max_tokens = 80;
+      r.ignore_eos = true;
+      r.sampling.temperature = seeded ? 0.8f : 0.0f;
+      r.sampling.top_p = seeded ? 0.9f : 1.0f;
+      r.sampling.seed = 99;
+      reqs.push_back(r);
+    }
+  }
+  PrefillEngineOptions po;
+  po.num_blocks = 256;
+  po.scheduler.chunk_size = 7;
+  auto prefill = PrefillEngine::Create(model->get(), sender_.get(), po);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  // 96 blocks of 4 tokens take the eight prompts (13 to 30 tokens: 50 blocks), not their growth.
+  for (int num_blocks : {2048, 96}) {
+    SCOPED_TRACE(num_blocks);
+    DecodeEngineOptions dopt;
+    dopt.block_size = 4;
+    dopt.num_blocks = num_blocks;
+    dopt.transport = GetParam();
+    dopt.listen =
+        GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test-qwen3-" + std::to_string(num_blocks);
+    dopt.receiver.auth.secret = testing::TestClusterSecret();
+    auto decode = DecodeEngine::Create(model->get(), dopt);
+    ASSERT_TRUE(decode.ok()) << decode.status();
+    testing::ExpectTokensOfTheEngineAlone(model->get(), prefill->get(), decode->get(), reqs);
+    if (num_blocks == 96) EXPECT_GT((*decode)->preemptions(), 0);
+    EXPECT_TRUE((*decode)->Idle());
+    EXPECT_EQ((*decode)->Load().free_blocks, num_blocks);
+  }
+  EXPECT_TRUE((*prefill)->Idle());
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EnginesTest, ::testing::Values("local", "tcp"));
