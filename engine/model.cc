@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -42,6 +43,18 @@ DType FitDType(DType dtype, int64_t cols) {
     default:
       return DType::kQ8_0;
   }
+}
+
+// A file named *.gguf that does not begin with GGUF's magic (a text file, an HTML error page
+// saved by a failed download) is said to be no GGUF file, rather than tried as the llama2.c
+// checkpoint any other file is taken for.
+absl::Status CheckGgufName(const std::string& path) {
+  std::string ext = path.size() >= 5 ? path.substr(path.size() - 5) : "";
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  if (ext != ".gguf" || IsGgufFile(path)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s: not a GGUF file (bad magic: it does not begin with \"GGUF\")", path));
 }
 
 }  // namespace
@@ -103,6 +116,9 @@ absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Back
   if (::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrFormat("model path %s does not exist", path));
   }
+  if (!S_ISDIR(st.st_mode)) {
+    if (absl::Status s = CheckGgufName(path); !s.ok()) return s;
+  }
   auto loaded = S_ISDIR(st.st_mode) ? LoadHfModel(path)
                 : IsGgufFile(path)  ? LoadGgufModel(path)
                                     : LoadLlama2cCheckpoint(path);
@@ -121,6 +137,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
     if (!text.ok()) return absl::NotFoundError(absl::StrFormat("%s: no config.json", path));
     return ModelConfig::FromHfJson(*text);
   }
+  if (absl::Status s = CheckGgufName(path); !s.ok()) return s;
   if (IsGgufFile(path)) {
     auto gguf = GgufFile::Read(path);  // maps the file; reads the metadata pages
     if (!gguf.ok()) return gguf.status();

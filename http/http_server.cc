@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "formats/mapped_file.h"
 #include "http/http_listener.h"
+#include "http/responses.h"
 #include "router/request_id.h"
 #include "router/router.h"
 #include "security/secure_socket.h"
@@ -140,6 +141,12 @@ struct HttpServer::Impl {
       if (method("POST")) Generate(Endpoint::kCompletions, req, w);
     } else if (path == "/v1/chat/completions") {
       if (method("POST")) Generate(Endpoint::kChatCompletions, req, w);
+    } else if (path == "/v1/responses") {
+      if (method("POST")) Generate(Endpoint::kResponses, req, w);
+    } else if (path.starts_with("/v1/responses/")) {
+      Reply(w, Error(404, absl::StrFormat("%s %s: responses are not stored (each answer is "
+                                          "returned whole, or streamed, by POST /v1/responses)",
+                                          req.method, path)));
     } else {
       Reply(w, Error(404, absl::StrFormat("no such endpoint: %s %s", req.method, path)));
     }
@@ -296,23 +303,35 @@ struct HttpServer::Impl {
   // and a streaming answer is written as the router produces it.
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     // A client that left while its request waited or was parsed costs no more work.
-    auto parsed = openai::ParseRequest(endpoint, req.body, model, RandomSeed(),
-                                       [&w] { return w.ClientGone(); });
+    auto gone = [&w] { return w.ClientGone(); };
+    auto parsed = endpoint == Endpoint::kResponses
+                      ? openai::ParseResponsesRequest(req.body, model, RandomSeed(), gone)
+                      : openai::ParseRequest(endpoint, req.body, model, RandomSeed(), gone);
     if (!parsed.ok()) {
       Count(static_cast<grpc::StatusCode>(parsed.status().code()));
       Reply(w, openai::ToApiError(parsed.status(), nullptr));
       return;
     }
     const openai::Request& request = *parsed;
-    openai::ResponseBuilder builder(request, model, absl::ToUnixSeconds(absl::Now()));
-    if (request.echo_logprobs || request.prompt_logprobs >= 0 || request.score_only) {
-      std::vector<int> prompt_tokens;
-      if (grpc::Status s = ScorePrompts(request, &builder, &prompt_tokens); !s.ok()) {
-        Count(s.error_code());
-        return Reply(w, openai::ToApiError(s, &request));
+    const int64_t created = absl::ToUnixSeconds(absl::Now());
+    std::unique_ptr<openai::AnswerBuilder> answer;
+    if (endpoint == Endpoint::kResponses) {
+      answer = std::make_unique<openai::ResponsesBuilder>(request, model, created);
+    } else {
+      auto completions = std::make_unique<openai::ResponseBuilder>(request, model, created);
+      if (request.echo_logprobs || request.prompt_logprobs >= 0 || request.score_only) {
+        std::vector<int> prompt_tokens;
+        if (grpc::Status s = ScorePrompts(request, completions.get(), &prompt_tokens); !s.ok()) {
+          Count(s.error_code());
+          return Reply(w, openai::ToApiError(s, &request));
+        }
+        if (request.score_only) {
+          return AnswerPromptOnly(request, prompt_tokens, *completions, w);
+        }
       }
-      if (request.score_only) return AnswerPromptOnly(request, prompt_tokens, builder, w);
+      answer = std::move(completions);
     }
+    openai::AnswerBuilder& builder = *answer;
     // Every choice is its own generation through the router, the first on this thread and the
     // others on their own; their messages meet in the builder (and the stream) under `mu`. One
     // failing choice cancels the others: the request fails as a whole.
@@ -370,9 +389,7 @@ struct HttpServer::Impl {
     }
     if (!w.started()) return Reply(w, openai::ToApiError(s, &request));
     const std::string tail =
-        s.ok() ? builder.StreamEnd()
-               : openai::ResponseBuilder::StreamError(openai::ToApiError(s, &request)) +
-                     "data: [DONE]\n\n";
+        s.ok() ? builder.StreamEnd() : builder.StreamFailure(openai::ToApiError(s, &request));
     if (w.Write(tail)) w.End();
   }
 };

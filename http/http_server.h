@@ -1,5 +1,6 @@
 // The router's OpenAI-compatible HTTP front (http/http_listener.h): POST /v1/completions,
-// POST /v1/chat/completions (JSON or server-sent events), GET /v1/models, GET /health, and
+// POST /v1/chat/completions, POST /v1/responses (JSON or server-sent events), GET /v1/models,
+// GET /health, and
 // vLLM's /ping, /version, POST /tokenize and /detokenize. Every
 // generation goes through Router::GenerateStream, the path gRPC's Generate takes, so both get the
 // same validation, limits, cancellation and metrics. A client that disconnects cancels its

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
+#include "http/json_fields.h"
 #include "http/json_limits.h"
 #include "structured/json_parse.h"
 #include "structured/json_schema.h"
@@ -30,60 +31,6 @@ using Json = nlohmann::ordered_json;
 // The Hermes/Qwen tool-call block.
 constexpr std::string_view kCallOpen = "<tool_call>";
 constexpr std::string_view kCallClose = "</tool_call>";
-
-absl::Status Invalid(absl::string_view param, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(param, ": ", why));
-}
-
-const char* TypeName(const Json& v) {
-  switch (v.type()) {
-    case Json::value_t::null:
-      return "null";
-    case Json::value_t::boolean:
-      return "a boolean";
-    case Json::value_t::string:
-      return "a string";
-    case Json::value_t::array:
-      return "an array";
-    case Json::value_t::object:
-      return "an object";
-    case Json::value_t::number_float:
-      return "a number";
-    default:
-      return "an integer";
-  }
-}
-
-// The field `key` of `body`; nullptr when absent or null (OpenAI treats null as unset).
-const Json* Field(const Json& body, const char* key) {
-  auto it = body.find(key);
-  if (it == body.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-absl::StatusOr<bool> GetBool(const Json& v, absl::string_view param) {
-  if (!v.is_boolean()) return Invalid(param, absl::StrCat("must be a boolean, got ", TypeName(v)));
-  return v.get<bool>();
-}
-
-absl::StatusOr<double> GetNumber(const Json& v, absl::string_view param) {
-  if (!v.is_number()) return Invalid(param, absl::StrCat("must be a number, got ", TypeName(v)));
-  return v.get<double>();
-}
-
-// An integer in [lo, hi].
-absl::StatusOr<int64_t> GetInt(const Json& v, absl::string_view param, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) {
-    return Invalid(param, absl::StrCat("must be an integer, got ", TypeName(v)));
-  }
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return Invalid(param, absl::StrFormat("must be at most %d", hi));
-  }
-  const int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi)
-    return Invalid(param, absl::StrFormat("must be in [%d, %d], got %d", lo, hi, x));
-  return x;
-}
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
@@ -106,49 +53,113 @@ absl::Status CheckUnsupported(const Json& body, Endpoint endpoint) {
   return absl::OkStatus();
 }
 
+// Renames the $defs (and definitions) that `schema`'s "$ref"s name: "#/$defs/X" becomes
+// "#/$defs/PREFIX" "X", so that several tools' definitions can share one document. Values that
+// are data, not schemas (const, enum, default, examples), are left alone.
+void PrefixRefs(Json& schema, const std::string& prefix) {
+  if (schema.is_array()) {
+    for (Json& v : schema) PrefixRefs(v, prefix);
+    return;
+  }
+  if (!schema.is_object()) return;
+  for (auto& [key, value] : schema.items()) {
+    if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;
+    if (key == "$ref" && value.is_string()) {
+      std::string ref = value.get<std::string>();
+      for (std::string_view defs : {"#/$defs/", "#/definitions/"}) {
+        if (ref.starts_with(defs)) {
+          ref.insert(defs.size(), prefix);
+          break;
+        }
+      }
+      value = ref;
+    } else {
+      PrefixRefs(value, prefix);
+    }
+  }
+}
+
+// One candidate of a forced call: tools[index].function.
+struct ForcedFunction {
+  int index = 0;
+  const Json* function = nullptr;
+};
+
 // A forced tool call (tool_choice "required" or a named function): the output is one Hermes
 // block, "<tool_call>\n" {"name": ..., "arguments": {...}} "\n</tool_call>", which the tool-call
-// parser then returns as the call. With one candidate the arguments follow its `parameters`
-// schema (its $defs and definitions moved to the top, where their references point), and a
-// schema refused names `tools[index].function.parameters`; with several, the name is one of
-// theirs and the arguments any object.
-absl::Status ForceToolCall(const std::vector<const Json*>& functions, int index,
-                           v1::SamplingParams* s) {
-  const std::string param = absl::StrFormat("tools[%d].function.parameters", index);
-  Json schema = {
-      {"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
-  if (functions.size() == 1) {
-    const Json& fn = *functions[0];
-    Json params = {{"type", "object"}};
-    if (const Json* p = Field(fn, "parameters")) params = *p;
-    for (const char* defs : {"$defs", "definitions"}) {
-      if (params.contains(defs)) {
-        schema[defs] = params[defs];
-        params.erase(defs);
+// parser then returns as the call. Each candidate's call is {"name": its name, "arguments": its
+// `parameters`} (their $defs and definitions moved to the top, where their references point);
+// with several candidates ("required" over several tools) the block is one of those shapes, a
+// union told apart by the name, so that the arguments follow the schema of the function named.
+// A schema refused names `tools[index].function.parameters`.
+absl::Status ForceToolCall(const std::vector<ForcedFunction>& functions, v1::SamplingParams* s) {
+  const std::string prefix = std::string(kCallOpen) + "\n";
+  const std::string suffix = "\n" + std::string(kCallClose);
+  const bool several = functions.size() > 1;
+  Json shapes = Json::array();
+  Json defs = Json::object();
+  for (size_t k = 0; k < functions.size(); ++k) {
+    const auto [index, fn] = functions[k];
+    const std::string param = absl::StrFormat("tools[%d].function.parameters", index);
+    for (size_t j = 0; j < k; ++j) {
+      if ((*functions[j].function)["name"] == (*fn)["name"]) {
+        return Invalid(absl::StrFormat("tools[%d].function.name", index),
+                       absl::StrFormat("names the function tools[%d] names; a forced call needs "
+                                       "distinct names",
+                                       functions[j].index));
       }
     }
+    Json params = {{"type", "object"}};
+    if (const Json* p = Field(*fn, "parameters")) params = *p;
     if (params.dump().find(R"("$ref":"#")") != std::string::npos) {
       return Invalid(param, "a forced function's parameters may not refer to \"#\"");
     }
-    schema["properties"] = {{"name", {{"const", fn["name"]}}}, {"arguments", params}};
-  } else {
-    Json names = Json::array();
-    for (const Json* fn : functions) names.push_back((*fn)["name"]);
-    schema["properties"] = {{"name", {{"enum", names}}}, {"arguments", {{"type", "object"}}}};
-  }
-  const std::string prefix = std::string(kCallOpen) + "\n";
-  const std::string suffix = "\n" + std::string(kCallClose);
-  if (auto compiled = structured::JsonSchema::Compile(schema.dump(), prefix, suffix);
-      !compiled.ok()) {
-    // Places inside the arguments, as the client wrote them ("at /properties/x: ...").
-    std::string why(compiled.status().message());
-    constexpr std::string_view kArguments = "at /properties/arguments";
-    if (functions.size() == 1 && why.starts_with(kArguments)) {
-      const std::string rest = why.substr(kArguments.size());
-      why = absl::StrCat("at ", rest.starts_with("/") ? "" : "/", rest);
+    Json shape = {
+        {"type", "object"}, {"required", {"name", "arguments"}}, {"additionalProperties", false}};
+    Json own_defs = Json::object();  // this function's, at the top of its own document
+    for (const char* section : {"$defs", "definitions"}) {
+      if (params.contains(section)) {
+        own_defs[section] = params[section];
+        params.erase(section);
+      }
+    }
+    shape["properties"] = {{"name", {{"const", (*fn)["name"]}}}, {"arguments", params}};
+    // Each function's schema alone first, so that what is wrong with it names its tool.
+    Json alone = shape;
+    for (const auto& [section, d] : own_defs.items()) alone[section] = d;
+    if (auto compiled = structured::JsonSchema::Compile(alone.dump(), prefix, suffix);
+        !compiled.ok()) {
+      // Places inside the arguments, as the client wrote them ("at /properties/x: ...").
+      std::string why(compiled.status().message());
+      constexpr std::string_view kArguments = "at /properties/arguments";
+      if (why.starts_with(kArguments)) {
+        const std::string rest = why.substr(kArguments.size());
+        why = absl::StrCat("at ", rest.starts_with("/") ? "" : "/", rest);
+      }
       return Invalid(param, why);
     }
-    return Invalid(functions.size() == 1 ? param : "tool_choice", why);
+    if (!several) {
+      s->set_json_schema(alone.dump());
+      s->set_json_prefix(prefix);
+      s->set_json_suffix(suffix);
+      return absl::OkStatus();
+    }
+    const std::string rename = absl::StrFormat("tool%d_", index);
+    PrefixRefs(shape, rename);
+    for (auto& [section, d] : own_defs.items()) {
+      for (auto& [name, sub] : d.items()) {
+        Json renamed = sub;
+        PrefixRefs(renamed, rename);
+        defs[section][rename + name] = std::move(renamed);
+      }
+    }
+    shapes.push_back(std::move(shape));
+  }
+  Json schema = {{"anyOf", std::move(shapes)}};
+  for (auto& [section, d] : defs.items()) schema[section] = d;
+  if (auto compiled = structured::JsonSchema::Compile(schema.dump(), prefix, suffix);
+      !compiled.ok()) {
+    return Invalid("tool_choice", compiled.status().message());
   }
   s->set_json_schema(schema.dump());
   s->set_json_prefix(prefix);
@@ -449,22 +460,23 @@ absl::StatusOr<std::string> RenderChat(const Json& body, const ServedModel& mode
       }
     }
     std::string choice = "auto";
-    std::vector<const Json*> forced;  // the functions a forced call may name
-    int forced_index = -1;            // the tool of the one a forced call names
+    std::vector<ForcedFunction> forced;  // the functions a forced call may name
     if (const Json* c = Field(body, "tool_choice")) {
       if (c->is_string() && (*c == "auto" || *c == "none" || *c == "required")) {
         choice = c->get<std::string>();
         if (choice == "required") {
-          for (const Json& t : *tools) forced.push_back(&t["function"]);
+          for (size_t i = 0; i < tools->size(); ++i) {
+            forced.push_back({static_cast<int>(i), &(*tools)[i]["function"]});
+          }
         }
       } else if (const Json* fn = c->is_object() ? Field(*c, "function") : nullptr;
                  fn != nullptr && fn->is_object() && Field(*fn, "name") != nullptr) {
         choice = "function";
-        for (size_t i = 0; i < tools->size(); ++i) {
+        for (size_t i = 0; i < tools->size() && forced.empty(); ++i) {
           const Json& t = (*tools)[i];
-          if (t["function"]["name"] != (*fn)["name"]) continue;
-          if (forced.empty()) forced_index = static_cast<int>(i);
-          forced.push_back(&t["function"]);
+          if (t["function"]["name"] == (*fn)["name"]) {
+            forced.push_back({static_cast<int>(i), &t["function"]});
+          }
         }
         if (forced.empty()) {
           return Invalid("tool_choice.function.name", "names no function in tools");
@@ -480,10 +492,7 @@ absl::StatusOr<std::string> RenderChat(const Json& body, const ServedModel& mode
       *parse_tool_calls = true;
     }
     if (!forced.empty()) {
-      if (forced.size() == 1 && forced_index < 0) forced_index = 0;  // "required", one tool
-      if (absl::Status s = ForceToolCall(forced, forced_index, sampling); !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = ForceToolCall(forced, sampling); !s.ok()) return s;
     }
   } else if (const Json* c = Field(body, "tool_choice");
              c != nullptr && !(c->is_string() && (*c == "auto" || *c == "none"))) {
@@ -526,6 +535,8 @@ absl::Status SetChatPrompt(const Json& body, const ServedModel& model, v1::Gener
 std::string OpenAiParam(std::string_view field, const Request* r) {
   const bool chat = r != nullptr && r->endpoint == Endpoint::kChatCompletions;
   if (field == "text" || field == "tokens.ids" || field == "input") {
+    // A parse error (no request yet) naming "input" is the Responses API's own field.
+    if (r == nullptr ? field == "input" : r->endpoint == Endpoint::kResponses) return "input";
     return chat ? "messages" : "prompt";
   }
   if (field == "max_tokens") return r != nullptr ? r->max_tokens_param : "max_tokens";
@@ -535,19 +546,6 @@ std::string OpenAiParam(std::string_view field, const Request* r) {
   }
   if (field.starts_with("sampling.")) return std::string(field.substr(9));
   return std::string(field);
-}
-
-// The "field" of a "field: why" message, when it has one.
-std::string_view FieldPrefix(std::string_view message) {
-  const size_t colon = message.find(": ");
-  if (colon == std::string_view::npos || colon == 0) return {};
-  for (char c : message.substr(0, colon)) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' ||
-          c == ']')) {
-      return {};
-    }
-  }
-  return message.substr(0, colon);
 }
 
 Json Nullable(const std::string& s) { return s.empty() ? Json(nullptr) : Json(s); }
@@ -561,6 +559,18 @@ std::pair<std::string, Json> TokenText(const Tokenizer& tok, int id) {
 }
 
 }  // namespace
+
+std::string_view FieldPrefix(std::string_view message) {
+  const size_t colon = message.find(": ");
+  if (colon == std::string_view::npos || colon == 0) return {};
+  for (char c : message.substr(0, colon)) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '[' ||
+          c == ']')) {
+      return {};
+    }
+  }
+  return message.substr(0, colon);
+}
 
 std::string FinishReasonName(v1::FinishReason reason) {
   switch (reason) {
@@ -623,42 +633,6 @@ constexpr std::string_view kKnownFields[] = {"model",
                                              "structural_tag",
                                              "structured_outputs",
                                              "prompt_logprobs"};
-
-// Logs each field Tandem does not know, once per name per process (at most 64 names, each cut
-// to 64 printable characters), so that an operator sees what clients send without a log line
-// per request.
-void LogUnknownFields(const Json& body) {
-  static std::mutex mu;
-  static std::set<std::string>* seen = new std::set<std::string>();
-  for (const auto& [key, value] : body.items()) {
-    if (std::find(std::begin(kKnownFields), std::end(kKnownFields), key) !=
-        std::end(kKnownFields)) {
-      continue;
-    }
-    std::string name = key.substr(0, 64);
-    for (char& c : name) {
-      if (c < 0x20 || c > 0x7e) c = '?';
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    if (seen->size() >= 64 || !seen->insert(name).second) continue;
-    std::fprintf(stderr, "[tandem-http] ignoring the unknown request field \"%s\"\n", name.c_str());
-  }
-}
-
-// The request body as a JSON object, within the JSON limits (http/json_limits.h), parsed in
-// time linear in its size.
-absl::StatusOr<Json> ParseBody(std::string_view body_text, const std::function<bool()>& cancelled) {
-  if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
-  absl::StatusOr<Json> body = structured::ParseJson(body_text, cancelled);
-  if (absl::IsCancelled(body.status())) return body.status();
-  if (!body.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the request body is not valid JSON (", body.status().message(), ")"));
-  }
-  if (!body->is_object())
-    return absl::InvalidArgumentError("the request body must be a JSON object");
-  return body;
-}
 
 // n, and completions' best_of and echo (left as they are when absent).
 absl::Status ParseChoiceCounts(const Json& body, bool chat, int* n_out, int* best_of_out,
@@ -926,13 +900,49 @@ absl::Status SetPromptScoring(const Json& body, Request* r) {
 
 }  // namespace
 
+void LogUnknownFields(const Json& body, std::span<const std::string_view> known) {
+  static std::mutex mu;
+  static std::set<std::string>* seen = new std::set<std::string>();
+  for (const auto& [key, value] : body.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::string name = key.substr(0, 64);
+    for (char& c : name) {
+      if (c < 0x20 || c > 0x7e) c = '?';
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (seen->size() >= 64 || !seen->insert(name).second) continue;
+    std::fprintf(stderr, "[tandem-http] ignoring the unknown request field \"%s\"\n", name.c_str());
+  }
+}
+
+absl::StatusOr<Json> ParseJsonBody(std::string_view body_text,
+                                   const std::function<bool()>& cancelled) {
+  if (absl::Status s = CheckJsonLimits(body_text); !s.ok()) return s;
+  absl::StatusOr<Json> body = structured::ParseJson(body_text, cancelled);
+  if (absl::IsCancelled(body.status())) return body.status();
+  if (!body.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON (", body.status().message(), ")"));
+  }
+  if (!body->is_object())
+    return absl::InvalidArgumentError("the request body must be a JSON object");
+  return body;
+}
+
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body_text,
                                      const ServedModel& model, uint64_t random_seed,
                                      const std::function<bool()>& cancelled) {
-  absl::StatusOr<Json> parsed = ParseBody(body_text, cancelled);
+  absl::StatusOr<Json> parsed = ParseJsonBody(body_text, cancelled);
   if (!parsed.ok()) return parsed.status();
-  const Json& body = *parsed;
-  LogUnknownFields(body);
+  LogUnknownFields(*parsed, kKnownFields);
+  return ParseRequestBody(endpoint, *parsed, model, random_seed);
+}
+
+absl::StatusOr<Request> ParseRequestBody(Endpoint endpoint, const Json& body,
+                                         const ServedModel& model, uint64_t random_seed) {
+  if (endpoint == Endpoint::kResponses) {
+    return absl::InvalidArgumentError("the Responses API is parsed by ParseResponsesRequest");
+  }
   Request r;
   r.endpoint = endpoint;
   const bool chat = endpoint == Endpoint::kChatCompletions;
@@ -976,7 +986,7 @@ namespace {
 
 // The body of a request that is not a generation: an object whose `model`, if any, is ours.
 absl::StatusOr<Json> ParseOtherBody(std::string_view body_text, const ServedModel& model) {
-  absl::StatusOr<Json> body = ParseBody(body_text, {});
+  absl::StatusOr<Json> body = ParseJsonBody(body_text, {});
   if (!body.ok()) return body.status();
   if (const Json* v = Field(*body, "model")) {
     if (!v->is_string()) return Invalid("model", "must be a string");
@@ -1185,9 +1195,10 @@ std::string ToolCallParser::Add(std::string_view text) {
       const std::string arguments = args == nullptr     ? "{}"
                                     : args->is_string() ? args->get<std::string>()
                                                         : args->dump();
-      calls_.push_back({{"id", absl::StrFormat("call_%s_%d", id_prefix_, total_++)},
-                        {"type", "function"},
-                        {"function", {{"name", *name}, {"arguments", arguments}}}});
+      calls_.push_back({content.size(),
+                        {{"id", absl::StrFormat("call_%s_%d", id_prefix_, total_++)},
+                         {"type", "function"},
+                         {"function", {{"name", *name}, {"arguments", arguments}}}}});
     } else {
       content += std::string(kCallOpen) + body + std::string(kCallClose);  // not a call: text
     }
@@ -1203,7 +1214,16 @@ std::string ToolCallParser::Flush() {
   return rest;
 }
 
-std::vector<Json> ToolCallParser::TakeCalls() { return std::exchange(calls_, {}); }
+std::vector<Json> ToolCallParser::TakeCalls() {
+  std::vector<Json> calls;
+  for (PlacedCall& c : calls_) calls.push_back(std::move(c.call));
+  calls_.clear();
+  return calls;
+}
+
+std::vector<ToolCallParser::PlacedCall> ToolCallParser::TakePlacedCalls() {
+  return std::exchange(calls_, {});
+}
 
 ResponseBuilder::ResponseBuilder(const Request& request, const ServedModel& model,
                                  int64_t created_unix)
@@ -1437,7 +1457,7 @@ std::string ResponseBuilder::Add(int index, const v1::GenerateResponse& msg) {
   return events;
 }
 
-std::string ResponseBuilder::StreamEnd() const {
+std::string ResponseBuilder::StreamEnd() {
   std::string events;
   if (request_.include_usage) {
     const bool chat = request_.endpoint == Endpoint::kChatCompletions;
@@ -1454,6 +1474,10 @@ std::string ResponseBuilder::StreamEnd() const {
 
 std::string ResponseBuilder::StreamError(const ApiError& error) {
   return "data: " + ErrorBody(error) + "\n\n";
+}
+
+std::string ResponseBuilder::StreamFailure(const ApiError& error) {
+  return StreamError(error) + "data: [DONE]\n\n";
 }
 
 namespace {

@@ -3,7 +3,8 @@
 // here, values checked by the router's one ingress function), the router's GenerateResponse
 // messages become OpenAI's JSON bodies or server-sent-event chunks, and a grpc::Status becomes
 // an HTTP status with OpenAI's error shape {"error": {"message", "type", "param", "code"}}.
-// http/http_server.h serves these over HTTP.
+// /v1/responses (http/responses.h) is mapped onto chat completions. http/http_server.h serves
+// these over HTTP.
 #ifndef TANDEM_HTTP_OPENAI_H_
 #define TANDEM_HTTP_OPENAI_H_
 
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,7 +26,7 @@
 
 namespace tandem::openai {
 
-enum class Endpoint { kCompletions, kChatCompletions };
+enum class Endpoint { kCompletions, kChatCompletions, kResponses };
 
 // What the HTTP front serves: one model.
 struct ServedModel {
@@ -75,6 +77,9 @@ struct Request {
   // The field that asked for structured output (response_format, guided_json, guided_choice,
   // structured_outputs.json, ...): the router's errors about the schema or choice name it.
   std::string schema_param = "response_format";
+  // kResponses: the request's fields that the response object repeats (instructions, tools,
+  // tool_choice, temperature, ...), as the response shows them.
+  nlohmann::ordered_json response_fields = nlohmann::ordered_json::object();
 };
 
 // Parses and type-checks a body. Errors are statuses whose message starts with the OpenAI
@@ -86,6 +91,20 @@ struct Request {
 absl::StatusOr<Request> ParseRequest(Endpoint endpoint, std::string_view body,
                                      const ServedModel& model, uint64_t random_seed,
                                      const std::function<bool()>& cancelled = {});
+// ParseRequest's work after the body parsed (kCompletions or kChatCompletions).
+absl::StatusOr<Request> ParseRequestBody(Endpoint endpoint, const nlohmann::ordered_json& body,
+                                         const ServedModel& model, uint64_t random_seed);
+
+// A request body as a JSON object, within the JSON limits (http/json_limits.h), parsed in time
+// linear in its size; CANCELLED once `cancelled` says so.
+absl::StatusOr<nlohmann::ordered_json> ParseJsonBody(std::string_view body,
+                                                     const std::function<bool()>& cancelled);
+// Logs each field of `body` not in `known`, once per name per process (at most 64 names, each
+// cut to 64 printable characters), so that an operator sees what clients send without a log
+// line per request.
+void LogUnknownFields(const nlohmann::ordered_json& body, std::span<const std::string_view> known);
+// The field of a "field: why" message ("tools[0].function.name"), or empty when it has none.
+std::string_view FieldPrefix(std::string_view message);
 
 // vLLM's POST /tokenize: {"prompt": TEXT, "add_special_tokens": true} or {"messages": [...],
 // "add_generation_prompt": true, "add_special_tokens": false, "chat_template_kwargs", "tools"}
@@ -143,32 +162,54 @@ class ToolCallParser {
   // The calls completed since the last call, and how many there were in all.
   std::vector<nlohmann::ordered_json> TakeCalls();
   int total_calls() const { return total_; }
+  // TakeCalls, each call with where it stood in the text the last Add returned (a byte offset:
+  // the text before it came before the call, the rest after it).
+  struct PlacedCall {
+    size_t offset = 0;
+    nlohmann::ordered_json call;
+  };
+  std::vector<PlacedCall> TakePlacedCalls();
 
  private:
   std::string id_prefix_;
   std::string pending_;  // text not yet returned: a possible tag start, or an open block's body
   bool in_call_ = false;
   int total_ = 0;
-  std::vector<nlohmann::ordered_json> calls_;
+  std::vector<PlacedCall> calls_;
 };
 
-// Turns the router's streams of GenerateResponse messages, one per choice, into OpenAI's
-// answer: one JSON body (Body) or server-sent events (Add's return value, then StreamEnd). Not
+// What the HTTP server needs of an answer, whichever the endpoint: the router's streams of
+// GenerateResponse messages, one per choice, in; one JSON body or server-sent events out. Not
 // thread-safe: callers running choices concurrently serialize Add.
-class ResponseBuilder {
+class AnswerBuilder {
+ public:
+  virtual ~AnswerBuilder() = default;
+  // Adds one message of choice `index`'s stream; returns its server-sent events when streaming
+  // (may be empty), "" otherwise.
+  virtual std::string Add(int index, const v1::GenerateResponse& msg) = 0;
+  // The events after the last message of every choice.
+  virtual std::string StreamEnd() = 0;
+  // The events that end a stream that failed after it began (then StreamEnd is not sent).
+  virtual std::string StreamFailure(const ApiError& error) = 0;
+  // The non-streaming body, after the last message.
+  virtual std::string Body() const = 0;
+};
+
+// The answer of /v1/completions and /v1/chat/completions: one JSON body (Body) or server-sent
+// events ("data: ...\n\n" lines: Add's return values, then StreamEnd).
+class ResponseBuilder : public AnswerBuilder {
  public:
   ResponseBuilder(const Request& request, const ServedModel& model, int64_t created_unix);
 
-  // Adds one message of choice `index`'s stream; returns its server-sent events when streaming
-  // ("data: ...\n\n" lines; may be empty), "" otherwise.
-  std::string Add(int index, const v1::GenerateResponse& msg);
+  std::string Add(int index, const v1::GenerateResponse& msg) override;
   std::string Add(const v1::GenerateResponse& msg) { return Add(0, msg); }
-  // The events after the last message: the usage chunk when asked for, then "data: [DONE]".
-  std::string StreamEnd() const;
-  // An error after the stream began, as one event (then StreamEnd is not sent).
+  // The usage chunk when asked for, then "data: [DONE]".
+  std::string StreamEnd() override;
+  // StreamError's event, then "data: [DONE]".
+  std::string StreamFailure(const ApiError& error) override;
+  // An error after the stream began, as one event.
   static std::string StreamError(const ApiError& error);
-  // The non-streaming body, after the last message.
-  std::string Body() const;
+  std::string Body() const override;
   // The prompt of every choice of prompt `prompt` (choices [prompt * best_of, + best_of)),
   // `ids`, and its Router::Score (`score` empty for a one-token prompt): with echo_logprobs or
   // prompt_logprobs, before any Add of those choices.

@@ -42,6 +42,7 @@
 #include "router/router.h"
 #include "rpc/internal_auth.h"
 #include "rpc/registration.h"
+#include "rpc/server_reflection.h"
 #include "rpc/tls.h"
 #include "security/cluster_secret.h"
 #include "server/server_config.h"
@@ -131,6 +132,7 @@ class TandemServer {
   NcclKvTransportReceiver* nccl_receiver_ = nullptr;  // owned by decode_
   // The ports.
   grpc::ResourceQuota quota_{"tandem-server"};
+  std::unique_ptr<ServerReflectionV1> reflection_v1_;  // the public port's; outlives it
   std::unique_ptr<grpc::Server> internal_server_;
   std::unique_ptr<grpc::Server> public_server_;
   std::string internal_address_, address_;
@@ -533,10 +535,10 @@ void TandemServer::ConfigureBuilder(grpc::ServerBuilder& builder, const std::str
   builder.SetResourceQuota(quota_);
 }
 
-// Two gRPC servers. The internal one (the registry, the worker services) is built first: server
-// reflection is a process-wide plugin that joins every builder made after it is enabled, and the
-// internal port must not describe itself to strangers. Health is on both. Then the metrics port
-// and the router's HTTP API.
+// Two gRPC servers: the internal one (the registry, the worker services), without server
+// reflection (gRPC's plugin joins every builder of the process; the internal port must not
+// describe itself to strangers), and the router's public one, with reflection v1alpha and v1.
+// Health is on both. Then the metrics port and the router's HTTP API.
 absl::Status TandemServer::Listen() {
   HttpServerOptions http_options;
   if (router_) {
@@ -570,6 +572,7 @@ absl::Status TandemServer::Listen() {
     grpc::ServerBuilder builder;
     ConfigureBuilder(builder, absl::StrFormat("%s:%d", host, internal_listen_port),
                      &internal_bound);
+    builder.SetOption(std::make_unique<WithoutReflection>());
     if (router_) builder.RegisterService(router_->registry_service());
     if (prefill_service_) builder.RegisterService(prefill_service_.get());
     if (decode_service_) builder.RegisterService(decode_service_.get());
@@ -587,10 +590,16 @@ absl::Status TandemServer::Listen() {
   }
   int bound_port = internal_bound;
   if (router_) {
+    // Reflection v1alpha (gRPC's plugin) and v1 (ours, the same answers), as grpcurl asks.
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    reflection_v1_ = std::make_unique<ServerReflectionV1>(std::vector<std::string>{
+        v1::Generation::service_full_name(), grpc::health::v1::Health::service_full_name(),
+        "grpc.reflection.v1alpha.ServerReflection",
+        grpc::reflection::v1::ServerReflection::service_full_name()});
     grpc::ServerBuilder builder;
     ConfigureBuilder(builder, absl::StrFormat("%s:%d", host, c_.common.port), &bound_port);
     builder.RegisterService(router_->generation_service());
+    builder.RegisterService(reflection_v1_.get());
     public_server_ = builder.BuildAndStart();
     if (!public_server_ || bound_port == 0) {
       return absl::UnavailableError(

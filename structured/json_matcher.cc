@@ -212,6 +212,7 @@ JsonMatcher::Step JsonMatcher::Begin(State& s, const SchemaNode* node, unsigned 
       return concrete == nullptr ? Step::kRejected : Begin(s, concrete, c);
     }
     case Kind::kObject:
+    case Kind::kTagged:  // an object whose node is chosen once its tag is read (FeedLiteral)
       if (c != '{') return Step::kRejected;
       s = NewFrame(node, Frame::kObject, kObjOpen);
       return Step::kTaken;
@@ -528,7 +529,18 @@ JsonMatcher::Step JsonMatcher::FeedLiteral(State& s, unsigned char c) {
   s.b = hi;
   ++s.count;
   // One candidate, fully matched: the literal is closed.
-  if (hi - lo == 1 && static_cast<int>(literals[lo].size()) == s.count) --depth_;
+  if (hi - lo == 1 && static_cast<int>(literals[lo].size()) == s.count) {
+    --depth_;
+    // The tag of a tagged union (the only value its object frame holds; its string literals
+    // close here, none being a prefix of another): the object is now the one it names, its
+    // first property read.
+    if (depth_ > 0) {
+      State& object = stack_[depth_ - 1];
+      if (object.frame == Frame::kObject && object.node->kind == Kind::kTagged) {
+        object.node = object.node->alternatives[lo];
+      }
+    }
+  }
   return Step::kTaken;
 }
 

@@ -115,6 +115,8 @@ bool CanStartWith(const SchemaNode& node, unsigned char b) {
     case Kind::kUnion:
       return std::any_of(node.alternatives.begin(), node.alternatives.end(),
                          [b](const SchemaNode* a) { return CanStartWith(*a, b); });
+    case Kind::kTagged:
+      return b == '{';
   }
   return false;
 }
@@ -394,6 +396,9 @@ class SchemaCompiler {
         alternatives.push_back(*n);
       }
     }
+    if (!deferred) {
+      if (absl::Status t = TagObjects(&alternatives, here); !t.ok()) return t;
+    }
     if (alternatives.size() == 1) return alternatives[0];
     SchemaNode u;
     u.kind = Kind::kUnion;
@@ -406,6 +411,66 @@ class SchemaCompiler {
     return added;
   }
 
+  // Replaces two or more objects among `alternatives` by one kTagged node, when every one of them
+  // is closed and has the same required first property, whose value is string literals that no
+  // other has: the tag, which the matcher reads before it knows which object it is in. Objects
+  // that do not have that shape are left for Distinct to refuse.
+  absl::Status TagObjects(std::vector<const SchemaNode*>* alternatives, const std::string& here) {
+    std::vector<const SchemaNode*> objects;
+    for (const SchemaNode* a : *alternatives) {
+      if (a->kind == Kind::kObject) objects.push_back(a);
+    }
+    if (objects.size() < 2) return absl::OkStatus();
+    std::vector<std::pair<std::string, const SchemaNode*>> tags;
+    for (const SchemaNode* o : objects) {
+      if (!o->closed || o->properties.empty() || objects[0]->properties.empty()) {
+        return absl::OkStatus();
+      }
+      const SchemaNode::Property& first = o->properties[0];
+      if (!first.required || first.key != objects[0]->properties[0].key ||
+          Unresolved(first.value) || first.value->kind != Kind::kLiteral) {
+        return absl::OkStatus();
+      }
+      for (const std::string& literal : first.value->literals) {
+        if (literal.empty() || literal[0] != '"') return absl::OkStatus();
+        tags.emplace_back(literal, o);
+      }
+    }
+    std::sort(tags.begin(), tags.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t i = 1; i < tags.size(); ++i) {
+      if (tags[i].first == tags[i - 1].first) {
+        return Invalid(here, absl::StrCat("two objects have the tag ", tags[i].first, " in ",
+                                          objects[0]->properties[0].key,
+                                          ": alternatives must begin differently"));
+      }
+    }
+    std::vector<std::string> literals;
+    SchemaNode t;
+    t.kind = Kind::kTagged;
+    t.closed = true;
+    for (const auto& [literal, object] : tags) {
+      literals.push_back(literal);
+      t.alternatives.push_back(object);
+    }
+    auto values = Add(LiteralNode(std::move(literals)), here);
+    if (!values.ok()) return values.status();
+    t.properties.push_back({objects[0]->properties[0].key, *values, true});
+    auto tagged = Add(std::move(t), here);
+    if (!tagged.ok()) return tagged.status();
+    // The tagged node stands where the first object stood.
+    std::vector<const SchemaNode*> out;
+    for (const SchemaNode* a : *alternatives) {
+      if (a->kind != Kind::kObject) {
+        out.push_back(a);
+      } else if (a == objects[0]) {
+        out.push_back(*tagged);
+      }
+    }
+    *alternatives = std::move(out);
+    return absl::OkStatus();
+  }
+
   // The alternatives of a union begin with different bytes.
   static absl::Status Distinct(const SchemaNode& u, const std::string& here) {
     for (int b = 0; b < 256; ++b) {
@@ -414,7 +479,8 @@ class SchemaCompiler {
       if (starts > 1) {
         return Invalid(here,
                        "alternatives must begin differently (one object, one array, one string, "
-                       "one number, or literals with different first characters)");
+                       "one number, or literals with different first characters; objects only "
+                       "when told apart by a string const of the same required first property)");
       }
     }
     return absl::OkStatus();
@@ -518,7 +584,7 @@ class SchemaCompiler {
     for (int h = 1;; ++h) {
       bool progress = false;
       for (SchemaNode* n : nodes) {
-        if (n->min_depth > 0 || n->kind == Kind::kUnion) continue;
+        if (n->min_depth > 0 || n->kind == Kind::kUnion || n->kind == Kind::kTagged) continue;
         bool ready = true;
         if (n->kind == Kind::kObject && n->closed) {
           for (const SchemaNode::Property& p : n->properties) {
@@ -535,9 +601,12 @@ class SchemaCompiler {
       for (bool more = true; more;) {  // unions of unions settle within the level
         more = false;
         for (SchemaNode* n : nodes) {
-          if (n->min_depth > 0 || n->kind != Kind::kUnion) continue;
-          if (std::any_of(n->alternatives.begin(), n->alternatives.end(),
-                          [&](const SchemaNode* a) { return known(a, h + 1); })) {
+          if (n->min_depth > 0 || (n->kind != Kind::kUnion && n->kind != Kind::kTagged)) continue;
+          auto settled = [&](const SchemaNode* a) { return known(a, h + 1); };
+          // A union needs its smallest alternative; a tagged union whichever the tag chooses.
+          if (n->kind == Kind::kUnion
+                  ? std::any_of(n->alternatives.begin(), n->alternatives.end(), settled)
+                  : std::all_of(n->alternatives.begin(), n->alternatives.end(), settled)) {
             n->min_depth = h;
             more = progress = true;
           }
@@ -597,6 +666,13 @@ class SchemaCompiler {
         next = n->items;
       } else if (n->kind == Kind::kUnion) {
         next = n->alternatives.front();
+      } else if (n->kind == Kind::kTagged) {
+        for (const SchemaNode* a : n->alternatives) {
+          if (a->min_depth == 0) {
+            next = a;
+            break;
+          }
+        }
       }
       n = next;
     }

@@ -11,7 +11,10 @@
 //                     `properties` (an object with `properties` only ever gets those)
 //   items, minItems, maxItems, minLength, maxLength, enum, const
 //   anyOf, oneOf      alternatives that begin differently (an object and a string, say), which
-//                     the first byte of the value tells apart
+//                     the first byte of the value tells apart; and several objects among them
+//                     when each has the same required first property whose value is a string
+//                     const (or enum) of its own, the tag that tells them apart (a tagged union,
+//                     such as one of several tools' calls: {"name": "a", "arguments": {...}})
 //   $ref              to "#", "#/$defs/NAME" or "#/definitions/NAME" (recursion that can end)
 //   annotations       title, description, default, examples, format, $schema, $id, $comment,
 //                     deprecated, readOnly, writeOnly: accepted and not enforced (JSON Schema
@@ -39,6 +42,10 @@ enum class Kind {
   kInteger,
   kLiteral,  // one of `literals` (enum, const, true/false/null)
   kUnion,    // one of `alternatives`, told apart by their first byte
+  // Objects told apart by their first property (`properties[0]`, required, the same key in
+  // each): its value is one of `properties[0].value`'s literals (strings, sorted), and literal
+  // i chooses `alternatives[i]`, a closed object whose first property is that one.
+  kTagged,
 };
 
 struct SchemaNode {
@@ -46,7 +53,8 @@ struct SchemaNode {
   // The nesting levels (JsonMatcher frames) the smallest value of this node needs: 1 for a
   // scalar, an empty container or a string; one more than its deepest required part for an
   // object with required properties or an array with minItems >= 1; the least of the
-  // alternatives for a union. JsonMatcher enters a value only where it fits within kMaxDepth, so
+  // alternatives for a union; the most of them for a tagged union (its tag is chosen after the
+  // object has begun). JsonMatcher enters a value only where it fits within kMaxDepth, so
   // a value it begins can always be closed.
   int min_depth = 1;
 
@@ -73,7 +81,7 @@ struct SchemaNode {
   // kLiteral: the values as compact JSON texts, sorted and distinct.
   std::vector<std::string> literals;
 
-  // kUnion.
+  // kUnion; kTagged (one per tag literal, in the literals' order).
   std::vector<const SchemaNode*> alternatives;
 };
 

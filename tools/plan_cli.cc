@@ -531,19 +531,26 @@ int Calibrate(const std::vector<std::string>& args) {
   return 0;
 }
 
-// `tandem plan --emit-kustomize DIR`: an overlay of `base` (a kustomization folder) that runs
-// `best`, the flags the plan assumed and the command that made it in its comments.
-absl::Status EmitKustomize(const std::string& dir, const std::string& base,
-                           const planner::PlanCandidate& best, const Flags& f,
-                           const std::string& command) {
-  namespace fs = std::filesystem;
+// --kustomize-base: a kustomization folder, checked before the plan's simulations run.
+absl::Status CheckKustomizeBase(const std::string& base) {
   std::error_code ec;
-  if (!fs::exists(fs::path(base) / "kustomization.yaml", ec)) {
+  if (!std::filesystem::exists(std::filesystem::path(base) / "kustomization.yaml", ec)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "--kustomize-base: %s has no kustomization.yaml (run from the repository root, or give "
         "the path of deploy/k8s/overlays/gpu)",
         base));
   }
+  return absl::OkStatus();
+}
+
+// `tandem plan --emit-kustomize DIR`: an overlay of `base` (a kustomization folder,
+// CheckKustomizeBase) that runs `best`, the flags the plan assumed and the command that made it
+// in its comments.
+absl::Status EmitKustomize(const std::string& dir, const std::string& base,
+                           const planner::PlanCandidate& best, const Flags& f,
+                           const std::string& command) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
     return absl::InvalidArgumentError(
@@ -574,10 +581,10 @@ absl::Status EmitKustomize(const std::string& dir, const std::string& base,
       "# assumed; the base's other settings stay. `kubectl kustomize` builds this folder.\n"
       "apiVersion: kustomize.config.k8s.io/v1beta1\n"
       "kind: Kustomization\n"
-      "bases:\n"
+      "resources:\n"
       "  - %s\n"
-      "patchesStrategicMerge:\n"
-      "  - plan.yaml\n"
+      "patches:\n"
+      "  - path: plan.yaml\n"
       "configMapGenerator:\n"
       "  - name: tandem-config\n"
       "    behavior: merge\n"
@@ -628,6 +635,10 @@ int Plan(const std::vector<std::string>& args) {
                  "emit-kustomize", "kustomize-base"});
   auto f = Flags::Parse(args, values, {"no-colocated", "no-prefix-cache"});
   if (!f.ok()) return Fail(f.status());
+  const std::string kustomize_base = f->Get("kustomize-base", "deploy/k8s/overlays/gpu");
+  if (f->Has("emit-kustomize")) {
+    if (absl::Status s = CheckKustomizeBase(kustomize_base); !s.ok()) return Fail(s);
+  }
   auto common = ParseCommon(*f);
   if (!common.ok()) return Fail(common.status());
   // The workload: --workload, or the bench flags for lengths and arrivals.
@@ -702,9 +713,7 @@ int Plan(const std::vector<std::string>& args) {
     std::string command = "tandem plan";
     for (const std::string& a : args) absl::StrAppend(&command, " ", a);
     const std::string dir = f->Get("emit-kustomize");
-    if (absl::Status s = EmitKustomize(dir, f->Get("kustomize-base", "deploy/k8s/overlays/gpu"),
-                                       *best, *f, command);
-        !s.ok()) {
+    if (absl::Status s = EmitKustomize(dir, kustomize_base, *best, *f, command); !s.ok()) {
       return Fail(s);
     }
     std::printf("wrote %s: %s\n", dir.c_str(), best->Describe().c_str());

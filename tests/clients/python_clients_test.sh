@@ -4,7 +4,9 @@
 # HTTP API and a client generated from proto/ by grpcio-tools on gRPC. Both ask for the same
 # seeded completion, which must come out identical; the openai client also gets JSON fitting a
 # schema (response_format) and a forced tool call, and an agent loop (a tool call, its result,
-# the answer) runs through the SDK as LangChain runs it (tests/clients/openai_agent_loop.py).
+# the answer) runs through the SDK as LangChain runs it (tests/clients/openai_agent_loop.py), and
+# through the Responses API's `responses.create`: text, streamed, and the same loop with
+# function_call_output items (tests/clients/openai_responses.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
 # openai grpcio grpcio-tools); without network access to PyPI the test is skipped (exit 77),
 # saying so.
@@ -54,6 +56,8 @@ echo "--- openai_client.py"; cat "$WORK/openai.txt"
 fail=0
 echo "--- openai_agent_loop.py"
 "$PY" "$SRC/tests/clients/openai_agent_loop.py" "$HTTP" || { echo "FAIL: the agent loop"; fail=1; }
+echo "--- openai_responses.py"
+"$PY" "$SRC/tests/clients/openai_responses.py" "$HTTP" || { echo "FAIL: the Responses API"; fail=1; }
 grpc_completion=$(grep '^completion: ' "$WORK/grpc.txt")
 openai_completion=$(grep '^completion: ' "$WORK/openai.txt")
 [ "${#grpc_completion}" -gt 20 ] || { echo "FAIL: the gRPC completion is empty"; fail=1; }

@@ -52,6 +52,23 @@ TEST_F(LoaderTest, Llama2cTruncatedAndCorrupt) {
   EXPECT_EQ(LoadModel(tmp_.path() + "/missing.bin").code(), absl::StatusCode::kNotFound);
 }
 
+// A text file named .gguf is said to be no GGUF file, by its path; a llama2.c checkpoint under
+// any other name still loads as one.
+TEST_F(LoaderTest, GgufNameWithoutGgufMagicIsNamed) {
+  for (const std::string name : {"model.gguf", "MODEL.GGUF"}) {
+    const std::string p = tmp_.path() + "/" + name;
+    ASSERT_TRUE(WriteStringToFile(p, "<html>404 Not Found</html>\n").ok());
+    for (const absl::Status& s : {LoadModel(p), LoadModelConfig(p).status()}) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_NE(s.message().find(p + ": not a GGUF file (bad magic"), std::string::npos) << s;
+      EXPECT_EQ(s.message().find("llama2.c"), std::string::npos) << s;
+    }
+  }
+  const std::string bin = tmp_.path() + "/stories.bin";
+  ASSERT_TRUE(WriteStringToFile(bin, Bytes(testing::Stories260K())).ok());
+  EXPECT_TRUE(LoadModel(bin).ok());
+}
+
 TEST_F(LoaderTest, SafetensorsCorruptions) {
   const std::string dir = tmp_.path() + "/hf";
   ASSERT_TRUE(ConvertLlama2cToHf(testing::Stories260K(), dir).ok());

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "engine/loaders/model_writer.h"
@@ -450,6 +451,235 @@ TEST(HttpClusterTest, AgentLoopToolCallResultAndAnswer) {
   ASSERT_TRUE(want.status.ok()) << want.status.error_message();
   EXPECT_EQ(answer["usage"]["prompt_tokens"], ids.size());
   EXPECT_EQ(answer["choices"][0]["message"]["content"], want.text);
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// tool_choice "required" over several tools on a real cluster: whatever the tiny model would
+// say, one call to one of the tools whose arguments fit that tool's parameters, streamed or not.
+TEST(HttpClusterTest, RequiredToolChoiceConstrainsTheArgumentsOfTheToolNamed) {
+  const std::string tmpl_path = testing::SourceDir() + "/tests/fixtures/chat/tools_short.jinja";
+  Cluster c(1, 1, {}, {"--chat-template", tmpl_path});
+  ASSERT_TRUE(c.ready());
+  json request = json::parse(R"({
+      "messages": [{"role": "user", "content": "What is the weather in Paris, and the time?"}],
+      "max_tokens": 200, "temperature": 1.0, "tool_choice": "required",
+      "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {
+          "type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+          "required": ["city"], "additionalProperties": false}}},
+                {"type": "function", "function": {"name": "get_time", "parameters": {
+          "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]},
+          "seconds": {"type": "boolean"}}, "required": ["zone", "seconds"]}}}]})");
+  std::set<std::string> named;
+  for (int seed = 0; seed < 8; ++seed) {
+    for (bool stream : {false, true}) {
+      SCOPED_TRACE(absl::StrFormat("seed %d stream %d", seed, stream));
+      request["seed"] = seed;
+      request["stream"] = stream;
+      const HttpReply r = Curl(c.http(), "/v1/chat/completions", request.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      json call;
+      std::string finish;
+      int calls = 0;
+      if (stream) {
+        for (const json& e : SseEvents(r.body)) {
+          if (e == "[DONE]" || e["choices"].empty()) continue;
+          const json& ch = e["choices"][0];
+          if (ch["delta"].contains("tool_calls")) {
+            call = ch["delta"]["tool_calls"][0];
+            ++calls;
+          }
+          if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+        }
+      } else {
+        const json reply = r.Json();
+        const json& ch = reply["choices"][0];
+        calls = static_cast<int>(ch["message"]["tool_calls"].size());
+        if (calls > 0) call = ch["message"]["tool_calls"][0];
+        finish = ch["finish_reason"];
+      }
+      ASSERT_EQ(calls, 1) << r.body;
+      EXPECT_EQ(finish, "tool_calls") << r.body;
+      const std::string name = call["function"]["name"];
+      const json args = json::parse(call["function"]["arguments"].get<std::string>());
+      named.insert(name);
+      if (name == "get_weather") {
+        ASSERT_EQ(args.size(), 1u) << args.dump();
+        EXPECT_TRUE(args["city"].is_string()) << args.dump();
+      } else {
+        ASSERT_EQ(name, "get_time");
+        EXPECT_TRUE(args["zone"] == "UTC" || args["zone"] == "CET") << args.dump();
+        EXPECT_TRUE(args["seconds"].is_boolean()) << args.dump();
+      }
+    }
+  }
+  EXPECT_FALSE(named.empty());  // which tool the tiny model picks is its choice
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// The text of a Responses answer's message items.
+std::string OutputText(const json& response) {
+  std::string text;
+  for (const json& item : response["output"]) {
+    if (item["type"] != "message") continue;
+    for (const json& part : item["content"]) text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// /v1/responses on a real cluster: text as chat completions gives it for the same messages
+// (which give the gRPC tokens), streamed as the Responses API's events; an agent loop (a forced
+// function call, the call and its output sent back as input items, the answer) as chat's; the
+// fields it cannot honour are 400 naming them.
+TEST(HttpClusterTest, ResponsesApiIsChatCompletions) {
+  const std::string tmpl_path = testing::SourceDir() + "/tests/fixtures/chat/tools_short.jinja";
+  Cluster c(1, 1, {}, {"--chat-template", tmpl_path});
+  ASSERT_TRUE(c.ready());
+  const json plain = {{"input", "Tell me a story"},
+                      {"instructions", "You tell stories."},
+                      {"max_output_tokens", 24},
+                      {"temperature", 0.7},
+                      {"seed", 5}};
+  HttpReply r = Curl(c.http(), "/v1/responses", plain.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json response = r.Json();
+  const json chat = {{"messages",
+                      {{{"role", "system"}, {"content", "You tell stories."}},
+                       {{"role", "user"}, {"content", "Tell me a story"}}}},
+                     {"max_tokens", 24},
+                     {"temperature", 0.7},
+                     {"seed", 5}};
+  HttpReply want = Curl(c.http(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(want.status, 200) << want.body;
+  const json completion = want.Json();
+  EXPECT_EQ(response["object"], "response");
+  EXPECT_TRUE(response["id"].get<std::string>().starts_with("resp_")) << r.body;
+  EXPECT_EQ(response["model"], "stories260K");
+  EXPECT_EQ(OutputText(response), completion["choices"][0]["message"]["content"]) << r.body;
+  EXPECT_EQ(response["status"],
+            completion["choices"][0]["finish_reason"] == "length" ? "incomplete" : "completed");
+  EXPECT_EQ(response["usage"]["input_tokens"], completion["usage"]["prompt_tokens"]);
+  EXPECT_EQ(response["usage"]["output_tokens"], completion["usage"]["completion_tokens"]);
+  EXPECT_EQ(response["instructions"], "You tell stories.");
+
+  // Streamed: the events, numbered, whose deltas make the same text.
+  json streamed_request = plain;
+  streamed_request["stream"] = true;
+  r = Curl(c.http(), "/v1/responses", streamed_request.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("event: response.created\ndata: "), std::string::npos) << r.body;
+  const std::vector<json> events = SseEvents(r.body);
+  ASSERT_GE(events.size(), 4u) << r.body;
+  std::string deltas;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["sequence_number"], i);
+    if (events[i]["type"] == "response.output_text.delta") deltas += events[i]["delta"];
+  }
+  EXPECT_EQ(events.front()["type"], "response.created");
+  EXPECT_EQ(events.back()["type"], "response." + response["status"].get<std::string>());
+  EXPECT_EQ(deltas, OutputText(response));
+  EXPECT_EQ(OutputText(events.back()["response"]), OutputText(response));
+
+  // An agent loop: a forced call, then the call and its output as the SDK sends them back.
+  const json tools = json::parse(R"([{"type": "function", "name": "get_weather",
+      "description": "The weather now", "parameters": {"type": "object", "properties":
+      {"city": {"type": "string", "maxLength": 12}}, "required": ["city"]}}])");
+  json input = json::array({{{"role", "user"}, {"content", "What is the weather in Paris?"}}});
+  json first = {{"input", input},
+                {"tools", tools},
+                {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}},
+                {"max_output_tokens", 300},
+                {"temperature", 0.7},
+                {"seed", 2}};
+  for (bool stream : {false, true}) {
+    first["stream"] = stream;
+    r = Curl(c.http(), "/v1/responses", first.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json answer = stream ? SseEvents(r.body).back()["response"] : r.Json();
+    ASSERT_EQ(answer["status"], "completed") << r.body;
+    ASSERT_EQ(answer["output"].size(), 1u) << r.body;
+    const json call = answer["output"][0];
+    EXPECT_EQ(call["type"], "function_call");
+    EXPECT_EQ(call["name"], "get_weather");
+    const json args = json::parse(call["arguments"].get<std::string>());
+    EXPECT_TRUE(args["city"].is_string()) << r.body;
+    if (stream) {
+      std::string arguments;
+      for (const json& e : SseEvents(r.body)) {
+        if (e["type"] == "response.function_call_arguments.delta") arguments += e["delta"];
+      }
+      EXPECT_EQ(arguments, call["arguments"]);
+      continue;
+    }
+    input.push_back(call);  // the SDK's output item, id and status included
+    input.push_back({{"type", "function_call_output"},
+                     {"call_id", call["call_id"]},
+                     {"output", "{\"city\": " + args["city"].dump() + ", \"celsius\": 22}"}});
+    // The same turn through chat completions, as the openai SDK sends it there.
+    const json messages = {
+        {{"role", "user"}, {"content", "What is the weather in Paris?"}},
+        {{"role", "assistant"},
+         {"content", nullptr},
+         {"tool_calls",
+          {{{"id", call["call_id"]},
+            {"type", "function"},
+            {"function", {{"name", "get_weather"}, {"arguments", call["arguments"]}}}}}}},
+        {{"role", "tool"}, {"tool_call_id", call["call_id"]}, {"content", input.back()["output"]}}};
+    json chat_tools = json::array();
+    for (const json& t : tools) {
+      chat_tools.push_back({{"type", "function"},
+                            {"function",
+                             {{"name", t["name"]},
+                              {"description", t["description"]},
+                              {"parameters", t["parameters"]}}}});
+    }
+    want = Curl(c.http(), "/v1/chat/completions",
+                json{{"messages", messages},
+                     {"tools", chat_tools},
+                     {"max_tokens", 24},
+                     {"temperature", 0.7},
+                     {"seed", 5}}
+                    .dump());
+    ASSERT_EQ(want.status, 200) << want.body;
+    r = Curl(c.http(), "/v1/responses",
+             json{{"input", input},
+                  {"tools", tools},
+                  {"max_output_tokens", 24},
+                  {"temperature", 0.7},
+                  {"seed", 5}}
+                 .dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.Json()["usage"]["input_tokens"], want.Json()["usage"]["prompt_tokens"]);
+    EXPECT_GT(r.Json()["usage"]["input_tokens"], answer["usage"]["input_tokens"]);
+    // The same answer: its text, or (the template shows the tool) the same calls.
+    const json message = want.Json()["choices"][0]["message"];
+    std::vector<std::pair<std::string, std::string>> want_calls, got_calls;
+    for (const json& tc : message.value("tool_calls", json::array())) {
+      want_calls.emplace_back(tc["function"]["name"], tc["function"]["arguments"]);
+    }
+    const json reply = r.Json();
+    for (const json& item : reply["output"]) {
+      if (item["type"] == "function_call") got_calls.emplace_back(item["name"], item["arguments"]);
+    }
+    EXPECT_EQ(got_calls, want_calls) << r.body;
+    if (want_calls.empty()) {
+      EXPECT_EQ(OutputText(r.Json()), message["content"]) << r.body;
+    }
+  }
+
+  // What it cannot honour, named.
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input": "a", "previous_response_id": "resp_1"})", "previous_response_id"},
+           {R"({"input": "a", "store": true})", "store"},
+           {R"({"input": "a", "tools": [{"type": "web_search"}]})", "tools[0].type"},
+           {R"({"input": "a", "max_output_tokens": 100000})", "max_output_tokens"},
+           {R"({"input": [{"type": "function_call_output", "call_id": "x", "output": "1"}]})",
+            "input[0].call_id"}}) {
+    r = Curl(c.http(), "/v1/responses", body);
+    EXPECT_EQ(r.status, 400) << body << " " << r.body;
+    EXPECT_EQ(r.Json()["error"]["param"], param) << r.body;
+  }
+  r = Curl(c.http(), "/v1/responses/resp_1");
+  EXPECT_EQ(r.status, 404) << r.body;
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
@@ -971,11 +1201,17 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
   // Malformed JSON without a key is 401 first: nothing is read before the key.
   EXPECT_EQ(Curl(c.http(), "/v1/chat/completions", "{").status, 401);
   EXPECT_EQ(Curl(c.http(), "/health").status, 200);
-  // tandem_requests_total counts generation requests: the three refused completions (two
-  // above, the malformed chat one), not the two refused /v1/models calls.
+  // /v1/responses too (with the key, past it: this model has no chat template, a 400).
+  EXPECT_EQ(Curl(c.http(), "/v1/responses", R"({"input": "Once"})").status, 401);
+  const HttpReply no_template =
+      Curl(c.http(), "/v1/responses", R"({"input": "Once"})", {"Authorization: Bearer " + key});
+  EXPECT_EQ(no_template.status, 400) << no_template.body;
+  EXPECT_EQ(no_template.Json()["error"]["param"], "input") << no_template.body;
+  // tandem_requests_total counts generation requests: the four refused ones (two completions
+  // above, the malformed chat one, the response), not the two refused /v1/models calls.
   EXPECT_EQ(testing::MetricValue(testing::Scrape(c.metrics()[0]), "tandem_requests_total",
                                  {{"status", "UNAUTHENTICATED"}}),
-            3);
+            4);
 }
 
 // A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in

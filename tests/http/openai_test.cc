@@ -7,8 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
+#include "http/responses.h"
 #include "router/ingress.h"
 #include "structured/json_matcher.h"
 #include "tests/test_util.h"
@@ -38,6 +41,17 @@ class OpenAiTest : public ::testing::Test {
 
   absl::StatusOr<Request> Parse(Endpoint e, const std::string& body) {
     return ParseRequest(e, body, model_, /*random_seed=*/99);
+  }
+
+  // Serves tests/fixtures/chat/qwen2.5_tools.jinja, a template that renders tools and tool
+  // calls, instead of the plain one.
+  void UseQwenToolsTemplate() {
+    auto source =
+        ReadFileToString(testing::SourceDir() + "/tests/fixtures/chat/qwen2.5_tools.jinja");
+    ASSERT_TRUE(source.ok());
+    model_.chat_template = TokenizerChatTemplate::FromConfig(
+        Json{{"chat_template", *source}, {"eos_token", "<|im_end|>"}}.dump());
+    ASSERT_TRUE(model_.chat_template.ok()) << model_.chat_template.status();
   }
 
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -321,6 +335,19 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
            {"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}}, "$defs": {
            "a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}}}}]})",
        400, "tools[0].function.parameters"},
+      // "required" over several tools: each tool's parameters are checked, and named; two
+      // tools of one name cannot be told apart.
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f"}},
+           {"type": "function", "function": {"name": "g", "parameters": {"type": "object",
+           "properties": {"x": {"type": "integer", "minimum": 1}}}}}]})",
+       400, "tools[1].function.parameters"},
+      {kChat,
+       R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
+           "tools": [{"type": "function", "function": {"name": "f"}},
+           {"type": "function", "function": {"name": "f"}}]})",
+       400, "tools[1].function.name"},
       // functions is the legacy chat API; completions never had it.
       {kC, R"({"prompt": "a", "functions": [{"name": "f"}]})", 400, "functions"},
       {kChat, R"({"messages": [{"role": "user", "content": "a"}], "functions": [{"name": "f"}]})",
@@ -690,15 +717,81 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
               "\"Paris\"}}\n</tool_call>"));
   EXPECT_FALSE(matches("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
   EXPECT_FALSE(matches("{\"name\": \"get_weather\", \"arguments\": {}}"));
+  // "required" over several tools: the block is one of their calls, the arguments following
+  // the schema of the function it names (each tool's $defs kept apart).
   auto required = Parse(
       Endpoint::kChatCompletions,
       R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
           {"type": "function", "function": {"name": "a"}},
           {"type": "function", "function": {"name": "b", "parameters": {"$defs": {"n":
-           {"type": "integer"}}, "type": "object", "properties": {"k": {"$ref": "#/$defs/n"}}}}}]})");
+           {"type": "integer"}}, "type": "object", "properties": {"k": {"$ref": "#/$defs/n"}},
+           "required": ["k"]}}},
+          {"type": "function", "function": {"name": "c", "parameters": {"$defs": {"n":
+           {"type": "string", "maxLength": 3}}, "type": "object", "properties": {"k":
+           {"$ref": "#/$defs/n"}}, "required": ["k"], "additionalProperties": false}}}]})");
   ASSERT_TRUE(required.ok()) << required.status();
-  const Json rs = Json::parse(required->generate.sampling().json_schema());
-  EXPECT_EQ(rs["properties"]["name"]["enum"], Json::parse(R"(["a", "b"])"));
+  const v1::SamplingParams& rs = required->generate.sampling();
+  const auto union_schema =
+      *structured::JsonSchema::Compile(rs.json_schema(), rs.json_prefix(), rs.json_suffix());
+  auto call_matches = [&](const std::string& call) {
+    structured::JsonMatcher m(*union_schema);
+    return m.Feed("<tool_call>\n" + call + "\n</tool_call>") && m.Complete();
+  };
+  EXPECT_TRUE(call_matches(R"({"name": "a", "arguments": {"x": [1]}})"));
+  EXPECT_TRUE(call_matches(R"({"name": "b", "arguments": {"k": 3}})"));
+  EXPECT_TRUE(call_matches(R"({"name": "c", "arguments": {"k": "abc"}})"));
+  EXPECT_FALSE(call_matches(R"({"name": "b", "arguments": {"k": "abc"}})"));
+  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"k": 3}})"));
+  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"k": "abcd"}})"));
+  // What the issue saw: a long description instead of the arguments.
+  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"description": "a tool that"}})"));
+  EXPECT_FALSE(call_matches(R"({"name": "b", "arguments": {}})"));
+  EXPECT_FALSE(call_matches(R"({"name": "d", "arguments": {}})"));
+  // Any text the constraint lets through to the end is one call the parser returns, with
+  // arguments its function accepts.
+  std::mt19937 rng(3);
+  int names[3] = {0, 0, 0};
+  for (int walk = 0; walk < 60; ++walk) {
+    structured::JsonMatcher m(*union_schema);
+    std::string text;
+    while (!(m.Complete() && m.Done()) && text.size() < 400) {
+      std::vector<char> ok;
+      for (int c = 0x0a; c < 0x7f; ++c) {  // newline and printable ASCII
+        structured::JsonMatcher trial = m;
+        if ((c == '\n' || c >= 0x20) && trial.Feed(static_cast<unsigned char>(c))) ok.push_back(c);
+      }
+      ASSERT_FALSE(ok.empty()) << text;
+      // Past 200 bytes, close what is open.
+      std::vector<char> closing;
+      for (char c : ok) {
+        if (c == '"' || c == '}' || c == ']') closing.push_back(c);
+      }
+      const std::vector<char>& from = text.size() > 200 && !closing.empty() ? closing : ok;
+      const char pick = from[rng() % from.size()];
+      ASSERT_TRUE(m.Feed(static_cast<unsigned char>(pick)));
+      text += pick;
+    }
+    ASSERT_TRUE(m.Complete()) << text;
+    ToolCallParser parser("w");
+    const std::string content = parser.Add(text) + parser.Flush();
+    const auto parsed = parser.TakeCalls();
+    ASSERT_EQ(parsed.size(), 1u) << text;
+    EXPECT_EQ(content, "") << text;
+    const std::string name = parsed[0]["function"]["name"];
+    const Json args = Json::parse(parsed[0]["function"]["arguments"].get<std::string>());
+    ASSERT_TRUE(name == "a" || name == "b" || name == "c") << text;
+    ++names[name[0] - 'a'];
+    if (name == "b") {
+      EXPECT_TRUE(args["k"].is_number_integer()) << text;
+    }
+    if (name == "c") {
+      EXPECT_EQ(args.size(), 1u) << text;
+      const std::string k = args["k"];
+      EXPECT_LE(std::count_if(k.begin(), k.end(), [](char b) { return (b & 0xC0) != 0x80; }), 3)
+          << text;  // characters, not bytes (\uXXXX escapes)
+    }
+  }
+  EXPECT_GT(names[0] * names[1] * names[2], 0) << "every tool called in some walk";
   auto one = Parse(
       Endpoint::kChatCompletions,
       R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required", "tools": [
@@ -744,11 +837,7 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
 // tests/fixtures/chat/qwen2.5_tools.json (content "", arguments as objects).
 TEST_F(OpenAiTest, AgentLoopTurnsRenderAsJinja2Does) {
   const std::string dir = testing::SourceDir() + "/tests/fixtures/chat/";
-  auto source = ReadFileToString(dir + "qwen2.5_tools.jinja");
-  ASSERT_TRUE(source.ok());
-  model_.chat_template = TokenizerChatTemplate::FromConfig(
-      Json{{"chat_template", *source}, {"eos_token", "<|im_end|>"}}.dump());
-  ASSERT_TRUE(model_.chat_template.ok()) << model_.chat_template.status();
+  ASSERT_NO_FATAL_FAILURE(UseQwenToolsTemplate());
   const Json oracle = Json::parse(*ReadFileToString(dir + "qwen2.5_tools.json"));
   int cases = 0;
   for (const Json& c : oracle["cases"]) {
@@ -912,8 +1001,10 @@ TEST_F(OpenAiTest, VllmStructuredOutputFieldsMapToASchemaOrAChoice) {
           << c.body;
     }
     EXPECT_EQ(r->schema_param, c.param);
-    auto checked = ValidateGenerateRequest(
-        r->generate, ModelConfig{.vocab_size = 512, .max_seq_len = 512}, *tokenizer_);
+    ModelConfig config;
+    config.vocab_size = 512;
+    config.max_seq_len = 512;
+    auto checked = ValidateGenerateRequest(r->generate, config, *tokenizer_);
     EXPECT_TRUE(checked.ok()) << c.body << ": " << checked.status();
   }
   auto none = Parse(Endpoint::kCompletions, R"({"prompt": "a", "guided_json": null})");
@@ -1032,6 +1123,414 @@ TEST_F(OpenAiTest, TokenizeAndDetokenizeBodies) {
     ASSERT_FALSE(bad.ok()) << body;
     EXPECT_EQ(ToApiError(bad.status(), nullptr).param, param) << bad.status();
   }
+}
+
+// ---- /v1/responses: input items as chat messages, the answer as a response object or events ----
+
+std::vector<int> PromptIds(const Request& r) {
+  return std::vector<int>(r.generate.tokens().ids().begin(), r.generate.tokens().ids().end());
+}
+
+// Every Responses input item reaches the chat template as the chat message it stands for (the
+// agent loop's turns as the openai SDK sends them back: the output items of the first answer,
+// then the function's result), so the prompt is chat completions' prompt for those messages;
+// function tools, tool_choice and text.format become chat's.
+TEST_F(OpenAiTest, ResponsesInputIsTheChatPrompt) {
+  ASSERT_NO_FATAL_FAILURE(UseQwenToolsTemplate());
+  const Json params = Json::parse(
+      R"({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})");
+  const Json response = {
+      {"instructions", "Be brief."},
+      {"input",
+       {{{"role", "user"},
+         {"content",
+          {{{"type", "input_text"}, {"text", "Weather in"}},
+           {{"type", "input_text"}, {"text", "Paris?"}}}}},
+        {{"type", "message"},
+         {"id", "msg_1"},
+         {"role", "assistant"},
+         {"status", "completed"},
+         {"content", {{{"type", "output_text"}, {"text", "Checking."}, {"annotations", {}}}}}},
+        {{"type", "function_call"},
+         {"id", "fc_1"},
+         {"call_id", "call_a"},
+         {"name", "get_weather"},
+         {"arguments", R"({"city": "Paris"})"},
+         {"status", "completed"}},
+        {{"type", "function_call"},
+         {"call_id", "call_b"},
+         {"name", "get_weather"},
+         {"arguments", R"({"city": "Lyon"})"}},
+        {{"type", "function_call_output"}, {"call_id", "call_a"}, {"output", "22 C"}},
+        {{"type", "function_call_output"},
+         {"call_id", "call_b"},
+         {"output", {{{"type", "input_text"}, {"text", "19 C"}}}}},
+        {{"role", "developer"}, {"content", "Answer in French."}}}},
+      {"tools",
+       {{{"type", "function"},
+         {"name", "get_weather"},
+         {"description", "The weather now"},
+         {"parameters", params},
+         {"strict", true}}}},
+      {"max_output_tokens", 20},
+      {"temperature", 0.5},
+      {"top_p", 0.9},
+      {"seed", 4}};
+  auto r = ParseResponsesRequest(response.dump(), model_, 99);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->endpoint, Endpoint::kResponses);
+  EXPECT_TRUE(r->parse_tool_calls);
+  EXPECT_EQ(r->choices.size(), 1u);
+  const Json calls = {
+      {{"id", "call_a"},
+       {"type", "function"},
+       {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Paris"})"}}}},
+      {{"id", "call_b"},
+       {"type", "function"},
+       {"function", {{"name", "get_weather"}, {"arguments", R"({"city": "Lyon"})"}}}}};
+  const Json chat = {{"messages",
+                      {{{"role", "system"}, {"content", "Be brief."}},
+                       {{"role", "user"}, {"content", "Weather in\nParis?"}},
+                       {{"role", "assistant"}, {"content", "Checking."}, {"tool_calls", calls}},
+                       {{"role", "tool"},
+                        {"tool_call_id", "call_a"},
+                        {"name", "get_weather"},
+                        {"content", "22 C"}},
+                       {{"role", "tool"},
+                        {"tool_call_id", "call_b"},
+                        {"name", "get_weather"},
+                        {"content", "19 C"}},
+                       {{"role", "system"}, {"content", "Answer in French."}}}},
+                     {"tools",
+                      {{{"type", "function"},
+                        {"function",
+                         {{"name", "get_weather"},
+                          {"description", "The weather now"},
+                          {"parameters", params},
+                          {"strict", true}}}}}},
+                     {"max_completion_tokens", 20},
+                     {"temperature", 0.5},
+                     {"top_p", 0.9},
+                     {"seed", 4}};
+  auto want = Parse(Endpoint::kChatCompletions, chat.dump());
+  ASSERT_TRUE(want.ok()) << want.status();
+  EXPECT_EQ(PromptIds(*r), PromptIds(*want));
+  const std::string prompt = tokenizer_->Decode(PromptIds(*r));
+  EXPECT_NE(prompt.find("get_weather"), std::string::npos) << prompt;
+  EXPECT_NE(prompt.find("Lyon"), std::string::npos) << prompt;
+  EXPECT_EQ(r->generate.max_tokens(), 20);
+  EXPECT_FLOAT_EQ(r->generate.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(r->generate.sampling().top_p(), 0.9f);
+  EXPECT_EQ(r->generate.sampling().seed(), 4u);
+  EXPECT_EQ(r->response_fields["instructions"], "Be brief.");
+  EXPECT_EQ(r->response_fields["tools"], response["tools"]);
+
+  // A string is one user message.
+  auto plain = ParseResponsesRequest(R"({"input": "Hello", "stream": true})", model_, 99);
+  auto plain_chat =
+      Parse(Endpoint::kChatCompletions, R"({"messages": [{"role": "user", "content": "Hello"}]})");
+  ASSERT_TRUE(plain.ok() && plain_chat.ok()) << plain.status();
+  EXPECT_EQ(PromptIds(*plain), PromptIds(*plain_chat));
+  EXPECT_TRUE(plain->stream);
+  EXPECT_FALSE(plain->parse_tool_calls);
+  EXPECT_EQ(plain->generate.max_tokens(), plain_chat->generate.max_tokens());
+
+  // A forced call constrains as chat's does; text.format is response_format.
+  const std::string tools =
+      R"("tools": [{"type": "function", "name": "get_weather", "parameters": )" + params.dump() +
+      "}]";
+  auto forced = ParseResponsesRequest(
+      R"({"input": "hi", "tool_choice": {"type": "function", "name": "get_weather"}, )" + tools +
+          "}",
+      model_, 99);
+  auto forced_chat =
+      Parse(Endpoint::kChatCompletions,
+            R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": {"type": "function",
+          "function": {"name": "get_weather"}}, "tools": [{"type": "function", "function":
+          {"name": "get_weather", "parameters": )" +
+                params.dump() + "}}]}");
+  ASSERT_TRUE(forced.ok() && forced_chat.ok()) << forced.status();
+  EXPECT_EQ(forced->generate.sampling().json_schema(),
+            forced_chat->generate.sampling().json_schema());
+  EXPECT_EQ(forced->generate.sampling().json_prefix(), "<tool_call>\n");
+  EXPECT_EQ(forced->schema_param, "tool_choice");
+  auto required = ParseResponsesRequest(
+      R"({"input": "hi", "tool_choice": "required", "parallel_tool_calls": false, )" + tools + "}",
+      model_, 99);
+  ASSERT_TRUE(required.ok()) << required.status();
+  EXPECT_EQ(required->generate.sampling().json_schema(), forced->generate.sampling().json_schema());
+  auto formatted = ParseResponsesRequest(
+      R"({"input": "hi", "text": {"format": {"type": "json_schema", "name": "city", "schema":
+          {"type": "object", "properties": {"name": {"type": "string"}}}, "strict": true},
+          "verbosity": "medium"}})",
+      model_, 99);
+  ASSERT_TRUE(formatted.ok()) << formatted.status();
+  EXPECT_EQ(Json::parse(formatted->generate.sampling().json_schema()),
+            Json::parse(R"({"type": "object", "properties": {"name": {"type": "string"}}})"));
+  EXPECT_EQ(formatted->response_fields["text"]["format"]["name"], "city");
+  auto object = ParseResponsesRequest(R"({"input": "hi", "text": {"format": {"type":
+      "json_object"}}, "store": false, "include": ["reasoning.encrypted_content"],
+      "truncation": "disabled", "reasoning": {"effort": null}, "metadata": {"k": "v"},
+      "user": "u", "max_tool_calls": 3, "top_logprobs": 0})",
+                                      model_, 99);
+  ASSERT_TRUE(object.ok()) << object.status();
+  EXPECT_FALSE(object->generate.sampling().json_schema().empty());
+
+  // The router's errors name the Responses fields.
+  ModelConfig config;
+  config.vocab_size = 512;
+  config.max_seq_len = 512;
+  for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"input": "a", "max_output_tokens": -1})", "max_output_tokens"},
+           {R"({"input": "a", "temperature": -1})", "temperature"},
+           {R"({"input": "a", "text": {"format": {"type": "json_schema", "schema":
+                {"type": "string", "minimum": 1}}}})",
+            "text.format"}}) {
+    auto parsed = ParseResponsesRequest(body, model_, 99);
+    ASSERT_TRUE(parsed.ok()) << body << ": " << parsed.status();
+    auto checked = ValidateGenerateRequest(parsed->generate, config, *tokenizer_);
+    ASSERT_FALSE(checked.ok()) << body;
+    const ApiError e = ToApiError(checked.status(), &*parsed);
+    EXPECT_EQ(e.param, param) << body << ": " << checked.status();
+    EXPECT_TRUE(e.message.starts_with(param + ": ")) << e.message;
+  }
+  EXPECT_EQ(
+      ToApiError(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text: too long"), &*plain).param,
+      "input");
+}
+
+// What /v1/responses refuses: a bad item or field, named; anything that needs a stored response
+// or a built-in tool, or would change the answer and is not supported.
+TEST_F(OpenAiTest, ResponsesBadFieldsAreNamed) {
+  const std::string tool = R"({"type": "function", "name": "f", "parameters": {"type": "object",
+      "properties": {"x": {"type": "string", "pattern": "a"}}}})";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({})", "input"},
+      {R"({"input": 5})", "input"},
+      {R"({"input": []})", "input"},
+      {R"({"input": [5]})", "input[0]"},
+      {R"({"input": [{"role": "tool", "content": "x"}]})", "input[0].role"},
+      {R"({"input": [{"role": "user"}]})", "input[0].content"},
+      {R"({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]})",
+       "input[0].content[0].type"},
+      {R"({"input": [{"role": "user", "content": [{"type": "input_text"}]}]})",
+       "input[0].content[0].text"},
+      {R"({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]})",
+       "input[0].call_id"},
+      {R"({"input": [{"type": "function_call", "call_id": "c", "arguments": "{}"}]})",
+       "input[0].name"},
+      {R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{x"}]})",
+       "input[0].arguments"},
+      {R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]})",
+       "input[0].arguments"},
+      {R"({"input": [{"role": "user", "content": "a"},
+           {"type": "function_call_output", "call_id": "c", "output": "x"}]})",
+       "input[1].call_id"},
+      {R"({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+           {"type": "function_call_output", "call_id": "c"}]})",
+       "input[1].output"},
+      {R"({"input": [{"type": "reasoning", "summary": []}]})", "input[0].type"},
+      {R"({"input": [{"type": "item_reference", "id": "msg_1"}]})", "input[0].type"},
+      {R"({"input": "a", "instructions": 5})", "instructions"},
+      {R"({"input": "a", "previous_response_id": "resp_1"})", "previous_response_id"},
+      {R"({"input": "a", "conversation": "conv_1"})", "conversation"},
+      {R"({"input": "a", "prompt": {"id": "pmpt_1"}})", "prompt"},
+      {R"({"input": "a", "store": true})", "store"},
+      {R"({"input": "a", "background": true})", "background"},
+      {R"({"input": "a", "truncation": "auto"})", "truncation"},
+      {R"({"input": "a", "reasoning": {"effort": "high"}})", "reasoning.effort"},
+      {R"({"input": "a", "top_logprobs": 2})", "top_logprobs"},
+      {R"({"input": "a", "include": ["message.output_text.logprobs"]})", "include[0]"},
+      {R"({"input": "a", "tools": [{"type": "web_search"}]})", "tools[0].type"},
+      {R"({"input": "a", "tools": [{"type": "function"}]})", "tools[0].name"},
+      {R"({"input": "a", "tool_choice": "required", "tools": [)" + tool + "]}",
+       "tools[0].parameters"},
+      {R"({"input": "a", "tool_choice": {"type": "function", "name": "g"}, "tools": [)" + tool +
+           "]}",
+       "tool_choice.name"},
+      {R"({"input": "a", "tool_choice": {"type": "file_search"}})", "tool_choice.type"},
+      {R"({"input": "a", "tool_choice": "required"})", "tool_choice"},
+      {R"({"input": "a", "parallel_tool_calls": false, "tools": [{"type": "function",
+           "name": "f"}]})",
+       "parallel_tool_calls"},
+      {R"({"input": "a", "max_output_tokens": "x"})", "max_output_tokens"},
+      {R"({"input": "a", "temperature": "hot"})", "temperature"},
+      {R"({"input": "a", "stream": 1})", "stream"},
+      {R"({"input": "a", "text": {"format": {"type": "json_schema"}}})", "text.format.schema"},
+      {R"({"input": "a", "text": {"format": {"type": "xml"}}})", "text.format.type"},
+      {R"({"input": "a", "text": {"verbosity": "low"}})", "text.verbosity"},
+      {R"({"input": "a", "model": "gpt-4"})", "model"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto r = ParseResponsesRequest(body, model_, 99);
+    ASSERT_FALSE(r.ok()) << body;
+    const ApiError e = ToApiError(r.status(), nullptr);
+    EXPECT_EQ(e.http_status, param == "model" ? 404 : 400) << body << ": " << e.message;
+    EXPECT_EQ(e.param, param) << body << ": " << e.message;
+    EXPECT_TRUE(e.message.starts_with(param + ": ")) << e.message;
+  }
+  // The chat template's refusal is the input's.
+  model_.chat_template = absl::NotFoundError("no chat template");
+  auto r = ParseResponsesRequest(R"({"input": "a"})", model_, 99);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(ToApiError(r.status(), nullptr).param, "input");
+}
+
+// The events of a Responses stream: "event: TYPE" lines, each with its data's type and a
+// sequence number counting from 0.
+std::vector<Json> ResponseEvents(const std::string& sse) {
+  std::vector<Json> out;
+  size_t p = 0;
+  while ((p = sse.find("event: ", p)) != std::string::npos) {
+    const size_t nl = sse.find('\n', p);
+    const std::string type = sse.substr(p + 7, nl - p - 7);
+    EXPECT_EQ(sse.compare(nl + 1, 6, "data: "), 0);
+    const size_t end = sse.find("\n\n", nl);
+    Json data = Json::parse(sse.substr(nl + 7, end - nl - 7));
+    EXPECT_EQ(data["type"], type);
+    out.push_back(std::move(data));
+    p = end;
+  }
+  return out;
+}
+
+std::vector<std::string> Types(const std::vector<Json>& events) {
+  std::vector<std::string> types;
+  for (const Json& e : events) types.push_back(e["type"]);
+  return types;
+}
+
+TEST_F(OpenAiTest, ResponsesAnswersInBothShapes) {
+  auto r = ParseResponsesRequest(R"({"input": "a", "stream": true, "max_output_tokens": 3})",
+                                 model_, 99);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ResponsesBuilder b(*r, model_, 1700000000);
+  std::vector<Json> events = ResponseEvents(b.Add(0, Message({300}, "He", false)));
+  events.push_back(Json());  // a marker between the two messages' events
+  for (Json& e : ResponseEvents(b.Add(0, Message({301, 302}, "llo", true)))) events.push_back(e);
+  for (Json& e : ResponseEvents(b.StreamEnd())) events.push_back(e);
+  const std::vector<std::string> want = {
+      "response.created",           "response.in_progress",
+      "response.output_item.added", "response.content_part.added",
+      "response.output_text.delta", "",
+      "response.output_text.delta", "response.output_text.done",
+      "response.content_part.done", "response.output_item.done",
+      "response.incomplete"};
+  std::vector<std::string> types;
+  int sequence = 0;
+  for (const Json& e : events) {
+    types.push_back(e.is_null() ? "" : e["type"].get<std::string>());
+    if (!e.is_null()) {
+      EXPECT_EQ(e["sequence_number"], sequence++);
+    }
+  }
+  EXPECT_EQ(types, want);
+  EXPECT_EQ(events[0]["response"]["id"], "resp_req-7");
+  EXPECT_EQ(events[0]["response"]["status"], "in_progress");
+  EXPECT_TRUE(events[0]["response"]["output"].empty());
+  EXPECT_EQ(events[4]["delta"], "He");
+  EXPECT_EQ(events[6]["delta"], "llo");
+  EXPECT_EQ(events[7]["text"], "Hello");
+  EXPECT_EQ(events[4]["item_id"], events[2]["item"]["id"]);
+  const Json& done = events.back()["response"];
+  EXPECT_EQ(done["status"], "incomplete");  // max_output_tokens
+  EXPECT_EQ(done["incomplete_details"]["reason"], "max_output_tokens");
+  EXPECT_EQ(done["max_output_tokens"], 3);
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "Hello");
+  EXPECT_EQ(done["usage"]["input_tokens"], 4);
+  EXPECT_EQ(done["usage"]["output_tokens"], 3);
+  EXPECT_EQ(done["usage"]["total_tokens"], 7);
+  const std::string failure = b.StreamFailure(
+      ToApiError(grpc::Status(grpc::StatusCode::UNAVAILABLE, "no decode worker"), &*r));
+  EXPECT_EQ(Types(ResponseEvents(failure)), (std::vector<std::string>{"error", "response.failed"}));
+  EXPECT_EQ(ResponseEvents(failure)[1]["response"]["error"]["code"], "service_unavailable");
+
+  r->stream = false;
+  ResponsesBuilder whole(*r, model_, 1700000000);
+  EXPECT_EQ(whole.Add(0, Message({300}, "He", false)), "");
+  auto last = Message({301}, "llo", true);
+  last.set_finish_reason(v1::FINISH_REASON_STOP);
+  whole.Add(0, last);
+  const Json body = Json::parse(whole.Body());
+  EXPECT_EQ(body["object"], "response");
+  EXPECT_EQ(body["status"], "completed");
+  EXPECT_EQ(body["model"], "stories260K");
+  EXPECT_EQ(body["created_at"], 1700000000);
+  EXPECT_TRUE(body["incomplete_details"].is_null());
+  ASSERT_EQ(body["output"].size(), 1u);
+  const Json& message = body["output"][0];
+  EXPECT_EQ(message["type"], "message");
+  EXPECT_EQ(message["role"], "assistant");
+  EXPECT_EQ(message["status"], "completed");
+  EXPECT_EQ(message["content"][0]["type"], "output_text");
+  EXPECT_EQ(message["content"][0]["text"], "Hello");
+  EXPECT_EQ(body["store"], false);
+  EXPECT_EQ(body["tool_choice"], "auto");
+}
+
+// Tool calls among the text: items in the order they came (a message, each call), whitespace
+// between them no message; a call's arguments as one delta and done.
+TEST_F(OpenAiTest, ResponsesToolCallsAreFunctionCallItems) {
+  auto r = ParseResponsesRequest(R"({"input": "a", "stream": true, "tools": [{"type": "function",
+      "name": "get_weather"}, {"type": "function", "name": "now"}]})",
+                                 model_, 99);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->parse_tool_calls);
+  auto stop = [](std::string text) {
+    v1::GenerateResponse m = Message({300}, std::move(text), true);
+    m.set_finish_reason(v1::FINISH_REASON_STOP);
+    return m;
+  };
+  const std::string first = "Sure. <tool_call>{\"name\": \"get_weather\", \"arguments\": ";
+  const std::string second =
+      "{\"city\": \"Paris\"}}</tool_call>\n<tool_call>{\"name\": \"now\"}</tool_call>\n";
+  ResponsesBuilder b(*r, model_, 1700000000);
+  std::vector<Json> events = ResponseEvents(b.Add(0, Message({300}, first, false)));
+  for (Json& e : ResponseEvents(b.Add(0, stop(second)))) events.push_back(e);
+  for (Json& e : ResponseEvents(b.StreamEnd())) events.push_back(e);
+  EXPECT_EQ(Types(events), (std::vector<std::string>{
+                               "response.created",
+                               "response.in_progress",
+                               "response.output_item.added",  // the message "Sure. "
+                               "response.content_part.added",
+                               "response.output_text.delta",
+                               "response.output_text.done",
+                               "response.content_part.done",
+                               "response.output_item.done",
+                               "response.output_item.added",  // get_weather
+                               "response.function_call_arguments.delta",
+                               "response.function_call_arguments.done",
+                               "response.output_item.done",
+                               "response.output_item.added",  // now
+                               "response.function_call_arguments.delta",
+                               "response.function_call_arguments.done",
+                               "response.output_item.done",
+                               "response.completed",
+                           }));
+  EXPECT_EQ(events[4]["delta"], "Sure. ");
+  EXPECT_EQ(events[8]["output_index"], 1);
+  EXPECT_EQ(events[8]["item"]["status"], "in_progress");
+  EXPECT_EQ(events[9]["delta"], R"({"city":"Paris"})");
+  EXPECT_EQ(events[10]["name"], "get_weather");
+  const Json& call = events[11]["item"];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["name"], "get_weather");
+  EXPECT_EQ(call["arguments"], R"({"city":"Paris"})");
+  EXPECT_EQ(call["status"], "completed");
+  EXPECT_TRUE(call["call_id"].get<std::string>().starts_with("call_"));
+  const Json& done = events.back()["response"];
+  ASSERT_EQ(done["output"].size(), 3u) << done.dump();
+  EXPECT_EQ(done["output"][0]["content"][0]["text"], "Sure. ");
+  EXPECT_EQ(done["output"][1], call);
+  EXPECT_EQ(done["output"][2]["name"], "now");
+  EXPECT_EQ(done["output"][2]["arguments"], "{}");
+  EXPECT_NE(done["output"][1]["call_id"], done["output"][2]["call_id"]);
+
+  // The same in one piece, not streamed: the same items.
+  r->stream = false;
+  ResponsesBuilder whole(*r, model_, 1700000000);
+  EXPECT_EQ(whole.Add(0, stop(first + second)), "");
+  EXPECT_EQ(Json::parse(whole.Body())["output"], done["output"]);
 }
 
 }  // namespace

@@ -347,12 +347,15 @@ TEST(PlanCli, EmitKustomizeWritesAnOverlayKubectlBuilds) {
             std::string::npos)
       << r.out;
   const std::string built = TempPath("built.json");
-  ASSERT_EQ(std::system(("kubectl kustomize " + dir +
-                         " 2>/dev/null | /usr/bin/python3 -c 'import json, sys, yaml; "
+  const std::string warnings = TempPath("kustomize.err");
+  ASSERT_EQ(std::system(("kubectl kustomize " + dir + " 2>" + warnings +
+                         " | /usr/bin/python3 -c 'import json, sys, yaml; "
                          "print(json.dumps(list(yaml.safe_load_all(sys.stdin))))' > " +
                          built)
                             .c_str()),
             0);
+  // No deprecated field (bases, patchesStrategicMerge): kustomize says nothing.
+  EXPECT_EQ(*ReadFileToString(warnings), "");
   const auto objs = nlohmann::json::parse(*ReadFileToString(built));
   int found = 0;
   for (const auto& o : objs) {
@@ -373,13 +376,17 @@ TEST(PlanCli, EmitKustomizeWritesAnOverlayKubectlBuilds) {
     }
   }
   EXPECT_EQ(found, 3);
-  // A base that is not a kustomization is one clear error.
+  // A base that is not a kustomization is one clear error, before any simulation runs (the plan
+  // table, printed after them, never is).
   const CliRun bad = Tandem(
       "plan --model llama-3-8b --hardware h100 --workload in=512,out=128 --slo-ttft 1 "
-      "--slo-tpot 0.05 --gpus 2 --sim-seconds 1 --num-requests 20 --emit-kustomize " +
+      "--slo-tpot 0.05 --gpus 8 --sim-seconds 600 --num-requests 5000 --emit-kustomize " +
       dir + " --kustomize-base /nonexistent");
   EXPECT_EQ(bad.exit_code, 2) << bad.err;
-  EXPECT_NE(bad.err.find("--kustomize-base"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--kustomize-base: /nonexistent has no kustomization.yaml"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.out, "") << "the plan ran before the base was checked";
 }
 
 TEST(PlanCli, BadInputIsOneClearLine) {

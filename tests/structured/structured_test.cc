@@ -37,6 +37,18 @@ bool Accepts(const JsonSchema& schema, const std::string& text) {
   return m.Feed(text) && m.Complete();
 }
 
+// Several tools' call shapes (what a forced call over several tools compiles to): a union of
+// objects told apart by their name, each with its own arguments.
+constexpr char kToolCalls[] = R"({"anyOf": [
+    {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments":
+     {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+      "required": ["city"], "additionalProperties": false}},
+     "required": ["name", "arguments"], "additionalProperties": false},
+    {"type": "object", "properties": {"name": {"enum": ["get", "now"]}, "arguments":
+     {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}},
+     "required": ["name", "arguments"]},
+    {"type": "null"}]})";
+
 const std::vector<std::string>& Schemas() {
   static const auto* const kSchemas = new std::vector<std::string>{
       R"({"type": "object"})",
@@ -70,6 +82,15 @@ const std::vector<std::string>& Schemas() {
           "minItems": 1}, "minItems": 1, "maxItems": 3})",
       R"({"type": "object", "properties": {"id": {"type": "integer"}, "note": {"type": "string"},
           "ok": {"type": "boolean"}}, "required": ["id", "ok"]})",
+      // Tagged unions: objects told apart by the string const (or enum) of their first property.
+      kToolCalls,
+      R"({"type": "array", "maxItems": 3, "items": {"oneOf": [
+          {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
+           "required": ["kind", "r"]},
+          {"type": "object", "properties": {"kind": {"const": "square"},
+           "side": {"type": "integer"}, "label": {"type": "string", "maxLength": 3}},
+           "required": ["kind"]},
+          {"type": "string", "maxLength": 2}]}})",
   };
   return *kSchemas;
 }
@@ -345,6 +366,71 @@ TEST(TokenMaskTest, AllowedEqualsTryingEveryToken) {
     }
   }
   EXPECT_GT(steps, 1000);
+}
+
+// A tagged union: the tag read first chooses the object, whose other properties then follow its
+// own schema; tags that do not tell the objects apart are refused.
+TEST(JsonSchemaTest, TaggedUnionsChooseTheObjectByItsTag) {
+  const auto calls = MustCompile(kToolCalls);
+  ASSERT_NE(calls, nullptr);
+  EXPECT_EQ(calls->root()->kind, Kind::kUnion);  // the objects' tagged union, and null
+  for (const char* text : {R"({"name": "get_weather", "arguments": {"city": "Paris"}})",
+                           R"({"name": "get", "arguments": {"n": 3}})",
+                           "{\n  \"name\": \"now\",\n  \"arguments\": {\"n\": -1}\n}", "null"}) {
+    EXPECT_TRUE(Accepts(*calls, text)) << text;
+  }
+  for (const char* text : {
+           R"({"name": "get", "arguments": {"city": "Paris"}})",  // get's arguments
+           R"({"name": "get_weather", "arguments": {"n": 1}})",   // get_weather's
+           R"({"name": "get_weather", "arguments": {"description": ""}})",
+           R"({"name": "other", "arguments": {}})",
+           R"({"arguments": {"n": 1}, "name": "get"})",  // the tag comes first
+           R"({"name": "get"})",                         // arguments are required
+           R"({})",
+       }) {
+    EXPECT_FALSE(Accepts(*calls, text)) << text;
+  }
+  // The smallest value of a tagged union is its deepest object's: any tag may be chosen.
+  const auto nested = MustCompile(R"({"anyOf": [
+      {"type": "object", "properties": {"t": {"const": "flat"}}, "required": ["t"]},
+      {"type": "object", "properties": {"t": {"const": "deep"}, "x": {"type": "array",
+       "minItems": 1, "items": {"type": "array"}}}, "required": ["t", "x"]}]})");
+  ASSERT_NE(nested, nullptr);
+  EXPECT_EQ(nested->root()->kind, Kind::kTagged);
+  EXPECT_EQ(nested->root()->min_depth, 3);
+
+  struct Case {
+    const char* schema;
+    std::vector<std::string> words;
+  };
+  const Case bad[] = {
+      // The same tag twice.
+      {R"({"anyOf": [{"properties": {"k": {"const": "a"}}, "required": ["k"]},
+          {"properties": {"k": {"enum": ["b", "a"]}}, "required": ["k"]}]})",
+       {"at /anyOf", "two objects have the tag \"a\""}},
+      // Tags that are not strings, a tag that may be left out, different first keys.
+      {R"({"anyOf": [{"properties": {"k": {"const": 1}}, "required": ["k"]},
+          {"properties": {"k": {"const": 2}}, "required": ["k"]}]})",
+       {"at /anyOf", "differently"}},
+      {R"({"anyOf": [{"properties": {"k": {"const": "a"}}},
+          {"properties": {"k": {"const": "b"}}, "required": ["k"]}]})",
+       {"at /anyOf", "differently"}},
+      {R"({"anyOf": [{"properties": {"k": {"const": "a"}}, "required": ["k"]},
+          {"properties": {"j": {"const": "b"}}, "required": ["j"]}]})",
+       {"at /anyOf", "differently"}},
+      // An object that needs no tag beside tagged ones.
+      {R"({"anyOf": [{"properties": {"k": {"const": "a"}}, "required": ["k"]},
+          {"type": "object"}]})",
+       {"at /anyOf", "differently"}},
+  };
+  for (const Case& c : bad) {
+    auto s = JsonSchema::Compile(c.schema);
+    ASSERT_FALSE(s.ok()) << c.schema;
+    for (const std::string& w : c.words) {
+      EXPECT_NE(std::string(s.status().message()).find(w), std::string::npos)
+          << c.schema << " -> " << s.status().message();
+    }
+  }
 }
 
 // ---- Recursion: schemas no finite value satisfies are refused; the others always complete ----
