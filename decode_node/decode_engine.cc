@@ -440,6 +440,8 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
   }
   lock.unlock();  // Admit, Accept and readers proceed during the step
   const absl::Time t0 = absl::Now();
+  // The step's loops note progress to health (kernels/step_progress.h).
+  const StepProgress::Scope progress = health_.StepScope();
   absl::Status st = health_.BeforeStep();
   if (st.ok()) {
     // Colocated with a prefill engine on the CPU, the step runs whole (kernels/cpu/core_share.h).

@@ -13,6 +13,7 @@
 #ifndef TANDEM_ENGINE_FAULT_INJECTION_H_
 #define TANDEM_ENGINE_FAULT_INJECTION_H_
 
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "kernels/step_progress.h"
 
 namespace tandem {
 
@@ -32,6 +34,7 @@ struct FaultSpec {
   int64_t kv_corrupt_every = 0;
   int64_t kv_drop_every = 0;
   int64_t step_delay_ms = 0;
+  int64_t slow_step_ms = 0;
   int64_t wedge_after_steps = -1;
   int64_t fail_step_every = 0;
 
@@ -47,8 +50,9 @@ class StepFaults {
  public:
   explicit StepFaults(const FaultSpec& spec = {}) : spec_(spec) {}
   // Called by the step loop before each forward step, without locks held. Sleeps for
-  // step_delay_ms; blocks while the loop is wedged and `stopping` is false; returns the
-  // injected failure of this step (OK for none).
+  // step_delay_ms; computes for slow_step_ms (noting progress, kernels/step_progress.h); blocks
+  // while the loop is wedged and `stopping` is false; returns the injected failure of this step (OK
+  // for none).
   absl::Status BeforeStep(const std::atomic<bool>& stopping);
 
  private:
@@ -71,6 +75,9 @@ class StepLoopHealth {
   }
   // The engine is going away: a wedged loop returns.
   void Stop() { stopping_ = true; }
+  // The step's progress notes go to this loop while the returned scope lives on this thread:
+  // open it around each forward step.
+  StepProgress::Scope StepScope() { return StepProgress::Scope(&progress_); }
   // Graceful drain: the engine refuses new work from now on.
   void BeginDrain() { draining_ = true; }
   bool draining() const { return draining_.load(); }
@@ -78,6 +85,11 @@ class StepLoopHealth {
   // A step that never returns makes this grow.
   absl::Duration SinceBeat() const {
     return absl::Nanoseconds(absl::GetCurrentTimeNanos() - beat_ns_.load());
+  }
+  // Since the loop came around or its step last noted progress, whichever is later: a step that
+  // advances, however slowly, keeps this small; one that never returns makes it grow.
+  absl::Duration SinceProgress() const {
+    return std::min(SinceBeat(), absl::FromChrono(progress_.Since()));
   }
   // absl::InfinitePast() if no step failed.
   absl::Time last_failed_step() const {
@@ -92,6 +104,7 @@ class StepLoopHealth {
   std::atomic<bool> draining_{false};
   std::atomic<int64_t> beat_ns_{absl::GetCurrentTimeNanos()};
   std::atomic<int64_t> failed_ns_{kNever};
+  StepProgress progress_;
 };
 
 }  // namespace tandem

@@ -146,13 +146,18 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
       if (job->done) break;
       const absl::Time now = absl::Now();
       const bool expired = now >= deadline;
-      const bool stalled = job->started != absl::Time() && now - job->started >= compute_timeout;
+      // Computing (however slowly: a loaded machine, other prompts' chunks between this one's)
+      // is not stalling: the timeout counts from the later of the start and the engine's last
+      // progress.
+      const bool stalled =
+          job->started != absl::Time() &&
+          now - std::max(job->started, now - health_.SinceProgress()) >= compute_timeout;
       if (expired || stalled || (cancelled && cancelled())) {
         job->cancelled = true;
         job->status = expired   ? absl::DeadlineExceededError("prefill deadline passed")
                       : stalled ? absl::DeadlineExceededError(
-                                      absl::StrFormat("prefill still computing %s after it started "
-                                                      "(--prefill-timeout-ms)",
+                                      absl::StrFormat("prefill made no progress for %s after it "
+                                                      "started (--prefill-timeout-ms)",
                                                       absl::FormatDuration(compute_timeout)))
                                 : absl::CancelledError("prefill cancelled");
         work_cv_.notify_one();
@@ -173,11 +178,11 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   }
   const absl::Time computed = absl::Now();
   // The transfer is part of the prefill's work: its acknowledgements are waited for within the
-  // same compute timeout (a chunk the decode side never acknowledges must not hold the request).
-  const absl::Time ack_deadline =
-      compute_timeout == absl::InfiniteDuration() || job->started == absl::Time()
-          ? deadline
-          : std::min(deadline, job->started + compute_timeout);
+  // same timeout after the compute (a chunk the decode side never acknowledges must not hold
+  // the request).
+  const absl::Time ack_deadline = compute_timeout == absl::InfiniteDuration()
+                                      ? deadline
+                                      : std::min(deadline, computed + compute_timeout);
   absl::Status acked = sender_->Wait(target, ack_deadline);
   sender_->Forget(target);
   if (!acked.ok()) {
@@ -282,12 +287,15 @@ void PrefillEngine::Loop() {
       }
     }
     const absl::Time t0 = absl::Now();
+    // The step's loops and layers note progress to health (kernels/step_progress.h).
+    const StepProgress::Scope progress = health_.StepScope();
     absl::Status st = health_.BeforeStep();
     if (st.ok()) {
       // Colocated with a decode engine on the CPU, this step's loops take turns with its steps
       // (kernels/cpu/core_share.h).
       CoreShare::PrefillStep turn(CoreShare::Process());
       st = runner_->Forward(batch, &logits, [&](int layer) {
+        StepProgress::NoteHere();
         for (size_t i = 0; i < work.size(); ++i) {
           if (batch_jobs[i]->cancelled) continue;
           // Errors surface in the sender's Wait; a refused lease stops further sends there.

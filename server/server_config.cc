@@ -108,7 +108,8 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
   app.add_option("--max-resumes", c->max_resumes,
                  "Times a request resumes on another worker after one fails")
       ->group(g);
-  app.add_option("--prefill-timeout-ms", c->prefill_timeout_ms, "Deadline of one prefill")
+  app.add_option("--prefill-timeout-ms", c->prefill_timeout_ms,
+                 "A started prefill whose worker makes no progress this long is resumed elsewhere")
       ->group(g);
   app.add_option("--ejection-ms", c->ejection_ms, "Outlier ejection back-off (doubling)")->group(g);
   app.add_option("--http-port", c->http_port, "OpenAI-compatible HTTP API on --host (0: pick)")
@@ -168,7 +169,7 @@ void AddWorkerFlags(CLI::App& app, WorkerConfig* c) {
                  "nccl: the CUDA device KV is sent from / received into")
       ->group(g);
   app.add_option("--wedge-timeout-ms", c->wedge_timeout_ms,
-                 "A step loop stuck this long turns health NOT_SERVING")
+                 "A step loop without progress this long turns health NOT_SERVING")
       ->group(g);
   app.add_option("--fault", c->fault, "Test builds: inject faults (engine/fault_injection.h)")
       ->group(g);

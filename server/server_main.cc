@@ -645,7 +645,7 @@ void TandemServer::StartHealthMonitor() {
       if (draining_) {
         why = "draining";
       } else if (std::any_of(loops_.begin(), loops_.end(),
-                             [&](StepLoopHealth* l) { return l->SinceBeat() > wedge; })) {
+                             [&](StepLoopHealth* l) { return l->SinceProgress() > wedge; })) {
         why = "step loop wedged";
       } else if (std::any_of(loops_.begin(), loops_.end(), [&](StepLoopHealth* l) {
                    return now - l->last_failed_step() < absl::Seconds(2);

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "kernels/cpu/core_share.h"
+#include "kernels/step_progress.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -61,10 +62,12 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
                              const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   // A colocated prefill's loop waits for its turn beside decode steps (kernels/cpu/core_share.h).
+  // Each finished loop is progress of the step running on this thread (kernels/step_progress.h).
   struct Turn {
     bool held = CoreShare::Process().EnterLoop();
     ~Turn() {
       if (held) CoreShare::Process().ExitLoop();
+      StepProgress::NoteHere();
     }
   } turn;
   grain = std::max<int64_t>({1, grain, (n + kMaxChunks - 1) / kMaxChunks});

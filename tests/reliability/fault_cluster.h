@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -146,6 +147,19 @@ class FaultCluster {
   }
 
   void Signal(int i, int sig) { ::kill(procs_.at(i).pid, sig); }
+  // Renices every thread of process `i` (threads it starts later inherit it); false if one
+  // could not be.
+  bool Nice(int i, int level) {
+    bool ok = true;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(
+             absl::StrFormat("/proc/%d/task", procs_.at(i).pid), ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const int tid = std::stoi(it->path().filename().string());
+      ok = ::setpriority(PRIO_PROCESS, tid, level) == 0 && ok;
+    }
+    return ok && !ec;
+  }
   void Kill(int i) {
     Proc& p = procs_.at(i);
     ::kill(p.pid, SIGKILL);

@@ -10,9 +10,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "tests/reliability/fault_cluster.h"
 #include "tests/serving/cluster.h"
@@ -700,6 +703,95 @@ TEST_F(ReliabilityTest, Row40_AQueuedPrefillHasNotTimedOut) {
   const double seconds = SecondsSince(t0);
   EXPECT_GT(seconds, 2.0) << "the prompts did not queue behind each other";
   EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), 0) << "a queued prefill was abandoned";
+  std::string why;
+  EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// A thread spinning on every core at the test's priority, until destroyed.
+class CpuHog {
+ public:
+  CpuHog() {
+    for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+      threads_.emplace_back([this] {
+        volatile uint64_t sink = 0;
+        while (!stop_.load(std::memory_order_relaxed)) sink = sink + 1;
+      });
+    }
+  }
+  ~CpuHog() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Row 43: slow is not dead. Health tells a worker whose steps advance, however slowly, from one
+// whose step never returns (row 9), and a started prefill times out only when its worker stops
+// making progress; so load never spends a request's resumes.
+//   - Every forward step of both workers computes for 400 ms (noting its progress), longer than
+//     their 250 ms wedge timeout and the router's 300 ms prefill timeout: both stay SERVING, no
+//     attempt is abandoned, every output equals a quiet run's.
+//   - Every process at nice 19 beside a CPU hog on every core, 1 s wedge and prefill timeouts,
+//     sixteen long prompts at once: 0 failures, 0 resumes, every output equals a quiet run's.
+TEST_F(ReliabilityTest, Row43_SlowWorkersAreNotTakenForDeadOnes) {
+  ASSERT_TRUE(reference_->ready());
+  {
+    FaultCluster c;
+    c.StartRouter({"--prefill-timeout-ms", "300"});
+    const std::vector<std::string> slow = {"--fault", "slow_step_ms=400", "--wedge-timeout-ms",
+                                           "250"};
+    const int p = c.StartWorker("prefill", slow);
+    const int d = c.StartWorker("decode", slow);
+    ASSERT_GE(p, 0);
+    ASSERT_GE(d, 0);
+    const v1::GenerateRequest req = Greedy(kPrompt, 10);
+    const std::vector<int> want = Reference(req);
+    std::atomic<bool> done{false};
+    int not_serving = 0;
+    std::thread watch([&] {
+      while (!done) {
+        for (int i : {p, d}) {
+          not_serving += c.Health(i) != grpc::health::v1::HealthCheckResponse::SERVING;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(AllExact(c, req, want, 4), 4);
+    const double seconds = SecondsSince(t0);
+    done = true;
+    watch.join();
+    std::printf(
+        "row 43: 400 ms steps, 250 ms wedge timeout: 4 requests in %.1f s, %d health "
+        "checks not SERVING\n",
+        seconds, not_serving);
+    EXPECT_GT(seconds, 4.0) << "the steps were not slow";
+    EXPECT_EQ(not_serving, 0) << "a slow worker said NOT_SERVING";
+    EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), 0) << "a slow attempt was abandoned";
+    std::string why;
+    EXPECT_TRUE(c.NoLeaks(&why)) << why;
+  }
+  FaultCluster c;
+  c.StartRouter({"--prefill-timeout-ms", "1000"});
+  const std::vector<std::string> quick = {"--wedge-timeout-ms", "1000"};
+  const int p = c.StartWorker("prefill", quick);
+  const int d = c.StartWorker("decode", quick);
+  ASSERT_GE(p, 0);
+  ASSERT_GE(d, 0);
+  for (int i : {0, p, d}) ASSERT_TRUE(c.Nice(i, 19));
+  const v1::GenerateRequest req = Greedy(kLongPrompt, 48);
+  const std::vector<int> want = Reference(req);
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    CpuHog hog;
+    EXPECT_EQ(AllExact(c, req, want, 16), 16);
+  }
+  std::printf("row 43: nice 19 beside a CPU hog: 16 long prompts in %.1f s, %g resumes\n",
+              SecondsSince(t0), c.Metric(0, "tandem_resumes_total"));
+  EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), 0) << "a loaded worker was taken for a dead one";
   std::string why;
   EXPECT_TRUE(c.NoLeaks(&why)) << why;
 }
