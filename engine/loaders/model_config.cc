@@ -364,10 +364,25 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   auto tie = GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM");
   if (!tie.ok()) return tie.status();
   c.tie_word_embeddings = *tie;
-  // Mistral's sliding window; Qwen2 names it too but only uses it with use_sliding_window, and
-  // Qwen3 never (use_sliding_window true is refused above, and its default is false).
-  auto use_sliding_window = GetBool(j, "use_sliding_window", arch != "Qwen3ForCausalLM");
+  // Mistral's sliding window. Qwen2 and Qwen3 name one too but use it only with
+  // use_sliding_window (false unless set, as in transformers; Qwen3's true is refused above), and
+  // Qwen2 then only on the layers from max_window_layers on: every layer or none is what Tandem
+  // computes, anything between is refused by name.
+  const bool qwen = arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM";
+  auto use_sliding_window = GetBool(j, "use_sliding_window", !qwen);
   if (!use_sliding_window.ok()) return use_sliding_window.status();
+  if (arch == "Qwen2ForCausalLM" && *use_sliding_window) {
+    auto first_windowed = GetInt(j, "max_window_layers", 28);
+    if (!first_windowed.ok()) return first_windowed.status();
+    if (*first_windowed >= c.n_layers) {
+      *use_sliding_window = false;
+    } else if (*first_windowed > 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.json: max_window_layers = %d windows only layers %d..%d of %d (sliding window "
+          "on some layers and not others) and is not supported",
+          *first_windowed, *first_windowed, c.n_layers - 1, c.n_layers));
+    }
+  }
   if (auto it = j.find("sliding_window");
       it != j.end() && it->is_number_integer() && *use_sliding_window) {
     // (int64: get<int> would wrap a huge window into an arbitrary one.)

@@ -217,6 +217,39 @@ TEST(HfConfigTest, ReadsArchitectureSpecifics) {
   EXPECT_EQ(qwen->sliding_window, 0);
 }
 
+// Qwen2's sliding window as transformers applies it: off unless use_sliding_window is true, and
+// then on the layers from max_window_layers on; all of them or none is computed, a split refused.
+TEST(HfConfigTest, Qwen2SlidingWindowFollowsTransformers) {
+  const std::string base = testing::SourceDir() + "/tests/fixtures/hf/qwen2_f32/config.json";
+  nlohmann::json config = nlohmann::json::parse(*ReadFileToString(base));
+  config.erase("use_sliding_window");
+  config["sliding_window"] = 32;
+  config["max_position_embeddings"] = 256;
+  const int layers = config["num_hidden_layers"];
+  auto off = ModelConfig::FromHfJson(config.dump());
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->sliding_window, 0) << "a window without use_sliding_window";
+  config["use_sliding_window"] = true;
+  config["max_window_layers"] = 0;
+  auto all = ModelConfig::FromHfJson(config.dump());
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->sliding_window, 32);
+  config["max_window_layers"] = layers;
+  auto none = ModelConfig::FromHfJson(config.dump());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->sliding_window, 0);
+  config.erase("max_window_layers");  // transformers' default, 28
+  auto by_default = ModelConfig::FromHfJson(config.dump());
+  ASSERT_TRUE(by_default.ok()) << by_default.status();
+  EXPECT_EQ(by_default->sliding_window, 0);
+  ASSERT_GE(layers, 2);
+  config["max_window_layers"] = 1;
+  auto split = ModelConfig::FromHfJson(config.dump());
+  ASSERT_FALSE(split.ok());
+  EXPECT_NE(split.status().message().find("max_window_layers"), std::string::npos)
+      << split.status();
+}
+
 TEST(HfConfigTest, Llama3ScalingTouchesAllThreeBands) {
   ModelConfig c;
   c.head_dim = 16;
