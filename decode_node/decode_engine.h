@@ -3,8 +3,9 @@
 // decodes every running request in one batch per step (continuous batching).
 //
 // One state machine per request: ADMITTED (lease open, KV arriving) -> RUNNING (in the batch;
-// possibly preempted and recomputed for a while, which its reader never sees) -> FINISHED /
-// CANCELLED / FAILED; every terminal state releases the blocks exactly once.
+// possibly preempted and recomputed for a while, which its reader never sees) -> DONE, which
+// holds how it ended (a finish reason, a cancel, or the error it failed with); reaching DONE
+// releases the blocks exactly once.
 #ifndef TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 #define TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 

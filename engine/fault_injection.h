@@ -1,4 +1,4 @@
-// Fault injection for tests: the faults RELIABILITY.md asks Tandem to survive, injected on
+// Fault injection for tests: the faults docs/reliability.md asks Tandem to survive, injected on
 // purpose by a flag the binaries accept (`--fault SPEC`) in builds with TANDEM_FAULT_INJECTION
 // (the default; a production image may turn it off, and then any SPEC is refused).
 //

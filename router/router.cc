@@ -465,21 +465,20 @@ namespace router_internal {
 
 using DecodeStream = grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>;
 
-// One request, over as many attempts as faults require, as a transaction with named states:
-//   kAdmit    wait (bounded) for healthy workers, then admit `prompt + tokens streamed so far` on
+// One request, over as many attempts as faults require, as a transaction whose phases are the
+// steps of RunAttempt and Run:
+//   admit     wait (bounded) for healthy workers, then admit `prompt + tokens streamed so far` on
 //             a decode worker, which leases KV blocks for it;
-//   kPrefill  a prefill worker computes the prompt's KV into that lease and the first token;
-//   kStream   relay the decode worker's tokens to the client;
-//   kResume   after a worker death or a failed KV transfer, back off and start a new attempt
+//   prefill   a prefill worker computes the prompt's KV into that lease and the first token;
+//   stream    relay the decode worker's tokens to the client;
+//   resume    after a worker death or a failed KV transfer, back off and start a new attempt
 //             after the last token the client has, on workers that have not failed this
 //             request (sampling is keyed by (seed, position), so the resumed tokens are the
 //             ones the failed worker would have produced);
-//   kFinish   the last message written, the metrics recorded.
+//   finish    the last message written, the metrics recorded.
 // The router's lock is taken only around registry and queue bookkeeping.
 class GenerateTransaction {
  public:
-  enum class State { kAdmit, kPrefill, kStream, kResume, kFinish };
-
   GenerateTransaction(Router* router, const v1::GenerateRequest& req, const StreamCall& call)
       : r_(router), req_(req), call_(call), t0_(absl::Now()) {}
   ~GenerateTransaction();
@@ -584,7 +583,6 @@ class GenerateTransaction {
   const v1::GenerateRequest& req_;
   const StreamCall& call_;
   const absl::Time t0_;
-  State state_ = State::kAdmit;
   std::optional<GenerationRequest> greq_;
   int prompt_len_ = 0;
   std::string request_id_;  // scoped to the caller (router/request_id.h): logs, workers
@@ -622,7 +620,6 @@ grpc::Status GenerateTransaction::Run() {
   for (int resumes = 0;; ++resumes) {
     grpc::Status s = RunAttempt();
     if (s.ok()) {
-      state_ = State::kFinish;
       RecordSuccess();
       return s;
     }
@@ -679,12 +676,9 @@ grpc::Status GenerateTransaction::RunAttempt() {
       static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
   a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
   a.room_until = call_.deadline;
-  state_ = State::kAdmit;
   if (grpc::Status s = WaitForWorkers(a); !s.ok()) return s;
   if (grpc::Status s = Admit(a); !s.ok()) return s;
-  state_ = State::kPrefill;
   if (grpc::Status s = Prefill(a); !s.ok()) return s;
-  state_ = State::kStream;
   return Stream(a);
 }
 
@@ -1051,7 +1045,6 @@ bool GenerateTransaction::PrepareResume(const grpc::Status& s, int resumes,
                                                                  s.error_message(), resumes));
     return false;
   }
-  state_ = State::kResume;
   // An attempt fails only between writes: every token in `generated_` reached the client, and
   // the resumed prompt ends with the last of them.
   ClearResponse();

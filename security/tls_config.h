@@ -1,6 +1,6 @@
 // TLS configuration from PEM files (`--tls-cert`, `--tls-key`, `--tls-ca`) and the cluster roles
 // a certificate names. No gRPC here: the gRPC credentials are made in rpc/tls.h, the raw
-// sockets' (KV transfer, HTTP) in security/ssl_context.h.
+// sockets' (KV transfer, HTTP) in security/secure_socket.h.
 //
 // A server with a certificate and key serves TLS. With a CA as well it is mutual TLS: every
 // connection must present a certificate that the CA signed, and the process's own calls to its

@@ -1,6 +1,6 @@
 // The schedulers of the two worker roles. Pure data structures: request ids in, decisions out;
-// no threads, no I/O, no tensors. The prefill and decode workers drive them, and so will the
-// capacity planner's simulator.
+// no threads, no I/O, no tensors. The prefill and decode workers drive them, and so does
+// the capacity planner's simulator (planner/simulator.h).
 #ifndef TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
 #define TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
 

@@ -157,16 +157,6 @@ TANDEM_AVX2 void DotTile(const void* const* w, const float* x, int64_t ldx, int6
   }
 }
 
-// y[i] += a * x[i] for i < n.
-TANDEM_AVX2 inline void Axpy(float a, const float* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  }
-  for (; i < n; ++i) y[i] += a * x[i];
-}
-
 }  // namespace tandem::cpu::simd
 
 #endif  // TANDEM_KERNELS_CPU_SIMD_H_

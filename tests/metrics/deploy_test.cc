@@ -48,7 +48,7 @@ std::vector<Query> DashboardQueries(const nlohmann::json& dashboard) {
   std::vector<Query> out;
   std::vector<nlohmann::json> panels(dashboard["panels"].begin(), dashboard["panels"].end());
   for (size_t i = 0; i < panels.size(); ++i) {
-    const nlohmann::json& p = panels[i];
+    const nlohmann::json p = panels[i];  // a copy: the insert below may move panels[i]
     if (p.contains("panels")) panels.insert(panels.end(), p["panels"].begin(), p["panels"].end());
     if (!p.contains("targets")) continue;
     for (const auto& t : p["targets"]) {
