@@ -253,9 +253,13 @@ grpc::Status InternalAuth::Call(
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext ctx;
     if (prepare) prepare(&ctx);
-    Attach(&ctx, method, as, address, request);
+    // The instance this proof names; calls to the same address from other threads may learn the
+    // right one meanwhile, so a retry is decided against this, not against what is known now.
+    const std::string named = AudienceAt(address);
+    if (secret_) ctx.AddMetadata(kClusterAuthMetadata, Proof(method, as, named, request));
     grpc::Status s = call(&ctx);
-    const bool learned = LearnAudience(address, ctx);
+    LearnAudience(address, ctx);
+    const bool learned = AudienceAt(address) != named;
     if (attempt > 0 || !learned || !secret_ ||
         s.error_code() != grpc::StatusCode::UNAUTHENTICATED) {
       return s;

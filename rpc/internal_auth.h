@@ -102,7 +102,7 @@ class InternalAuth {
   // Records the instance at `address` (a registering worker's, say).
   void SetAudience(const std::string& address, const std::string& instance) const;
   // After a call to `address` finished: records the instance its trailing metadata named. True
-  // when that differs from what the call's proof named (a call refused for that may now pass).
+  // when that differs from what was known at `address` (a call refused for that may now pass).
   bool LearnAudience(const std::string& address, const grpc::ClientContext& ctx) const;
 
   // A unary internal call with its proof: `call` makes it on a fresh context that `prepare`

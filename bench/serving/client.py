@@ -24,8 +24,10 @@ WORDS = ("Once upon a time there was a little girl named Lily who loved to play 
 
 
 def prompt_of(words, i):
-    # Distinct per request (no prefix-cache advantage for anyone), the same set for every server.
-    text = [f"Story {i}:"] + [WORDS[(i * 7 + k) % len(WORDS)] for k in range(words)]
+    # Distinct per request and, with --first, per row of a run (a server that kept an earlier
+    # row's prompts in its prompt cache must not skip their compute), the same set for every
+    # server. The number leads, so two prompts share at most a token or two of prefix.
+    text = [f"{i}. Story:"] + [WORDS[(i * 7 + k) % len(WORDS)] for k in range(words)]
     return " ".join(text)
 
 
@@ -89,6 +91,8 @@ def main():
     ap.add_argument("--prompt-words", type=int, default=160)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--first", type=int, default=0,
+                    help="index of the first prompt: rows of one run use disjoint ranges")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     records = [None] * a.requests
@@ -102,7 +106,7 @@ def main():
                 next_i[0] += 1
             if i >= a.requests:
                 return
-            records[i] = one(a.url, a.model, prompt_of(a.prompt_words, i), a.max_tokens,
+            records[i] = one(a.url, a.model, prompt_of(a.prompt_words, a.first + i), a.max_tokens,
                              a.timeout)
 
     t0 = time.perf_counter()

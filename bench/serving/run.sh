@@ -14,6 +14,8 @@
 # llama.cpp is built from source in a scratch folder by bench/llamacpp/build.sh ($SCRATCH,
 # default /tmp/tandem-llamacpp), never inside the repository.
 #   RUNS=N bench/serving/run.sh
+#   SYSTEMS="role-all tandem-up" bench/serving/run.sh   reruns those systems only, keeping the
+#                                                       others' results of the last run
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SCRATCH=${SCRATCH:-/tmp/tandem-llamacpp}
@@ -24,7 +26,9 @@ gguf="$(bash scripts/fetch_model.sh --smollm2)"
 bin="$BUILD_DIR/bin"
 mkdir -p "$SCRATCH" bench/results
 out="$SCRATCH/serving"
-rm -rf "$out"
+ALL_SYSTEMS="llama-server role-all tandem-up"
+SYSTEMS=${SYSTEMS:-$ALL_SYSTEMS}
+[ "$SYSTEMS" = "$ALL_SYSTEMS" ] && rm -rf "$out"
 mkdir -p "$out"
 SCRATCH="$SCRATCH" bash bench/llamacpp/build.sh llama-server
 cmake --build "$BUILD_DIR" --target tandem tandem-server >/dev/null
@@ -44,6 +48,10 @@ wait_http() {  # URL PATH: until it answers 200 (120 s)
   done
   echo "serving: $1 did not come up" >&2
   return 1
+}
+
+served_model() {  # URL: the id /v1/models lists first
+  curl -fs "$1/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])'
 }
 
 # start SYSTEM: starts it and sets URL and MODEL.
@@ -68,8 +76,8 @@ start() {
         [ -n "$URL" ] && break
         sleep 0.1
       done
-      MODEL=default
       wait_http "$URL" /health
+      MODEL=$(served_model "$URL")
       ;;
     tandem-up)
       "$bin/tandem" up --model "$gguf" --prefill 1 --decode 1 >"$out/up.out" 2>"$out/up.log" &
@@ -79,23 +87,25 @@ start() {
         [ -n "$URL" ] && break
         sleep 0.1
       done
-      MODEL=default
       wait_http "$URL" /health
+      MODEL=$(served_model "$URL")
       ;;
   esac
 }
 
 for run in $(seq "$RUNS"); do
-  for system in llama-server role-all tandem-up; do
+  for system in $SYSTEMS; do
     start "$system"
+    first=0  # each row its own prompts: none was seen by the server before
     for words in 160 800; do
       for conc in 1 4 16; do
         n=32
         [ "$conc" = 1 ] && n=8
         printf '%-12s pass %d, ~%d-word prompts, %2d in flight: ' "$system" "$run" "$words" "$conc"
         python3 bench/serving/client.py --url "$URL" --model "$MODEL" --requests "$n" \
-          --concurrency "$conc" --prompt-words "$words" --max-tokens 128 \
+          --concurrency "$conc" --prompt-words "$words" --max-tokens 128 --first "$first" \
           --out "$out/$system-$words-$conc-$run.json"
+        first=$((first + n))
       done
     done
     stop_all

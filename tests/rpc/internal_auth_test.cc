@@ -166,6 +166,27 @@ TEST(InternalAuthTest, CallLearnsTheInstanceFromTheRefusalAndAfterARestart) {
   EXPECT_EQ(attempts, 2);
 }
 
+// Two calls to a new server at once (a colocated process's prefill and decode workers registering
+// with its router): the one that learns the instance second is still made again, and passes.
+TEST(InternalAuthTest, CallRetriesWhenAnotherCallLearnedTheInstanceMeanwhile) {
+  const ClusterSecret secret = ClusterSecret::Generate();
+  InternalAuth client(secret, false);
+  Server server(secret);
+  const v1::RegisterRequest req = Req("w");
+  int attempts = 0;
+  const grpc::Status s =
+      client.Call(server.address, internal_method::kRegister, PeerRole::kDecode, req, nullptr,
+                  [&](grpc::ClientContext* ctx) {
+                    // This attempt's proof names no instance; the other call learns it now.
+                    if (++attempts == 1)
+                      client.SetAudience(server.address, server.auth.instance_id());
+                    v1::RegisterResponse resp;
+                    return server.stub->Register(ctx, req, &resp);
+                  });
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(attempts, 2);
+}
+
 TEST(InternalAuthTest, MessageDigestIsDeterministicAndSeesEveryField) {
   v1::RegisterRequest a = Req("w");
   v1::RegisterRequest b = Req("w");
