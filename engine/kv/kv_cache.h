@@ -46,7 +46,6 @@ struct KvCacheSpec {
 // "f16" or "fp8"; INVALID_ARGUMENT naming the flag otherwise.
 absl::StatusOr<DType> ParseKvDtype(std::string_view name, DType compute = DType::kF32);
 
-
 class KvCache {
  public:
   // Fails when the cache would not fit in `max_bytes` (0 = no limit).

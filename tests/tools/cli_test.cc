@@ -174,7 +174,8 @@ TEST(CliTest, DeviceFlagOnGpuOrItsError) {
 }
 
 // tandem-server's speculative decoding flags (and the colocated prefill share): bad values are
-// named, and so is a draft model that cannot be loaded (one of another vocabulary is refused as SpeculativeOptionsTest shows).
+// named, and so is a draft model that cannot be loaded (one of another vocabulary is refused as
+// SpeculativeOptionsTest shows).
 TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
   const std::string server =
       testing::BinDir() + "/tandem-server --role decode --port 0 --router 127.0.0.1:1 --model " +
