@@ -152,7 +152,8 @@ Model::Model(ModelConfig config, ModelWeights weights, Backend* backend)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       backend_(backend),
-      inv_freq_(config_.RopeInvFreq()) {}
+      inv_freq_(config_.RopeInvFreq()),
+      local_inv_freq_(config_.LocalRopeInvFreq()) {}
 
 absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache,
                             std::vector<float>* logits,
@@ -233,7 +234,7 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   args.token_seq = token_seq.data();
   args.token_pos = token_pos.data();
   args.block_tables = block_tables.data();
-  args.sliding_window = c.sliding_window;
+  args.scale = c.AttentionScale();
 
   // fp8 caches: every chunk's rows and block table, for its scales.
   std::vector<KvChunkRows> chunk_rows;
@@ -245,8 +246,11 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
 
   Backend& b = *backend_;
   b.Embedding(ids.data(), weights_.token_embedding, x.data(), num_tokens);
+  if (c.embedding_scale != 1.0f) b.Scale(x.data(), c.embedding_scale, T * c.dim);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
+    args.sliding_window = c.LayerWindow(l);
+    const float* inv_freq = c.LayerIsLocal(l) ? local_inv_freq_.data() : inv_freq_.data();
     b.RmsNorm(x.data(), w.attn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
     b.Matmul(xb.data(), w.wq, w.bq, q.data(), num_tokens);
     b.Matmul(xb.data(), w.wk, w.bk, k.data(), num_tokens);
@@ -255,9 +259,8 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
       b.RmsNorm(q.data(), w.q_norm, q.data(), num_tokens * c.n_heads, c.head_dim, c.norm_eps);
       b.RmsNorm(k.data(), w.k_norm, k.data(), num_tokens * c.n_kv_heads, c.head_dim, c.norm_eps);
     }
-    b.Rope(q.data(), num_tokens, c.n_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
-           c.rope_style);
-    b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq_.data(),
+    b.Rope(q.data(), num_tokens, c.n_heads, c.head_dim, token_pos.data(), inv_freq, c.rope_style);
+    b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq,
            c.rope_style);
     if (!chunk_rows.empty()) SetFp8Scales(cache, l, chunk_rows, k.data(), v.data());
     const KvLayerRef layer = cache->layer(l);
@@ -265,12 +268,22 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
     if (on_layer_kv) on_layer_kv(l);
     b.PagedAttention(q.data(), layer, args, att.data());
     b.Matmul(att.data(), w.wo, nullptr, xb.data(), num_tokens);
+    if (w.post_attn_norm != nullptr) {
+      b.RmsNorm(xb.data(), w.post_attn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
+    }
     b.Add(x.data(), xb.data(), T * c.dim);
     b.RmsNorm(x.data(), w.ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
     b.Matmul(xb.data(), w.w1, nullptr, hb.data(), num_tokens);
     b.Matmul(xb.data(), w.w3, nullptr, hb2.data(), num_tokens);
-    b.SiluMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+    if (c.hidden_act == Activation::kGeluTanh) {
+      b.GeluTanhMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+    } else {
+      b.SiluMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+    }
     b.Matmul(hb.data(), w.w2, nullptr, xb.data(), num_tokens);
+    if (w.post_ffn_norm != nullptr) {
+      b.RmsNorm(xb.data(), w.post_ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
+    }
     b.Add(x.data(), xb.data(), T * c.dim);
   }
   // Only the rows that need logits go through the final norm and the classifier.

@@ -1,6 +1,7 @@
 // The Llama-family forward pass (RMSNorm, RoPE, GQA attention over a paged KV cache, SwiGLU
-// MLP, tied or separate classifier; Qwen2's q/k/v biases and Qwen3's per-head q/k norms), written
-// once against the Backend interface.
+// MLP, tied or separate classifier; Qwen2's q/k/v biases and Qwen3's per-head q/k norms; Gemma 3's
+// scaled embeddings, GeGLU, norms after attention and MLP, and sliding-window layers with their
+// own RoPE base), written once against the Backend interface.
 //
 // One Forward call takes new tokens of many sequences: a prefill is a sequence with many new
 // tokens (or a chunk of them), a decode step is one new token for each of many sequences; both
@@ -24,20 +25,22 @@
 namespace tandem {
 
 struct LayerWeights {
-  WeightRef wq;                      // [q_dim, dim]
-  WeightRef wk;                      // [kv_dim, dim]
-  WeightRef wv;                      // [kv_dim, dim]
-  WeightRef wo;                      // [dim, q_dim]
-  WeightRef w1;                      // gate [hidden_dim, dim]
-  WeightRef w2;                      // down [dim, hidden_dim]
-  WeightRef w3;                      // up [hidden_dim, dim]
-  const float* attn_norm = nullptr;  // [dim]
-  const float* ffn_norm = nullptr;   // [dim]
-  const float* bq = nullptr;         // [q_dim] or nullptr
-  const float* bk = nullptr;         // [kv_dim] or nullptr
-  const float* bv = nullptr;         // [kv_dim] or nullptr
-  const float* q_norm = nullptr;     // [head_dim], shared by every query head; or nullptr
-  const float* k_norm = nullptr;     // [head_dim], shared by every KV head; or nullptr
+  WeightRef wq;                           // [q_dim, dim]
+  WeightRef wk;                           // [kv_dim, dim]
+  WeightRef wv;                           // [kv_dim, dim]
+  WeightRef wo;                           // [dim, q_dim]
+  WeightRef w1;                           // gate [hidden_dim, dim]
+  WeightRef w2;                           // down [dim, hidden_dim]
+  WeightRef w3;                           // up [hidden_dim, dim]
+  const float* attn_norm = nullptr;       // [dim]
+  const float* ffn_norm = nullptr;        // [dim]
+  const float* bq = nullptr;              // [q_dim] or nullptr
+  const float* bk = nullptr;              // [kv_dim] or nullptr
+  const float* bv = nullptr;              // [kv_dim] or nullptr
+  const float* q_norm = nullptr;          // [head_dim], shared by every query head; or nullptr
+  const float* k_norm = nullptr;          // [head_dim], shared by every KV head; or nullptr
+  const float* post_attn_norm = nullptr;  // [dim] Gemma: on the attention output; or nullptr
+  const float* post_ffn_norm = nullptr;   // [dim] Gemma: on the MLP output; or nullptr
 };
 
 struct ModelWeights {
@@ -102,7 +105,8 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   Backend* backend_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> inv_freq_;        // [head_dim / 2]
+  std::vector<float> local_inv_freq_;  // [head_dim / 2] of sliding-window layers
 };
 
 // Only the configuration of the model at `path` (directory or checkpoint), for processes that
@@ -117,8 +121,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
 class GgufFile;
-// GGUF file (formats/gguf.h): architectures llama, mistral, qwen2 and qwen3; from a path or a file
-// already read.
+// GGUF file (formats/gguf.h): architectures llama, mistral, qwen2, qwen3 and gemma3; from a path or
+// a file already read.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);
 // The configuration a GGUF file's metadata describes; a metadata key that changes the math and

@@ -217,6 +217,15 @@ absl::Status CudaRunnerOptions::Validate() const {
 }
 
 absl::Status CudaSupportsModel(const ModelConfig& c) {
+  if (c.hidden_act != Activation::kSilu || c.sandwich_norms || c.embedding_scale != 1.0f ||
+      c.query_pre_attn_scalar > 0 || !c.sliding_layers.empty()) {
+    // Gemma 3's GeGLU, sandwich norms, scaled embeddings, attention scale and interleaved
+    // sliding layers are not in the device model.
+    return absl::UnimplementedError(absl::StrFormat(
+        "--device=cuda: %s (GeGLU, norms after attention and MLP, interleaved sliding-window "
+        "layers) is not implemented by the CUDA backend; run it with --device=cpu",
+        c.architecture));
+  }
   if (c.qk_norm) {
     // The device model (engine/cuda/device_model.cu) has no per-head q/k norm: refused rather
     // than run without it.

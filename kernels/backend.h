@@ -8,6 +8,7 @@
 #ifndef TANDEM_KERNELS_BACKEND_H_
 #define TANDEM_KERNELS_BACKEND_H_
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,11 @@ struct PagedAttentionArgs {
   const int* token_pos = nullptr;     // [num_tokens] position; attends to positions [0, pos]
   const int* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq] block ids
   int sliding_window = 0;             // > 0: attend to positions (pos - window, pos] only
+  float scale = 0.0f;                 // scores are q·k times this; 0 = 1 / sqrt(head_dim)
+
+  float ScoreScale() const {
+    return scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
 };
 
 // One layer of a paged KV cache, not owned: K and V as [num_blocks * block_size, n_kv_heads,
@@ -83,13 +89,17 @@ class Backend {
   // must be set, and saturated at ±448).
   virtual void WriteKv(const float* k, const float* v, const int* slots, int n,
                        const KvLayerRef& cache) = 0;
-  // out[num_tokens, n_heads, head_dim] = causal softmax(q·Kᵀ / sqrt(head_dim)) · V, with q
+  // out[num_tokens, n_heads, head_dim] = causal softmax(q·Kᵀ · args.ScoreScale()) · V, with q
   // [num_tokens, n_heads, head_dim]; query head h reads KV head h / (n_heads / n_kv_heads). The
   // cache is read in its dtype; compute is float32.
   virtual void PagedAttention(const float* q, const KvLayerRef& cache,
                               const PagedAttentionArgs& args, float* out) = 0;
   // out[i] = silu(gate[i]) * up[i] for i < n.
   virtual void SiluMul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // out[i] = gelu_tanh(gate[i]) * up[i] for i < n, PyTorch's gelu(approximate="tanh").
+  virtual void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) = 0;
+  // x[i] *= s for i < n.
+  virtual void Scale(float* x, float s, int64_t n) = 0;
   // out[n, table.cols] = rows ids[n] of table.
   virtual void Embedding(const int* ids, const WeightRef& table, float* out, int n) = 0;
   // x[i] += y[i] for i < n.

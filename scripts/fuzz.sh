@@ -33,7 +33,7 @@ bash scripts/setup.sh
 bash scripts/fetch_model.sh >/dev/null
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_FUZZ=ON \
   -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-  -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" -DTANDEM_SMOLLM2_GGUF=OFF \
+  -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" -DTANDEM_SMOLLM2_GGUF=OFF -DTANDEM_GEMMA3_GGUF=OFF \
   >/dev/null
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

@@ -15,10 +15,12 @@ JOBS=${JOBS:-$(nproc)}
 
 bash scripts/setup.sh
 bash scripts/fetch_model.sh >/dev/null
-# The GGUF chat model the GGUF tests check against transformers' fixtures (they skip, saying so,
-# where it cannot be fetched).
+# The real GGUF models the GGUF tests check against transformers' fixtures (they skip, saying
+# so, where one cannot be fetched).
 SMOLLM2="$(bash scripts/fetch_model.sh --smollm2 || true)"
 [ -n "$SMOLLM2" ] || echo "test: SmolLM2 GGUF not fetched; its tests will be skipped" >&2
+GEMMA3="$(bash scripts/fetch_model.sh --gemma3 || true)"
+[ -n "$GEMMA3" ] || echo "test: Gemma 3 GGUF not fetched; its tests will be skipped" >&2
 
 # The container check (the CPU image built from deploy/docker/Dockerfile and run as the
 # Kubernetes manifests run it) runs beside the build and the tests: its downloads overlap the
@@ -37,7 +39,7 @@ if [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTANDEM_CUDA="${TANDEM_CUDA:-AUTO}" -DTANDEM_SHARED_DIR="$(bash scripts/fetch_model.sh --shared-dir)" \
-  -DTANDEM_SMOLLM2_GGUF="$SMOLLM2"
+  -DTANDEM_SMOLLM2_GGUF="$SMOLLM2" -DTANDEM_GEMMA3_GGUF="$GEMMA3"
 cmake --build "$BUILD_DIR" -j "$JOBS"
 # The layout rules (docs/development.md): folders without a cycle, no function over 150 lines.
 "${TANDEM_TOOLS_VENV:-$HOME/.cache/tandem/tools-venv}/bin/python" scripts/check_layout.py

@@ -27,6 +27,10 @@ inline std::string Qwen3Gguf(const std::string& name) {
   return SourceDir() + "/tests/fixtures/gguf/qwen3/" + name + ".gguf";
 }
 
+// The tiny random-weight Gemma 3 of scripts/make_gemma3_fixtures.py (an HF directory, with a
+// borrowed 320-token tokenizer).
+inline std::string Gemma3Dir() { return SourceDir() + "/tests/fixtures/hf/gemma3_f32"; }
+
 inline nlohmann::json LoadJson(const std::string& path) {
   auto text = ReadFileToString(path);
   if (!text.ok()) return nlohmann::json();

@@ -79,8 +79,12 @@ Json MergesFromScores(const std::vector<std::string>& tokens, const std::vector<
   return out;
 }
 
-// The added_tokens entries: every control and user-defined token.
-Json AddedTokens(const std::vector<std::string>& tokens, const std::vector<double>& types) {
+// The added_tokens entries: every control and user-defined token. A sentencepiece ("llama")
+// vocabulary's user-defined tokens are matched in the text as written, before spaces become
+// U+2581 (as llama.cpp matches them: Gemma's "  " is two spaces, never a "▁▁" typed in the
+// text); a byte-level one's in the normalized text.
+Json AddedTokens(const std::vector<std::string>& tokens, const std::vector<double>& types,
+                 bool spm) {
   const int n = static_cast<int>(tokens.size());
   Json added = Json::array();
   for (int i = 0; i < n; ++i) {
@@ -91,7 +95,7 @@ Json AddedTokens(const std::vector<std::string>& tokens, const std::vector<doubl
                      {"single_word", false},
                      {"lstrip", false},
                      {"rstrip", false},
-                     {"normalized", type == kUserDefined},
+                     {"normalized", type == kUserDefined && !spm},
                      {"special", type == kControl}});
   }
   return added;
@@ -238,7 +242,7 @@ absl::StatusOr<GgufTokenizerFiles> GgufTokenizer(const GgufFile& f) {
   j["version"] = "1.0";
   j["truncation"] = nullptr;
   j["padding"] = nullptr;
-  j["added_tokens"] = AddedTokens(tokens, types);
+  j["added_tokens"] = AddedTokens(tokens, types, spm);
   Json vocab = Json::object();
   for (int i = 0; i < n; ++i) vocab[tokens[i]] = i;
   const absl::Status model_status =

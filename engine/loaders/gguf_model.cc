@@ -1,9 +1,10 @@
-// Llama-family models from GGUF files (architectures llama, mistral, qwen2 and qwen3) on the
-// model code every other format uses. Matrices stay in the mapping as stored (F32, F16, BF16 or a
-// block-quantized type), except the query and key projections of llama and mistral files:
-// llama.cpp's converter reorders their rows for its interleaved rotary embedding, so they are
-// copied back into Hugging Face order (whole rows move; quantized rows move as they are).
+// Llama-family and Gemma 3 models from GGUF files (architectures llama, mistral, qwen2, qwen3 and
+// gemma3) on the model code every other format uses. Matrices stay in the mapping as stored (F32,
+// F16, BF16 or a block-quantized type), except the query and key projections of llama and mistral
+// files: llama.cpp's converter reorders their rows for its interleaved rotary embedding, so they
+// are copied back into Hugging Face order (whole rows move; quantized rows move as they are).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -67,6 +68,30 @@ absl::StatusOr<int> PositiveInt(const GgufFile& f, const std::string& key,
   return static_cast<int>(*v);
 }
 
+// What a gemma3 file leaves to the reader (llama.cpp fixes the same values): every sixth layer
+// global and the others sliding, the sliding layers' RoPE base 10000, the attention scale
+// 1/sqrt(head_dim) (1/sqrt(hidden / heads) for the 62-layer 27B), embeddings times sqrt(hidden),
+// and <end_of_turn> as a stop beside the EOS token.
+void SetGemma3Layout(const GgufFile& f, ModelConfig* c) {
+  c->sliding_layers.assign(c->n_layers, 0);
+  for (int l = 0; l < c->n_layers; ++l) c->sliding_layers[l] = (l + 1) % 6 != 0;
+  c->rope_local_theta = 10000.0f;
+  c->query_pre_attn_scalar =
+      static_cast<float>(c->n_layers == 62 ? c->dim / c->n_heads : c->head_dim);
+  c->embedding_scale = std::sqrt(static_cast<float>(c->dim));
+  if (const GgufValue* tokens = f.Find("tokenizer.ggml.tokens")) {
+    for (size_t i = 0; i < tokens->strings.size(); ++i) {
+      if (tokens->strings[i] != "<end_of_turn>") continue;
+      const int id = static_cast<int>(i);
+      if (std::find(c->eos_token_ids.begin(), c->eos_token_ids.end(), id) ==
+          c->eos_token_ids.end()) {
+        c->eos_token_ids.push_back(id);
+      }
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
@@ -81,14 +106,29 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   } else if (*arch == "qwen3") {
     c.architecture = "Qwen3ForCausalLM";
     c.qk_norm = true;
+  } else if (*arch == "gemma3") {
+    c.architecture = "Gemma3ForCausalLM";
+    c.qk_norm = true;
+    c.sandwich_norms = true;
+    c.hidden_act = Activation::kGeluTanh;
   } else {
     return absl::UnimplementedError(absl::StrFormat(
-        "%s: architecture \"%s\" (Tandem runs llama, mistral, qwen2 and qwen3)", f.path(), *arch));
+        "%s: architecture \"%s\" (Tandem runs llama, mistral, qwen2, qwen3 and gemma3)", f.path(),
+        *arch));
   }
   if (absl::Status s = CheckArchitectureKeys(f, *arch); !s.ok()) return s;
   const std::string p = *arch + ".";
   auto scaling = f.String(p + "rope.scaling.type");
-  if (scaling.ok() && *scaling != "none") {
+  if (scaling.ok() && *scaling == "linear") {
+    auto factor = f.Float(p + "rope.scaling.factor", 1.0);
+    if (!factor.ok()) return factor.status();
+    if (!(*factor > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %srope.scaling.factor must be positive", f.path(), p));
+    }
+    c.rope_scaling.type = RopeScaling::Type::kLinear;
+    c.rope_scaling.factor = static_cast<float>(*factor);
+  } else if (scaling.ok() && *scaling != "none") {
     return absl::UnimplementedError(absl::StrFormat(
         "%s: %srope.scaling.type \"%s\" is not implemented", f.path(), p, *scaling));
   }
@@ -152,6 +192,7 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   if (auto eot = f.Int("tokenizer.ggml.eot_token_id", -1); eot.ok() && *eot >= 0 && *eot != *eos) {
     c.eos_token_ids.push_back(static_cast<int>(*eot));
   }
+  if (c.architecture == "Gemma3ForCausalLM") SetGemma3Layout(f, &c);
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrFormat("%s: %s", f.path(), s.message()));
   }
@@ -244,6 +285,10 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
     LayerWeights& lw = w.layers[l];
     lw.attn_norm = vec(p + "attn_norm.weight", dim);
     lw.ffn_norm = vec(p + "ffn_norm.weight", dim);
+    if (c.sandwich_norms) {  // stored as the multiplier itself (llama.cpp adds Gemma's 1)
+      lw.post_attn_norm = vec(p + "post_attention_norm.weight", dim);
+      lw.post_ffn_norm = vec(p + "post_ffw_norm.weight", dim);
+    }
     lw.wq = unpermute(matrix(p + "attn_q.weight", q, dim), c.n_heads);
     lw.wk = unpermute(matrix(p + "attn_k.weight", kv, dim), c.n_kv_heads);
     lw.wv = matrix(p + "attn_v.weight", kv, dim);

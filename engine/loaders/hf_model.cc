@@ -1,6 +1,7 @@
 // Hugging Face model directories: config.json plus model.safetensors, or shards listed in
 // model.safetensors.index.json. Weights are used in place from the mappings (f32, f16, bf16);
-// norms and biases are converted to float32.
+// norms and biases are converted to float32. Gemma 3 directories name their four norms per layer
+// differently and store each norm's weight as (multiplier - 1).
 #include <sys/stat.h>
 
 #include <map>
@@ -107,10 +108,21 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
     }
     return w.Own(t->dtype, t->data, n);
   };
+  // Gemma's RMSNorm multiplies by (1 + weight): the stored weight plus one, in float32 as
+  // transformers computes it.
+  const bool gemma = c.sandwich_norms;
+  auto norm = [&](const std::string& name, int64_t n) -> const float* {
+    const float* v = vec(name, n);
+    if (v != nullptr && gemma) {
+      float* owned = const_cast<float*>(v);  // Own()'s float32 copy
+      for (int64_t i = 0; i < n; ++i) owned[i] = 1.0f + owned[i];
+    }
+    return v;
+  };
 
   const int64_t dim = c.dim, hid = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
   w.token_embedding = matrix("model.embed_tokens.weight", c.vocab_size, dim);
-  w.final_norm = vec("model.norm.weight", dim);
+  w.final_norm = norm("model.norm.weight", dim);
   if (!c.tie_word_embeddings || tensors.count("lm_head.weight")) {
     // Some tied checkpoints still store lm_head; it equals the embedding either way.
     w.classifier = matrix("lm_head.weight", c.vocab_size, dim);
@@ -121,8 +133,14 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = absl::StrFormat("model.layers.%d.", l);
     LayerWeights& lw = w.layers[l];
-    lw.attn_norm = vec(p + "input_layernorm.weight", dim);
-    lw.ffn_norm = vec(p + "post_attention_layernorm.weight", dim);
+    lw.attn_norm = norm(p + "input_layernorm.weight", dim);
+    if (gemma) {  // Gemma's post_attention_layernorm is on the attention output
+      lw.post_attn_norm = norm(p + "post_attention_layernorm.weight", dim);
+      lw.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", dim);
+      lw.post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", dim);
+    } else {
+      lw.ffn_norm = norm(p + "post_attention_layernorm.weight", dim);
+    }
     lw.wq = matrix(p + "self_attn.q_proj.weight", q, dim);
     lw.wk = matrix(p + "self_attn.k_proj.weight", kv, dim);
     lw.wv = matrix(p + "self_attn.v_proj.weight", kv, dim);
@@ -136,8 +154,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
       lw.bv = vec(p + "self_attn.v_proj.bias", kv);
     }
     if (c.qk_norm) {
-      lw.q_norm = vec(p + "self_attn.q_norm.weight", c.head_dim);
-      lw.k_norm = vec(p + "self_attn.k_norm.weight", c.head_dim);
+      lw.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+      lw.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
     }
   }
   if (!status.ok()) return status;

@@ -34,7 +34,39 @@ absl::Status ModelConfig::Validate() const {
     if (id < 0 || id >= vocab_size) return bad("eos_token_id", id);
   }
   if (bos_token_id >= vocab_size) return bad("bos_token_id", bos_token_id);
+  if (!sliding_layers.empty() && static_cast<int>(sliding_layers.size()) != n_layers) {
+    return bad("layer_types entries", static_cast<int64_t>(sliding_layers.size()));
+  }
+  if (sliding_window < 0) return bad("sliding_window", sliding_window);
+  if (!(embedding_scale > 0) || !std::isfinite(embedding_scale)) {
+    return absl::InvalidArgumentError("model config: the embedding scale must be positive");
+  }
+  if (query_pre_attn_scalar < 0 || !std::isfinite(query_pre_attn_scalar)) {
+    return absl::InvalidArgumentError("model config: query_pre_attn_scalar must be positive");
+  }
+  if (rope_local_theta < 0 || !std::isfinite(rope_local_theta)) {
+    return absl::InvalidArgumentError("model config: rope_local_base_freq must be positive");
+  }
   return absl::OkStatus();
+}
+
+bool ModelConfig::MixedLayers() const {
+  if (sliding_window == 0 || sliding_layers.empty()) return false;
+  return std::any_of(sliding_layers.begin(), sliding_layers.end(), [](uint8_t s) { return s; }) &&
+         std::any_of(sliding_layers.begin(), sliding_layers.end(), [](uint8_t s) { return !s; });
+}
+
+float ModelConfig::AttentionScale() const {
+  const float scalar = query_pre_attn_scalar > 0 ? query_pre_attn_scalar : head_dim;
+  return 1.0f / std::sqrt(scalar);
+}
+
+std::vector<float> ModelConfig::LocalRopeInvFreq() const {
+  if (rope_local_theta <= 0) return RopeInvFreq();
+  ModelConfig local = *this;
+  local.rope_theta = rope_local_theta;
+  local.rope_scaling = RopeScaling{};
+  return local.RopeInvFreq();
 }
 
 std::vector<float> ModelConfig::RopeInvFreq() const {
@@ -143,8 +175,11 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
   };
   auto is_true = [](const json& v) { return v.is_boolean() && v.get<bool>(); };
   auto set = [](const json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); };
+  const bool gemma = arch == "Gemma3ForCausalLM";
   for (const auto& [key, v] : j.items()) {
     if (key == "mlp_bias" && is_true(v)) return refuse(key, v);
+    // EmbeddingGemma: attention in both directions, which no generator computes.
+    if (key == "use_bidirectional_attention" && is_true(v)) return refuse(key, v);
     // Llama, Mistral and Qwen3 put attention_bias on o_proj too (Qwen2's q/k/v biases are built
     // in).
     if (key == "attention_bias" && is_true(v) && arch != "Qwen2ForCausalLM") return refuse(key, v);
@@ -157,7 +192,7 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
       return refuse(key, v);
     if ((key == "final_logit_softcapping" || key == "attn_logit_softcapping" ||
          key == "quantization_config" || key == "no_rope_layers" || key == "use_qk_norm" ||
-         key == "qk_layernorm" || key == "query_pre_attn_scalar") &&
+         key == "qk_layernorm" || (key == "query_pre_attn_scalar" && !gemma)) &&
         set(v)) {
       return refuse(key, v);
     }
@@ -167,8 +202,8 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
       return refuse(key, v);
     }
     // One kind of attention for every layer: Tandem applies sliding_window to all or none (and
-    // Qwen3 to none).
-    if (key == "layer_types" && v.is_array() && !v.empty()) {
+    // Qwen3 to none); Gemma 3 interleaves the two (read in ReadGemma3).
+    if (key == "layer_types" && v.is_array() && !v.empty() && !gemma) {
       for (const json& t : v) {
         if (t != v[0] || (t != "full_attention" && t != "sliding_attention") ||
             (arch == "Qwen3ForCausalLM" && t != "full_attention")) {
@@ -191,20 +226,22 @@ absl::StatusOr<std::string> SupportedArchitecture(const json& j) {
   if (!model_type_or.ok()) return model_type_or.status();
   const std::string model_type = *std::move(model_type_or);
   static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                     "Qwen3ForCausalLM"};
+                                     "Qwen3ForCausalLM", "Gemma3ForCausalLM"};
   bool supported = false;
   for (const char* s : kSupported) supported |= arch == s;
   if (!supported) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "config.json: unsupported architecture \"%s\" (model_type \"%s\"); supported: "
-        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM",
+        "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+        "Gemma3ForCausalLM",
         arch, model_type));
   }
   return arch;
 }
 
 // The model's shape: sizes, layer and head counts, vocabulary and context length. `arch` picks
-// the default head_dim: hidden_size / num_attention_heads, but 128 for Qwen3 (Qwen3Config's).
+// the default head_dim: hidden_size / num_attention_heads, but 128 for Qwen3 and 256 for Gemma 3
+// (their configs' defaults).
 absl::Status ReadShape(const json& j, const std::string& arch, ModelConfig* c) {
   auto assign = [](int& dst, absl::StatusOr<int> v) -> absl::Status {
     if (!v.ok()) return v.status();
@@ -220,19 +257,30 @@ absl::Status ReadShape(const json& j, const std::string& arch, ModelConfig* c) {
   if (!(s = assign(c->vocab_size, GetInt(j, "vocab_size", std::nullopt))).ok()) return s;
   if (!(s = assign(c->max_seq_len, GetInt(j, "max_position_embeddings", 2048))).ok()) return s;
   if (c->n_heads <= 0) return absl::InvalidArgumentError("config.json: num_attention_heads <= 0");
-  const int default_head_dim = arch == "Qwen3ForCausalLM" ? 128 : c->dim / c->n_heads;
+  const int default_head_dim = arch == "Qwen3ForCausalLM"    ? 128
+                               : arch == "Gemma3ForCausalLM" ? 256
+                                                             : c->dim / c->n_heads;
   if (!(s = assign(c->head_dim, GetInt(j, "head_dim", default_head_dim))).ok()) return s;
   return absl::OkStatus();
 }
 
 // The object holding the rope settings: "rope_parameters" or the legacy "rope_scaling"; null when
 // there is neither.
-absl::StatusOr<const json*> FindRopeParameters(const json& j) {
-  // transformers 5 writes rope_theta and the scaling together as "rope_parameters".
+absl::StatusOr<const json*> FindRopeParameters(const json& j, bool gemma) {
+  // transformers 5 writes rope_theta and the scaling together as "rope_parameters"; for Gemma 3,
+  // one set per layer type, of which the global layers' is the model's.
   const json* rope = nullptr;
   if (auto it = j.find("rope_parameters"); it != j.end() && !it->is_null()) {
     if (!it->is_object()) {
       return absl::InvalidArgumentError("config.json: rope_parameters must be an object");
+    }
+    if (gemma && it->contains("full_attention")) {
+      const json& full = (*it)["full_attention"];
+      if (!full.is_object()) {
+        return absl::InvalidArgumentError(
+            "config.json: rope_parameters.full_attention must be an object");
+      }
+      return &full;
     }
     if (!it->contains("rope_type") && !it->contains("rope_theta")) {
       return absl::InvalidArgumentError(
@@ -334,6 +382,81 @@ absl::Status ReadEosTokenIds(const json& j, std::vector<int>* eos_token_ids) {
   return absl::OkStatus();
 }
 
+// Gemma 3's departures from the Llama layout (Gemma3TextConfig's fields and defaults): GeGLU,
+// sqrt(hidden_size) embedding scale, sandwich norms, query_pre_attn_scalar, and the layer types
+// (layer_types, else every sliding_window_pattern-th layer global) with the sliding layers'
+// RoPE base. `c` already holds the shape, rope_theta and the sliding window.
+absl::Status ReadGemma3(const json& j, ModelConfig* c) {
+  auto act = GetString(j, "hidden_activation", "gelu_pytorch_tanh");
+  if (!act.ok()) return act.status();
+  if (*act != "gelu_pytorch_tanh" && *act != "gelu_tanh") {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("config.json: hidden_activation \"%s\" is not supported (Gemma 3 uses "
+                        "gelu_pytorch_tanh)",
+                        *act));
+  }
+  c->hidden_act = Activation::kGeluTanh;
+  c->sandwich_norms = true;
+  c->qk_norm = true;
+  // transformers keeps sqrt(hidden_size) as a float32 tensor.
+  c->embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(c->dim)));
+  auto scalar = GetFloat(j, "query_pre_attn_scalar", 256.0f);
+  if (!scalar.ok()) return scalar.status();
+  if (!(*scalar > 0)) {
+    return absl::InvalidArgumentError("config.json: query_pre_attn_scalar must be positive");
+  }
+  c->query_pre_attn_scalar = *scalar;
+  // The sliding layers' RoPE base: rope_local_base_freq, or transformers 5's
+  // rope_parameters.sliding_attention (which must not scale).
+  auto local = GetFloat(j, "rope_local_base_freq", 10000.0f);
+  if (!local.ok()) return local.status();
+  c->rope_local_theta = *local;
+  if (auto it = j.find("rope_parameters");
+      it != j.end() && it->is_object() && it->contains("sliding_attention")) {
+    const json& sliding = (*it)["sliding_attention"];
+    if (!sliding.is_object()) {
+      return absl::InvalidArgumentError(
+          "config.json: rope_parameters.sliding_attention must be an object");
+    }
+    RopeScaling none;
+    if (absl::Status s = ReadRopeScaling(sliding, &none); !s.ok()) return s;
+    if (none.type != RopeScaling::Type::kNone) {
+      return absl::InvalidArgumentError(
+          "config.json: rope scaling of the sliding layers (rope_parameters.sliding_attention) "
+          "is not supported");
+    }
+    auto theta = GetFloat(sliding, "rope_theta", c->rope_local_theta);
+    if (!theta.ok()) return theta.status();
+    c->rope_local_theta = *theta;
+  }
+  if (!j.contains("sliding_window")) c->sliding_window = 4096 < c->max_seq_len ? 4096 : 0;
+  c->sliding_layers.assign(c->n_layers, 0);
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array() || static_cast<int>(it->size()) != c->n_layers) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "config.json: layer_types must list one type per layer (%d)", c->n_layers));
+    }
+    for (int l = 0; l < c->n_layers; ++l) {
+      const json& t = (*it)[l];
+      if (t != "sliding_attention" && t != "full_attention") {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config.json: layer_types[%d] = %s (Tandem has sliding_attention and "
+                            "full_attention)",
+                            l, t.dump()));
+      }
+      c->sliding_layers[l] = t == "sliding_attention";
+    }
+  } else {
+    auto pattern = GetInt(j, "sliding_window_pattern", 6);
+    if (!pattern.ok()) return pattern.status();
+    if (*pattern <= 0) {
+      return absl::InvalidArgumentError("config.json: sliding_window_pattern must be positive");
+    }
+    for (int l = 0; l < c->n_layers; ++l) c->sliding_layers[l] = (l + 1) % *pattern != 0;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
@@ -347,12 +470,14 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (!arch_or.ok()) return arch_or.status();
   const std::string arch = *std::move(arch_or);
   c.architecture = arch;
-  if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
-    return absl::InvalidArgumentError("config.json: hidden_act must be \"silu\"");
+  if (arch != "Gemma3ForCausalLM") {
+    if (auto it = j.find("hidden_act"); it != j.end() && it->is_string() && *it != "silu") {
+      return absl::InvalidArgumentError("config.json: hidden_act must be \"silu\"");
+    }
   }
   if (absl::Status s = ReadShape(j, arch, &c); !s.ok()) return s;
   if (absl::Status unsupported = RefuseUnknownMath(j, arch); !unsupported.ok()) return unsupported;
-  auto rope_or = FindRopeParameters(j);
+  auto rope_or = FindRopeParameters(j, arch == "Gemma3ForCausalLM");
   if (!rope_or.ok()) return rope_or.status();
   const json* rope = *rope_or;
   auto theta = ReadRopeTheta(j, rope);
@@ -361,7 +486,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   auto eps = GetFloat(j, "rms_norm_eps", 1e-6f);
   if (!eps.ok()) return eps.status();
   c.norm_eps = *eps;
-  auto tie = GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM");
+  auto tie =
+      GetBool(j, "tie_word_embeddings", arch == "Qwen2ForCausalLM" || arch == "Gemma3ForCausalLM");
   if (!tie.ok()) return tie.status();
   c.tie_word_embeddings = *tie;
   // Mistral's sliding window. Qwen2 and Qwen3 name one too but use it only with
@@ -400,6 +526,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   if (rope != nullptr) {
     if (absl::Status s = ReadRopeScaling(*rope, &c.rope_scaling); !s.ok()) return s;
   }
+  if (arch == "Gemma3ForCausalLM") {
+    if (absl::Status s = ReadGemma3(j, &c); !s.ok()) return s;
+  }
   auto bos = GetInt(j, "bos_token_id", -1);
   if (!bos.ok()) return bos.status();
   c.bos_token_id = *bos;
@@ -413,6 +542,7 @@ std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
   j["model_type"] = architecture == "Qwen2ForCausalLM"     ? "qwen2"
                     : architecture == "Qwen3ForCausalLM"   ? "qwen3"
+                    : architecture == "Gemma3ForCausalLM"  ? "gemma3_text"
                     : architecture == "MistralForCausalLM" ? "mistral"
                                                            : "llama";
   j["hidden_size"] = dim;
@@ -425,10 +555,21 @@ std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   j["max_position_embeddings"] = max_seq_len;
   j["rope_theta"] = rope_theta;
   j["rms_norm_eps"] = norm_eps;
-  j["hidden_act"] = "silu";
+  if (hidden_act == Activation::kGeluTanh) {
+    j["hidden_activation"] = "gelu_pytorch_tanh";
+  } else {
+    j["hidden_act"] = "silu";
+  }
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["attention_bias"] = qkv_bias;
   if (sliding_window > 0) j["sliding_window"] = sliding_window;
+  if (architecture == "Gemma3ForCausalLM") {
+    j["query_pre_attn_scalar"] = query_pre_attn_scalar;
+    j["rope_local_base_freq"] = rope_local_theta;
+    json types = json::array();
+    for (uint8_t s : sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) {
     j["eos_token_id"] = eos_token_ids[0];

@@ -1,5 +1,5 @@
-// The shape and hyper-parameters of a Llama-family model, from a llama2.c header or a Hugging
-// Face config.json.
+// The shape and hyper-parameters of a Llama-family or Gemma 3 model, from a llama2.c header or a
+// Hugging Face config.json.
 #ifndef TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
 #define TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
 
@@ -22,6 +22,12 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+// The activation of the MLP's gate: out = act(gate) * up.
+enum class Activation : uint8_t {
+  kSilu,      // SwiGLU: Llama, Mistral, Qwen
+  kGeluTanh,  // GeGLU with PyTorch's tanh-approximated GELU: Gemma
+};
+
 struct ModelConfig {
   std::string architecture;  // "llama2c", "LlamaForCausalLM", "MistralForCausalLM", ...
   int dim = 0;               // hidden size
@@ -40,10 +46,30 @@ struct ModelConfig {
   bool qkv_bias = false;            // Qwen2: q/k/v projections carry a bias
   bool qk_norm = false;             // Qwen3: RMSNorm over each head of q and k, before RoPE
   bool tie_word_embeddings = true;  // classifier shares the token embedding
+  // Gemma 3: GeGLU, embeddings scaled by sqrt(dim), a norm after attention and after the MLP as
+  // well as before, its own attention scale, and sliding-window layers interleaved with global
+  // ones that rotate with their own RoPE base. The defaults are the Llama family's.
+  Activation hidden_act = Activation::kSilu;
+  float embedding_scale = 1.0f;     // token embeddings are multiplied by this
+  bool sandwich_norms = false;      // RMSNorm of the attention and MLP outputs before the residual
+  float query_pre_attn_scalar = 0;  // attention scores are scaled by 1/sqrt(this); 0 = head_dim
+  std::vector<uint8_t> sliding_layers;  // [n_layers] 1 = the window applies; empty = every layer
+  float rope_local_theta = 0;           // RoPE base of sliding layers (unscaled); 0 = rope_theta
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;  // generation stops when one of these is produced
 
   int q_dim() const { return n_heads * head_dim; }
+  // The window layer `l` attends within; 0 = every earlier position.
+  int LayerWindow(int l) const {
+    return sliding_layers.empty() || sliding_layers[l] ? sliding_window : 0;
+  }
+  // Whether layer `l` is one of the sliding-window layers of a model that has both kinds (its
+  // RoPE base is rope_local_theta).
+  bool LayerIsLocal(int l) const { return !sliding_layers.empty() && sliding_layers[l]; }
+  // Whether some layers slide and others do not (Gemma 3).
+  bool MixedLayers() const;
+  // 1/sqrt(query_pre_attn_scalar, else head_dim).
+  float AttentionScale() const;
   int kv_dim() const { return n_kv_heads * head_dim; }
 
   // Checks the numbers are positive and consistent (heads divide, head_dim even, ...).
@@ -53,6 +79,9 @@ struct ModelConfig {
   // implementation of each format does (llama2.c: 1 / powf(theta, 2i / head_dim) in float;
   // Hugging Face: float32 theta ** (2i / head_dim)).
   std::vector<float> RopeInvFreq() const;
+  // inv_freq of the sliding-window layers: rope_local_theta without scaling, when it is set;
+  // else RopeInvFreq().
+  std::vector<float> LocalRopeInvFreq() const;
 
   // Parses a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3 and their relatives).
   static absl::StatusOr<ModelConfig> FromHfJson(const std::string& json_text);

@@ -145,6 +145,12 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (!tokenizer.ok()) return tokenizer.status();
   auto loaded = LoadGgufModel(*file);
   if (!loaded.ok()) return loaded.status();
+  if (loaded->first.sandwich_norms) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "%s: writing %s as a Hugging Face directory is not implemented (the writer knows the "
+        "Llama layout only); serve the GGUF file itself",
+        gguf_path, loaded->first.architecture));
+  }
   loaded->second.ConvertMatrices(DType::kF32);
   // The loader already put the q/k rows in Hugging Face order.
   auto as_is = [](const WeightRef& r, int) {

@@ -3,7 +3,7 @@
 // Work is split into (query tile, head) items. A query tile is up to kTileTokens consecutive
 // tokens of one sequence at consecutive positions (a prefill chunk; a decode token is a tile of
 // one), so each K and V row is read once per tile instead of once per token. Per item:
-//   scores[i, j] = q_i · k_j / sqrt(head_dim)  for j in the window of token i
+//   scores[i, j] = q_i · k_j · scale (1 / sqrt(head_dim) unless set)  for j in token i's window
 //   p[i, j]      = exp(scores[i, j] - max_j) / sum_j
 //   out_i        = sum_j p[i, j] · v_j
 // The scalar path is the plain per-token loop and serves as the reference.
@@ -58,7 +58,7 @@ inline float Elem(DType dtype, const void* row, int d) {
 void AttentionTokenScalar(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a, int t,
                           int h, std::vector<float>& scores, float* out) {
   const int group = a.n_heads / a.n_kv_heads;
-  const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(a.head_dim));
+  const float inv_sqrt = a.ScoreScale();
   const int kvh = h / group;
   const int pos = a.token_pos[t];
   const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
@@ -181,7 +181,7 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const KvLayerRef& c, const Pa
   const int hd = a.head_dim;
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int64_t ldq = static_cast<int64_t>(a.n_heads) * hd;  // between consecutive tokens
-  const float inv_sqrt = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float inv_sqrt = a.ScoreScale();
   const int* table =
       a.block_tables + static_cast<int64_t>(a.token_seq[tile.t0]) * a.max_blocks_per_seq;
   const int pos0 = a.token_pos[tile.t0];

@@ -34,6 +34,10 @@ class CpuBackend final : public Backend {
   void SiluMul(const float* gate, const float* up, float* out, int64_t n) override {
     cpu::SiluMul(gate, up, out, n, &pool_);
   }
+  void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) override {
+    cpu::GeluTanhMul(gate, up, out, n, &pool_);
+  }
+  void Scale(float* x, float s, int64_t n) override { cpu::Scale(x, s, n); }
   void Embedding(const int* ids, const WeightRef& table, float* out, int n) override {
     cpu::Embedding(ids, table, out, n);
   }

@@ -90,6 +90,37 @@ void SiluMulScalar(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3), which is x
+// sigmoid(2u): the vector path computes that form (one exp, no cancellation for negative x).
+constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+TANDEM_AVX2 void GeluTanhMulAvx2(const float* gate, const float* up, float* out, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 minus_two_c = _mm256_set1_ps(-2.0f * kGeluSqrt2OverPi);
+  const __m256 cubic = _mm256_set1_ps(kGeluCubic);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 inner = _mm256_fmadd_ps(_mm256_mul_ps(cubic, g), _mm256_mul_ps(g, g), g);
+    const __m256 e = simd::Exp8(_mm256_mul_ps(minus_two_c, inner));
+    const __m256 gelu = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(gelu, _mm256_loadu_ps(up + i)));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-2.0f * kGeluSqrt2OverPi * (g + kGeluCubic * g * g * g))) * up[i];
+  }
+}
+
+void GeluTanhMulScalar(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float inner = kGeluSqrt2OverPi * (g + kGeluCubic * g * g * g);
+    out[i] = 0.5f * g * (1.0f + std::tanh(inner)) * up[i];
+  }
+}
+
 TANDEM_AVX2 void AddAvx2(float* x, const float* y, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -292,6 +323,21 @@ void SiluMul(const float* gate, const float* up, float* out, int64_t n, ThreadPo
       SiluMulScalar(gate + i0, up + i0, out + i0, i1 - i0);
     }
   });
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool) {
+  const bool avx = ActiveIsa() != Isa::kScalar;
+  ParallelFor(pool, n, kElementGrain, [&](int64_t i0, int64_t i1) {
+    if (avx) {
+      GeluTanhMulAvx2(gate + i0, up + i0, out + i0, i1 - i0);
+    } else {
+      GeluTanhMulScalar(gate + i0, up + i0, out + i0, i1 - i0);
+    }
+  });
+}
+
+void Scale(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
 void Embedding(const int* ids, const WeightRef& table, float* out, int n) {

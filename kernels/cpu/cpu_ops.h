@@ -77,6 +77,9 @@ void PagedAttention(const float* q, const float* k_cache, const float* v_cache,
 // A float32 cache as a KvLayerRef (the width split as args' n_kv_heads x head_dim).
 KvLayerRef F32Cache(float* k_cache, float* v_cache, int block_size, int n_kv_heads, int head_dim);
 void SiluMul(const float* gate, const float* up, float* out, int64_t n, ThreadPool* pool = nullptr);
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n,
+                 ThreadPool* pool = nullptr);
+void Scale(float* x, float s, int64_t n);
 void Embedding(const int* ids, const WeightRef& table, float* out, int n);
 void Add(float* x, const float* y, int64_t n, ThreadPool* pool = nullptr);
 

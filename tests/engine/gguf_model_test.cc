@@ -19,77 +19,92 @@
 namespace tandem {
 namespace {
 
-// The fixtures' GGUF: $TANDEM_SMOLLM2_GGUF, else where scripts/test.sh found it at configure
-// time, else fetch_model.sh's default cache. "OFF" at configure time (the sanitizer build of
-// scripts/fuzz.sh, where a 135M model would run for minutes) skips these tests.
-std::string SmolLM2Path() {
-  if (const char* env = std::getenv("TANDEM_SMOLLM2_GGUF"); env != nullptr && *env) return env;
-  std::string configured = TANDEM_SMOLLM2_GGUF;
+// A real model's GGUF: $<env_name>, else where scripts/test.sh found it at configure time
+// (`configured`), else fetch_model.sh's default cache. "OFF" at configure time (the sanitizer
+// build of scripts/fuzz.sh, where a 100M-parameter model would run for minutes) skips its tests.
+std::string RealModelPath(const char* env_name, const std::string& configured,
+                          const std::string& file_name) {
+  if (const char* env = std::getenv(env_name); env != nullptr && *env) return env;
   if (configured == "OFF") return "";
   if (!configured.empty()) return configured;
   const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/tandem/SmolLM2-135M-Instruct.Q4_1.gguf";
+  return std::string(home ? home : "") + "/.cache/tandem/" + file_name;
 }
 
-class SmolLM2Test : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    expected_ = new nlohmann::json(
-        testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/smollm2/expected.json"));
-  }
-  static void TearDownTestSuite() {
-    delete expected_;
-    expected_ = nullptr;
-  }
-  void SetUp() override {
-    path_ = SmolLM2Path();
-    if (path_.empty()) GTEST_SKIP() << "the SmolLM2 tests are off in this build";
-    if (!std::filesystem::exists(path_)) {
-      GTEST_SKIP() << path_ << " is missing: run scripts/fetch_model.sh --smollm2";
-    }
-  }
+// A fresh cache for one sequence of `tokens`, and its block table.
+KvCache CacheFor(const Model& model, size_t tokens, std::vector<int>* table) {
+  const int block = 16, blocks = static_cast<int>(tokens) / block + 1;
+  auto cache = KvCache::Create(model.config(), blocks, block);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  table->resize(blocks);
+  for (int i = 0; i < blocks; ++i) (*table)[i] = i;
+  return *std::move(cache);
+}
 
-  // A fresh cache for one sequence of `tokens`, and its block table.
-  static KvCache CacheFor(const Model& model, size_t tokens, std::vector<int>* table) {
-    const int block = 16, blocks = static_cast<int>(tokens) / block + 1;
-    auto cache = KvCache::Create(model.config(), blocks, block);
-    EXPECT_TRUE(cache.ok()) << cache.status();
-    table->resize(blocks);
-    for (int i = 0; i < blocks; ++i) (*table)[i] = i;
-    return *std::move(cache);
-  }
+// Logits of every position of `ids` (one sequence, a fresh cache).
+std::vector<float> AllLogits(const Model& model, const std::vector<int>& ids) {
+  std::vector<int> table;
+  KvCache cache = CacheFor(model, ids.size(), &table);
+  SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
+  std::vector<float> logits;
+  absl::Status s = model.Forward({&chunk, 1}, &cache, &logits);
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
 
-  // Logits of every position of `ids` (one sequence, a fresh cache).
-  static std::vector<float> AllLogits(const Model& model, const std::vector<int>& ids) {
-    std::vector<int> table;
-    KvCache cache = CacheFor(model, ids.size(), &table);
-    SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
-    std::vector<float> logits;
+// The same, one token per forward call (as decode runs).
+std::vector<float> StepLogits(const Model& model, const std::vector<int>& ids) {
+  std::vector<int> table;
+  KvCache cache = CacheFor(model, ids.size(), &table);
+  std::vector<float> all, logits;
+  for (size_t p = 0; p < ids.size(); ++p) {
+    SequenceChunk chunk{std::span<const int>(ids).subspan(p, 1), static_cast<int>(p), table, false};
     absl::Status s = model.Forward({&chunk, 1}, &cache, &logits);
     EXPECT_TRUE(s.ok()) << s;
-    return logits;
+    all.insert(all.end(), logits.begin(), logits.end());
+  }
+  return all;
+}
+
+// One real model file and its fixture (tests/fixtures/gguf/<fixture>/expected.json); the tests
+// skip, saying how to fetch it, where the file is missing.
+class RealGgufTest : public ::testing::Test {
+ protected:
+  void Open(const std::string& path, const std::string& fixture, const std::string& fetch_flag) {
+    path_ = path;
+    if (path_.empty()) GTEST_SKIP() << "the real-model tests are off in this build";
+    if (!std::filesystem::exists(path_)) {
+      GTEST_SKIP() << path_ << " is missing: run scripts/fetch_model.sh " << fetch_flag;
+    }
+    expected_ = testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/" + fixture +
+                                  "/expected.json");
+    ASSERT_TRUE(expected_.is_object()) << fixture;
   }
 
-  // The same, one token per forward call (as decode runs).
-  static std::vector<float> StepLogits(const Model& model, const std::vector<int>& ids) {
-    std::vector<int> table;
-    KvCache cache = CacheFor(model, ids.size(), &table);
-    std::vector<float> all, logits;
-    for (size_t p = 0; p < ids.size(); ++p) {
-      SequenceChunk chunk{std::span<const int>(ids).subspan(p, 1), static_cast<int>(p), table,
-                          false};
-      absl::Status s = model.Forward({&chunk, 1}, &cache, &logits);
-      EXPECT_TRUE(s.ok()) << s;
-      all.insert(all.end(), logits.begin(), logits.end());
-    }
-    return all;
-  }
+  // Float32 from the dequantized file against transformers: logits within 1e-4 of the row's
+  // largest (both sides dequantize the same blocks exactly and compute in float32: summation
+  // order over the layers and the fixture's 6 significant digits are all that differ) and
+  // identical greedy tokens.
+  void ExpectF32MatchesTransformers(int vocab_size);
+  // Native compute of the stored blocks (activations in two int8 parts, integer dot products:
+  // the decode path, one token per step) against the same file dequantized to float32,
+  // teacher-forced over the passage: top-1 agreement at least 98%, perplexity within 1%; the
+  // float32 perplexity equals transformers'. The native prefill (float32 tiles) must give the
+  // float32 logits.
+  void ExpectNativeAgreesWithF32();
 
   std::string path_;
-  static nlohmann::json* expected_;
+  nlohmann::json expected_;
 };
 
-nlohmann::json* SmolLM2Test::expected_ = nullptr;
+class SmolLM2Test : public RealGgufTest {
+ protected:
+  void SetUp() override {
+    Open(RealModelPath("TANDEM_SMOLLM2_GGUF", TANDEM_SMOLLM2_GGUF,
+                       "SmolLM2-135M-Instruct.Q4_1.gguf"),
+         "smollm2", "--smollm2");
+  }
+};
 
 TEST_F(SmolLM2Test, FileIsTheOneTheFixturesWereMadeFrom) {
   auto file = GgufFile::Read(path_);
@@ -98,7 +113,7 @@ TEST_F(SmolLM2Test, FileIsTheOneTheFixturesWereMadeFrom) {
   EXPECT_EQ(*file->String("general.architecture"), "llama");
   EXPECT_EQ(file->Tensor("blk.0.attn_q.weight")->dtype, DType::kQ4_1);
   EXPECT_EQ(file->Tensor("token_embd.weight")->dtype, DType::kQ8_0);
-  EXPECT_EQ((*expected_)["gguf_sha256"],
+  EXPECT_EQ(expected_["gguf_sha256"],
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53");
 }
 
@@ -108,7 +123,7 @@ TEST_F(SmolLM2Test, TokenizerFollowsTheMetadata) {
   EXPECT_EQ((*tok)->vocab_size(), 49152);
   EXPECT_EQ((*tok)->eos_ids(), std::vector<int>{2});
   int checked = 0, differ = 0;
-  for (const auto& v : (*expected_)["tokenizer"]) {
+  for (const auto& v : expected_["tokenizer"]) {
     const std::string text = v["text"];
     SCOPED_TRACE(v["id"].get<std::string>());
     const std::vector<int> want = v["ids"];
@@ -130,24 +145,20 @@ TEST_F(SmolLM2Test, ChatTemplateRendersAsApplyChatTemplate) {
   ASSERT_TRUE(files.ok()) << files.status();
   auto chat = TokenizerChatTemplate::FromConfig(files->tokenizer_config_json);
   ASSERT_TRUE(chat.ok()) << chat.status();
-  for (const auto& c : (*expected_)["chat"]) {
+  for (const auto& c : expected_["chat"]) {
     auto got = chat->Apply(c["messages"], c["add_generation_prompt"].get<bool>());
     ASSERT_TRUE(got.ok()) << got.status();
     EXPECT_EQ(*got, c["rendered"].get<std::string>());
   }
 }
 
-// Float32 from the dequantized file against transformers: logits within 1e-4 of the row's
-// largest (both sides dequantize the same blocks exactly and compute in float32: summation
-// order over 30 layers and the fixture's 6 significant digits are all that differ) and identical
-// greedy tokens.
-TEST_F(SmolLM2Test, F32LogitsAndGreedyMatchTransformers) {
+void RealGgufTest::ExpectF32MatchesTransformers(int vocab_size) {
   auto backend = MakeCpuBackend();
   auto model = Model::Load(path_, backend.get(), DType::kF32);
   ASSERT_TRUE(model.ok()) << model.status();
   const int vocab = (*model)->config().vocab_size;
-  ASSERT_EQ(vocab, 49152);
-  for (const auto& cs : (*expected_)["cases"]) {
+  ASSERT_EQ(vocab, vocab_size);
+  for (const auto& cs : expected_["cases"]) {
     SCOPED_TRACE(cs["name"].get<std::string>());
     const std::vector<int> ids = cs["input_ids"];
     const std::vector<float> logits = AllLogits(**model, ids);
@@ -178,17 +189,13 @@ TEST_F(SmolLM2Test, F32LogitsAndGreedyMatchTransformers) {
   }
 }
 
-// Native Q4_1/Q8_0 compute (activations in two int8 parts, integer dot products: the decode
-// path, one token per step) against the same file dequantized to float32, teacher-forced over a
-// 561-token passage: top-1 agreement at least 98%, perplexity within 1%; the float32 perplexity
-// equals transformers'. The native prefill (float32 tiles) must give the float32 logits.
-TEST_F(SmolLM2Test, NativeQuantizedAgreesWithDequantizedF32) {
+void RealGgufTest::ExpectNativeAgreesWithF32() {
   auto backend = MakeCpuBackend();
   auto native = Model::Load(path_, backend.get());
   ASSERT_TRUE(native.ok()) << native.status();
   auto f32 = Model::Load(path_, backend.get(), DType::kF32);
   ASSERT_TRUE(f32.ok()) << f32.status();
-  const std::vector<int> ids = (*expected_)["passage"]["input_ids"];
+  const std::vector<int> ids = expected_["passage"]["input_ids"];
   ASSERT_GE(ids.size(), 501u);
   const int vocab = (*f32)->config().vocab_size;
   // The native model token by token (the decode path: integer dot products), the float32 one
@@ -215,11 +222,12 @@ TEST_F(SmolLM2Test, NativeQuantizedAgreesWithDequantizedF32) {
   const double agreement = static_cast<double>(agree) / positions;
   const double ppl_native = std::exp(nll_a / positions), ppl_f32 = std::exp(nll_b / positions);
   std::printf(
-      "native vs f32 over %d positions: top-1 agreement %.2f%%, ppl %.4f vs %.4f (%+.3f%%)\n",
-      positions, 100 * agreement, ppl_native, ppl_f32, 100 * (ppl_native / ppl_f32 - 1));
+      "%s: native vs f32 over %d positions: top-1 agreement %.2f%%, ppl %.4f vs %.4f (%+.3f%%)\n",
+      path_.c_str(), positions, 100 * agreement, ppl_native, ppl_f32,
+      100 * (ppl_native / ppl_f32 - 1));
   EXPECT_GE(agreement, 0.98);
   EXPECT_LE(std::abs(ppl_native / ppl_f32 - 1), 0.01);
-  EXPECT_NEAR(nll_b / positions, (*expected_)["passage"]["nll_mean"].get<double>(), 1e-4);
+  EXPECT_NEAR(nll_b / positions, expected_["passage"]["nll_mean"].get<double>(), 1e-4);
 
   const std::vector<float> prefill = AllLogits(**native, ids);
   ASSERT_EQ(prefill.size(), b.size());
@@ -230,6 +238,82 @@ TEST_F(SmolLM2Test, NativeQuantizedAgreesWithDequantizedF32) {
   }
   EXPECT_LE(max_err, 1e-4f * max_abs);
 }
+
+// SmolLM2: Q4_1 matrices and a Q8_0 embedding, 30 layers, a 561-token passage.
+TEST_F(SmolLM2Test, F32LogitsAndGreedyMatchTransformers) { ExpectF32MatchesTransformers(49152); }
+TEST_F(SmolLM2Test, NativeQuantizedAgreesWithDequantizedF32) { ExpectNativeAgreesWithF32(); }
+
+class Gemma270MTest : public RealGgufTest {
+ protected:
+  void SetUp() override {
+    Open(RealModelPath("TANDEM_GEMMA3_GGUF", TANDEM_GEMMA3_GGUF, "gemma-3-270m-q4_k_m.gguf"),
+         "gemma3_270m", "--gemma3");
+  }
+};
+
+TEST_F(Gemma270MTest, FileIsTheOneTheFixturesWereMadeFrom) {
+  auto file = GgufFile::Read(path_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(*file->String("general.architecture"), "gemma3");
+  EXPECT_EQ(file->Tensor("blk.0.attn_q.weight")->dtype, DType::kQ5_0);
+  EXPECT_EQ(file->Tensor("blk.0.attn_output.weight")->dtype, DType::kQ4_K);
+  EXPECT_EQ(file->Tensor("blk.0.ffn_down.weight")->dtype, DType::kQ6_K);
+  EXPECT_EQ(file->Tensor("token_embd.weight")->dtype, DType::kQ8_0);
+  EXPECT_EQ(expected_["gguf_sha256"],
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818");
+}
+
+// What the file states and what a gemma3 file leaves to the reader (as llama.cpp fills it in).
+TEST_F(Gemma270MTest, ConfigFollowsTheFile) {
+  auto file = GgufFile::Read(path_);
+  ASSERT_TRUE(file.ok()) << file.status();
+  auto c = GgufModelConfig(*file);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Gemma3ForCausalLM");
+  EXPECT_EQ(c->n_layers, 18);
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->n_kv_heads, 1);
+  EXPECT_EQ(c->sliding_window, 512);
+  ASSERT_EQ(c->sliding_layers.size(), 18u);
+  for (int l = 0; l < 18; ++l) EXPECT_EQ(c->LayerIsLocal(l), (l + 1) % 6 != 0) << l;
+  EXPECT_EQ(c->rope_theta, 1e6f);
+  EXPECT_EQ(c->rope_local_theta, 1e4f);
+  EXPECT_EQ(c->AttentionScale(), 1.0f / 16.0f);
+  EXPECT_EQ(c->embedding_scale, std::sqrt(640.0f));
+  EXPECT_EQ(c->hidden_act, Activation::kGeluTanh);
+  EXPECT_TRUE(c->sandwich_norms && c->qk_norm && c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int>{1, 106}));  // <eos>, <end_of_turn>
+}
+
+// The 262k-piece sentencepiece vocabulary from the metadata gives llama.cpp's ids (merges by the
+// pieces' scores, as the file says) and transformers' decodes. transformers' GGUF tokenizer
+// rebuilds BPE merges from the vocabulary instead; where it differs the file is followed.
+TEST_F(Gemma270MTest, TokenizerFollowsTheFileAsLlamaCpp) {
+  auto tok = LoadTokenizer(path_);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_EQ((*tok)->vocab_size(), 262144);
+  int checked = 0, transformers_differ = 0;
+  for (const auto& v : expected_["tokenizer"]) {
+    const std::string text = v["text"];
+    SCOPED_TRACE(v["id"].dump());
+    const std::vector<int> want = v["ids"];
+    EXPECT_EQ((*tok)->Encode(text, /*add_special_tokens=*/false), want);
+    EXPECT_EQ((*tok)->Decode(want), v["decoded"].get<std::string>());
+    transformers_differ += v["transformers_ids"] != v["ids"];
+    ++checked;
+  }
+  std::printf("gemma3 tokenizer: %d texts, transformers' rebuilt merges differ on %d\n", checked,
+              transformers_differ);
+  EXPECT_GT(checked, 60);
+  // A prompt starts with <bos>, as the file says (add_bos_token).
+  const std::vector<int> plain = expected_["cases"][0]["input_ids"];
+  EXPECT_EQ((*tok)->Encode("The capital of France is", /*add_special_tokens=*/true), plain);
+}
+
+// Gemma 3 270M: Q5_0/Q8_0/Q4_K/Q6_K tensors; a plain prompt, a turn-marked prompt and the
+// passage past the 512-position window of the sliding layers (positions 511..513 checked too).
+TEST_F(Gemma270MTest, F32LogitsAndGreedyMatchTransformers) { ExpectF32MatchesTransformers(262144); }
+TEST_F(Gemma270MTest, NativeQuantizedAgreesWithDequantizedF32) { ExpectNativeAgreesWithF32(); }
 
 }  // namespace
 }  // namespace tandem

@@ -1,7 +1,9 @@
 // The Hugging Face path against transformers itself: tiny random-weight checkpoints saved by
 // save_pretrained with transformers' float32 logits beside them (tests/fixtures/hf, made by
 // scripts/make_hf_fixtures.py), and Qwen3 as an HF directory and as GGUF files with its tokenizer
-// and chat template (tests/fixtures/hf/qwen3_f32 and gguf/qwen3, scripts/make_qwen3_fixtures.py).
+// and chat template (tests/fixtures/hf/qwen3_f32 and gguf/qwen3, scripts/make_qwen3_fixtures.py),
+// and Gemma 3 as an HF directory and a GGUF file (tests/fixtures/hf/gemma3_f32 and
+// gguf/gemma3_tiny, scripts/make_gemma3_fixtures.py).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -110,7 +112,8 @@ TEST_P(HfTransformersTest, LogitsAndGreedyMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HfTransformersTest,
                          ::testing::Values("llama3_f32", "llama_tied_bf16", "qwen2_f32",
-                                           "mistral_f16", "llama_sharded_f32", "qwen3_f32"));
+                                           "mistral_f16", "llama_sharded_f32", "qwen3_f32",
+                                           "gemma3_f32"));
 
 // The same models saved by transformers 5 (tests/fixtures/hf5, make_hf5_fixtures.py): the rope
 // settings live in rope_parameters, and the logits must not move.
@@ -318,7 +321,7 @@ TEST(Qwen3Test, FieldsThatChangeTheMathAreRefusedByName) {
   EXPECT_EQ(c->sliding_window, 0);
   EXPECT_TRUE(c->qk_norm);
   // An architecture outside the list is refused naming the ones Tandem runs.
-  auto gemma = ModelConfig::FromHfJson(R"({"architectures": ["Gemma3ForCausalLM"]})");
+  auto gemma = ModelConfig::FromHfJson(R"({"architectures": ["Gemma2ForCausalLM"]})");
   EXPECT_NE(gemma.status().message().find("Qwen3ForCausalLM"), std::string::npos) << gemma.status();
 }
 
@@ -426,6 +429,122 @@ TEST(Qwen3Test, CudaBackendRefusesItByName) {
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
   EXPECT_NE(runner.status().message().find("Qwen3ForCausalLM"), std::string::npos)
       << runner.status();
+}
+
+// Gemma 3 (tests/fixtures/hf/gemma3_f32): layer_types [sliding, full, sliding] with a window of
+// 4, query_pre_attn_scalar 24 where head_dim is 16, linear rope scaling on the full layer only.
+TEST(Gemma3Test, ConfigReadsTheGemmaLayout) {
+  auto c = ModelConfig::FromHfJson(*ReadFileToString(testing::Gemma3Dir() + "/config.json"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "Gemma3ForCausalLM");
+  EXPECT_EQ(c->head_dim, 16);
+  EXPECT_EQ(c->hidden_act, Activation::kGeluTanh);
+  EXPECT_TRUE(c->sandwich_norms && c->qk_norm && c->tie_word_embeddings);
+  EXPECT_EQ(c->embedding_scale, static_cast<float>(std::sqrt(32.0)));
+  EXPECT_EQ(c->AttentionScale(), 1.0f / std::sqrt(24.0f));
+  EXPECT_EQ(c->sliding_window, 4);
+  EXPECT_EQ(c->sliding_layers, (std::vector<uint8_t>{1, 0, 1}));
+  EXPECT_EQ(c->LayerWindow(0), 4);
+  EXPECT_EQ(c->LayerWindow(1), 0);
+  EXPECT_TRUE(c->MixedLayers());
+  EXPECT_EQ(c->rope_local_theta, 1e4f);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLinear);
+  // The full layers rotate with rope_theta scaled by 8; the sliding ones with the local base
+  // unscaled.
+  const auto global = c->RopeInvFreq(), local = c->LocalRopeInvFreq();
+  EXPECT_FLOAT_EQ(global[1], std::pow(1e6f, -2.0f / 16) / 8);
+  EXPECT_FLOAT_EQ(local[1], std::pow(1e4f, -2.0f / 16));
+  // The HF norm weights are stored as (multiplier - 1).
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Gemma3Dir(), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (const LayerWeights& l : (*model)->weights().layers) {
+    EXPECT_NE(l.post_attn_norm, nullptr);
+    EXPECT_NE(l.post_ffn_norm, nullptr);
+    EXPECT_NE(l.q_norm, nullptr);
+  }
+}
+
+std::string Gemma3ConfigWith(const std::string& extra) {
+  return R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+             "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 6,
+             "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16,
+             "vocab_size": 128, "max_position_embeddings": 1024)" +
+         extra + "}";
+}
+
+TEST(Gemma3Test, FieldsThatChangeTheMathAreRefusedByName) {
+  for (const auto& [field, extra] : std::vector<std::pair<std::string, std::string>>{
+           {"hidden_activation", R"(, "hidden_activation": "gelu")"},
+           {"use_bidirectional_attention", R"(, "use_bidirectional_attention": true)"},
+           {"final_logit_softcapping", R"(, "final_logit_softcapping": 30.0)"},
+           {"attn_logit_softcapping", R"(, "attn_logit_softcapping": 50.0)"},
+           {"layer_types", R"(, "layer_types": ["full_attention"])"},
+           {"layer_types", R"(, "layer_types": ["chunked_attention", "full_attention",
+               "full_attention", "full_attention", "full_attention", "full_attention"])"},
+           {"sliding_attention", R"(, "rope_parameters": {
+               "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+               "sliding_attention": {"rope_type": "linear", "factor": 2.0,
+                                     "rope_theta": 10000.0}})"},
+       }) {
+    auto r = ModelConfig::FromHfJson(Gemma3ConfigWith(extra));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << extra;
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status();
+  }
+  // Gemma3TextConfig's defaults: head_dim 256 without the key, window 4096, every sixth layer
+  // global, query_pre_attn_scalar 256, tied embeddings.
+  auto c = ModelConfig::FromHfJson(R"({"architectures": ["Gemma3ForCausalLM"],
+      "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 7,
+      "num_attention_heads": 4, "vocab_size": 128, "max_position_embeddings": 8192})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 256);
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->sliding_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(c->AttentionScale(), 1.0f / 16);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  // Sliding layers and full ones are Gemma's only: other models still take all or none.
+  auto llama = ModelConfig::FromHfJson(
+      LlamaConfigWith(R"(, "layer_types": ["sliding_attention", "full_attention"])"));
+  EXPECT_EQ(llama.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// transformers 5 writes one rope_parameters per layer type; the model is the same.
+TEST(Gemma3Test, RopeParametersPerLayerTypeAreRead) {
+  auto v5 = ModelConfig::FromHfJson(Gemma3ConfigWith(R"(, "rope_parameters": {
+      "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+      "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})"));
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  auto v4 = ModelConfig::FromHfJson(Gemma3ConfigWith(R"(, "rope_theta": 1000000.0,
+      "rope_local_base_freq": 10000.0, "rope_scaling": {"rope_type": "linear", "factor": 8.0})"));
+  ASSERT_TRUE(v4.ok()) << v4.status();
+  EXPECT_EQ(v5->RopeInvFreq(), v4->RopeInvFreq());
+  EXPECT_EQ(v5->LocalRopeInvFreq(), v4->LocalRopeInvFreq());
+  EXPECT_EQ(v5->rope_scaling.factor, 8.0f);
+}
+
+// The gemma3 GGUF (llama.cpp's names, norms stored with Gemma's 1 added; every sixth layer
+// global, as a gemma3 file implies) against transformers' logits for the same weights.
+TEST(Gemma3Test, GgufF32MatchesTransformers) {
+  const std::string dir = testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny";
+  ExpectTransformersLogits(dir + "/gemma3_tiny_f32.gguf", dir + "/expected.json");
+}
+
+TEST(Gemma3Test, CudaBackendAndHfWriterRefuseItByName) {
+  auto backend = MakeCpuBackend();
+  auto model = Model::Load(testing::Gemma3Dir(), backend.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  CudaRunnerOptions o;
+  o.num_blocks = 8;
+  auto runner = MakeModelRunner("cuda", model->get(), o);
+  EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
+  EXPECT_NE(runner.status().message().find("Gemma3ForCausalLM"), std::string::npos)
+      << runner.status();
+  testing::TempDir dir;
+  const absl::Status converted = ConvertGgufToHf(
+      testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny/gemma3_tiny_f32.gguf",
+      dir.path() + "/out");
+  EXPECT_EQ(converted.code(), absl::StatusCode::kUnimplemented) << converted;
+  EXPECT_NE(converted.message().find("Gemma3ForCausalLM"), std::string::npos) << converted;
 }
 
 }  // namespace

@@ -179,6 +179,14 @@ TEST_P(KernelTest, RmsNormSiluAdd) {
     // exp with relative error ~2e-7 (vector) or ~1 ulp (libm): relative error ~1e-6.
     ASSERT_NEAR(out[i], ref, 1e-6 * (1 + std::abs(ref))) << i;
   }
+  // GeluTanhMul against PyTorch's formula in double, tails included.
+  cpu::GeluTanhMul(g.data(), u.data(), out.data(), m, pool());
+  for (int64_t i = 0; i < m; ++i) {
+    const double x = g[i];
+    const double ref =
+        0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))) * u[i];
+    ASSERT_NEAR(out[i], ref, 1e-6 * (1 + std::abs(ref))) << i;
+  }
   std::vector<float> a = g;
   cpu::Add(a.data(), u.data(), m, pool());
   for (int64_t i = 0; i < m; ++i) ASSERT_FLOAT_EQ(a[i], g[i] + u[i]);
@@ -215,7 +223,8 @@ TEST_P(KernelTest, RopeStylesAreRelatedByPermutation) {
 // [len, n_kv_heads, hd] of its sequence, in double precision.
 std::vector<double> NaiveAttention(const float* q, const std::vector<float>& k,
                                    const std::vector<float>& v, int pos, int heads, int kvh, int hd,
-                                   int window) {
+                                   int window, double scale = 0) {
+  if (scale == 0) scale = 1.0 / std::sqrt(double(hd));
   const int width = kvh * hd;
   const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
   std::vector<double> out(heads * hd, 0.0);
@@ -226,7 +235,7 @@ std::vector<double> NaiveAttention(const float* q, const std::vector<float>& k,
     for (int j = first; j <= pos; ++j) {
       double d = 0;
       for (int i = 0; i < hd; ++i) d += double(q[h * hd + i]) * k[j * width + g * hd + i];
-      s[j] = d / std::sqrt(double(hd));
+      s[j] = d * scale;
       mx = std::max(mx, s[j]);
     }
     for (int j = first; j <= pos; ++j) sum += (s[j] = std::exp(s[j] - mx));
@@ -241,9 +250,11 @@ TEST_P(KernelTest, PagedAttentionMatchesNaive) {
   // Two sequences in one call, as the engine batches them: sequence 0 prefills positions
   // [0, 13) (query tiles of 8 and 5), sequence 1 decodes position 9 after 9 cached positions.
   // GQA (4 query heads on 2 KV heads); head_dim 8, 12 (8 + scalar tail), 40 (32 + 8) and 64; blocks
-  // of 4 in shuffled order; with and without a sliding window.
-  for (int hd : {8, 12, 40, 64}) {
+  // of 4 in shuffled order; with and without a sliding window; head_dim 256 (Gemma 3) with the
+  // default score scale and with its own (query_pre_attn_scalar).
+  for (int hd : {8, 12, 40, 64, 256}) {
     for (int window : {0, 3}) {
+      const float scale = hd == 256 && window == 3 ? 0.125f : 0.0f;
       const int heads = 4, kvh = 2, bs = 4, width = kvh * hd;
       const std::vector<int> lens = {13, 10};
       const std::vector<std::vector<int>> tables = {{5, 0, 7, 2}, {1, 6, 3}};
@@ -278,14 +289,15 @@ TEST_P(KernelTest, PagedAttentionMatchesNaive) {
       a.token_pos = token_pos.data();
       a.block_tables = flat_tables.data();
       a.sliding_window = window;
+      a.scale = scale;
       std::vector<float> out(T * heads * hd, NAN);
       cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, out.data(), pool());
       for (int t = 0; t < T; ++t) {
         const int s = token_seq[t];
         const auto ref = NaiveAttention(q.data() + t * heads * hd, ks[s], vs[s], token_pos[t],
-                                        heads, kvh, hd, window);
+                                        heads, kvh, hd, window, scale);
         for (int i = 0; i < heads * hd; ++i) {
-          // float32 dot products of <= 64 terms and sums of <= 13 weights: ~1e-6.
+          // float32 dot products of <= 256 terms and sums of <= 13 weights: ~1e-6.
           ASSERT_NEAR(out[t * heads * hd + i], ref[i], 1e-5)
               << "hd=" << hd << " window=" << window << " t=" << t << " i=" << i;
         }

@@ -227,12 +227,11 @@ TEST_F(ReliabilityTest, Row04_SpeculatingDecodeKilledMidStreamResumesIdentically
   EXPECT_TRUE(c.NoLeaks(&why)) << why;
 }
 
-// Row 4 for Qwen3 (tests/fixtures/hf/qwen3_f32: per-head q/k norms, head_dim 16 where hidden /
-// heads is 8): a decode worker killed -9 mid-stream, greedy and seeded; the resumed stream equals
-// the fault-free colocated run of the same model, token for token.
-TEST_F(ReliabilityTest, Row04_Qwen3DecodeKilledMidStreamResumesIdentically) {
-  const std::vector<std::string> model = {"--model", testing::Qwen3Dir(), "--tokenizer",
-                                          testing::Qwen3Dir()};
+// Row 4 for the tiny model in HF directory `dir`: a decode worker killed -9 mid-stream, greedy
+// and seeded; the resumed stream equals the fault-free colocated run of the same model, token for
+// token.
+void KillTinyModelDecodeMidStream(const std::string& dir, const std::string& prompt) {
+  const std::vector<std::string> model = {"--model", dir, "--tokenizer", dir};
   testing::Cluster reference(0, 0, {}, {}, model);
   ASSERT_TRUE(reference.ready());
   FaultCluster c(model);
@@ -244,7 +243,7 @@ TEST_F(ReliabilityTest, Row04_Qwen3DecodeKilledMidStreamResumesIdentically) {
   ASSERT_GE(p, 0);
   for (int d : decode) ASSERT_GE(d, 0);
   int resumes_expected = 0;
-  for (const v1::GenerateRequest& req : {Greedy(kPrompt, 120), Seeded(kPrompt, 120, 11)}) {
+  for (const v1::GenerateRequest& req : {Greedy(prompt, 120), Seeded(prompt, 120, 11)}) {
     const testing::Streamed want = testing::Generate(reference.generation(), req);
     ASSERT_TRUE(want.status.ok()) << want.status.error_message();
     ASSERT_EQ(want.tokens.size(), 120u);
@@ -254,6 +253,17 @@ TEST_F(ReliabilityTest, Row04_Qwen3DecodeKilledMidStreamResumesIdentically) {
   EXPECT_EQ(c.Metric(0, "tandem_resumes_total"), resumes_expected);
   std::string why;
   EXPECT_TRUE(c.NoLeaks(&why)) << why;
+}
+
+// Qwen3 (tests/fixtures/hf/qwen3_f32): per-head q/k norms, head_dim 16 where hidden / heads is 8.
+TEST_F(ReliabilityTest, Row04_Qwen3DecodeKilledMidStreamResumesIdentically) {
+  KillTinyModelDecodeMidStream(testing::Qwen3Dir(), kPrompt);
+}
+
+// Gemma 3 (tests/fixtures/hf/gemma3_f32): the resumed worker recomputes past the sliding layers'
+// 4-position window.
+TEST_F(ReliabilityTest, Row04_Gemma3DecodeKilledMidStreamResumesIdentically) {
+  KillTinyModelDecodeMidStream(testing::Gemma3Dir(), kPrompt);
 }
 
 // Row 5: kill -9 the prefill worker while it is computing and shipping a chunked prefill. The

@@ -137,6 +137,7 @@ class ClusterTest : public ::testing::Test {
     return r;
   }
   static v1::GenerateRequest Request(size_t i) { return Request((*cases_)[i]); }
+  void ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file);
   void CheckAllCases(Cluster& cluster, int concurrency) {
     CheckAllCases(cluster, concurrency, *expected_);
   }
@@ -244,12 +245,11 @@ TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
   std::printf("32 requests through a 40-block decode worker: %.0f preemptions\n", preemptions);
 }
 
-// Qwen3 (per-head q/k norms, head_dim 16 where hidden / heads is 8; the tiny model of
-// tests/fixtures/hf/qwen3_f32, which hf_transformers_test holds to transformers) as its HF
-// directory (tokenizer.json and chat template beside it) and as its Q8_0 GGUF (the tokenizer from
-// the metadata): --role=all, 1 prefill + 1 decode, and a decode worker under KV pressure give the
-// engine alone's tokens, greedy and seeded, and leave nothing behind.
-TEST_F(ClusterTest, Qwen3MatchesEngineColocatedDisaggregatedAndPreempting) {
+// A tiny model (checked against transformers in hf_transformers_test, with the cut-down Qwen3
+// tokenizer) as its HF directory (tokenizer.json and chat template beside it) and as a GGUF file
+// (the tokenizer from the metadata): --role=all, 1 prefill + 1 decode, and a decode worker under
+// KV pressure give the engine alone's tokens, greedy and seeded, and leave nothing behind.
+void ClusterTest::ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file) {
   std::vector<Case> cases;
   for (const char* prompt : {"Once upon a time", "The capital of France is",
                              "<|im_start|>user\nName three colours.<|im_end|>\n"
@@ -258,8 +258,8 @@ TEST_F(ClusterTest, Qwen3MatchesEngineColocatedDisaggregatedAndPreempting) {
     cases.push_back({prompt, Plain(0.0f, 1.0f), 80});
     cases.push_back({prompt, Plain(0.8f, 0.9f), 80});
   }
-  const ModelFiles hf{testing::Qwen3Dir(), testing::Qwen3Dir()};
-  const ModelFiles gguf{testing::Qwen3Gguf("qwen3_q8_0"), testing::Qwen3Gguf("qwen3_q8_0")};
+  const ModelFiles hf{dir, dir};
+  const ModelFiles gguf{gguf_file, gguf_file};
   struct Setup {
     int prefill, decode;
     ModelFiles files;
@@ -282,6 +282,19 @@ TEST_F(ClusterTest, Qwen3MatchesEngineColocatedDisaggregatedAndPreempting) {
           testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total"), 0);
     }
   }
+}
+
+// Qwen3: per-head q/k norms, head_dim 16 where hidden / heads is 8.
+TEST_F(ClusterTest, Qwen3MatchesEngineColocatedDisaggregatedAndPreempting) {
+  ExpectTinyModelOnEveryPath(testing::Qwen3Dir(), testing::Qwen3Gguf("qwen3_q8_0"));
+}
+
+// Gemma 3: GeGLU, sandwich norms, sliding layers (window 4) between full ones with their own
+// RoPE bases, as an HF directory and as a gemma3 GGUF.
+TEST_F(ClusterTest, Gemma3MatchesEngineColocatedDisaggregatedAndPreempting) {
+  ExpectTinyModelOnEveryPath(
+      testing::Gemma3Dir(),
+      testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny/gemma3_tiny_f32.gguf");
 }
 
 // Speculative decoding on the decode workers (prompt lookup colocated, a draft model

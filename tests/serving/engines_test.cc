@@ -59,6 +59,8 @@ class EnginesTest : public ::testing::TestWithParam<std::string> {
     return testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), r);
   }
 
+  void ExpectTinyModelMatchesTheEngineAlone(const std::string& dir, const std::string& name);
+
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<Llama2cTokenizer> tok_;
@@ -190,14 +192,15 @@ TEST_P(EnginesTest, AdmissionsDuringDecodeLeaveRunningRequestsIntact) {
   EXPECT_EQ(*got, (*want)[0].tokens);
 }
 
-// Qwen3 (per-head q/k norms, head_dim 16 where hidden / heads is 8; tests/fixtures/hf/qwen3_f32,
-// checked against transformers in hf_transformers_test) through the pair, greedy and seeded at
-// once: the engine alone's tokens, from a decode engine with room to spare and from one so small
-// that it preempts and recomputes sequences. Nothing is left behind in either.
-TEST_P(EnginesTest, Qwen3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
-  auto model = Model::Load(testing::Qwen3Dir(), backend_.get());
+// The tiny model in HF directory `dir` (checked against transformers in hf_transformers_test,
+// with the cut-down Qwen3 tokenizer beside it) through the pair, greedy and seeded at once: the
+// engine alone's tokens, from a decode engine with room to spare and from one so small that it
+// preempts and recomputes sequences. Nothing is left behind in either.
+void EnginesTest::ExpectTinyModelMatchesTheEngineAlone(const std::string& dir,
+                                                       const std::string& name) {
+  auto model = Model::Load(dir, backend_.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  auto tok = LoadTokenizer(testing::Qwen3Dir());
+  auto tok = LoadTokenizer(dir);
   ASSERT_TRUE(tok.ok()) << tok.status();
   std::vector<GenerationRequest> reqs;
   for (const char* text : {"Once upon a time", "The capital of France is",
@@ -227,8 +230,8 @@ TEST_P(EnginesTest, Qwen3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
     dopt.block_size = 4;
     dopt.num_blocks = num_blocks;
     dopt.transport = GetParam();
-    dopt.listen =
-        GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test-qwen3-" + std::to_string(num_blocks);
+    dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0"
+                                      : "engines-test-" + name + "-" + std::to_string(num_blocks);
     dopt.receiver.auth.secret = testing::TestClusterSecret();
     auto decode = DecodeEngine::Create(model->get(), dopt);
     ASSERT_TRUE(decode.ok()) << decode.status();
@@ -238,6 +241,17 @@ TEST_P(EnginesTest, Qwen3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
     EXPECT_EQ((*decode)->Load().free_blocks, num_blocks);
   }
   EXPECT_TRUE((*prefill)->Idle());
+}
+
+// Qwen3: per-head q/k norms, head_dim 16 where hidden / heads is 8.
+TEST_P(EnginesTest, Qwen3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
+  ExpectTinyModelMatchesTheEngineAlone(testing::Qwen3Dir(), "qwen3");
+}
+
+// Gemma 3: GeGLU, sandwich norms, a sliding layer (window 4) between full ones with their own
+// RoPE bases; prompts of 13 to 30 tokens run far past the window.
+TEST_P(EnginesTest, Gemma3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
+  ExpectTinyModelMatchesTheEngineAlone(testing::Gemma3Dir(), "gemma3");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, EnginesTest, ::testing::Values("local", "tcp"));
