@@ -14,14 +14,24 @@
 # of RUNS whole passes over the types (default 2: shared machines drift by 10-50% within
 # minutes, so a pass alone can favour either engine); the JSON also keeps each pass's ratio.
 #   RUNS=N bench/llamacpp/run.sh [THREADS] [TYPES]   (TYPES default "F32 F16 BF16 Q8_0 Q4_0 Q4_K")
+# MODEL=gemma3 runs Gemma 3 270M (scripts/fetch_model.sh --gemma3) instead, by default only as
+# stored (TYPES "stored": Q4_K_M, its Q5_0/Q8_0/Q4_K/Q6_K tensors), and writes
+# bench/results/llamacpp_compare_gemma3.json. The type "stored" is the fetched file itself.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 THREADS=${1:-$(nproc)}
-TYPES=${2:-F32 F16 BF16 Q8_0 Q4_0 Q4_K}
+MODEL=${MODEL:-smollm2}
+case "$MODEL" in
+  smollm2) TYPES=${2:-F32 F16 BF16 Q8_0 Q4_0 Q4_K}; model_name="SmolLM2-135M-Instruct"
+    result=bench/results/llamacpp_compare.json ;;
+  gemma3) TYPES=${2:-stored}; model_name="Gemma 3 270M (Q4_K_M as stored)"
+    result=bench/results/llamacpp_compare_gemma3.json ;;
+  *) echo "MODEL must be smollm2 or gemma3" >&2; exit 2 ;;
+esac
 SCRATCH=${SCRATCH:-/tmp/tandem-llamacpp}
 RUNS=${RUNS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
-gguf="$(bash scripts/fetch_model.sh --smollm2)"
+gguf="$(bash scripts/fetch_model.sh "--$MODEL")"
 mkdir -p "$SCRATCH" bench/results
 bin="$SCRATCH/build/bin"
 SCRATCH="$SCRATCH" bash bench/llamacpp/build.sh llama-bench llama-batched-bench llama-quantize
@@ -29,32 +39,37 @@ cmake --build "$BUILD_DIR" --target engine_bench >/dev/null
 
 for run in $(seq "$RUNS"); do
   for t in $TYPES; do
-    file="$SCRATCH/smollm2-$t.gguf"
-    [ -f "$file" ] || "$bin/llama-quantize" --allow-requantize "$gguf" "$file" "$t" >/dev/null 2>&1
+    file="$SCRATCH/$MODEL-$t.gguf"
+    if [ "$t" = stored ]; then
+      file="$gguf"
+    elif [ ! -f "$file" ]; then
+      "$bin/llama-quantize" --allow-requantize "$gguf" "$file" "$t" >/dev/null 2>&1
+    fi
     "$bin/llama-bench" -m "$file" -t "$THREADS" -p 512 -n 64 -r 3 -o json \
-      >"$SCRATCH/llama-bench-$t-$run.json" 2>/dev/null
+      >"$SCRATCH/llama-bench-$MODEL-$t-$run.json" 2>/dev/null
     "$bin/llama-batched-bench" -m "$file" -t "$THREADS" -c 4096 -b 2048 -ub 512 -npp 64 \
-      -ntg 16 -npl 32 --output-format jsonl >"$SCRATCH/batched-$t-$run.jsonl" 2>/dev/null
+      -ntg 16 -npl 32 --output-format jsonl >"$SCRATCH/batched-$MODEL-$t-$run.jsonl" 2>/dev/null
     "$BUILD_DIR/bin/engine_bench" --models "$file" --dtypes native --threads "$THREADS" \
-      --out "$SCRATCH/tandem-$t-$run.json" >/dev/null
+      --out "$SCRATCH/tandem-$MODEL-$t-$run.json" >/dev/null
   done
 done
 
 python3 - "$SCRATCH" "$THREADS" "$RUNS" "$(date -u +%F)" "$(lscpu | sed -n 's/^Model name: *//p')" \
-  $TYPES <<'PY'
+  "$MODEL" "$model_name" "$result" $TYPES <<'PY'
 import json, sys
 scratch, threads, runs, date, cpu = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-types = sys.argv[6:]
+model, model_name, result = sys.argv[6:9]
+types = sys.argv[9:]
 
 
 def llama_of(t, run):
     llama = {}
-    for r in json.load(open(f"{scratch}/llama-bench-{t}-{run}.json")):
+    for r in json.load(open(f"{scratch}/llama-bench-{model}-{t}-{run}.json")):
         if r.get("n_prompt") == 512 and r.get("n_gen") == 0:
             llama["prefill_512"] = r["avg_ts"]
         if r.get("n_gen") == 64 and r.get("n_prompt") == 0:
             llama["decode_b1"] = r["avg_ts"]
-    for line in open(f"{scratch}/batched-{t}-{run}.jsonl"):
+    for line in open(f"{scratch}/batched-{model}-{t}-{run}.jsonl"):
         if line.strip() and json.loads(line).get("pl") == 32:
             llama["decode_b32"] = json.loads(line)["speed_tg"]
     return llama
@@ -63,7 +78,7 @@ def llama_of(t, run):
 cells = []
 print(f"{'type':6} {'case':12} {'tandem tok/s':>13} {'llama.cpp':>10} {'ratio':>6}  roofline  (ratio of each pass)")
 for t in types:
-    passes = [(llama_of(t, run), json.load(open(f"{scratch}/tandem-{t}-{run}.json")))
+    passes = [(llama_of(t, run), json.load(open(f"{scratch}/tandem-{model}-{t}-{run}.json")))
               for run in range(1, runs + 1)]
     ours = passes[-1][1]
     for i, r in enumerate(ours["results"]):
@@ -81,9 +96,9 @@ for t in types:
               f"{ratio or 0:6.2f}  {100 * best['fraction_of_roofline']:.0f}% ({best['bound']})"
               f"  passes {' '.join(f'{x:.2f}' for x in per_pass)}")
 out = {"benchmark": "llamacpp_compare", "date": date, "cpu": cpu,
-       "command": f"RUNS={runs} bench/llamacpp/run.sh {threads}", "model": "SmolLM2-135M-Instruct",
+       "command": f"MODEL={model} RUNS={runs} bench/llamacpp/run.sh {threads}", "model": model_name,
        "threads": threads, "runs": runs,
        "llamacpp": "llama-cpp-python 0.3.36 vendored llama.cpp, GGML_NATIVE", "cells": cells}
-json.dump(out, open("bench/results/llamacpp_compare.json", "w"), indent=1)
-print("wrote bench/results/llamacpp_compare.json")
+json.dump(out, open(result, "w"), indent=1)
+print(f"wrote {result}")
 PY
