@@ -36,8 +36,9 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
   const int min_blocks = (c.max_seq_len + options.block_size - 1) / options.block_size;
   if (options.num_blocks < min_blocks) {
     return absl::ResourceExhaustedError(
-        absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt",
-                        options.num_blocks, c.max_seq_len));
+        absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt "
+                        "(%d blocks): raise --kv-bytes or --num-blocks",
+                        options.num_blocks, c.max_seq_len, min_blocks));
   }
   CudaRunnerOptions ro;
   ro.num_blocks = options.num_blocks;

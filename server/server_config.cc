@@ -144,7 +144,8 @@ void AddWorkerFlags(CLI::App& app, WorkerConfig* c) {
   app.add_option("--num-blocks", c->num_blocks, "KV blocks (0: from --kv-bytes)")->group(g);
   app.add_option("--kv-bytes", c->kv_bytes,
                  "KV cache size (0: a decode worker takes --kv-memory-fraction of its memory "
-                 "less the weights, a prefill worker 1 GiB)")
+                 "less the weights, a prefill worker 1 GiB or one context-length prompt's KV, "
+                 "whichever is more)")
       ->group(g);
   app.add_option("--kv-memory-fraction", c->kv_memory_fraction,
                  "Of the memory a decode worker may use (its cgroup limit or the machine's; the "

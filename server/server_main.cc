@@ -397,7 +397,15 @@ absl::Status TandemServer::BuildPrefill() {
   PrefillEngineOptions po;
   po.block_size = static_cast<int>(c_.worker.block_size);
   po.num_blocks = static_cast<int>(c_.worker.num_blocks);
-  po.max_kv_bytes = c_.worker.kv_bytes > 0 ? c_.worker.kv_bytes : int64_t{1} << 30;
+  po.max_kv_bytes = c_.worker.kv_bytes;
+  if (po.max_kv_bytes == 0) {
+    // 1 GiB for prompts in flight and the prefix cache, or one context-length prompt's KV where
+    // that is more (Gemma 3 270M: 32,768 tokens of 36 KiB).
+    const KvCacheSpec spec = KvCacheSpec::For(model_->config(), po.block_size, kv_dtype_);
+    const int64_t context_blocks =
+        (model_->config().max_seq_len + po.block_size - 1) / std::max(1, po.block_size);
+    po.max_kv_bytes = std::max(int64_t{1} << 30, context_blocks * spec.bytes_per_block());
+  }
   po.scheduler.token_budget = static_cast<int>(c_.prefill.token_budget);
   po.scheduler.chunk_size = static_cast<int>(c_.prefill.prefill_chunk);
   po.prefix_cache = !c_.prefill.no_prefix_cache;

@@ -31,6 +31,28 @@ inline std::string Qwen3Gguf(const std::string& name) {
 // borrowed 320-token tokenizer).
 inline std::string Gemma3Dir() { return SourceDir() + "/tests/fixtures/hf/gemma3_f32"; }
 
+// A real model's GGUF: $<env_name>, else where scripts/test.sh found it at configure time
+// (`configured`), else fetch_model.sh's default cache. "OFF" at configure time (the sanitizer
+// build of scripts/fuzz.sh, where a 100M-parameter model would run for minutes) gives "": its
+// tests skip.
+inline std::string RealModelPath(const char* env_name, const std::string& configured,
+                                 const std::string& file_name) {
+  if (const char* env = std::getenv(env_name); env != nullptr && *env) return env;
+  if (configured == "OFF") return "";
+  if (!configured.empty()) return configured;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/tandem/" + file_name;
+}
+// SmolLM2-135M-Instruct Q4_1 (scripts/fetch_model.sh --smollm2).
+inline std::string SmolLM2Path() {
+  return RealModelPath("TANDEM_SMOLLM2_GGUF", TANDEM_SMOLLM2_GGUF,
+                       "SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+// Gemma 3 270M Q4_K_M (scripts/fetch_model.sh --gemma3).
+inline std::string Gemma270MPath() {
+  return RealModelPath("TANDEM_GEMMA3_GGUF", TANDEM_GEMMA3_GGUF, "gemma-3-270m-q4_k_m.gguf");
+}
+
 inline nlohmann::json LoadJson(const std::string& path) {
   auto text = ReadFileToString(path);
   if (!text.ok()) return nlohmann::json();

@@ -19,18 +19,6 @@
 namespace tandem {
 namespace {
 
-// A real model's GGUF: $<env_name>, else where scripts/test.sh found it at configure time
-// (`configured`), else fetch_model.sh's default cache. "OFF" at configure time (the sanitizer
-// build of scripts/fuzz.sh, where a 100M-parameter model would run for minutes) skips its tests.
-std::string RealModelPath(const char* env_name, const std::string& configured,
-                          const std::string& file_name) {
-  if (const char* env = std::getenv(env_name); env != nullptr && *env) return env;
-  if (configured == "OFF") return "";
-  if (!configured.empty()) return configured;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/tandem/" + file_name;
-}
-
 // A fresh cache for one sequence of `tokens`, and its block table.
 KvCache CacheFor(const Model& model, size_t tokens, std::vector<int>* table) {
   const int block = 16, blocks = static_cast<int>(tokens) / block + 1;
@@ -99,11 +87,7 @@ class RealGgufTest : public ::testing::Test {
 
 class SmolLM2Test : public RealGgufTest {
  protected:
-  void SetUp() override {
-    Open(RealModelPath("TANDEM_SMOLLM2_GGUF", TANDEM_SMOLLM2_GGUF,
-                       "SmolLM2-135M-Instruct.Q4_1.gguf"),
-         "smollm2", "--smollm2");
-  }
+  void SetUp() override { Open(testing::SmolLM2Path(), "smollm2", "--smollm2"); }
 };
 
 TEST_F(SmolLM2Test, FileIsTheOneTheFixturesWereMadeFrom) {
@@ -245,10 +229,7 @@ TEST_F(SmolLM2Test, NativeQuantizedAgreesWithDequantizedF32) { ExpectNativeAgree
 
 class Gemma270MTest : public RealGgufTest {
  protected:
-  void SetUp() override {
-    Open(RealModelPath("TANDEM_GEMMA3_GGUF", TANDEM_GEMMA3_GGUF, "gemma-3-270m-q4_k_m.gguf"),
-         "gemma3_270m", "--gemma3");
-  }
+  void SetUp() override { Open(testing::Gemma270MPath(), "gemma3_270m", "--gemma3"); }
 };
 
 TEST_F(Gemma270MTest, FileIsTheOneTheFixturesWereMadeFrom) {

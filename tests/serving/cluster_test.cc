@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "engine/generator.h"
@@ -295,6 +296,37 @@ TEST_F(ClusterTest, Gemma3MatchesEngineColocatedDisaggregatedAndPreempting) {
   ExpectTinyModelOnEveryPath(
       testing::Gemma3Dir(),
       testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny/gemma3_tiny_f32.gguf");
+}
+
+// Gemma 3 270M (the real file, 32,768 positions of context) served with default flags: the
+// prefill worker's KV cache is sized to hold one whole-context prompt (1 GiB would not), and
+// --role=all and 1 prefill + 1 decode give transformers' greedy tokens for the fixture's plain
+// and turn-marked prompts.
+TEST_F(ClusterTest, Gemma270MServesWithDefaultFlagsAndGivesTransformersTokens) {
+  const std::string path = testing::Gemma270MPath();
+  if (path.empty() || !std::filesystem::exists(path)) {
+    GTEST_SKIP() << "Gemma 3 270M is missing: run scripts/fetch_model.sh --gemma3";
+  }
+  const auto expected =
+      testing::LoadJson(testing::SourceDir() + "/tests/fixtures/gguf/gemma3_270m/expected.json");
+  ASSERT_TRUE(expected.is_object());
+  for (const int workers : {0, 1}) {
+    SCOPED_TRACE(workers == 0 ? "--role=all" : "1 prefill + 1 decode");
+    Cluster c(workers, workers, {"--dtype", "f32"}, {}, {"--model", path});
+    ASSERT_TRUE(c.ready());
+    for (int i = 0; i < 2; ++i) {
+      const auto& cs = expected["cases"][i];
+      v1::GenerateRequest r;
+      for (int id : cs["input_ids"].get<std::vector<int>>()) r.mutable_tokens()->add_ids(id);
+      const std::vector<int> want = cs["greedy"];
+      r.set_max_tokens(static_cast<int>(want.size()));
+      r.set_ignore_eos(true);
+      r.mutable_sampling()->set_temperature(0);
+      const testing::Streamed got = testing::Generate(c.generation(), r);
+      ASSERT_TRUE(got.status.ok()) << got.status.error_message();
+      EXPECT_EQ(got.tokens, want) << cs["name"];
+    }
+  }
 }
 
 // Speculative decoding on the decode workers (prompt lookup colocated, a draft model
