@@ -12,12 +12,6 @@
 
 namespace tandem {
 
-const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
-  std::vector<float>& buf = owned.emplace_back(static_cast<size_t>(n));
-  ConvertToF32(dtype, data, buf.data(), static_cast<size_t>(n));
-  return buf.data();
-}
-
 absl::StatusOr<DType> ParseWeightDType(std::string_view name) {
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                   DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
@@ -29,21 +23,6 @@ absl::StatusOr<DType> ParseWeightDType(std::string_view name) {
 }
 
 namespace {
-
-// The dtype a matrix of `cols` columns takes when converted to `dtype`: f16 when its rows are
-// not whole 32-element blocks (as llama-quantize does).
-DType FitDType(DType dtype, int64_t cols) {
-  if (cols % BlockElems(dtype) == 0) return dtype;
-  if (cols % 32 != 0) return DType::kF16;
-  switch (dtype) {
-    case DType::kQ4_K:
-      return DType::kQ5_0;
-    case DType::kQ5_K:
-      return DType::kQ5_1;
-    default:
-      return DType::kQ8_0;
-  }
-}
 
 // A file named *.gguf that does not begin with GGUF's magic (a text file, an HTML error page
 // saved by a failed download) is said to be no GGUF file, rather than tried as the llama2.c
@@ -58,57 +37,6 @@ absl::Status CheckGgufName(const std::string& path) {
 }
 
 }  // namespace
-
-void ModelWeights::ConvertMatrices(DType dtype) {
-  // Tied matrices share one converted buffer: keyed by the source pointer.
-  std::vector<std::pair<const void*, WeightRef>> converted;  // {source, converted}
-  auto convert = [&](WeightRef& m) {
-    const DType to = FitDType(dtype, m.cols);
-    if (m.data == nullptr || m.dtype == to) return;
-    for (const auto& [src, dst] : converted) {
-      if (src == m.data) {
-        m = dst;
-        return;
-      }
-    }
-    const size_t n = static_cast<size_t>(m.rows) * m.cols;
-    const void* dst;
-    if (to == DType::kF32) {
-      dst = Own(m.dtype, m.data, static_cast<int64_t>(n));
-    } else {
-      std::vector<float> row(m.cols);
-      std::vector<uint16_t>* half = nullptr;
-      std::vector<uint8_t>* blocks = nullptr;
-      if (IsQuantized(to)) {
-        blocks = &owned_blocks.emplace_back(static_cast<size_t>(m.rows * RowBytes(to, m.cols)));
-        dst = blocks->data();
-      } else {
-        half = &owned16.emplace_back(n);
-        dst = half->data();
-      }
-      for (int64_t r = 0; r < m.rows; ++r) {
-        ConvertToF32(m.dtype, static_cast<const char*>(m.data) + r * RowBytes(m.dtype, m.cols),
-                     row.data(), m.cols);
-        if (blocks != nullptr) {
-          QuantizeRow(to, row.data(), blocks->data() + r * RowBytes(to, m.cols), m.cols);
-          continue;
-        }
-        uint16_t* out = half->data() + r * m.cols;
-        for (int64_t c = 0; c < m.cols; ++c) {
-          out[c] = to == DType::kF16 ? F32ToF16(row[c]) : F32ToBf16(row[c]);
-        }
-      }
-    }
-    const WeightRef before = m;
-    m = WeightRef{to, dst, m.rows, m.cols};
-    converted.emplace_back(before.data, m);
-  };
-  convert(token_embedding);
-  convert(classifier);
-  for (LayerWeights& l : layers) {
-    for (WeightRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) convert(*m);
-  }
-}
 
 absl::StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& path, Backend* backend,
                                                    std::optional<DType> weight_dtype) {

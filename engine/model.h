@@ -19,51 +19,11 @@
 #include "absl/status/statusor.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/loaders/model_config.h"
+#include "engine/loaders/model_weights.h"
 #include "formats/mapped_file.h"
 #include "kernels/backend.h"
 
 namespace tandem {
-
-struct LayerWeights {
-  WeightRef wq;                           // [q_dim, dim]
-  WeightRef wk;                           // [kv_dim, dim]
-  WeightRef wv;                           // [kv_dim, dim]
-  WeightRef wo;                           // [dim, q_dim]
-  WeightRef w1;                           // gate [hidden_dim, dim]
-  WeightRef w2;                           // down [dim, hidden_dim]
-  WeightRef w3;                           // up [hidden_dim, dim]
-  const float* attn_norm = nullptr;       // [dim]
-  const float* ffn_norm = nullptr;        // [dim]
-  const float* bq = nullptr;              // [q_dim] or nullptr
-  const float* bk = nullptr;              // [kv_dim] or nullptr
-  const float* bv = nullptr;              // [kv_dim] or nullptr
-  const float* q_norm = nullptr;          // [head_dim], shared by every query head; or nullptr
-  const float* k_norm = nullptr;          // [head_dim], shared by every KV head; or nullptr
-  const float* post_attn_norm = nullptr;  // [dim] Gemma: on the attention output; or nullptr
-  const float* post_ffn_norm = nullptr;   // [dim] Gemma: on the MLP output; or nullptr
-};
-
-struct ModelWeights {
-  WeightRef token_embedding;  // [vocab_size, dim]
-  std::vector<LayerWeights> layers;
-  const float* final_norm = nullptr;  // [dim]
-  WeightRef classifier;               // [vocab_size, dim]; == token_embedding when tied
-
-  // What the pointers above point into.
-  std::vector<std::shared_ptr<MappedFile>> files;
-  std::vector<std::vector<float>> owned;           // small tensors converted to float32
-  std::vector<std::vector<uint16_t>> owned16;      // matrices converted to f16/bf16 at load
-  std::vector<std::vector<uint8_t>> owned_blocks;  // matrices quantized at load
-
-  // Converts a tensor of any dtype to float32 kept in `owned`.
-  const float* Own(DType dtype, const void* data, int64_t n);
-  // Converts every matrix not already stored as `dtype` into a buffer owned here (a tied
-  // classifier stays the same buffer as the embedding). To a quantized dtype, a matrix whose
-  // rows are not whole blocks of it takes the nearest type with 32-element blocks, as
-  // llama.cpp's quantizer does (q4_k -> q5_0, q5_k -> q5_1, q6_k -> q8_0; rows that are not
-  // whole 32-element blocks: f16).
-  void ConvertMatrices(DType dtype);
-};
 
 // The new tokens of one sequence in a Forward call.
 struct SequenceChunk {
@@ -112,22 +72,6 @@ class Model {
 // Only the configuration of the model at `path` (directory or checkpoint), for processes that
 // need its shape but not its weights (the router).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path);
-
-// llama2.c checkpoint (the legacy 7-int header; shared or separate classifier).
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path);
-// The same for a checkpoint already open (or held in memory); errors name file->path().
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
-    std::shared_ptr<MappedFile> file);
-// Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
-class GgufFile;
-// GGUF file (formats/gguf.h): architectures llama, mistral, qwen2, qwen3 and gemma3; from a path or
-// a file already read.
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);
-// The configuration a GGUF file's metadata describes; a metadata key that changes the math and
-// that Tandem does not implement is UNIMPLEMENTED naming it.
-absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);
 
 }  // namespace tandem
 

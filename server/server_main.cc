@@ -512,7 +512,7 @@ absl::StatusOr<int64_t> TandemServer::DecodeKvBudget() const {
     if (!host.ok()) return host.status();
     memory = *host;
   }
-  const int64_t weights = WeightBytes(*model_);
+  const int64_t weights = WeightBytes(model_->config(), model_->weights());
   const double f = c_.worker.kv_memory_fraction;
   const int64_t budget = KvBytesFromFraction(f, memory, weights);
   std::fprintf(stderr,

@@ -75,9 +75,7 @@ absl::StatusOr<int64_t> HostMemoryBytes() {
   return *limit;
 }
 
-int64_t WeightBytes(const Model& model) {
-  const ModelConfig& c = model.config();
-  const ModelWeights& w = model.weights();
+int64_t WeightBytes(const ModelConfig& c, const ModelWeights& w) {
   int64_t bytes = MatrixBytes(w.token_embedding) + int64_t{c.dim} * 4;
   if (w.classifier.data != w.token_embedding.data) bytes += MatrixBytes(w.classifier);
   for (const LayerWeights& l : w.layers) {
@@ -87,6 +85,7 @@ int64_t WeightBytes(const Model& model) {
     bytes += int64_t{2} * c.dim * 4;
     if (l.bq != nullptr) bytes += (int64_t{c.n_heads} + 2 * c.n_kv_heads) * c.head_dim * 4;
     if (l.q_norm != nullptr) bytes += int64_t{2} * c.head_dim * 4;
+    if (l.post_attn_norm != nullptr) bytes += int64_t{2} * c.dim * 4;
   }
   return bytes;
 }

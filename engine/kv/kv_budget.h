@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/loaders/model_weights.h"
 
 namespace tandem {
 
@@ -28,7 +28,7 @@ std::optional<int64_t> ParseMemTotal(std::string_view meminfo);
 absl::StatusOr<int64_t> HostMemoryBytes();
 
 // Bytes of the model's weights as loaded (matrices in their dtypes, norms and biases in f32).
-int64_t WeightBytes(const Model& model);
+int64_t WeightBytes(const ModelConfig& config, const ModelWeights& weights);
 
 // fraction * memory - reserved, at least 0.
 int64_t KvBytesFromFraction(double fraction, int64_t memory, int64_t reserved);

@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "engine/model.h"
+#include "engine/loaders/model_weights.h"
 #include "formats/gguf.h"
 #include "formats/mapped_file.h"
 #include "formats/safetensors.h"

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model.h"
 #include "kernels/backend.h"
 #include "tests/test_util.h"
 
@@ -48,7 +49,7 @@ TEST(KvBudgetTest, WeightBytesOfALoadedModel) {
                             int64_t{c.dim} * (c.n_kv_heads * c.head_dim) * 2 +
                             int64_t{3} * c.dim * c.hidden_dim + 2 * c.dim;
   const int64_t want = 4 * (int64_t{c.vocab_size} * c.dim + c.n_layers * per_layer + c.dim);
-  EXPECT_EQ(WeightBytes(**model), want);
+  EXPECT_EQ(WeightBytes((*model)->config(), (*model)->weights()), want);
 }
 
 }  // namespace
