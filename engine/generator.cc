@@ -15,18 +15,6 @@
 
 namespace tandem {
 
-std::string_view FinishReasonName(FinishReason r) {
-  switch (r) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kContext:
-      return "context";
-  }
-  return "?";
-}
-
 absl::Status GeneratorOptions::Validate() const {
   if (block_size < 1 || block_size > 4096) {
     return absl::InvalidArgumentError("block_size must be in [1, 4096]");
@@ -36,75 +24,6 @@ absl::Status GeneratorOptions::Validate() const {
   if (prefill_chunk < 0) return absl::InvalidArgumentError("prefill_chunk must be >= 0");
   if (max_step_tokens < 1) return absl::InvalidArgumentError("max_step_tokens must be >= 1");
   return absl::OkStatus();
-}
-
-absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& config,
-                             const Tokenizer* tokenizer) {
-  if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("prompt: token id %d at index %d is outside the vocabulary [0, %d)",
-                          r.prompt[i], i, config.vocab_size));
-    }
-  }
-  if (static_cast<int64_t>(r.prompt.size()) >= config.max_seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("prompt: %d tokens leave no room in the context length %d", r.prompt.size(),
-                        config.max_seq_len));
-  }
-  if (r.max_tokens < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("max_tokens: must be >= 1, got %d", r.max_tokens));
-  }
-  if (absl::Status s = r.sampling.Validate(config.vocab_size); !s.ok()) return s;
-  if (r.output_tokens < 0 || r.output_tokens >= static_cast<int64_t>(r.prompt.size())) {
-    return absl::InvalidArgumentError(absl::StrFormat("output_tokens: must be in [0, %d), got %d",
-                                                      r.prompt.size(), r.output_tokens));
-  }
-  if (r.sampling.min_tokens > r.max_tokens + r.output_tokens) {
-    return absl::InvalidArgumentError(absl::StrFormat("min_tokens: %d is more than max_tokens (%d)",
-                                                      r.sampling.min_tokens,
-                                                      r.max_tokens + r.output_tokens));
-  }
-  if (!r.sampling.json_schema.empty() || !r.sampling.choice.empty()) {
-    const char* what = r.sampling.json_schema.empty() ? "choice" : "json_schema";
-    if (r.ignore_eos) {
-      return absl::InvalidArgumentError(absl::StrCat("ignore_eos: cannot be combined with ", what));
-    }
-    if (r.sampling.min_tokens > 0) {
-      return absl::InvalidArgumentError(absl::StrCat("min_tokens: cannot be combined with ", what));
-    }
-    if (r.sampling.constraint == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(what, ": not compiled for this model"));
-    }
-  }
-  if (!r.stop_strings.empty() && tokenizer == nullptr) {
-    return absl::InvalidArgumentError("stop_strings: need a tokenizer");
-  }
-  return absl::OkStatus();
-}
-
-std::optional<FinishReason> CheckFinish(const ModelConfig& config, const GenerationRequest& r,
-                                        int token, int generated, int total_len) {
-  if (!r.ignore_eos && std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), token) !=
-                           config.eos_token_ids.end()) {
-    return FinishReason::kStop;
-  }
-  if (generated >= r.max_tokens) return FinishReason::kLength;
-  if (total_len >= config.max_seq_len) return FinishReason::kContext;
-  return std::nullopt;
-}
-
-SamplingHistory HistoryOf(std::span<const int> tokens, size_t prompt_tokens,
-                          const ModelConfig& config) {
-  const size_t prompt = std::min(tokens.size(), prompt_tokens);
-  return {tokens.first(prompt), tokens.subspan(prompt), config.eos_token_ids};
-}
-
-SamplingHistory HistoryOf(const GenerationRequest& r, std::span<const int> tokens,
-                          const ModelConfig& config) {
-  return HistoryOf(tokens, r.prompt.size() - r.output_tokens, config);
 }
 
 Generator::Generator(const Model* model, const Tokenizer* tokenizer, GeneratorOptions options)

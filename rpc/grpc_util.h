@@ -7,7 +7,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "engine/generator.h"
+#include "engine/request.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduling/scheduler.h"
 #include "kv_transfer/kv_transfer.h"
