@@ -69,8 +69,8 @@ from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_fixtures import full_logits, prompts, write_expected  # noqa: E402
 import make_gguf_fixtures as gguf_fx  # noqa: E402
-from make_qwen3_fixtures import (make_tokenizer, logits_doc, tokenizer_cases,  # noqa: E402
-                                 _gguf_version)
+from make_qwen3_fixtures import (add_qwen_tokenizer, make_tokenizer, logits_doc,  # noqa: E402
+                                 tokenizer_cases, _gguf_version)
 
 import gguf  # noqa: E402
 
@@ -193,21 +193,7 @@ def write_gguf(path, config, state, tok_dir):
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
     w.add_sliding_window(config.sliding_window)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    added = {t["id"]: t for t in tok["added_tokens"]}
-    tokens = [None] * config.vocab_size
-    for s, i in tok["model"]["vocab"].items():
-        tokens[i] = s
-    types = [gguf.TokenType.NORMAL] * config.vocab_size
-    for i, t in added.items():
-        tokens[i] = t["content"]
-        types[i] = gguf.TokenType.CONTROL if t["special"] else gguf.TokenType.USER_DEFINED
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges([f"{a} {b}" for a, b in tok["model"]["merges"]])
-    w.add_bos_token_id(config.bos_token_id)
-    w.add_eos_token_id(config.eos_token_id)
+    add_qwen_tokenizer(w, tok, config)
     w.add_add_bos_token(False)
     for name, t in state.items():
         data = t.detach().to(torch.float32).numpy()

@@ -243,6 +243,27 @@ def gguf_name(hf):
     return f"blk.{n}.{table[rest]}"
 
 
+def add_qwen_tokenizer(w, tok, config):
+    """The cut-down tokenizer.json `tok` as llama.cpp's converter writes a Qwen one (gpt2 model,
+    qwen2 pre-tokenizer), with the config's BOS and EOS ids."""
+    added = {t["id"]: t for t in tok["added_tokens"]}
+    tokens = [None] * config.vocab_size
+    for s, i in tok["model"]["vocab"].items():
+        tokens[i] = s
+    types = [gguf.TokenType.NORMAL] * config.vocab_size
+    for i, t in added.items():
+        tokens[i] = t["content"]
+        types[i] = gguf.TokenType.CONTROL if t["special"] else gguf.TokenType.USER_DEFINED
+    assert all(t is not None for t in tokens)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([f"{a} {b}" for a, b in tok["model"]["merges"]])
+    w.add_bos_token_id(config.bos_token_id)
+    w.add_eos_token_id(config.eos_token_id)
+
+
 def write_gguf(path, config, state, tok_dir, qtype):
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
         tok = json.load(f)
@@ -262,23 +283,7 @@ def write_gguf(path, config, state, tok_dir, qtype):
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == gguf.GGMLQuantizationType.F32
                     else gguf.LlamaFileType.MOSTLY_Q8_0)
-    # The tokenizer as llama.cpp's converter writes a Qwen one (gpt2 model, qwen2 pre-tokenizer).
-    added = {t["id"]: t for t in tok["added_tokens"]}
-    tokens = [None] * config.vocab_size
-    for s, i in tok["model"]["vocab"].items():
-        tokens[i] = s
-    types = [gguf.TokenType.NORMAL] * config.vocab_size
-    for i, t in added.items():
-        tokens[i] = t["content"]
-        types[i] = gguf.TokenType.CONTROL if t["special"] else gguf.TokenType.USER_DEFINED
-    assert all(t is not None for t in tokens)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types(types)
-    w.add_token_merges([f"{a} {b}" for a, b in tok["model"]["merges"]])
-    w.add_bos_token_id(config.bos_token_id)
-    w.add_eos_token_id(config.eos_token_id)
+    add_qwen_tokenizer(w, tok, config)
     w.add_pad_token_id(config.bos_token_id)
     w.add_add_bos_token(False)
     w.add_chat_template(tok_config["chat_template"])
