@@ -207,11 +207,15 @@ void QuantizeBlock(DType t, const float* x, uint8_t* b) {
     case DType::kQ8_0: {
       float amax = 0;
       for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
-      PutHalf(b, amax / 127);
-      const float d = Half(b);
+      // ggml's reference (quantize_row_q8_0_ref): the float32 scale's reciprocal, the scale
+      // stored as f16; so a Q8_0 made here is byte for byte the one llama-quantize and gguf-py
+      // make.
+      const float d = amax / 127;
+      const float id = d != 0 ? 1.0f / d : 0.0f;
+      PutHalf(b, d);
       for (int i = 0; i < 32; ++i) {
-        b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(
-            d > 0 ? Clamp(static_cast<int>(std::lround(x[i] / d)), -127, 127) : 0));
+        b[2 + i] = static_cast<uint8_t>(
+            static_cast<int8_t>(Clamp(static_cast<int>(std::lround(x[i] * id)), -127, 127)));
       }
       return;
     }

@@ -76,9 +76,10 @@ inline int64_t RowBytes(DType t, int64_t cols) { return cols / BlockElems(t) * B
 void DequantizeRow(DType t, const void* src, float* dst, int64_t n);
 
 // Quantizes `n` float32 elements (a multiple of BlockElems(t)) into `t`: round to nearest with
-// a scale (and minimum) per block from its range; K types search nothing (ggml's quantizers
-// search scales: files made by llama.cpp are a little more accurate than this). Tests and
-// `tandem model` tooling use it; the engine reads quantized files as they are.
+// a scale (and minimum) per block from its range. Q8_0 is ggml's reference quantizer byte for
+// byte; K types search nothing (ggml's quantizers search scales: files made by llama.cpp are a
+// little more accurate than this). Loading with --dtype, tests and `tandem model` tooling use
+// it; the engine reads quantized files as they are.
 void QuantizeRow(DType t, const float* src, void* dst, int64_t n);
 
 // Activations quantized for the integer dot products: blocks of 32 as two int8 parts, q and a
