@@ -62,7 +62,7 @@ double MatrixBytes(const Model& m) {
   double bytes = 0;
   auto add = [&](const WeightRef& r) { bytes += double(r.rows) * RowBytes(r.dtype, r.cols); };
   for (const LayerWeights& l : w.layers) {
-    for (const WeightRef* r : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) add(*r);
+    for (const WeightRef* r : l.Matrices()) add(*r);
   }
   add(w.classifier);
   (void)c;

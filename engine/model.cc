@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "engine/moe_routing.h"
 #include "formats/gguf.h"
 #include "kernels/quant.h"
 
@@ -151,6 +152,7 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   std::vector<float> q(T * c.q_dim()), att(T * c.q_dim());         // [T, n_heads, head_dim]
   std::vector<float> k(T * c.kv_dim()), v(T * c.kv_dim());         // [T, n_kv_heads, head_dim]
   std::vector<float> hb(T * c.hidden_dim), hb2(T * c.hidden_dim);  // [T, hidden_dim]
+  MoeScratch moe;
 
   PagedAttentionArgs args;
   args.num_tokens = num_tokens;
@@ -201,14 +203,11 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
     }
     b.Add(x.data(), xb.data(), T * c.dim);
     b.RmsNorm(x.data(), w.ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
-    b.Matmul(xb.data(), w.w1, nullptr, hb.data(), num_tokens);
-    b.Matmul(xb.data(), w.w3, nullptr, hb2.data(), num_tokens);
-    if (c.hidden_act == Activation::kGeluTanh) {
-      b.GeluTanhMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+    if (c.LayerIsMoe(l)) {
+      if (absl::Status s = MoeMlp(w, xb.data(), num_tokens, xb.data(), &moe); !s.ok()) return s;
     } else {
-      b.SiluMul(hb.data(), hb2.data(), hb.data(), T * c.hidden_dim);
+      Mlp({w.w1, w.w2, w.w3}, xb.data(), num_tokens, hb.data(), hb2.data(), xb.data());
     }
-    b.Matmul(hb.data(), w.w2, nullptr, xb.data(), num_tokens);
     if (w.post_ffn_norm != nullptr) {
       b.RmsNorm(xb.data(), w.post_ffn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
     }
@@ -223,6 +222,56 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   b.RmsNorm(rows.data(), weights_.final_norm, rows.data(), num_rows, c.dim, c.norm_eps);
   logits->resize(static_cast<size_t>(num_rows) * c.vocab_size);
   b.Matmul(rows.data(), weights_.classifier, nullptr, logits->data(), num_rows);
+  return absl::OkStatus();
+}
+
+void Model::Mlp(const ExpertWeights& m, const float* x, int rows, float* h1, float* h3,
+                float* out) const {
+  Backend& b = *backend_;
+  const int64_t n = static_cast<int64_t>(rows) * m.w1.rows;
+  b.Matmul(x, m.w1, nullptr, h1, rows);
+  b.Matmul(x, m.w3, nullptr, h3, rows);
+  if (config_.hidden_act == Activation::kGeluTanh) {
+    b.GeluTanhMul(h1, h3, h1, n);
+  } else {
+    b.SiluMul(h1, h3, h1, n);
+  }
+  b.Matmul(h1, m.w2, nullptr, out, rows);
+}
+
+absl::Status Model::MoeMlp(const LayerWeights& w, const float* x, int num_tokens, float* out,
+                           MoeScratch* s) const {
+  const ModelConfig& c = config_;
+  const int64_t dim = c.dim, T = num_tokens;
+  s->router_logits.resize(T * c.n_experts);
+  backend_->Matmul(x, w.router, nullptr, s->router_logits.data(), num_tokens);
+  if (absl::Status st = RouteTokens(s->router_logits, num_tokens, c.n_experts, c.n_experts_used,
+                                    c.norm_topk_prob, &s->routing);
+      !st.ok()) {
+    return st;
+  }
+  s->sum.assign(T * dim, 0.0f);
+  // Each expert runs once over the rows of every token that chose it; the weighted outputs are
+  // added in expert order, as transformers' index_add_ adds them.
+  for (int e = 0; e < c.n_experts; ++e) {
+    const int begin = s->routing.offsets[e], rows = s->routing.offsets[e + 1] - begin;
+    if (rows == 0) continue;
+    s->in.resize(rows * dim);
+    s->out.resize(rows * dim);
+    s->h1.resize(static_cast<int64_t>(rows) * c.expert_hidden_dim);
+    s->h3.resize(static_cast<int64_t>(rows) * c.expert_hidden_dim);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(x + s->routing.token[begin + r] * dim, dim, s->in.begin() + r * dim);
+    }
+    Mlp(w.experts[e], s->in.data(), rows, s->h1.data(), s->h3.data(), s->out.data());
+    for (int r = 0; r < rows; ++r) {
+      float* dst = s->sum.data() + s->routing.token[begin + r] * dim;
+      const float* src = s->out.data() + static_cast<int64_t>(r) * dim;
+      const float weight = s->routing.weight[begin + r];
+      for (int64_t i = 0; i < dim; ++i) dst[i] += src[i] * weight;
+    }
+  }
+  std::copy(s->sum.begin(), s->sum.end(), out);
   return absl::OkStatus();
 }
 

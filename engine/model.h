@@ -1,7 +1,8 @@
 // The Llama-family forward pass (RMSNorm, RoPE, GQA attention over a paged KV cache, SwiGLU
 // MLP, tied or separate classifier; Qwen2's q/k/v biases and Qwen3's per-head q/k norms; Gemma 3's
 // scaled embeddings, GeGLU, norms after attention and MLP, and sliding-window layers with their
-// own RoPE base), written once against the Backend interface.
+// own RoPE base; Qwen3-MoE's and Mixtral's mixture-of-experts MLPs, each expert run once over the
+// tokens of the whole step that chose it), written once against the Backend interface.
 //
 // One Forward call takes new tokens of many sequences: a prefill is a sequence with many new
 // tokens (or a chunk of them), a decode step is one new token for each of many sequences; both
@@ -20,6 +21,7 @@
 #include "engine/kv/kv_cache.h"
 #include "engine/loaders/model_config.h"
 #include "engine/loaders/model_weights.h"
+#include "engine/moe_routing.h"
 #include "formats/mapped_file.h"
 #include "kernels/backend.h"
 
@@ -62,6 +64,22 @@ class Model {
                        const std::function<void(int layer)>& on_layer_kv = nullptr) const;
 
  private:
+  // Reused by the expert layers of one Forward call.
+  struct MoeScratch {
+    std::vector<float> router_logits;  // [T, n_experts]
+    ExpertRouting routing;
+    std::vector<float> in, out;  // [rows, dim] one expert's tokens, gathered, and its output
+    std::vector<float> h1, h3;   // [rows, expert_hidden_dim]
+    std::vector<float> sum;      // [T, dim] the weighted sum over the chosen experts
+  };
+  // out[rows, dim] = w2 · (act(w1 · x) * (w3 · x)) for x[rows, dim]; h1, h3 [rows, hidden] are
+  // scratch. `out` may be `x`.
+  void Mlp(const ExpertWeights& m, const float* x, int rows, float* h1, float* h3,
+           float* out) const;
+  // The mixture-of-experts MLP of layer `w` over x[T, dim] into out[T, dim] (may be `x`).
+  absl::Status MoeMlp(const LayerWeights& w, const float* x, int num_tokens, float* out,
+                      MoeScratch* s) const;
+
   ModelConfig config_;
   ModelWeights weights_;
   Backend* backend_;

@@ -226,6 +226,12 @@ absl::Status CudaSupportsModel(const ModelConfig& c) {
         "layers) is not implemented by the CUDA backend; run it with --device=cpu",
         c.architecture));
   }
+  if (c.n_experts > 0) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "--device=cuda: %s is a mixture of experts, which the CUDA backend does not implement; "
+        "run it with --device=cpu",
+        c.architecture));
+  }
   if (c.qk_norm) {
     // The device model (engine/cuda/device_model.cu) has no per-head q/k norm: refused rather
     // than run without it.

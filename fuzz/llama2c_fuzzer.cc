@@ -34,7 +34,7 @@ void Check(const std::string& bytes) {
   touch_ref(w.classifier);
   Touch(*file, w.final_norm, int64_t{c.dim} * 4);
   for (const auto& l : w.layers) {
-    for (const auto* r : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) touch_ref(*r);
+    for (const auto* r : l.Matrices()) touch_ref(*r);
     Touch(*file, l.attn_norm, int64_t{c.dim} * 4);
     Touch(*file, l.ffn_norm, int64_t{c.dim} * 4);
   }

@@ -60,7 +60,7 @@ absl::StatusOr<std::vector<StepSample>> MeasureSteps(const CalibrateOptions& opt
     auto model = Model::Load(path, backend.get());
     if (!model.ok()) return model.status();
     const ModelConfig& c = (*model)->config();
-    const double weight_bytes = DTypeSize((*model)->weights().layers[0].w1.dtype);
+    const double weight_bytes = DTypeSize((*model)->weights().layers[0].wq.dtype);
     const int ctx = c.max_seq_len;
     // (sequences, new tokens each, context before them, logits for every token)
     std::vector<std::tuple<int, int, int, bool>> cases;

@@ -417,10 +417,35 @@ absl::StatusOr<Link> ParseLink(const std::string& spec) {
 CostModel::CostModel(ModelConfig config, HardwareProfile profile, int tp)
     : config_(std::move(config)), profile_(std::move(profile)), tp_(std::max(1, tp)) {}
 
+namespace {
+
+// The attention's matrix parameters in one layer.
+double AttentionParams(const ModelConfig& c) {
+  return double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() + double(c.q_dim()) * c.dim;
+}
+
+// The MLP's matrix parameters per layer, averaged over the layers, counting `experts` experts
+// (and the router) of each mixture-of-experts layer; dense layers count whole.
+double MlpParams(const ModelConfig& c, double experts) {
+  const int moe = c.MoeLayers();
+  const double dense = 3.0 * c.dim * c.hidden_dim;
+  const double mixture = experts * 3.0 * c.dim * c.expert_hidden_dim + double(c.n_experts) * c.dim;
+  return ((c.n_layers - moe) * dense + moe * mixture) / c.n_layers;
+}
+
+// The experts whose weights a step of `tokens` tokens reads in one mixture layer, each token
+// taking k of the n experts as if at random: n (1 - (1 - k/n)^tokens).
+double ExpertsTouched(const ModelConfig& c, double tokens) {
+  if (c.n_experts == 0) return 0;
+  const double n = c.n_experts, k = c.n_experts_used;
+  return n * (1.0 - std::pow(1.0 - k / n, tokens));
+}
+
+}  // namespace
+
 double CostModel::MatrixParams() const {
   const ModelConfig& c = config_;
-  const double per_layer = double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() +
-                           double(c.q_dim()) * c.dim + 3.0 * c.dim * c.hidden_dim;
+  const double per_layer = AttentionParams(c) + MlpParams(c, c.n_experts);
   return per_layer * c.n_layers + double(c.vocab_size) * c.dim;
 }
 
@@ -462,21 +487,25 @@ StepCost CostModel::Step(std::span<const ChunkShape> batch) const {
         windowed * std::min<double>(ctx + n, c.sliding_window > 0 ? c.sliding_window : ctx + n) +
         (1 - windowed) * (ctx + n);
   }
-  const double layer_params = double(c.dim) * c.q_dim() + 2.0 * c.dim * c.kv_dim() +
-                              double(c.q_dim()) * c.dim + 3.0 * c.dim * c.hidden_dim;
+  // Per token, a mixture-of-experts layer computes only its k experts (and the router).
+  const double layer_params = AttentionParams(c) + MlpParams(c, c.n_experts_used);
   s.matmul_flops =
       (2.0 * tokens * layer_params * c.n_layers + 2.0 * rows * c.dim * c.vocab_size) / tp_;
   // q·Kᵀ and p·V: 2 FLOPs per multiply-add, head_dim per attended position per query head.
   s.attention_flops = 2.0 * 2.0 * c.n_layers * c.q_dim() * attended / tp_;
-  s.weight_bytes = MatrixParams() * p.weight_bytes / tp_;
+  // Every matrix is read once per step, but of a mixture only the experts the step's tokens
+  // chose.
+  s.weight_bytes = ((AttentionParams(c) + MlpParams(c, ExpertsTouched(c, tokens))) * c.n_layers +
+                    double(c.vocab_size) * c.dim) *
+                   p.weight_bytes / tp_;
   // Each sequence's cached K/V (and its new tokens') is read once per layer per step.
   s.kv_read_bytes = KvBytesPerToken() * context_read / tp_;
   s.kv_write_bytes = KvBytesPerToken() * tokens / tp_;
   // Per layer and token, each activation is written once and read once: the residual stream
   // (x, normed x, attention out, MLP out), q/k/v, the attention output and the MLP's three
-  // hidden-width vectors; then the final norm and the logits.
-  const double act_per_token_layer =
-      4.0 * c.dim + c.q_dim() + 2.0 * c.kv_dim() + c.q_dim() + 3.0 * c.hidden_dim;
+  // hidden-width vectors (of each expert the token takes); then the final norm and the logits.
+  const double act_per_token_layer = 4.0 * c.dim + c.q_dim() + 2.0 * c.kv_dim() + c.q_dim() +
+                                     MlpParams(c, c.n_experts_used) / c.dim;
   s.activation_bytes = (2.0 * p.act_bytes * tokens * act_per_token_layer * c.n_layers / tp_) +
                        2.0 * p.act_bytes * rows * c.vocab_size / tp_;
   s.compute_seconds = s.matmul_flops / (p.peak_flops * p.matmul_efficiency) +

@@ -167,7 +167,8 @@ class CostModel {
   const HardwareProfile& profile() const { return profile_; }
   int tp() const { return tp_; }
 
-  // Parameters read in full by every step: the layers' matrices and the classifier.
+  // Every matrix parameter the devices hold: the layers' matrices (every expert of a mixture)
+  // and the classifier.
   double MatrixParams() const;
   // K and V of one token over every layer, the whole model (not per device).
   double KvBytesPerToken() const;

@@ -27,6 +27,16 @@ inline std::string Qwen3Gguf(const std::string& name) {
   return SourceDir() + "/tests/fixtures/gguf/qwen3/" + name + ".gguf";
 }
 
+// The tiny random-weight mixtures of experts of scripts/make_moe_fixtures.py: HF directories
+// (`name` qwen3_moe_f32, qwen3_moe_mixed_f32 or mixtral_f32, with the Qwen3 tokenizer) and GGUF
+// files (`family` qwen3_moe or mixtral, `name` <family>_f32 or <family>_q8_0).
+inline std::string MoeDir(const std::string& name) {
+  return SourceDir() + "/tests/fixtures/hf/" + name;
+}
+inline std::string MoeGguf(const std::string& family, const std::string& name) {
+  return SourceDir() + "/tests/fixtures/gguf/" + family + "/" + name + ".gguf";
+}
+
 // The tiny random-weight Gemma 3 of scripts/make_gemma3_fixtures.py (an HF directory, with a
 // borrowed 320-token tokenizer).
 inline std::string Gemma3Dir() { return SourceDir() + "/tests/fixtures/hf/gemma3_f32"; }

@@ -105,7 +105,8 @@ commands:
       GGUF file also tokenizer.json and tokenizer_config.json).
   model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
       Random weights of a real model's shape: stories260K, stories15M,
-      stories110M, TinyLlama-1.1B, Llama-2-7B, Llama-3-8B.
+      stories110M, TinyLlama-1.1B, Llama-2-7B, Llama-3-8B, Mixtral-8x7B,
+      Qwen3-30B-A3B.
 
 PATH is a Hugging Face model directory, a GGUF file (.gguf: its tokenizer and
 chat template come with it) or a llama2.c checkpoint (.bin); a tokenizer is a

@@ -79,9 +79,7 @@ int64_t WeightBytes(const ModelConfig& c, const ModelWeights& w) {
   int64_t bytes = MatrixBytes(w.token_embedding) + int64_t{c.dim} * 4;
   if (w.classifier.data != w.token_embedding.data) bytes += MatrixBytes(w.classifier);
   for (const LayerWeights& l : w.layers) {
-    for (const WeightRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) {
-      bytes += MatrixBytes(*m);
-    }
+    for (const WeightRef* m : l.Matrices()) bytes += MatrixBytes(*m);
     bytes += int64_t{2} * c.dim * 4;
     if (l.bq != nullptr) bytes += (int64_t{c.n_heads} + 2 * c.n_kv_heads) * c.head_dim * 4;
     if (l.q_norm != nullptr) bytes += int64_t{2} * c.head_dim * 4;

@@ -1,8 +1,10 @@
-// Llama-family and Gemma 3 models from GGUF files (architectures llama, mistral, qwen2, qwen3 and
-// gemma3) on the model code every other format uses. Matrices stay in the mapping as stored (F32,
-// F16, BF16 or a block-quantized type), except the query and key projections of llama and mistral
-// files: llama.cpp's converter reorders their rows for its interleaved rotary embedding, so they
-// are copied back into Hugging Face order (whole rows move; quantized rows move as they are).
+// Llama-family, Gemma 3 and mixture-of-experts models from GGUF files (architectures llama,
+// mistral, qwen2, qwen3, qwen3moe and gemma3; a llama file with experts is Mixtral) on the model
+// code every other format uses; each expert is a slice of its layer's stacked ffn_*_exps tensor.
+// Matrices stay in the mapping as stored (F32, F16, BF16 or a block-quantized type), except the
+// query and key projections of llama and mistral files: llama.cpp's converter reorders their rows
+// for its interleaved rotary embedding, so they are copied back into Hugging Face order (whole rows
+// move; quantized rows move as they are).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -34,6 +36,9 @@ const char* const kReadKeys[] = {
     "vocab_size",
     "rope.scaling.type",
     "rope.scaling.factor",
+    "expert_count",
+    "expert_used_count",
+    "expert_feed_forward_length",
 };
 // Keys that do not change the forward pass.
 const char* const kHarmlessKeys[] = {
@@ -92,6 +97,32 @@ void SetGemma3Layout(const GgufFile& f, ModelConfig* c) {
   }
 }
 
+// The experts of a qwen3moe file, or of a llama file that has them (Mixtral): every layer a
+// mixture, each token's top-k weights renormalised (llama.cpp fixes both for these
+// architectures). `p` is the metadata prefix ("qwen3moe.").
+absl::Status ReadExperts(const GgufFile& f, const std::string& p, ModelConfig* c) {
+  auto experts = f.Int(p + "expert_count", 0);
+  if (!experts.ok()) return experts.status();
+  if (*experts == 0 && c->architecture != "Qwen3MoeForCausalLM") return absl::OkStatus();
+  auto count = PositiveInt(f, p + "expert_count");
+  auto used = PositiveInt(f, p + "expert_used_count");
+  auto hidden = PositiveInt(f, p + "expert_feed_forward_length", c->hidden_dim);
+  for (const auto* v : {&count, &used, &hidden}) {
+    if (!v->ok()) return v->status();
+  }
+  if (c->architecture == "LlamaForCausalLM") c->architecture = "MixtralForCausalLM";
+  if (c->architecture != "MixtralForCausalLM" && c->architecture != "Qwen3MoeForCausalLM") {
+    return absl::UnimplementedError(
+        absl::StrFormat("%s: %sexpert_count: experts in a %s file are not implemented", f.path(), p,
+                        c->architecture));
+  }
+  c->n_experts = *count;
+  c->n_experts_used = *used;
+  c->expert_hidden_dim = *hidden;
+  c->norm_topk_prob = true;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
@@ -106,6 +137,9 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   } else if (*arch == "qwen3") {
     c.architecture = "Qwen3ForCausalLM";
     c.qk_norm = true;
+  } else if (*arch == "qwen3moe") {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.qk_norm = true;
   } else if (*arch == "gemma3") {
     c.architecture = "Gemma3ForCausalLM";
     c.qk_norm = true;
@@ -113,8 +147,8 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
     c.hidden_act = Activation::kGeluTanh;
   } else {
     return absl::UnimplementedError(absl::StrFormat(
-        "%s: architecture \"%s\" (Tandem runs llama, mistral, qwen2, qwen3 and gemma3)", f.path(),
-        *arch));
+        "%s: architecture \"%s\" (Tandem runs llama, mistral, qwen2, qwen3, qwen3moe and gemma3)",
+        f.path(), *arch));
   }
   if (absl::Status s = CheckArchitectureKeys(f, *arch); !s.ok()) return s;
   const std::string p = *arch + ".";
@@ -193,6 +227,7 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
     c.eos_token_ids.push_back(static_cast<int>(*eot));
   }
   if (c.architecture == "Gemma3ForCausalLM") SetGemma3Layout(f, &c);
+  if (absl::Status s = ReadExperts(f, p, &c); !s.ok()) return s;
   if (absl::Status s = c.Validate(); !s.ok()) {
     return absl::Status(s.code(), absl::StrFormat("%s: %s", f.path(), s.message()));
   }
@@ -211,8 +246,9 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
   ModelConfig c = *config;
   // llama.cpp permutes the q/k rows of the models it runs with interleaved RoPE (llama,
   // mistral); Qwen's rotate halves (NEOX) and keep Hugging Face's order.
-  const bool permuted =
-      c.architecture == "LlamaForCausalLM" || c.architecture == "MistralForCausalLM";
+  const bool permuted = c.architecture == "LlamaForCausalLM" ||
+                        c.architecture == "MistralForCausalLM" ||
+                        c.architecture == "MixtralForCausalLM";
 
   ModelWeights w;
   w.files.push_back(f.file());
@@ -250,6 +286,19 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
     const GgufTensor* t = find(name, {cols, rows});
     return t ? WeightRef{*t->dtype, t->data, rows, cols} : WeightRef{};
   };
+  // A stack of n_experts matrices [rows, cols] (GGUF dims [cols, rows, n_experts]): one
+  // reference into the mapping per expert.
+  auto experts = [&](const std::string& name, int64_t rows, int64_t cols) {
+    std::vector<WeightRef> out;
+    const GgufTensor* t = find(name, {cols, rows, c.n_experts});
+    if (t == nullptr) return out;
+    const int64_t stride = rows * RowBytes(*t->dtype, cols);
+    for (int e = 0; e < c.n_experts; ++e) {
+      out.push_back(
+          WeightRef{*t->dtype, static_cast<const char*>(t->data) + e * stride, rows, cols});
+    }
+    return out;
+  };
   auto vec = [&](const std::string& name, int64_t n) -> const float* {
     const GgufTensor* t = find(name, {n});
     return t ? w.Own(*t->dtype, t->data, n) : nullptr;
@@ -275,6 +324,7 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
   };
 
   const int64_t dim = c.dim, hid = c.hidden_dim, q = c.q_dim(), kv = c.kv_dim();
+  const int64_t eh = c.expert_hidden_dim;
   w.token_embedding = matrix("token_embd.weight", c.vocab_size, dim);
   w.final_norm = vec("output_norm.weight", dim);
   w.classifier =
@@ -293,9 +343,19 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFil
     lw.wk = unpermute(matrix(p + "attn_k.weight", kv, dim), c.n_kv_heads);
     lw.wv = matrix(p + "attn_v.weight", kv, dim);
     lw.wo = matrix(p + "attn_output.weight", dim, q);
-    lw.w1 = matrix(p + "ffn_gate.weight", hid, dim);
-    lw.w2 = matrix(p + "ffn_down.weight", dim, hid);
-    lw.w3 = matrix(p + "ffn_up.weight", hid, dim);
+    if (c.LayerIsMoe(l)) {
+      lw.router = matrix(p + "ffn_gate_inp.weight", c.n_experts, dim);
+      const std::vector<WeightRef> gate = experts(p + "ffn_gate_exps.weight", eh, dim);
+      const std::vector<WeightRef> down = experts(p + "ffn_down_exps.weight", dim, eh);
+      const std::vector<WeightRef> up = experts(p + "ffn_up_exps.weight", eh, dim);
+      if (!status.ok()) break;
+      lw.experts.resize(c.n_experts);
+      for (int e = 0; e < c.n_experts; ++e) lw.experts[e] = {gate[e], down[e], up[e]};
+    } else {
+      lw.w1 = matrix(p + "ffn_gate.weight", hid, dim);
+      lw.w2 = matrix(p + "ffn_down.weight", dim, hid);
+      lw.w3 = matrix(p + "ffn_up.weight", hid, dim);
+    }
     if (c.qkv_bias) {
       lw.bq = vec(p + "attn_q.bias", q);
       lw.bk = vec(p + "attn_k.bias", kv);

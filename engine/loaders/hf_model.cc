@@ -1,7 +1,8 @@
 // Hugging Face model directories: config.json plus model.safetensors, or shards listed in
 // model.safetensors.index.json. Weights are used in place from the mappings (f32, f16, bf16);
 // norms and biases are converted to float32. Gemma 3 directories name their four norms per layer
-// differently and store each norm's weight as (multiplier - 1).
+// differently and store each norm's weight as (multiplier - 1); Qwen3-MoE and Mixtral store each
+// expert's three matrices on their own (transformers 4's layout).
 #include <sys/stat.h>
 
 #include <map>
@@ -21,22 +22,8 @@ bool FileExists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-}  // namespace
-
-absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir) {
-  auto config_text = ReadFileToString(dir + "/config.json");
-  if (!config_text.ok()) {
-    return absl::NotFoundError(
-        absl::StrFormat("%s: no config.json (not a Hugging Face model directory)", dir));
-  }
-  auto config_or = ModelConfig::FromHfJson(*config_text);
-  if (!config_or.ok()) {
-    return absl::Status(config_or.status().code(),
-                        absl::StrFormat("%s/%s", dir, config_or.status().message()));
-  }
-  ModelConfig c = *config_or;
-
-  // Gather every tensor from the single file or the shards.
+// Every tensor of the directory: model.safetensors, or the shards its index lists.
+absl::StatusOr<std::map<std::string, TensorView>> ReadTensors(const std::string& dir) {
   std::vector<std::string> shard_files;
   const std::string index_path = dir + "/model.safetensors.index.json";
   if (FileExists(dir + "/model.safetensors")) {
@@ -71,6 +58,27 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
     if (!st.ok()) return st.status();
     for (auto& [name, view] : st->tensors) tensors[name] = std::move(view);
   }
+  return tensors;
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir) {
+  auto config_text = ReadFileToString(dir + "/config.json");
+  if (!config_text.ok()) {
+    return absl::NotFoundError(
+        absl::StrFormat("%s: no config.json (not a Hugging Face model directory)", dir));
+  }
+  auto config_or = ModelConfig::FromHfJson(*config_text);
+  if (!config_or.ok()) {
+    return absl::Status(config_or.status().code(),
+                        absl::StrFormat("%s/%s", dir, config_or.status().message()));
+  }
+  ModelConfig c = *config_or;
+
+  auto tensors_or = ReadTensors(dir);
+  if (!tensors_or.ok()) return tensors_or.status();
+  std::map<std::string, TensorView>& tensors = *tensors_or;
 
   ModelWeights w;
   std::set<MappedFile*> seen_files;
@@ -145,9 +153,33 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
     lw.wk = matrix(p + "self_attn.k_proj.weight", kv, dim);
     lw.wv = matrix(p + "self_attn.v_proj.weight", kv, dim);
     lw.wo = matrix(p + "self_attn.o_proj.weight", dim, q);
-    lw.w1 = matrix(p + "mlp.gate_proj.weight", hid, dim);
-    lw.w2 = matrix(p + "mlp.down_proj.weight", dim, hid);
-    lw.w3 = matrix(p + "mlp.up_proj.weight", hid, dim);
+    if (c.LayerIsMoe(l)) {
+      // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral:
+      // block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2} (gate, up, down).
+      const bool mixtral = c.architecture == "MixtralForCausalLM";
+      const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const int64_t eh = c.expert_hidden_dim;
+      if (tensors.count(m + "experts.gate_up_proj") || tensors.count(m + "experts.down_proj")) {
+        return absl::UnimplementedError(absl::StrFormat(
+            "%s: %sexperts.gate_up_proj: experts fused into one tensor (transformers 5's "
+            "layout) are not supported; save the model with transformers 4 (one tensor per "
+            "expert) or convert it to GGUF",
+            dir, m));
+      }
+      lw.router = matrix(m + "gate.weight", c.n_experts, dim);
+      lw.experts.resize(c.n_experts);
+      for (int e = 0; e < c.n_experts && status.ok(); ++e) {
+        const std::string x = absl::StrFormat("%sexperts.%d.", m, e);
+        ExpertWeights& ew = lw.experts[e];
+        ew.w1 = matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), eh, dim);
+        ew.w2 = matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), dim, eh);
+        ew.w3 = matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), eh, dim);
+      }
+    } else {
+      lw.w1 = matrix(p + "mlp.gate_proj.weight", hid, dim);
+      lw.w2 = matrix(p + "mlp.down_proj.weight", dim, hid);
+      lw.w3 = matrix(p + "mlp.up_proj.weight", hid, dim);
+    }
     if (c.qkv_bias) {
       lw.bq = vec(p + "self_attn.q_proj.bias", q);
       lw.bk = vec(p + "self_attn.k_proj.bias", kv);

@@ -47,7 +47,23 @@ absl::Status ModelConfig::Validate() const {
   if (rope_local_theta < 0 || !std::isfinite(rope_local_theta)) {
     return absl::InvalidArgumentError("model config: rope_local_base_freq must be positive");
   }
+  if (n_experts < 0 || n_experts > 4096) return bad("num_experts", n_experts);
+  if (n_experts > 0) {
+    if (n_experts_used < 1 || n_experts_used > n_experts) {
+      return bad("num_experts_per_tok", n_experts_used);
+    }
+    if (expert_hidden_dim <= 0) return bad("moe_intermediate_size", expert_hidden_dim);
+  }
+  if (!dense_layers.empty() && static_cast<int>(dense_layers.size()) != n_layers) {
+    return bad("dense layer entries", static_cast<int64_t>(dense_layers.size()));
+  }
   return absl::OkStatus();
+}
+
+int ModelConfig::MoeLayers() const {
+  int n = 0;
+  for (int l = 0; l < n_layers; ++l) n += LayerIsMoe(l);
+  return n;
 }
 
 bool ModelConfig::MixedLayers() const {
@@ -176,6 +192,7 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
   auto is_true = [](const json& v) { return v.is_boolean() && v.get<bool>(); };
   auto set = [](const json& v) { return !v.is_null() && !(v.is_boolean() && !v.get<bool>()); };
   const bool gemma = arch == "Gemma3ForCausalLM";
+  const bool qwen3 = arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
   for (const auto& [key, v] : j.items()) {
     if (key == "mlp_bias" && is_true(v)) return refuse(key, v);
     // EmbeddingGemma: attention in both directions, which no generator computes.
@@ -185,7 +202,7 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
     if (key == "attention_bias" && is_true(v) && arch != "Qwen2ForCausalLM") return refuse(key, v);
     // Qwen3's sliding window covers only the layers from max_window_layers on (and
     // transformers' eager attention ignores it); Tandem applies a window to every layer or none.
-    if (arch == "Qwen3ForCausalLM" && key == "use_sliding_window" && is_true(v)) {
+    if (qwen3 && key == "use_sliding_window" && is_true(v)) {
       return refuse(key, v);
     }
     if (key == "partial_rotary_factor" && !(v.is_number() && v.get<double>() == 1.0))
@@ -206,7 +223,7 @@ absl::Status RefuseUnknownMath(const json& j, const std::string& arch) {
     if (key == "layer_types" && v.is_array() && !v.empty() && !gemma) {
       for (const json& t : v) {
         if (t != v[0] || (t != "full_attention" && t != "sliding_attention") ||
-            (arch == "Qwen3ForCausalLM" && t != "full_attention")) {
+            (qwen3 && t != "full_attention")) {
           return refuse(key, v);
         }
       }
@@ -225,15 +242,16 @@ absl::StatusOr<std::string> SupportedArchitecture(const json& j) {
   auto model_type_or = GetString(j, "model_type", "");
   if (!model_type_or.ok()) return model_type_or.status();
   const std::string model_type = *std::move(model_type_or);
-  static const char* kSupported[] = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-                                     "Qwen3ForCausalLM", "Gemma3ForCausalLM"};
+  static const char* kSupported[] = {
+      "LlamaForCausalLM",  "MistralForCausalLM",  "Qwen2ForCausalLM",  "Qwen3ForCausalLM",
+      "Gemma3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM"};
   bool supported = false;
   for (const char* s : kSupported) supported |= arch == s;
   if (!supported) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "config.json: unsupported architecture \"%s\" (model_type \"%s\"); supported: "
         "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-        "Gemma3ForCausalLM",
+        "Gemma3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM",
         arch, model_type));
   }
   return arch;
@@ -457,6 +475,63 @@ absl::Status ReadGemma3(const json& j, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+// The experts of Qwen3MoeConfig (num_experts, num_experts_per_tok, moe_intermediate_size,
+// norm_topk_prob, and the dense layers mlp_only_layers and decoder_sparse_step leave) or of
+// MixtralConfig (num_local_experts and num_experts_per_tok, each expert intermediate_size wide,
+// weights always renormalised), with those classes' defaults.
+absl::Status ReadExperts(const json& j, const std::string& arch, ModelConfig* c) {
+  const bool mixtral = arch == "MixtralForCausalLM";
+  auto experts = GetInt(j, mixtral ? "num_local_experts" : "num_experts", mixtral ? 8 : 128);
+  auto used = GetInt(j, "num_experts_per_tok", mixtral ? 2 : 8);
+  auto hidden =
+      mixtral ? absl::StatusOr<int>(c->hidden_dim) : GetInt(j, "moe_intermediate_size", 768);
+  auto norm = GetBool(j, "norm_topk_prob", mixtral);
+  auto step = GetInt(j, "decoder_sparse_step", 1);
+  if (!experts.ok()) return experts.status();
+  if (!used.ok()) return used.status();
+  if (!hidden.ok()) return hidden.status();
+  if (!norm.ok()) return norm.status();
+  if (!step.ok()) return step.status();
+  if (mixtral && j.contains("norm_topk_prob") && !*norm) {
+    return absl::InvalidArgumentError(
+        "config.json: norm_topk_prob = false is not Mixtral's routing (it renormalises)");
+  }
+  if (*experts < (mixtral ? 1 : 0) || *used < 0 || *hidden <= 0 || *step <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "config.json: %s = %d, num_experts_per_tok = %d, moe_intermediate_size = %d, "
+        "decoder_sparse_step = %d: each must be positive",
+        mixtral ? "num_local_experts" : "num_experts", *experts, *used, *hidden, *step));
+  }
+  c->n_experts = *experts;
+  c->n_experts_used = *used;
+  c->expert_hidden_dim = *hidden;
+  c->norm_topk_prob = *norm;
+  if (c->n_experts == 0) return absl::OkStatus();  // every layer dense
+  // Qwen3-MoE: a layer is dense when listed in mlp_only_layers or off the sparse step.
+  std::vector<uint8_t> dense(c->n_layers, 0);
+  bool any_dense = false;
+  for (int l = 0; l < c->n_layers; ++l) {
+    dense[l] = (l + 1) % *step != 0;
+    any_dense |= dense[l] != 0;
+  }
+  if (auto it = j.find("mlp_only_layers"); !mixtral && it != j.end() && !it->is_null()) {
+    if (!it->is_array()) {
+      return absl::InvalidArgumentError("config.json: mlp_only_layers must be a list of layers");
+    }
+    for (const json& e : *it) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= c->n_layers) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("config.json: mlp_only_layers entry %s is not a layer index below %d",
+                            e.dump(), c->n_layers));
+      }
+      dense[e.get<int64_t>()] = 1;
+      any_dense = true;
+    }
+  }
+  if (any_dense) c->dense_layers = std::move(dense);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text) {
@@ -494,7 +569,8 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   // use_sliding_window (false unless set, as in transformers; Qwen3's true is refused above), and
   // Qwen2 then only on the layers from max_window_layers on: every layer or none is what Tandem
   // computes, anything between is refused by name.
-  const bool qwen = arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM";
+  const bool qwen =
+      arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
   auto use_sliding_window = GetBool(j, "use_sliding_window", !qwen);
   if (!use_sliding_window.ok()) return use_sliding_window.status();
   if (arch == "Qwen2ForCausalLM" && *use_sliding_window) {
@@ -519,7 +595,7 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
     c.sliding_window = window <= 0 || window >= c.max_seq_len ? 0 : static_cast<int>(window);
   }
   c.qkv_bias = arch == "Qwen2ForCausalLM";
-  c.qk_norm = arch == "Qwen3ForCausalLM";
+  c.qk_norm = arch == "Qwen3ForCausalLM" || arch == "Qwen3MoeForCausalLM";
   if (auto it = j.find("attention_bias"); it != j.end() && it->is_boolean()) {
     c.qkv_bias = c.qkv_bias || it->get<bool>();
   }
@@ -528,6 +604,9 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
   }
   if (arch == "Gemma3ForCausalLM") {
     if (absl::Status s = ReadGemma3(j, &c); !s.ok()) return s;
+  }
+  if (arch == "Qwen3MoeForCausalLM" || arch == "MixtralForCausalLM") {
+    if (absl::Status s = ReadExperts(j, arch, &c); !s.ok()) return s;
   }
   auto bos = GetInt(j, "bos_token_id", -1);
   if (!bos.ok()) return bos.status();
@@ -540,11 +619,13 @@ absl::StatusOr<ModelConfig> ModelConfig::FromHfJson(const std::string& json_text
 std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
   json j;
   j["architectures"] = {architecture == "llama2c" ? "LlamaForCausalLM" : architecture};
-  j["model_type"] = architecture == "Qwen2ForCausalLM"     ? "qwen2"
-                    : architecture == "Qwen3ForCausalLM"   ? "qwen3"
-                    : architecture == "Gemma3ForCausalLM"  ? "gemma3_text"
-                    : architecture == "MistralForCausalLM" ? "mistral"
-                                                           : "llama";
+  j["model_type"] = architecture == "Qwen2ForCausalLM"      ? "qwen2"
+                    : architecture == "Qwen3ForCausalLM"    ? "qwen3"
+                    : architecture == "Qwen3MoeForCausalLM" ? "qwen3_moe"
+                    : architecture == "MixtralForCausalLM"  ? "mixtral"
+                    : architecture == "Gemma3ForCausalLM"   ? "gemma3_text"
+                    : architecture == "MistralForCausalLM"  ? "mistral"
+                                                            : "llama";
   j["hidden_size"] = dim;
   j["intermediate_size"] = hidden_dim;
   j["num_hidden_layers"] = n_layers;
@@ -569,6 +650,20 @@ std::string ModelConfig::ToHfJson(std::string_view torch_dtype) const {
     json types = json::array();
     for (uint8_t s : sliding_layers) types.push_back(s ? "sliding_attention" : "full_attention");
     j["layer_types"] = types;
+  }
+  if (architecture == "MixtralForCausalLM") {
+    j["num_local_experts"] = n_experts;
+    j["num_experts_per_tok"] = n_experts_used;
+  } else if (architecture == "Qwen3MoeForCausalLM") {
+    j["num_experts"] = n_experts;
+    j["num_experts_per_tok"] = n_experts_used;
+    j["moe_intermediate_size"] = expert_hidden_dim;
+    j["norm_topk_prob"] = norm_topk_prob;
+    json dense = json::array();
+    for (int l = 0; l < static_cast<int>(dense_layers.size()); ++l) {
+      if (dense_layers[l]) dense.push_back(l);
+    }
+    j["mlp_only_layers"] = dense;
   }
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
   if (eos_token_ids.size() == 1) {

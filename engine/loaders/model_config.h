@@ -1,5 +1,5 @@
-// The shape and hyper-parameters of a Llama-family or Gemma 3 model, from a llama2.c header or a
-// Hugging Face config.json.
+// The shape and hyper-parameters of a Llama-family, Gemma 3 or mixture-of-experts (Qwen3-MoE,
+// Mixtral) model, from a llama2.c header, a GGUF file's metadata or a Hugging Face config.json.
 #ifndef TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
 #define TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
 
@@ -55,6 +55,14 @@ struct ModelConfig {
   float query_pre_attn_scalar = 0;  // attention scores are scaled by 1/sqrt(this); 0 = head_dim
   std::vector<uint8_t> sliding_layers;  // [n_layers] 1 = the window applies; empty = every layer
   float rope_local_theta = 0;           // RoPE base of sliding layers (unscaled); 0 = rope_theta
+  // Mixture of experts (Qwen3-MoE, Mixtral): the MLP of an expert layer is n_experts SwiGLU
+  // MLPs of expert_hidden_dim; a linear router scores them per token, softmax over all of them,
+  // and the token goes through the n_experts_used best, its output their weighted sum.
+  int n_experts = 0;           // 0 = a dense model
+  int n_experts_used = 0;      // top-k
+  int expert_hidden_dim = 0;   // each expert's intermediate size
+  bool norm_topk_prob = true;  // the k weights are renormalised to sum to 1 (Mixtral: always)
+  std::vector<uint8_t> dense_layers;  // [n_layers] 1 = a dense MLP of hidden_dim; empty = none
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;  // generation stops when one of these is produced
 
@@ -71,6 +79,12 @@ struct ModelConfig {
   // 1/sqrt(query_pre_attn_scalar, else head_dim).
   float AttentionScale() const;
   int kv_dim() const { return n_kv_heads * head_dim; }
+  // Whether layer `l`'s MLP is a mixture of experts.
+  bool LayerIsMoe(int l) const {
+    return n_experts > 0 && (dense_layers.empty() || !dense_layers[l]);
+  }
+  // The number of expert layers.
+  int MoeLayers() const;
 
   // Checks the numbers are positive and consistent (heads divide, head_dim even, ...).
   absl::Status Validate() const;

@@ -1,5 +1,6 @@
 #include "engine/loaders/model_weights.h"
 
+#include "absl/container/flat_hash_map.h"
 #include "kernels/quant.h"
 
 namespace tandem {
@@ -22,6 +23,24 @@ DType FitDType(DType dtype, int64_t cols) {
 
 }  // namespace
 
+std::vector<WeightRef*> LayerWeights::MutableMatrices() {
+  std::vector<WeightRef*> out;
+  for (WeightRef* m : {&wq, &wk, &wv, &wo, &w1, &w2, &w3, &router}) {
+    if (m->data != nullptr) out.push_back(m);
+  }
+  for (ExpertWeights& e : experts) {
+    for (WeightRef* m : {&e.w1, &e.w2, &e.w3}) {
+      if (m->data != nullptr) out.push_back(m);
+    }
+  }
+  return out;
+}
+
+std::vector<const WeightRef*> LayerWeights::Matrices() const {
+  std::vector<WeightRef*> mutable_refs = const_cast<LayerWeights*>(this)->MutableMatrices();
+  return {mutable_refs.begin(), mutable_refs.end()};
+}
+
 const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
   std::vector<float>& buf = owned.emplace_back(static_cast<size_t>(n));
   ConvertToF32(dtype, data, buf.data(), static_cast<size_t>(n));
@@ -30,15 +49,13 @@ const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {
 
 void ModelWeights::ConvertMatrices(DType dtype) {
   // Tied matrices share one converted buffer: keyed by the source pointer.
-  std::vector<std::pair<const void*, WeightRef>> converted;  // {source, converted}
+  absl::flat_hash_map<const void*, WeightRef> converted;  // source -> converted
   auto convert = [&](WeightRef& m) {
     const DType to = FitDType(dtype, m.cols);
     if (m.data == nullptr || m.dtype == to) return;
-    for (const auto& [src, dst] : converted) {
-      if (src == m.data) {
-        m = dst;
-        return;
-      }
+    if (auto it = converted.find(m.data); it != converted.end()) {
+      m = it->second;
+      return;
     }
     const size_t n = static_cast<size_t>(m.rows) * m.cols;
     const void* dst;
@@ -70,12 +87,16 @@ void ModelWeights::ConvertMatrices(DType dtype) {
     }
     const WeightRef before = m;
     m = WeightRef{to, dst, m.rows, m.cols};
-    converted.emplace_back(before.data, m);
+    converted.emplace(before.data, m);
   };
   convert(token_embedding);
   convert(classifier);
   for (LayerWeights& l : layers) {
-    for (WeightRef* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w1, &l.w2, &l.w3}) convert(*m);
+    // A mixture's router stays as stored, as llama.cpp's quantizer leaves it: the experts a token
+    // takes are decided by its small differences.
+    for (WeightRef* m : l.MutableMatrices()) {
+      if (m != &l.router) convert(*m);
+    }
   }
 }
 

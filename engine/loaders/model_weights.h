@@ -17,6 +17,13 @@
 
 namespace tandem {
 
+// One SwiGLU/GeGLU MLP: a dense layer's, or one expert of a mixture.
+struct ExpertWeights {
+  WeightRef w1;  // gate [expert_hidden_dim, dim]
+  WeightRef w2;  // down [dim, expert_hidden_dim]
+  WeightRef w3;  // up [expert_hidden_dim, dim]
+};
+
 struct LayerWeights {
   WeightRef wq;                           // [q_dim, dim]
   WeightRef wk;                           // [kv_dim, dim]
@@ -34,6 +41,15 @@ struct LayerWeights {
   const float* k_norm = nullptr;          // [head_dim], shared by every KV head; or nullptr
   const float* post_attn_norm = nullptr;  // [dim] Gemma: on the attention output; or nullptr
   const float* post_ffn_norm = nullptr;   // [dim] Gemma: on the MLP output; or nullptr
+  // A mixture-of-experts layer (ModelConfig::LayerIsMoe): the router and the experts, in place of
+  // w1/w2/w3 (which are then empty).
+  WeightRef router;                    // [n_experts, dim]
+  std::vector<ExpertWeights> experts;  // [n_experts]
+
+  // Every matrix the layer holds (attention, MLP, router, experts), for code that treats them
+  // alike (conversion, sizes, uploads).
+  std::vector<const WeightRef*> Matrices() const;
+  std::vector<WeightRef*> MutableMatrices();
 };
 
 struct ModelWeights {
@@ -66,8 +82,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> ParseLlama2cCheckpoint(
 // Hugging Face directory: config.json + model.safetensors or model.safetensors.index.json.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::string& dir);
 class GgufFile;
-// GGUF file (formats/gguf.h): architectures llama, mistral, qwen2, qwen3 and gemma3; from a path or
-// a file already read.
+// GGUF file (formats/gguf.h): architectures llama (with experts: Mixtral), mistral, qwen2, qwen3,
+// qwen3moe and gemma3; from a path or a file already read.
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const std::string& path);
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadGgufModel(const GgufFile& file);
 // The configuration a GGUF file's metadata describes; a metadata key that changes the math and

@@ -48,9 +48,23 @@ std::vector<TensorSpec> HfTensorSpecs(const ModelConfig& c, DType dtype) {
     }
     specs.push_back({p + "self_attn.o_proj.weight", dtype, {dim, q}});
     specs.push_back({p + "post_attention_layernorm.weight", dtype, {dim}});
-    specs.push_back({p + "mlp.gate_proj.weight", dtype, {hid, dim}});
-    specs.push_back({p + "mlp.up_proj.weight", dtype, {hid, dim}});
-    specs.push_back({p + "mlp.down_proj.weight", dtype, {dim, hid}});
+    if (!c.LayerIsMoe(l)) {
+      specs.push_back({p + "mlp.gate_proj.weight", dtype, {hid, dim}});
+      specs.push_back({p + "mlp.up_proj.weight", dtype, {hid, dim}});
+      specs.push_back({p + "mlp.down_proj.weight", dtype, {dim, hid}});
+      continue;
+    }
+    // The experts as transformers 4 names them (Mixtral's w1/w3/w2 are gate/up/down).
+    const bool mixtral = c.architecture == "MixtralForCausalLM";
+    const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    const int64_t eh = c.expert_hidden_dim;
+    specs.push_back({m + "gate.weight", dtype, {c.n_experts, dim}});
+    for (int e = 0; e < c.n_experts; ++e) {
+      const std::string x = absl::StrFormat("%sexperts.%d.", m, e);
+      specs.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), dtype, {eh, dim}});
+      specs.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), dtype, {eh, dim}});
+      specs.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), dtype, {dim, eh}});
+    }
   }
   specs.push_back({"model.norm.weight", dtype, {dim}});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", dtype, {c.vocab_size, dim}});
@@ -145,7 +159,7 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
   if (!tokenizer.ok()) return tokenizer.status();
   auto loaded = LoadGgufModel(*file);
   if (!loaded.ok()) return loaded.status();
-  if (loaded->first.sandwich_norms) {
+  if (loaded->first.sandwich_norms || loaded->first.n_experts > 0) {
     return absl::UnimplementedError(absl::StrFormat(
         "%s: writing %s as a Hugging Face directory is not implemented (the writer knows the "
         "Llama layout only); serve the GGUF file itself",
@@ -167,7 +181,8 @@ absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& ou
 }
 
 std::vector<std::string> RandomModelShapes() {
-  return {"stories260K", "stories15M", "stories110M", "TinyLlama-1.1B", "Llama-2-7B", "Llama-3-8B"};
+  return {"stories260K", "stories15M", "stories110M",  "TinyLlama-1.1B",
+          "Llama-2-7B",  "Llama-3-8B", "Mixtral-8x7B", "Qwen3-30B-A3B"};
 }
 
 absl::StatusOr<ModelConfig> RandomModelConfig(const std::string& shape) {
@@ -206,6 +221,25 @@ absl::StatusOr<ModelConfig> RandomModelConfig(const std::string& shape) {
     c.rope_theta = 500000.0f;
     c.bos_token_id = 128000;
     c.eos_token_ids = {128001, 128009};
+  } else if (shape == "Mixtral-8x7B") {
+    set(4096, 14336, 32, 32, 8, 32000, 32768);
+    c.architecture = "MixtralForCausalLM";
+    c.rope_theta = 1e6f;
+    c.n_experts = 8;
+    c.n_experts_used = 2;
+    c.expert_hidden_dim = 14336;
+  } else if (shape == "Qwen3-30B-A3B") {
+    set(2048, 6144, 48, 32, 4, 151936, 40960);
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.head_dim = 128;
+    c.qk_norm = true;
+    c.rope_theta = 1e6f;
+    c.norm_eps = 1e-6f;
+    c.n_experts = 128;
+    c.n_experts_used = 8;
+    c.expert_hidden_dim = 768;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645};
   } else {
     std::string names;
     for (const auto& n : RandomModelShapes()) names += " " + n;

@@ -22,7 +22,7 @@ absl::Status ConvertLlama2cToHf(const std::string& checkpoint, const std::string
 absl::Status ConvertGgufToHf(const std::string& gguf_path, const std::string& out_dir);
 
 // Names accepted by RandomModelConfig: stories15M, stories110M, TinyLlama-1.1B, Llama-2-7B,
-// Llama-3-8B (and stories260K).
+// Llama-3-8B, and the mixtures of experts Mixtral-8x7B and Qwen3-30B-A3B (and stories260K).
 std::vector<std::string> RandomModelShapes();
 absl::StatusOr<ModelConfig> RandomModelConfig(const std::string& shape);
 

@@ -12,96 +12,17 @@
 #include "engine/loaders/model_writer.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
+#include "tests/engine/transformers_oracle.h"
 #include "tests/test_util.h"
 #include "text/load_tokenizer.h"
 
 namespace tandem {
 namespace {
 
-// The logits of every position of each case's input_ids (make_hf_fixtures.py's schema), as
-// [positions * vocab_size] per case.
-std::vector<std::vector<float>> CaseLogits(const Model& model, const nlohmann::json& expected) {
-  std::vector<std::vector<float>> out;
-  auto cache = KvCache::Create(model.config(), 8, 16);
-  EXPECT_TRUE(cache.ok());
-  if (!cache.ok()) return out;
-  std::vector<int> table = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (const auto& cs : expected["cases"]) {
-    const std::vector<int> ids = cs["input_ids"];
-    SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
-    absl::Status s = model.Forward({&chunk, 1}, &*cache, &out.emplace_back());
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  return out;
-}
-
-// The largest |logit - transformers' logit| of each position, over the row's largest |logit|.
-std::vector<float> RelativeErrors(const std::vector<float>& logits, const nlohmann::json& want,
-                                  int vocab) {
-  std::vector<float> errors;
-  if (logits.size() != want.size() * vocab) {
-    ADD_FAILURE() << logits.size() << " logits for " << want.size() << " rows of " << vocab;
-    return errors;
-  }
-  for (size_t p = 0; p < want.size(); ++p) {
-    const std::vector<float> row = want[p];
-    float max_abs = 0, max_err = 0;
-    for (int v = 0; v < vocab; ++v) {
-      max_abs = std::max(max_abs, std::abs(row[v]));
-      max_err = std::max(max_err, std::abs(logits[p * vocab + v] - row[v]));
-    }
-    errors.push_back(max_err / std::max(1.0f, max_abs));
-  }
-  return errors;
-}
-
-// `model`'s greedy continuation of expected["greedy_prompt"] against
-// model.generate(do_sample=False) with EOS disabled (expected["greedy_tokens"]).
-void ExpectTransformersGreedy(const Model& model, const nlohmann::json& expected,
-                              const std::string& what) {
-  GenerationRequest req;
-  req.prompt = expected["greedy_prompt"].get<std::vector<int>>();
-  req.sampling.temperature = 0;
-  req.ignore_eos = true;
-  const std::vector<int> want = expected["greedy_tokens"];
-  req.max_tokens = static_cast<int>(want.size());
-  Generator gen(&model, nullptr, {});
-  auto out = gen.Generate({&req, 1});
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ((*out)[0].tokens, want) << what;
-}
-
-// `model` against transformers' logits and greedy tokens in `expected` (`what` names them).
-void ExpectTransformersLogits(const Model& model, const nlohmann::json& expected,
-                              const std::string& what) {
-  ASSERT_TRUE(expected.is_object()) << what;
-  const int vocab = model.config().vocab_size;
-  const auto logits = CaseLogits(model, expected);
-  ASSERT_EQ(logits.size(), expected["cases"].size());
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const auto& cs = expected["cases"][i];
-    const std::vector<float> errors = RelativeErrors(logits[i], cs["logits"], vocab);
-    for (size_t p = 0; p < errors.size(); ++p) {
-      // Both sides compute in float32 from the same (upcast) weights; they differ only in
-      // summation order (~1e-6 relative per op, compounding over 2 layers) and in the fixtures'
-      // rounding to 6 significant digits (5e-6 relative). 1e-4 of the row's largest logit is
-      // two orders above that and two below the smallest real bug (a wrong rotation or a
-      // missing bias moves logits by 3..20).
-      EXPECT_LE(errors[p], 1e-4f) << what << " sequence of " << cs["input_ids"].size()
-                                  << " position " << p;
-    }
-  }
-  ExpectTransformersGreedy(model, expected, what);
-}
-
-// The model at `path` against transformers' logits and greedy tokens in `expected_path`.
-void ExpectTransformersLogits(const std::string& path, const std::string& expected_path,
-                              std::optional<DType> dtype = std::nullopt) {
-  auto backend = MakeCpuBackend();
-  auto model = Model::Load(path, backend.get(), dtype);
-  ASSERT_TRUE(model.ok()) << model.status();
-  ExpectTransformersLogits(**model, testing::LoadJson(expected_path), path);
-}
+using testing::CaseLogits;
+using testing::ExpectNearTransformers;
+using testing::ExpectTransformersGreedy;
+using testing::ExpectTransformersLogits;
 
 class HfTransformersTest : public ::testing::TestWithParam<std::string> {};
 
@@ -352,18 +273,7 @@ TEST(Qwen3Test, GgufQ8_0AsStoredStaysWithTransformers) {
   auto model = Model::Load(testing::Qwen3Gguf("qwen3_q8_0"), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ((*model)->weights().layers[0].wq.dtype, DType::kQ8_0);
-  const auto logits = CaseLogits(**model, expected);
-  ASSERT_EQ(logits.size(), expected["cases"].size());
-  float worst = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    for (float e :
-         RelativeErrors(logits[i], expected["cases"][i]["logits"], (*model)->config().vocab_size)) {
-      worst = std::max(worst, e);
-    }
-  }
-  std::printf("qwen3 Q8_0 as stored against transformers' dequantized logits: %.2e\n", worst);
-  EXPECT_LE(worst, 1e-3f);
-  ExpectTransformersGreedy(**model, expected, "qwen3_q8_0.gguf as stored");
+  ExpectNearTransformers(**model, expected, 1e-3f, "qwen3 Q8_0 as stored");
 }
 
 // The tokenizer and chat template found beside each form of the model (tokenizer.json and

@@ -62,6 +62,32 @@ TEST(CostModel, Llama2_7BDecodeReads13_5GBIn4Ms) {
 // token, so on an H100 it costs about what a plain decode step does; it adds 4 tokens' FLOPs,
 // KV writes and classifier rows (4 x 2 x 4096 x 32000 = 1.05 GFLOP more than 4 plain tokens' last
 // rows would have).
+// A mixture of experts holds every expert, computes k of them per token, and reads from memory
+// only the experts a step's tokens chose: Mixtral-8x7B's shape (dim 4096, 8 experts of 14336,
+// 2 per token, 32 layers, 8 KV heads, vocab 32000).
+TEST(CostModel, MixtureOfExpertsHoldsAllExpertsAndReadsTheChosenOnes) {
+  ModelConfig c = Llama2_7B();
+  c.n_kv_heads = 8;
+  c.hidden_dim = c.expert_hidden_dim = 14336;
+  c.n_experts = 8;
+  c.n_experts_used = 2;
+  CostModel m(c, RawH100());
+  // Per layer: attention 2 x 4096^2 + 2 x 4096 x 1024 = 41,943,040; experts 8 x 3 x 4096 x
+  // 14336 = 1,409,286,144; router 8 x 4096 = 32,768. x 32 + classifier 131,072,000.
+  const double attention = 41'943'040, expert = 3.0 * 4096 * 14336, router = 8 * 4096;
+  EXPECT_EQ(m.MatrixParams(), (attention + 8 * expert + router) * 32 + 131'072'000.0);
+  // One token: 2 experts per layer computed and read.
+  const ChunkShape one{/*context=*/100, /*tokens=*/1};
+  const StepCost s1 = m.Step({&one, 1});
+  EXPECT_NEAR(s1.weight_bytes, ((attention + 2 * expert + router) * 32 + 131'072'000.0) * 2, 1);
+  EXPECT_NEAR(s1.matmul_flops, 2.0 * ((attention + 2 * expert + router) * 32 + 131'072'000.0), 1);
+  // 64 tokens at once touch 8 (1 - (3/4)^64) = 8.0 experts: every matrix is read.
+  std::vector<ChunkShape> batch(64, one);
+  const StepCost s64 = m.Step(batch);
+  EXPECT_NEAR(s64.weight_bytes, m.MatrixParams() * 2, m.MatrixParams() * 1e-6);
+  EXPECT_NEAR(s64.matmul_flops, 64 * s1.matmul_flops, s1.matmul_flops * 1e-6);
+}
+
 TEST(CostModel, VerifyStepCostsAboutOnePlainDecodeStep) {
   CostModel m(Llama2_7B(), RawH100());
   const ChunkShape plain{/*context=*/500, /*tokens=*/1};

@@ -266,6 +266,12 @@ TEST_F(ReliabilityTest, Row04_Gemma3DecodeKilledMidStreamResumesIdentically) {
   KillTinyModelDecodeMidStream(testing::Gemma3Dir(), kPrompt);
 }
 
+// Qwen3-MoE (tests/fixtures/hf/qwen3_moe_f32): the resumed worker routes the recomputed tokens
+// to the same experts.
+TEST_F(ReliabilityTest, Row04_Qwen3MoeDecodeKilledMidStreamResumesIdentically) {
+  KillTinyModelDecodeMidStream(testing::MoeDir("qwen3_moe_f32"), kPrompt);
+}
+
 // Row 5: kill -9 the prefill worker while it is computing and shipping a chunked prefill. The
 // decode worker frees the lease, the router re-prefills on the other prefill worker.
 TEST_F(ReliabilityTest, Row05_KillPrefillMidTransferReprefillsElsewhere) {

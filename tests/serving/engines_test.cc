@@ -254,6 +254,16 @@ TEST_P(EnginesTest, Gemma3GivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
   ExpectTinyModelMatchesTheEngineAlone(testing::Gemma3Dir(), "gemma3");
 }
 
+// Mixtures of experts: each step's tokens (of every sequence in it) grouped by the experts they
+// chose; Qwen3-MoE with its q/k norms, Mixtral with untied classifier.
+TEST_P(EnginesTest, Qwen3MoeGivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
+  ExpectTinyModelMatchesTheEngineAlone(testing::MoeDir("qwen3_moe_f32"), "qwen3moe");
+}
+
+TEST_P(EnginesTest, MixtralGivesTheTokensOfTheEngineAloneAlsoWhenPreempting) {
+  ExpectTinyModelMatchesTheEngineAlone(testing::MoeDir("mixtral_f32"), "mixtral");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, EnginesTest, ::testing::Values("local", "tcp"));
 
 }  // namespace
