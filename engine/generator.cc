@@ -57,8 +57,7 @@ absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
                              const Tokenizer* tokenizer, std::vector<GenerationRequest>* attached) {
   // Requests asking for structured output get their constraint compiled for this model.
   for (const GenerationRequest& r : *requests) {
-    if ((!r.sampling.json_schema.empty() || !r.sampling.choice.empty()) &&
-        r.sampling.constraint == nullptr) {
+    if (r.sampling.constrained() && r.sampling.constraint == nullptr) {
       attached->assign(requests->begin(), requests->end());
       for (size_t i = 0; i < attached->size(); ++i) {
         if (absl::Status s = AttachConstraint(constraints, &(*attached)[i].sampling); !s.ok()) {

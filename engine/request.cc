@@ -48,8 +48,8 @@ absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& conf
                                                       r.sampling.min_tokens,
                                                       r.max_tokens + r.output_tokens));
   }
-  if (!r.sampling.json_schema.empty() || !r.sampling.choice.empty()) {
-    const char* what = r.sampling.json_schema.empty() ? "choice" : "json_schema";
+  if (r.sampling.constrained()) {
+    const char* what = r.sampling.constraint_field();
     if (r.ignore_eos) {
       return absl::InvalidArgumentError(absl::StrCat("ignore_eos: cannot be combined with ", what));
     }

@@ -106,6 +106,10 @@ void JsonSchemas() {
       R"({"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
           "$ref": "#/$defs/t"})",
       R"(true)",
+      // guided_regex patterns (the 'R' mode).
+      R"(R(yes|no) [0-9]{1,3}\.)",
+      R"(R[^a-c]+.(?:x|y)*\w{2,}$)",
+      R"(R^(ab){3,5}é.?)",
   };
   int i = 0;
   for (const char* s : schemas) {

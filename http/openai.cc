@@ -201,19 +201,21 @@ absl::Status SetResponseFormat(const Json& v, v1::SamplingParams* s) {
 }
 
 // vLLM's structured-output extensions: guided_json, guided_choice, and structured_outputs (its
-// newer object: "json", "choice", "json_object") become sampling.json_schema or sampling.choice,
-// as response_format does. What Tandem cannot constrain output by (a regex, a grammar, a
-// structural tag, a whitespace pattern) is refused naming the field, never ignored.
+// newer object: "json", "choice", "json_object", "regex") become sampling.json_schema,
+// sampling.choice or sampling.regex, as response_format does. What Tandem cannot constrain output
+// by (a grammar, a structural tag, a whitespace pattern) is refused naming the field, never
+// ignored.
 struct Guide {
   std::string param;  // the field that asked, for errors ("guided_json", "structured_outputs.json")
   const Json* json = nullptr;
   const Json* choice = nullptr;
   bool json_object = false;
+  const Json* regex = nullptr;
 };
 
-constexpr char kNoRegex[] =
-    "is not supported: Tandem constrains output by a JSON schema (guided_json, response_format) "
-    "or a list of strings (guided_choice) only";
+constexpr char kNoGrammar[] =
+    "is not supported: Tandem constrains output by a JSON schema (guided_json, response_format), "
+    "a list of strings (guided_choice) or a regular expression (guided_regex) only";
 
 // structured_outputs: {"json" | "choice" | "json_object", and flags that change nothing here}.
 absl::Status StructuredOutputs(const Json& v, std::vector<Guide>* guides) {
@@ -229,9 +231,10 @@ absl::Status StructuredOutputs(const Json& v, std::vector<Guide>* guides) {
       auto b = GetBool(value, param);
       if (!b.ok()) return b.status();
       if (*b) guides->push_back({param, nullptr, nullptr, true});
-    } else if (key == "regex" || key == "grammar" || key == "structural_tag" ||
-               key == "whitespace_pattern") {
-      return Invalid(param, kNoRegex);
+    } else if (key == "regex") {
+      guides->push_back({param, nullptr, nullptr, false, &value});
+    } else if (key == "grammar" || key == "structural_tag" || key == "whitespace_pattern") {
+      return Invalid(param, kNoGrammar);
     } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
                key == "disable_additional_properties") {
       auto b = GetBool(value, param);
@@ -246,9 +249,8 @@ absl::Status StructuredOutputs(const Json& v, std::vector<Guide>* guides) {
 }
 
 absl::Status SetGuided(const Json& body, Request* r) {
-  for (const char* key :
-       {"guided_regex", "guided_grammar", "guided_whitespace_pattern", "structural_tag"}) {
-    if (Field(body, key) != nullptr) return Invalid(key, kNoRegex);
+  for (const char* key : {"guided_grammar", "guided_whitespace_pattern", "structural_tag"}) {
+    if (Field(body, key) != nullptr) return Invalid(key, kNoGrammar);
   }
   if (const Json* v = Field(body, "guided_decoding_backend"); v != nullptr && !v->is_string()) {
     return Invalid("guided_decoding_backend", "must be a string");  // any: one engine here
@@ -256,6 +258,9 @@ absl::Status SetGuided(const Json& body, Request* r) {
   std::vector<Guide> guides;
   if (const Json* v = Field(body, "guided_json")) guides.push_back({"guided_json", v});
   if (const Json* v = Field(body, "guided_choice")) guides.push_back({"guided_choice", nullptr, v});
+  if (const Json* v = Field(body, "guided_regex")) {
+    guides.push_back({"guided_regex", nullptr, nullptr, false, v});
+  }
   if (const Json* v = Field(body, "structured_outputs")) {
     if (absl::Status st = StructuredOutputs(*v, &guides); !st.ok()) return st;
   }
@@ -268,7 +273,12 @@ absl::Status SetGuided(const Json& body, Request* r) {
   if (!s->json_schema().empty()) {
     return Invalid(g.param, "cannot be combined with response_format or a forced tool_choice");
   }
-  if (g.json_object) {
+  if (g.regex != nullptr) {
+    if (!g.regex->is_string() || g.regex->get<std::string>().empty()) {
+      return Invalid(g.param, "must be a non-empty regular expression string");
+    }
+    s->set_regex(g.regex->get<std::string>());
+  } else if (g.json_object) {
     s->set_json_schema(kJsonObjectSchema);
   } else if (g.json != nullptr) {
     if (g.json->is_string()) {
@@ -541,7 +551,7 @@ std::string OpenAiParam(std::string_view field, const Request* r) {
   }
   if (field == "max_tokens") return r != nullptr ? r->max_tokens_param : "max_tokens";
   if (field == "sampling.top_logprobs") return chat ? "top_logprobs" : "logprobs";
-  if (field == "sampling.json_schema" || field == "sampling.choice") {
+  if (field == "sampling.json_schema" || field == "sampling.choice" || field == "sampling.regex") {
     return r != nullptr ? r->schema_param : "response_format";
   }
   if (field.starts_with("sampling.")) return std::string(field.substr(9));

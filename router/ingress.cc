@@ -18,7 +18,8 @@ absl::Status Invalid(std::string_view field, std::string_view why) {
 // One definition of well-formed UTF-8 for the whole project (text/tokenizer.h).
 bool ValidUtf8(std::string_view s) { return ToValidUtf8(s) == s; }
 
-// sampling.json_schema (with json_prefix and json_suffix) or sampling.choice: compiled, within
+// sampling.json_schema (with json_prefix and json_suffix), sampling.choice or sampling.regex:
+// compiled, within
 // the limits, and not combined with what would end the output early or keep it going.
 absl::Status CheckStructuredOutput(const v1::GenerateRequest& req, const SamplingParams& s,
                                    const IngressLimits& limits) {
@@ -33,7 +34,15 @@ absl::Status CheckStructuredOutput(const v1::GenerateRequest& req, const Samplin
       return Invalid(field, absl::StrFormat("longer than %d bytes", limits.max_json_text_bytes));
     }
   }
-  if (!s.choice.empty()) {
+  if (!s.regex.empty()) {
+    if (!s.json_schema.empty() || !s.choice.empty()) {
+      return Invalid("sampling.regex", absl::StrCat("cannot be combined with sampling.",
+                                                    s.choice.empty() ? "json_schema" : "choice"));
+    }
+    if (auto re = structured::JsonSchema::Regex(s.regex); !re.ok()) {
+      return Invalid("sampling.regex", std::string(re.status().message()));
+    }
+  } else if (!s.choice.empty()) {
     if (!s.json_schema.empty()) {
       return Invalid("sampling.choice", "cannot be combined with sampling.json_schema");
     }
@@ -52,7 +61,7 @@ absl::Status CheckStructuredOutput(const v1::GenerateRequest& req, const Samplin
   } else {
     return absl::OkStatus();
   }
-  const char* what = s.choice.empty() ? "json_schema" : "choice";
+  const char* what = s.constraint_field();
   if (s.min_tokens > 0) {
     return Invalid("sampling.min_tokens", absl::StrCat("cannot be combined with ", what));
   }

@@ -1106,7 +1106,7 @@ grpc::Status GenerateTransaction::EndsWhole() const {
     text = text.first(text.size() - 1);
   if (c->Completes(text)) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::INTERNAL,
-                      "structured output (sampling.json_schema or sampling.choice): the model "
+                      "structured output (sampling.json_schema, choice or regex): the model "
                       "ended its output before the value was complete (no token of its "
                       "vocabulary could continue it)");
 }

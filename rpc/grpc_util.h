@@ -45,6 +45,7 @@ inline SamplingParams FromProto(const v1::SamplingParams& p) {
   s.json_prefix = p.json_prefix();
   s.json_suffix = p.json_suffix();
   s.choice.assign(p.choice().begin(), p.choice().end());
+  s.regex = p.regex();
   return s;
 }
 
@@ -65,6 +66,7 @@ inline v1::SamplingParams ToProto(const SamplingParams& s) {
   p.set_json_prefix(s.json_prefix);
   p.set_json_suffix(s.json_suffix);
   for (const std::string& c : s.choice) p.add_choice(c);
+  p.set_regex(s.regex);
   return p;
 }
 

@@ -144,6 +144,9 @@ bool JsonMatcher::Feed(unsigned char c) {
       case Frame::kLiteral:
         r = FeedLiteral(s, c);
         break;
+      case Frame::kRegex:
+        r = FeedRegex(s, c);
+        break;
     }
     if (r == Step::kTaken) return true;
     if (r == Step::kRejected) return false;
@@ -157,7 +160,30 @@ bool JsonMatcher::Complete() const {
   if (depth_ > 1) return false;
   const State& s = stack_[0];
   return (s.frame == Frame::kNumber && NumberComplete(s)) ||
-         (s.frame == Frame::kLiteral && LiteralComplete(s));
+         (s.frame == Frame::kLiteral && LiteralComplete(s)) ||
+         (s.frame == Frame::kRegex && s.node->regex->Accepting(RegexState(s))) ||
+         // A pattern that matches the empty text, before any byte.
+         (s.frame == Frame::kValue && s.node->kind == Kind::kRegex &&
+          s.node->regex->Accepting(ByteRegex::Start()));
+}
+
+ByteRegex::Mask JsonMatcher::RegexState(const State& s) {
+  const uint64_t high = (uint64_t{static_cast<uint32_t>(s.a)} << 32) | static_cast<uint32_t>(s.b);
+  return (static_cast<ByteRegex::Mask>(high) << 64) | s.keys;
+}
+
+void JsonMatcher::SetRegexState(State& s, ByteRegex::Mask m) {
+  s.keys = static_cast<uint64_t>(m);
+  const uint64_t high = static_cast<uint64_t>(m >> 64);
+  s.a = static_cast<int32_t>(static_cast<uint32_t>(high >> 32));
+  s.b = static_cast<int32_t>(static_cast<uint32_t>(high));
+}
+
+JsonMatcher::Step JsonMatcher::FeedRegex(State& s, unsigned char c) {
+  const ByteRegex::Mask next = s.node->regex->Step(RegexState(s), c);
+  if (next == 0) return Step::kRejected;  // raw text: nothing follows it
+  SetRegexState(s, next);
+  return Step::kTaken;
 }
 
 bool JsonMatcher::InFreeString() const {
@@ -199,6 +225,7 @@ JsonMatcher::Step JsonMatcher::Whitespace(State& s, unsigned char c) {
 }
 
 JsonMatcher::Step JsonMatcher::FeedValue(State& s, unsigned char c) {
+  if (s.node->kind == Kind::kRegex) return Begin(s, s.node, c);  // raw text: its own spaces
   if (Step w = Whitespace(s, c); w != Step::kEnded) return w;
   return Begin(s, s.node, c);
 }
@@ -231,6 +258,10 @@ JsonMatcher::Step JsonMatcher::Begin(State& s, const SchemaNode* node, unsigned 
     case Kind::kLiteral:
       s = LiteralFrame(node);
       return FeedLiteral(s, c);
+    case Kind::kRegex:
+      s = NewFrame(node, Frame::kRegex);
+      SetRegexState(s, ByteRegex::Start());
+      return FeedRegex(s, c);
     case Kind::kUnion:
       for (const SchemaNode* alternative : node->alternatives) {
         if (CanStartWith(*alternative, c)) return Begin(s, alternative, c);

@@ -52,7 +52,7 @@ class JsonMatcher {
   JsonMatcher& operator=(const JsonMatcher& other);
 
  private:
-  enum class Frame : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral };
+  enum class Frame : uint8_t { kValue, kObject, kArray, kString, kNumber, kLiteral, kRegex };
   enum class Step { kTaken, kRejected, kEnded };  // kEnded: the frame is complete; pass the byte up
 
   // No default member initializers, so that the stack of a copied matcher is not zeroed first:
@@ -77,6 +77,10 @@ class JsonMatcher {
   Step FeedString(State& s, unsigned char c);
   Step FeedNumber(State& s, unsigned char c);
   Step FeedLiteral(State& s, unsigned char c);
+  // kRegex frames keep the automaton's state in keys (low half) and a, b (high half).
+  Step FeedRegex(State& s, unsigned char c);
+  static ByteRegex::Mask RegexState(const State& s);
+  static void SetRegexState(State& s, ByteRegex::Mask m);
   Step Whitespace(State& s, unsigned char c);
   // Replaces frame `s` (a kValue) by the value `node` begun with byte c.
   Step Begin(State& s, const SchemaNode* node, unsigned char c);

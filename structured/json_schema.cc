@@ -117,6 +117,8 @@ bool CanStartWith(const SchemaNode& node, unsigned char b) {
                          [b](const SchemaNode* a) { return CanStartWith(*a, b); });
     case Kind::kTagged:
       return b == '{';
+    case Kind::kRegex:
+      return node.regex->Step(ByteRegex::Start(), b) != 0;
   }
   return false;
 }
@@ -745,6 +747,18 @@ absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Choice(
   }
   auto s = std::make_shared<JsonSchema>();
   s->nodes_.push_back(std::make_unique<SchemaNode>(LiteralNode(choices)));
+  s->root_ = s->nodes_.back().get();
+  return s;
+}
+
+absl::StatusOr<std::shared_ptr<const JsonSchema>> JsonSchema::Regex(std::string_view pattern) {
+  auto re = ByteRegex::Compile(pattern);
+  if (!re.ok()) return re.status();
+  auto s = std::make_shared<JsonSchema>();
+  SchemaNode n;
+  n.kind = Kind::kRegex;
+  n.regex = *std::move(re);
+  s->nodes_.push_back(std::make_unique<SchemaNode>(std::move(n)));
   s->root_ = s->nodes_.back().get();
   return s;
 }

@@ -1,5 +1,6 @@
 // JSON Schema compiled for constrained decoding (OpenAI's response_format json_schema and
-// json_object; also a choice of raw texts, vLLM's guided_choice): a graph of value nodes that
+// json_object; also a choice of raw texts, vLLM's guided_choice, or raw text matching a regular
+// expression, guided_regex): a graph of value nodes that
 // JsonMatcher (structured/json_matcher.h) walks one byte at a time, so that every text it accepts
 // is one JSON value valid against the schema.
 //
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "structured/byte_regex.h"
 
 namespace tandem::structured {
 
@@ -46,6 +48,7 @@ enum class Kind {
   // each): its value is one of `properties[0].value`'s literals (strings, sorted), and literal
   // i chooses `alternatives[i]`, a closed object whose first property is that one.
   kTagged,
+  kRegex,  // raw text (not JSON) matching `regex` as a whole (vLLM's guided_regex)
 };
 
 struct SchemaNode {
@@ -83,6 +86,9 @@ struct SchemaNode {
 
   // kUnion; kTagged (one per tag literal, in the literals' order).
   std::vector<const SchemaNode*> alternatives;
+
+  // kRegex.
+  std::shared_ptr<const ByteRegex> regex;
 };
 
 // Whether `byte` can begin a value of `node` (a kUnion: of any alternative).
@@ -108,6 +114,9 @@ class JsonSchema {
   // none, an empty one, more than kMaxChoices, or more than kMaxChoiceBytes in all.
   static absl::StatusOr<std::shared_ptr<const JsonSchema>> Choice(
       const std::vector<std::string>& choices);
+  // Not JSON: raw text matching `pattern` as a whole (vLLM's guided_regex; structured/
+  // byte_regex.h says what is supported). INVALID_ARGUMENT naming what is not.
+  static absl::StatusOr<std::shared_ptr<const JsonSchema>> Regex(std::string_view pattern);
 
   const SchemaNode* root() const { return root_; }
   // kLiteral nodes of one literal each, or null.

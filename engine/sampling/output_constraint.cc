@@ -86,10 +86,22 @@ absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForCh
   return Cached(key, [&] { return structured::JsonSchema::Choice(choices); });
 }
 
+absl::StatusOr<std::shared_ptr<const OutputConstraint>> OutputConstraints::ForRegex(
+    const std::string& pattern) {
+  return Cached(absl::StrCat("regex:", pattern),
+                [&] { return structured::JsonSchema::Regex(pattern); });
+}
+
 absl::Status OutputConstraints::Attach(SamplingParams* p) {
   if (!p->choice.empty()) {
     auto c = ForChoice(p->choice);
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("choice: ", c.status().message()));
+    p->constraint = *c;
+    return absl::OkStatus();
+  }
+  if (!p->regex.empty()) {
+    auto c = ForRegex(p->regex);
+    if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("regex: ", c.status().message()));
     p->constraint = *c;
     return absl::OkStatus();
   }
@@ -103,11 +115,10 @@ absl::Status OutputConstraints::Attach(SamplingParams* p) {
 }
 
 absl::Status AttachConstraint(OutputConstraints* constraints, SamplingParams* p) {
-  if (p->json_schema.empty() && p->choice.empty()) return absl::OkStatus();
+  if (!p->constrained()) return absl::OkStatus();
   if (constraints == nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(p->choice.empty() ? "json_schema" : "choice",
-                     ": this worker has no tokenizer to constrain its output with"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        p->constraint_field(), ": this worker has no tokenizer to constrain its output with"));
   }
   return constraints->Attach(p);
 }

@@ -1,7 +1,8 @@
 // Structured output on the engine side (OpenAI's response_format json_object / json_schema, and
-// vLLM's guided_choice): a JSON Schema (structured/json_schema.h) bound to a model's vocabulary,
-// masking the logits where tokens are sampled (engine/sampling/sampler.h ProcessLogits) so that
-// the output is one JSON value valid against the schema (or one of the choices), followed by EOS.
+// vLLM's guided_choice and guided_regex): a JSON Schema (structured/json_schema.h) bound to a
+// model's vocabulary, masking the logits where tokens are sampled (engine/sampling/sampler.h
+// ProcessLogits) so that the output is one JSON value valid against the schema (or one of the
+// choices), followed by EOS.
 //
 // The constraint keeps no per-request state: each step replays the request's generated tokens
 // through the schema's matcher from the start. A request therefore masks the same way on any
@@ -68,8 +69,10 @@ class OutputConstraints {
   // Exactly one of `choices`, as raw text (structured::JsonSchema::Choice).
   absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForChoice(
       const std::vector<std::string>& choices);
-  // Sets p->constraint from p->json_schema (and its prefix and suffix) or p->choice; nothing
-  // when both are empty.
+  // Raw text matching `pattern` as a whole (structured::JsonSchema::Regex).
+  absl::StatusOr<std::shared_ptr<const OutputConstraint>> ForRegex(const std::string& pattern);
+  // Sets p->constraint from p->json_schema (and its prefix and suffix), p->choice or p->regex;
+  // nothing when all are empty.
   absl::Status Attach(SamplingParams* p);
 
   static constexpr size_t kCachedSchemas = 64;

@@ -48,7 +48,16 @@ struct SamplingParams {
   std::string json_suffix;
   // Or, instead of json_schema: the output is exactly one of these strings, then EOS.
   std::vector<std::string> choice;
+  // Or: the output matches this regular expression as a whole (structured/byte_regex.h), then
+  // EOS.
+  std::string regex;
   std::shared_ptr<const OutputConstraint> constraint;
+
+  // Whether the output is constrained (json_schema, choice or regex), and the field that asks.
+  bool constrained() const { return !json_schema.empty() || !choice.empty() || !regex.empty(); }
+  const char* constraint_field() const {
+    return !choice.empty() ? "choice" : !regex.empty() ? "regex" : "json_schema";
+  }
 
   // INVALID_ARGUMENT naming the field: temperature < 0 or not finite, top_k < 0, top_p outside
   // (0, 1] or NaN, top_logprobs outside [0, kMaxTopLogprobs], a penalty or bias out of its range

@@ -6,7 +6,8 @@
 # schema (response_format) and a forced tool call, and an agent loop (a tool call, its result,
 # the answer) runs through the SDK as LangChain runs it (tests/clients/openai_agent_loop.py), and
 # through the Responses API's `responses.create`: text, streamed, and the same loop with
-# function_call_output items (tests/clients/openai_responses.py).
+# function_call_output items (tests/clients/openai_responses.py); vLLM's guided_regex,
+# guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
 # openai grpcio grpcio-tools); without network access to PyPI the test is skipped (exit 77),
 # saying so.
@@ -56,6 +57,8 @@ echo "--- openai_client.py"; cat "$WORK/openai.txt"
 fail=0
 echo "--- openai_agent_loop.py"
 "$PY" "$SRC/tests/clients/openai_agent_loop.py" "$HTTP" || { echo "FAIL: the agent loop"; fail=1; }
+echo "--- openai_guided.py"
+"$PY" "$SRC/tests/clients/openai_guided.py" "$HTTP" || { echo "FAIL: the guided fields"; fail=1; }
 echo "--- openai_responses.py"
 "$PY" "$SRC/tests/clients/openai_responses.py" "$HTTP" || { echo "FAIL: the Responses API"; fail=1; }
 grpc_completion=$(grep '^completion: ' "$WORK/grpc.txt")

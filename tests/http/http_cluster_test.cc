@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -694,15 +695,18 @@ TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
   const json choices = {"happy ending", "sad ending", "no ending at all"};
   const json schema = json::parse(R"({"type": "object", "properties": {"mood":
       {"enum": ["calm", "wild"]}, "n": {"type": "integer"}}, "required": ["mood", "n"]})");
+  // A pattern std::regex checks the output against independently.
+  const std::string pattern = R"((The|A) (cat|dog|bird) (sat|ran|flew) [0-9]{1,3} times\.)";
+  enum Kind { kChoice, kJson, kRegex };
   struct Case {
     std::string field;  // as the client writes it
     json value;
-    bool choice;
+    Kind kind;
   };
-  const std::vector<Case> cases = {{"guided_choice", choices, true},
-                                   {"structured_outputs", {{"choice", choices}}, true},
-                                   {"guided_json", schema, false},
-                                   {"structured_outputs", {{"json", schema}}, false}};
+  const std::vector<Case> cases = {
+      {"guided_choice", choices, kChoice}, {"structured_outputs", {{"choice", choices}}, kChoice},
+      {"guided_json", schema, kJson},      {"structured_outputs", {{"json", schema}}, kJson},
+      {"guided_regex", pattern, kRegex},   {"structured_outputs", {{"regex", pattern}}, kRegex}};
   for (bool chat : {false, true}) {
     const json messages = {{{"role", "user"}, {"content", "How does it end?"}}};
     v1::GenerateRequest g;
@@ -720,16 +724,20 @@ TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
     for (const Case& k : cases) {
       SCOPED_TRACE(k.field + (chat ? " chat" : " completions"));
       v1::GenerateRequest want_req = g;
-      if (k.choice) {
+      if (k.kind == kChoice) {
         for (const json& x : choices) want_req.mutable_sampling()->add_choice(x);
+      } else if (k.kind == kRegex) {
+        want_req.mutable_sampling()->set_regex(pattern);
       } else {
         want_req.mutable_sampling()->set_json_schema(schema.dump());
       }
       const testing::Streamed want = testing::Generate(c.generation(), want_req);
       ASSERT_TRUE(want.status.ok()) << want.status.error_message();
       EXPECT_EQ(want.finish, v1::FINISH_REASON_STOP) << want.text;
-      if (k.choice) {
+      if (k.kind == kChoice) {
         EXPECT_NE(std::find(choices.begin(), choices.end(), want.text), choices.end()) << want.text;
+      } else if (k.kind == kRegex) {
+        EXPECT_TRUE(std::regex_match(want.text, std::regex(pattern))) << want.text;
       } else {
         EXPECT_TRUE(json::parse(want.text, nullptr, false).is_object()) << want.text;
       }
@@ -749,9 +757,9 @@ TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
     }
     // What Tandem cannot constrain by is refused, naming the field.
     for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
-             {"guided_regex", "(yes|no)"},
+             {"guided_regex", "(a)\\1"},
              {"guided_grammar", "root ::= \"x\""},
-             {"structured_outputs", {{"regex", "[0-9]+"}}},
+             {"structured_outputs", {{"regex", "(?=a)a"}}},
              {"structured_outputs", {{"grammar", "root ::= \"x\""}}}}) {
       json body = {{field, value}};
       if (chat) {

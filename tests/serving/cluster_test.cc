@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 #include <thread>
 
 #include "engine/generator.h"
@@ -33,6 +34,9 @@ constexpr char kPersonSchema[] = R"({"type": "object", "properties": {
     "happy": {"type": "boolean"}}, "required": ["name", "age", "happy"],
     "additionalProperties": false})";
 constexpr int kJsonCases = 2;
+// A regular expression the output must match as a whole (vLLM's guided_regex).
+constexpr char kStoryRegex[] = R"((Lily|Tom) (saw|found) a (big|small) [a-z]{2,8}\.)";
+constexpr int kRegexCases = 2;
 
 struct Case {
   std::string prompt;
@@ -57,6 +61,12 @@ std::vector<Case> Cases() {
     cases.push_back({c["prompt"], Plain(0.8f, 0.9f), 80});
   }
   const std::string prompt = ref["greedy"][1]["prompt"];
+  // A regular expression, greedy and sampled (kRegexCases, before the JSON cases).
+  for (float temperature : {0.0f, 0.9f}) {
+    SamplingParams regex = Plain(temperature, 0.95f);
+    regex.regex = kStoryRegex;
+    cases.push_back({prompt, regex, 60});
+  }
   // Structured output, greedy and sampled (kJsonCases of them, before the processor cases).
   for (float temperature : {0.0f, 0.9f}) {
     SamplingParams json = Plain(temperature, 0.95f);
@@ -190,6 +200,21 @@ TEST_F(ClusterTest, LogitProcessorCasesChangeTheOutput) {
   EXPECT_GE((*expected_)[n - 2].size(), 40u);
   EXPECT_EQ((*expected_)[n - 2].back(), 1) << "EOS once min_tokens allows it";
   EXPECT_LT(got[2].size(), 40u) << "without min_tokens the biased EOS comes early";
+}
+
+// The regex cases end in EOS after a text that matches the pattern (std::regex is the oracle).
+TEST_F(ClusterTest, RegexOutputMatchesThePattern) {
+  auto tok = std::move(*Llama2cTokenizer::Load(testing::Tok512(), 512));
+  const size_t first = cases_->size() - 2 - kJsonCases - kRegexCases;
+  for (size_t i = first; i < first + kRegexCases; ++i) {
+    ASSERT_FALSE((*cases_)[i].sampling.regex.empty());
+    std::vector<int> tokens = (*expected_)[i];
+    ASSERT_FALSE(tokens.empty());
+    EXPECT_EQ(tokens.back(), 1) << "case " << i << " ends in the model's EOS";
+    tokens.pop_back();
+    const std::string text = tok->Decode(tokens);
+    EXPECT_TRUE(std::regex_match(text, std::regex(kStoryRegex))) << text;
+  }
 }
 
 // The structured-output cases end in EOS after one JSON value that fits the schema (the
@@ -507,6 +532,17 @@ TEST_F(ClusterTest, InvalidFieldsAreNamedAndServersKeepServing) {
        [](auto& r) {
          r.mutable_sampling()->set_json_schema("true");
          r.set_ignore_eos(true);
+       }},
+      {"sampling.regex", [](auto& r) { r.mutable_sampling()->set_regex("(a"); }},
+      {"sampling.regex",
+       [](auto& r) {
+         r.mutable_sampling()->set_regex("a+");
+         r.mutable_sampling()->add_choice("a");
+       }},
+      {"stop",
+       [](auto& r) {
+         r.mutable_sampling()->set_regex("a+");
+         r.add_stop("a");
        }},
       {"stop", [](auto& r) { r.add_stop(""); }},
       {"request_id", [](auto& r) { r.set_request_id(std::string(1000, 'x')); }},

@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -590,6 +591,120 @@ TEST(JsonMatcherTest, NeverBeginsAValueThatCannotCloseInTime) {
   EXPECT_FALSE(deep.Feed(R"("d)"));
   EXPECT_TRUE(z.Feed(R"("z": null})" + std::string(29, ']')));
   EXPECT_TRUE(z.Complete());
+}
+
+// Whole-text matching against std::regex (ECMAScript) on every string of up to 4 bytes over an
+// alphabet that exercises the patterns, and a few longer ones.
+TEST(ByteRegexTest, FullMatchEqualsStdRegex) {
+  const std::vector<std::string> patterns = {
+      "abc",        "a|bc|",       "(ab)*c",    "a+b?",   "[a-c]{2}", "[^a]x",   "\\d{1,3}",
+      "(?:a|b)+c*", "x{0,2}y{2,}", "\\w\\s\\W", ".b",     "^a*$",     "[a\\-c]", "(a|ab)(c|bcd)",
+      "\\.\\*\\[",  "[\\d_]+",     "a{3}",      "(a*)*b", "a.*?b"};
+  const std::string alphabet = "abcxy1_ .-*[";
+  std::vector<std::string> texts = {""};
+  for (int len = 1; len <= 4; ++len) {
+    const size_t before = texts.size();
+    for (size_t i = 0; i < before; ++i) {
+      if (texts[i].size() != static_cast<size_t>(len - 1)) continue;
+      for (char c : alphabet) texts.push_back(texts[i] + c);
+    }
+  }
+  texts.push_back("12345");
+  texts.push_back("xxyyyyy");
+  texts.push_back(".*[");
+  for (const std::string& pattern : patterns) {
+    SCOPED_TRACE(pattern);
+    auto re = ByteRegex::Compile(pattern);
+    ASSERT_TRUE(re.ok()) << re.status();
+    const std::regex oracle(pattern);
+    for (const std::string& t : texts) {
+      ByteRegex::Mask state = ByteRegex::Start();
+      for (unsigned char c : t) {
+        if (state != 0) state = (*re)->Step(state, c);
+      }
+      const bool got = state != 0 && (*re)->Accepting(state);
+      ASSERT_EQ(got, std::regex_match(t, oracle)) << "\"" << t << "\"";
+    }
+  }
+}
+
+TEST(ByteRegexTest, DotAndNegatedClassesTakeWholeUtf8Characters) {
+  auto re = JsonSchema::Regex("[^x]\u00e9.");
+  ASSERT_TRUE(re.ok()) << re.status();
+  EXPECT_TRUE(Accepts(**re, "\u00fc\u00e9\u20ac"));
+  EXPECT_TRUE(Accepts(**re, "a\u00e9\xf0\x9f\x98\x80"));
+  EXPECT_FALSE(Accepts(**re, "x\u00e9a"));
+  EXPECT_FALSE(Accepts(**re, "a\u00e9\n"));
+  EXPECT_FALSE(Accepts(**re, "a\u00e9\xc3"));      // half a character
+  EXPECT_FALSE(Accepts(**re, "a\u00e9\x80"));      // a lone continuation byte
+  EXPECT_FALSE(Accepts(**re, " \u00e9\xc0\x80"));  // an overlong form
+}
+
+TEST(ByteRegexTest, WhatIsNotSupportedIsRefusedByName) {
+  for (const auto& [pattern, what] : std::vector<std::pair<std::string, std::string>>{
+           {"(a)\\1", "backreferences"},
+           {"(?=a)a", "lookaround"},
+           {"(?P<x>a)", "named groups"},
+           {"a\\bc", "\\b"},
+           {"a^b", "anchors"},
+           {"[\u00e9]", "non-ASCII"},
+           {"a{65}", "over 64"},
+           {"a**", "repeated quantifiers"},
+           {"(a", "missing ')'"},
+           {"a)", "unbalanced"},
+           {"[a", "missing ']'"},
+           {"*a", "nothing to repeat"},
+           {"[z-a]", "out of order"},
+           {".{13}", "more than 127"},
+           {"((((((((((((((((((((((((((((((((((a))))))))))))))))))))))))))))))))))", "32 deep"},
+           {"((((a{0}){64}){64}){64}){64}", "too deeply"},
+       }) {
+    auto re = ByteRegex::Compile(pattern);
+    ASSERT_FALSE(re.ok()) << pattern;
+    EXPECT_EQ(re.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(re.status().message().find(what), std::string::npos) << re.status();
+  }
+  EXPECT_FALSE(ByteRegex::Compile(std::string(ByteRegex::kMaxPatternBytes + 1, 'a')).ok());
+}
+
+// The token mask under a regex: tokens whose bytes keep a match possible; EOS only where the
+// text so far matches; only EOS once nothing can follow.
+TEST(ByteRegexTest, TokenMaskFollowsThePattern) {
+  auto re = JsonSchema::Regex("(yes|no) [0-9]{1,2}");
+  ASSERT_TRUE(re.ok()) << re.status();
+  const TokenMask mask({"y", "es", "yes ", "no", " ", "1", "23", "4 ", ""});
+  JsonMatcher m(**re);
+  std::vector<uint8_t> allowed;
+  const std::vector<int> eos = {8};
+  mask.Allowed(m, eos, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{1, 0, 1, 1, 0, 0, 0, 0, 0}));
+  ASSERT_TRUE(mask.Advance(&m, 2));  // "yes "
+  mask.Allowed(m, eos, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 1, 0, 0}));
+  ASSERT_TRUE(mask.Advance(&m, 5));  // "yes 1": complete, or one more digit
+  mask.Allowed(m, eos, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 0, 0, 1, 0, 0, 1}));
+  ASSERT_TRUE(mask.Advance(&m, 5));  // "yes 11": only EOS
+  mask.Allowed(m, eos, &allowed);
+  EXPECT_EQ(allowed, (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 0, 0, 1}));
+  EXPECT_TRUE(m.Complete());
+  // A copied matcher carries the automaton's whole state (positions above 64 included).
+  auto wide = JsonSchema::Regex("(ab){35}c");
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  std::string abs;
+  for (int i = 0; i < 35; ++i) abs += "ab";
+  JsonMatcher w(**wide);
+  ASSERT_TRUE(w.Feed(abs));
+  JsonMatcher copy = w;
+  EXPECT_FALSE(copy.Complete());
+  EXPECT_TRUE(copy.Feed('c'));
+  EXPECT_TRUE(copy.Complete());
+  EXPECT_FALSE(w.Feed('a'));
+  // A pattern that matches the empty text is complete before any byte (found by the fuzzer).
+  auto star = JsonSchema::Regex("a*");
+  ASSERT_TRUE(star.ok());
+  EXPECT_TRUE(JsonMatcher(**star).Complete());
+  EXPECT_FALSE(JsonMatcher(**wide).Complete());
 }
 
 }  // namespace
