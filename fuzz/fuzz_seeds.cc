@@ -106,6 +106,8 @@ void JsonSchemas() {
       R"({"$defs": {"t": {"type": "array", "items": {"$ref": "#/$defs/t"}}},
           "$ref": "#/$defs/t"})",
       R"(true)",
+      R"({"type": "object", "properties": {"e": {"type": "string", "pattern": "^[a-z]+@x\\.com$"},
+          "n": {"pattern": "[0-9]"}, "t": {"pattern": "^\\w"}}, "required": ["e", "n"]})",
       // guided_regex patterns (the 'R' mode).
       R"(R(yes|no) [0-9]{1,3}\.)",
       R"(R[^a-c]+.(?:x|y)*\w{2,}$)",

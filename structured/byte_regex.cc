@@ -422,6 +422,7 @@ class RegexBuilder {
     return {a.nullable && b.nullable, a.first | (a.nullable ? b.first : 0),
             b.last | (b.nullable ? a.last : 0)};
   }
+  int positions() const { return next_ - 1; }
   void Link(Mask from, Mask to) {
     for (Mask s = from; s != 0; s &= s - 1) re_->follow_[ByteRegex::Lowest(s)] |= to;
   }
@@ -447,6 +448,7 @@ absl::StatusOr<std::shared_ptr<const ByteRegex>> ByteRegex::Compile(std::string_
   auto f = builder.Build(*root);
   if (!f.ok()) return f.status();
   re->follow_[0] = f->first;
+  re->positions_ = builder.positions();
   re->last_ = f->last | (f->nullable ? Start() : 0);
   return re;
 }

@@ -42,6 +42,19 @@ class ByteRegex {
   }
   // Whether the bytes that led to `state` match the whole pattern.
   bool Accepting(Mask state) const { return (state & last_) != 0; }
+  // The character positions the pattern compiled to (state bits 1..positions()).
+  int positions() const { return positions_; }
+  // Whether every position accepts some byte for which `usable(byte)` holds: then every state
+  // can still reach a match using only such bytes.
+  template <typename Pred>
+  bool EveryPositionAcceptsSome(Pred usable) const {
+    Mask covered = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (usable(static_cast<unsigned char>(b))) covered |= accepts_[b];
+    }
+    const Mask all = ((Mask{1} << (positions_ + 1)) - 1) & ~Start();
+    return (covered & all) == all;
+  }
 
  private:
   friend class RegexBuilder;
@@ -52,6 +65,7 @@ class ByteRegex {
   std::array<Mask, kMaxPositions + 1> follow_{};  // positions that may come after each
   std::array<Mask, 256> accepts_{};               // positions whose class holds the byte
   Mask last_ = 0;                                 // accepting positions (0 if the empty text is)
+  int positions_ = 0;
 };
 
 }  // namespace tandem::structured

@@ -41,6 +41,32 @@ bool IsHex(unsigned char c) {
 }
 bool IsSpace(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
+// A string pattern's automaton in a kString frame's `keys`: bit 0 the start, bits 1..62 the
+// positions, bit 63 "a match was found" (an unanchored end: whatever follows is fine).
+constexpr uint64_t kPatternMatched = uint64_t{1} << 63;
+
+// The byte a one-letter escape stands for; 0 for none.
+unsigned char Unescaped(unsigned char c) {
+  switch (c) {
+    case '"':
+    case '\\':
+    case '/':
+      return c;
+    case 'b':
+      return '\b';
+    case 'f':
+      return '\f';
+    case 'n':
+      return '\n';
+    case 'r':
+      return '\r';
+    case 't':
+      return '\t';
+    default:
+      return 0;
+  }
+}
+
 SchemaNode Make(Kind kind) {
   SchemaNode n;
   n.kind = kind;
@@ -190,7 +216,7 @@ bool JsonMatcher::InFreeString() const {
   if (depth_ == 0) return false;
   const State& s = stack_[depth_ - 1];
   return s.frame == Frame::kString && s.phase == kStrChar && s.pending == 0 &&
-         (s.node == nullptr || s.node->max_length < 0);
+         (s.node == nullptr || (s.node->max_length < 0 && s.node->pattern == nullptr));
 }
 
 bool JsonMatcher::Push(const State& s) {
@@ -250,6 +276,11 @@ JsonMatcher::Step JsonMatcher::Begin(State& s, const SchemaNode* node, unsigned 
     case Kind::kString:
       if (c != '"') return Step::kRejected;
       s = NewFrame(node, Frame::kString, kStrChar);
+      s.keys = static_cast<uint64_t>(ByteRegex::Start());  // a pattern's automaton, if any
+      if (node->pattern != nullptr && !node->pattern_end &&
+          node->pattern->Accepting(ByteRegex::Start())) {
+        s.keys |= kPatternMatched;  // a pattern that matches the empty text: any string
+      }
       return Step::kTaken;
     case Kind::kNumber:
     case Kind::kInteger:
@@ -396,19 +427,39 @@ JsonMatcher::Step JsonMatcher::FeedArray(State& s, unsigned char c) {
   }
 }
 
+bool JsonMatcher::PatternFeed(State& s, unsigned char x) {
+  const SchemaNode* n = s.node;
+  if (n == nullptr || n->pattern == nullptr || (s.keys & kPatternMatched) != 0) return true;
+  ByteRegex::Mask next = n->pattern->Step(s.keys, x);
+  if (!n->pattern_start) next |= ByteRegex::Start();  // a match may begin at any character
+  if (next == 0) return false;
+  s.keys = static_cast<uint64_t>(next);
+  if (!n->pattern_end && n->pattern->Accepting(next)) s.keys |= kPatternMatched;
+  return true;
+}
+
+bool JsonMatcher::PatternDone(const State& s) {
+  const SchemaNode* n = s.node;
+  if (n == nullptr || n->pattern == nullptr || (s.keys & kPatternMatched) != 0) return true;
+  return n->pattern->Accepting(s.keys);
+}
+
 JsonMatcher::Step JsonMatcher::FeedString(State& s, unsigned char c) {
   const int max = s.node == nullptr ? -1 : s.node->max_length;
   const int min = s.node == nullptr ? 0 : s.node->min_length;
   const bool room = max < 0 || s.count < max;
   switch (s.phase) {
     case kStrEscape:
-      if (c == '"' || c == '\\' || c == '/' || c == 'b' || c == 'f' || c == 'n' || c == 'r' ||
-          c == 't') {
+      if (const unsigned char x = Unescaped(c); x != 0) {
+        if (!PatternFeed(s, x)) return Step::kRejected;
         ++s.count;
         s.phase = kStrChar;
         return Step::kTaken;
       }
-      if (c == 'u') {
+      // \u escapes are not written under a pattern: which of their last digits keep the
+      // pattern possible cannot be known at the 'u' (every character they write has a plain
+      // form or a one-letter escape; JsonSchema refuses patterns that need the others).
+      if (c == 'u' && (s.node == nullptr || s.node->pattern == nullptr)) {
         s.phase = kStrHex;
         s.a = 0;
         return Step::kTaken;
@@ -430,22 +481,32 @@ JsonMatcher::Step JsonMatcher::FeedString(State& s, unsigned char c) {
     if (s.b == 0xED) hi = 0x9F;
     if (s.b == 0xF0) lo = 0x90;
     if (s.b == 0xF4) hi = 0x8F;
-    if (c < lo || c > hi) return Step::kRejected;
+    if (c < lo || c > hi || !PatternFeed(s, c)) return Step::kRejected;
     s.b = 0;
     if (--s.pending == 0) ++s.count;
     return Step::kTaken;
   }
   if (c == '"') {
-    if (s.count < min) return Step::kRejected;
+    if (s.count < min || !PatternDone(s)) return Step::kRejected;
     --depth_;
     return Step::kTaken;
   }
   if (!room || c < 0x20) return Step::kRejected;
   if (c == '\\') {
+    if (s.node != nullptr && s.node->pattern != nullptr) {
+      // Only where the pattern takes a character a one-letter escape writes.
+      bool any = false;
+      for (unsigned char x : {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}) {
+        State trial = s;
+        any = any || PatternFeed(trial, x);
+      }
+      if (!any) return Step::kRejected;
+    }
     s.phase = kStrEscape;
     return Step::kTaken;
   }
   if (c < 0x80) {
+    if (!PatternFeed(s, c)) return Step::kRejected;
     ++s.count;
     return Step::kTaken;
   }
@@ -456,6 +517,10 @@ JsonMatcher::Step JsonMatcher::FeedString(State& s, unsigned char c) {
   } else if (c >= 0xF0 && c <= 0xF4) {
     s.pending = 3;
   } else {
+    return Step::kRejected;
+  }
+  if (!PatternFeed(s, c)) {
+    s.pending = 0;
     return Step::kRejected;
   }
   s.b = c;

@@ -79,6 +79,10 @@ class JsonMatcher {
   Step FeedLiteral(State& s, unsigned char c);
   // kRegex frames keep the automaton's state in keys (low half) and a, b (high half).
   Step FeedRegex(State& s, unsigned char c);
+  // A string schema's pattern over the string's characters (escapes decoded), one byte at a
+  // time; false when `x` cannot come next. PatternDone: whether the string may close here.
+  static bool PatternFeed(State& s, unsigned char x);
+  static bool PatternDone(const State& s);
   static ByteRegex::Mask RegexState(const State& s);
   static void SetRegexState(State& s, ByteRegex::Mask m);
   Step Whitespace(State& s, unsigned char c);

@@ -30,10 +30,11 @@ const std::set<std::string, std::less<>>& Annotations() {
 
 const std::set<std::string, std::less<>>& Supported() {
   static const auto* const kSet = new std::set<std::string, std::less<>>{
-      "type",      "properties", "required", "additionalProperties",
-      "items",     "minItems",   "maxItems", "minLength",
-      "maxLength", "enum",       "const",    "anyOf",
-      "oneOf",     "$ref",       "$defs",    "definitions"};
+      "type",       "properties", "required", "additionalProperties",
+      "items",      "minItems",   "maxItems", "minLength",
+      "maxLength",  "enum",       "const",    "anyOf",
+      "pattern",    "oneOf",      "$ref",     "$defs",
+      "definitions"};
   return *kSet;
 }
 
@@ -187,7 +188,7 @@ class SchemaCompiler {
       types.push_back("object");
     } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("pattern")) {
       types.push_back("string");
     } else {
       return AnyValueNode();
@@ -310,6 +311,9 @@ class SchemaCompiler {
           !b.ok()) {
         return b;
       }
+      if (s.contains("pattern")) {
+        if (absl::Status p = Pattern(s, path, &n); !p.ok()) return p;
+      }
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? Kind::kNumber : Kind::kInteger;
     } else if (type == "boolean") {
@@ -320,6 +324,36 @@ class SchemaCompiler {
       return Invalid(path + "/type", absl::StrCat("unknown type \"", type, "\""));
     }
     return Add(std::move(n), path);
+  }
+
+  // `pattern` of a string schema: compiled, its anchors noted.
+  absl::Status Pattern(const Json& s, const std::string& path, SchemaNode* n) {
+    const Json& p = s["pattern"];
+    if (!p.is_string()) return Invalid(path + "/pattern", "must be a string");
+    if (s.contains("minLength") || s.contains("maxLength")) {
+      return Invalid(path + "/pattern", "beside minLength or maxLength is not supported");
+    }
+    const std::string text = p.get<std::string>();
+    auto re = ByteRegex::Compile(text);
+    if (!re.ok()) return Invalid(path + "/pattern", std::string(re.status().message()));
+    if ((*re)->positions() > JsonSchema::kMaxPatternPositions) {
+      return Invalid(path + "/pattern",
+                     absl::StrCat("needs ", (*re)->positions(), " character positions (at most ",
+                                  JsonSchema::kMaxPatternPositions,
+                                  "; repetitions count each copy, `.` counts 10)"));
+    }
+    // A JSON string writes control characters other than \b \f \n \r \t only as \u escapes,
+    // which a string under a pattern does not use (structured/json_matcher.cc).
+    if (!(*re)->EveryPositionAcceptsSome([](unsigned char b) {
+          return b >= 0x20 || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t';
+        })) {
+      return Invalid(path + "/pattern",
+                     "needs a control character a string can only write as a \\u escape");
+    }
+    n->pattern = *std::move(re);
+    n->pattern_start = text.starts_with('^');
+    n->pattern_end = text.ends_with('$') && !text.ends_with("\\$");
+    return absl::OkStatus();
   }
 
   absl::StatusOr<const SchemaNode*> Literals(const Json& s, const std::string& path) {

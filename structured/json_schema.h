@@ -11,6 +11,9 @@
 //   additionalProperties  false or true; a schema for the values of an object without
 //                     `properties` (an object with `properties` only ever gets those)
 //   items, minItems, maxItems, minLength, maxLength, enum, const
+//   pattern           a regular expression (structured/byte_regex.h) the string contains a
+//                     match of, as JSON Schema's ECMA-262 search (^ and $ anchor it); at most
+//                     kMaxPatternPositions positions, and not beside minLength or maxLength
 //   anyOf, oneOf      alternatives that begin differently (an object and a string, say), which
 //                     the first byte of the value tells apart; and several objects among them
 //                     when each has the same required first property whose value is a string
@@ -20,7 +23,7 @@
 //   annotations       title, description, default, examples, format, $schema, $id, $comment,
 //                     deprecated, readOnly, writeOnly: accepted and not enforced (JSON Schema
 //                     treats `format` as an annotation by default)
-// Anything else (pattern, minimum, maximum, multipleOf, allOf, not, if, patternProperties, ...)
+// Anything else (minimum, maximum, multipleOf, allOf, not, if, patternProperties, ...)
 // is an INVALID_ARGUMENT naming the keyword and where it is, never silently ignored.
 #ifndef TANDEM_STRUCTURED_JSON_SCHEMA_H_
 #define TANDEM_STRUCTURED_JSON_SCHEMA_H_
@@ -80,6 +83,11 @@ struct SchemaNode {
   // kString: lengths in characters (code points).
   int min_length = 0;
   int max_length = -1;
+  // kString: `pattern`, which the string's characters (escapes decoded) must contain a match of:
+  // anywhere, or from its start with ^ (pattern_start) and to its end with $ (pattern_end).
+  std::shared_ptr<const ByteRegex> pattern;
+  bool pattern_start = false;
+  bool pattern_end = false;
 
   // kLiteral: the values as compact JSON texts, sorted and distinct.
   std::vector<std::string> literals;
@@ -124,6 +132,9 @@ class JsonSchema {
   const SchemaNode* suffix() const { return suffix_; }
 
   static constexpr int kMaxNodes = 4096;
+  // A string frame keeps a pattern's automaton in 64 bits: the start, the positions and a
+  // "matched" bit.
+  static constexpr int kMaxPatternPositions = 62;
   static constexpr int kMaxChoices = 256;
   static constexpr size_t kMaxChoiceBytes = 65536;
   // Nesting levels a value may have (JsonMatcher's stack, the suffix's frame included).

@@ -694,7 +694,9 @@ TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
   ASSERT_TRUE(c.ready());
   const json choices = {"happy ending", "sad ending", "no ending at all"};
   const json schema = json::parse(R"({"type": "object", "properties": {"mood":
-      {"enum": ["calm", "wild"]}, "n": {"type": "integer"}}, "required": ["mood", "n"]})");
+      {"enum": ["calm", "wild"]}, "n": {"type": "integer"},
+      "code": {"type": "string", "pattern": "^[a-z]{2}-[0-9]$"}},
+      "required": ["mood", "n", "code"]})");
   // A pattern std::regex checks the output against independently.
   const std::string pattern = R"((The|A) (cat|dog|bird) (sat|ran|flew) [0-9]{1,3} times\.)";
   enum Kind { kChoice, kJson, kRegex };
@@ -739,7 +741,11 @@ TEST(HttpClusterTest, VllmGuidedFieldsGiveTheGrpcTokens) {
       } else if (k.kind == kRegex) {
         EXPECT_TRUE(std::regex_match(want.text, std::regex(pattern))) << want.text;
       } else {
-        EXPECT_TRUE(json::parse(want.text, nullptr, false).is_object()) << want.text;
+        const json value = json::parse(want.text, nullptr, false);
+        ASSERT_TRUE(value.is_object()) << want.text;
+        EXPECT_TRUE(
+            std::regex_match(value["code"].get<std::string>(), std::regex("[a-z]{2}-[0-9]")))
+            << want.text;
       }
       json body = {{"max_tokens", 120}, {"temperature", 0.9}, {"seed", 4}, {k.field, k.value}};
       if (chat) {

@@ -319,7 +319,7 @@ TEST_F(OpenAiTest, BadFieldsAreNamed) {
       {kChat,
        R"({"messages": [{"role": "user", "content": "a"}], "tool_choice": "required",
            "tools": [{"type": "function", "function": {"name": "f", "parameters":
-           {"type": "object", "properties": {"x": {"type": "string", "pattern": "a"}}}}}]})",
+           {"type": "object", "properties": {"x": {"type": "integer", "minimum": 1}}}}}]})",
        400, "tools[0].function.parameters"},
       // A forced call whose parameters no finite value satisfies, or whose references go round
       // without a schema: named by the tool's index.
@@ -469,7 +469,7 @@ TEST_F(OpenAiTest, IngressErrorsNameTheOpenAiParameter) {
       {Endpoint::kCompletions, R"({"prompt": "a", "logit_bias": {"5": 200}})", "logit_bias"},
       {Endpoint::kCompletions,
        R"({"prompt": "a", "response_format": {"type": "json_schema",
-           "json_schema": {"schema": {"type": "string", "pattern": "x"}}}})",
+           "json_schema": {"schema": {"type": "integer", "minimum": 1}}}})",
        "response_format"},
       {Endpoint::kCompletions,
        R"({"prompt": "a", "response_format": {"type": "json_object"}, "min_tokens": 2})",
@@ -1305,7 +1305,7 @@ TEST_F(OpenAiTest, ResponsesInputIsTheChatPrompt) {
 // or a built-in tool, or would change the answer and is not supported.
 TEST_F(OpenAiTest, ResponsesBadFieldsAreNamed) {
   const std::string tool = R"({"type": "function", "name": "f", "parameters": {"type": "object",
-      "properties": {"x": {"type": "string", "pattern": "a"}}}})";
+      "properties": {"x": {"type": "integer", "minimum": 1}}}})";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({})", "input"},
       {R"({"input": 5})", "input"},

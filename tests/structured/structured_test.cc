@@ -85,6 +85,14 @@ const std::vector<std::string>& Schemas() {
           "ok": {"type": "boolean"}}, "required": ["id", "ok"]})",
       // Tagged unions: objects told apart by the string const (or enum) of their first property.
       kToolCalls,
+      // Patterns: anchored at both ends, at the start only, and anywhere (JSON Schema's search;
+      // with brackets among its characters, so that the walk's closing bytes can satisfy it).
+      R"({"type": "object", "properties": {
+          "email": {"type": "string", "pattern": "^[a-z]{1,8}@[a-z]{1,8}\\.(com|org)$"},
+          "code": {"type": "string", "pattern": "^[0-9]{3}-\\d$"},
+          "tag": {"type": "string", "pattern": "^x"},
+          "note": {"type": "string", "pattern": "[aeiou}\\]]"}},
+          "required": ["email", "code", "tag", "note"]})",
       R"({"type": "array", "maxItems": 3, "items": {"oneOf": [
           {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
            "required": ["kind", "r"]},
@@ -138,7 +146,12 @@ TEST(JsonSchemaTest, UnsupportedKeywordsAndBadSchemasNameWhatAndWhere) {
     std::vector<std::string> words;
   };
   const Case cases[] = {
-      {R"({"type": "string", "pattern": "a+"})", {"at /", "\"pattern\""}},
+      {R"({"type": "string", "pattern": "(a)\\1"})", {"at /pattern", "backreferences"}},
+      {R"({"type": "string", "pattern": "a", "maxLength": 3})", {"at /pattern", "maxLength"}},
+      {R"({"type": "string", "pattern": ".{7}"})", {"at /pattern", "positions"}},
+      {R"({"type": "string", "pattern": 5})", {"at /pattern", "string"}},
+      {R"({"type": "string", "pattern": "a\\x01"})", {"at /pattern", "control character"}},
+      {R"({"type": "string", "minimum": 1})", {"at /", "\"minimum\""}},
       {R"({"properties": {"a": {"minimum": 1}}})", {"/properties/a", "\"minimum\""}},
       {R"({"$ref": "#/$defs/missing"})", {"/$ref", "#/$defs/missing"}},
       {R"({"properties": {}, "required": ["x"]})", {"/required", "\"x\""}},
@@ -591,6 +604,33 @@ TEST(JsonMatcherTest, NeverBeginsAValueThatCannotCloseInTime) {
   EXPECT_FALSE(deep.Feed(R"("d)"));
   EXPECT_TRUE(z.Feed(R"("z": null})" + std::string(29, ']')));
   EXPECT_TRUE(z.Complete());
+}
+
+// A string's pattern runs over its characters with escapes decoded; unanchored, a match anywhere
+// will do; the string closes only once the pattern is satisfied.
+TEST(JsonSchemaTest, StringPatternsAreSearchedOverTheDecodedCharacters) {
+  auto anchored = MustCompile(R"({"type": "string", "pattern": "^a\\nb[0-9]$"})");
+  ASSERT_NE(anchored, nullptr);
+  EXPECT_TRUE(Accepts(*anchored, R"("a\nb7")"));
+  EXPECT_FALSE(Accepts(*anchored, R"("\u0061\nb7")"));  // no \u escapes under a pattern
+  EXPECT_FALSE(Accepts(*anchored, R"("a\nb")"));        // cannot close before the digit
+  EXPECT_FALSE(Accepts(*anchored, R"("a\nb77")"));
+  EXPECT_FALSE(Accepts(*anchored, R"("xa\nb7")"));
+  auto search = MustCompile(R"({"type": "string", "pattern": "\u00e9t\u00e9|[0-9]{2}"})");
+  ASSERT_NE(search, nullptr);
+  EXPECT_TRUE(Accepts(*search, "\"an \u00e9t\u00e9 day\""));
+  EXPECT_TRUE(Accepts(*search, R"("in 1984")"));
+  EXPECT_TRUE(Accepts(*search, "\"\u00e9t\u00e9\""));  // the characters themselves
+  EXPECT_FALSE(Accepts(*search, R"("in 1 9")"));
+  EXPECT_FALSE(Accepts(*search, R"("")"));
+  auto start = MustCompile(R"({"type": "string", "pattern": "^ab"})");
+  ASSERT_NE(start, nullptr);
+  EXPECT_TRUE(Accepts(*start, R"("ab and more")"));
+  EXPECT_FALSE(Accepts(*start, R"("xab")"));
+  // The token mask's free-string fast path is off where a pattern constrains the characters.
+  JsonMatcher m(start->root());
+  ASSERT_TRUE(m.Feed('"'));
+  EXPECT_FALSE(m.InFreeString());
 }
 
 // Whole-text matching against std::regex (ECMAScript) on every string of up to 4 bytes over an
