@@ -9,9 +9,11 @@
 # tests/clients/langchain_agent_loop.py), and
 # through the Responses API's `responses.create`: text, streamed, and the same loop with
 # function_call_output items (tests/clients/openai_responses.py); vLLM's guided_regex,
-# guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py).
+# guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py), and
+# instructor extracts a pydantic model in its tools and json_schema modes
+# (tests/clients/instructor_extract.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
-# openai grpcio grpcio-tools langchain-openai); without network access to PyPI the test is skipped (exit 77),
+# openai grpcio grpcio-tools langchain-openai instructor); without network access to PyPI the test is skipped (exit 77),
 # saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
 set -euo pipefail
@@ -25,10 +27,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai' 2>/dev/null; then
+if ! "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor' 2>/dev/null; then
   /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
-  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools langchain-openai >"$WORK/pip.log" 2>&1; then
-    echo "SKIP: cannot pip install openai grpcio grpcio-tools langchain-openai:"; tail -3 "$WORK/pip.log"; exit 77
+  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools langchain-openai instructor >"$WORK/pip.log" 2>&1; then
+    echo "SKIP: cannot pip install openai grpcio grpcio-tools langchain-openai instructor:"; tail -3 "$WORK/pip.log"; exit 77
   fi
 fi
 PY="$VENV/bin/python"
@@ -61,6 +63,8 @@ echo "--- openai_agent_loop.py"
 "$PY" "$SRC/tests/clients/openai_agent_loop.py" "$HTTP" || { echo "FAIL: the agent loop"; fail=1; }
 echo "--- langchain_agent_loop.py"
 "$PY" "$SRC/tests/clients/langchain_agent_loop.py" "$HTTP" || { echo "FAIL: the LangChain loop"; fail=1; }
+echo "--- instructor_extract.py"
+"$PY" "$SRC/tests/clients/instructor_extract.py" "$HTTP" || { echo "FAIL: instructor"; fail=1; }
 echo "--- openai_guided.py"
 "$PY" "$SRC/tests/clients/openai_guided.py" "$HTTP" || { echo "FAIL: the guided fields"; fail=1; }
 echo "--- openai_responses.py"
