@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# lm-evaluation-harness against a real cluster, as users score a model through an
+# OpenAI-compatible server: `lm_eval --model local-completions` on a `tandem up` of the tiny
+# Qwen3 fixture (tests/fixtures/hf/qwen3_f32, whose tokenizer.json lm_eval loads as its
+# huggingface tokenizer), over two tasks defined in local files: a loglikelihood task
+# (multiple_choice: echo + logprobs) and a generate_until task. lm_eval_check.py then holds its
+# logged answers to the server's own: every loglikelihood to the prompt log-probabilities of the
+# same tokens (max_tokens 0), every generation to a greedy completion with the same stop.
+# lm_eval needs torch and transformers; it is not installed by scripts/setup.sh. The test uses
+# $TANDEM_LM_EVAL_PYTHON (default python3) and is skipped (exit 77), saying so, when that Python
+# cannot import lm_eval. To run it:
+#   python3 -m venv ENV && ENV/bin/pip install "lm_eval[api]" && \
+#     TANDEM_LM_EVAL_PYTHON=ENV/bin/python ctest -R lm_eval_test
+#   lm_eval_test.sh BIN_DIR SOURCE_DIR
+set -euo pipefail
+BIN=$(realpath "$1") SRC=$(realpath "$2")
+PY=${TANDEM_LM_EVAL_PYTHON:-python3}
+if ! "$PY" -c 'import lm_eval, tenacity, transformers' 2>/dev/null; then
+  echo "SKIP: $PY cannot import lm_eval (set TANDEM_LM_EVAL_PYTHON to a Python with lm_eval[api])"
+  exit 77
+fi
+WORK=$(mktemp -d)
+UP_PID=""
+cleanup() {
+  if [ -n "$UP_PID" ]; then kill -TERM "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+MODEL="$SRC/tests/fixtures/hf/qwen3_f32"
+"$BIN/tandem" up --model "$MODEL" >"$WORK/up.out" 2>"$WORK/up.err" &
+UP_PID=$!
+for _ in $(seq 1 300); do
+  if grep -q '^http router=' "$WORK/up.out" && grep -q '^ready router=' "$WORK/up.out"; then break; fi
+  if ! kill -0 "$UP_PID" 2>/dev/null; then echo "tandem up exited:"; cat "$WORK/up.err"; exit 1; fi
+  sleep 0.1
+done
+HTTP=$(sed -n 's/^http router=//p' "$WORK/up.out")
+[ -n "$HTTP" ] || { echo "no router address:"; cat "$WORK/up.out" "$WORK/up.err"; exit 1; }
+
+# The tasks: local JSON lines and their YAML definitions.
+cat >"$WORK/ll.jsonl" <<'DATA'
+{"question": "The capital of France is", "choices": ["Paris", "London", "a cat"], "answer": 0}
+{"question": "One, two,", "choices": ["three", "seven"], "answer": 0}
+{"question": "Red, green and", "choices": ["blue", "dog", "the end of it"], "answer": 0}
+DATA
+cat >"$WORK/gen.jsonl" <<'DATA'
+{"question": "Q: Say hello.\nA:", "answer": " hello"}
+{"question": "Q: What is 2 + 2?\nA:", "answer": " 4"}
+DATA
+cat >"$WORK/tandem_ll.yaml" <<YAML
+task: tandem_ll
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: $WORK/ll.jsonl
+test_split: test
+output_type: multiple_choice
+doc_to_text: "{{question}}"
+doc_to_choice: "{{choices}}"
+doc_to_target: "{{answer}}"
+metric_list:
+  - metric: acc
+YAML
+cat >"$WORK/tandem_gen.yaml" <<YAML
+task: tandem_gen
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: $WORK/gen.jsonl
+test_split: test
+output_type: generate_until
+doc_to_text: "{{question}}"
+doc_to_target: "{{answer}}"
+generation_kwargs:
+  until: ["\n"]
+  max_gen_toks: 16
+  do_sample: false
+  temperature: 0
+metric_list:
+  - metric: exact_match
+YAML
+
+NAME=$(basename "$MODEL")
+HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "$PY" -m lm_eval --model local-completions \
+  --model_args "model=$NAME,base_url=http://$HTTP/v1/completions,tokenizer_backend=huggingface,tokenizer=$MODEL,num_concurrent=2,max_retries=1,tokenized_requests=True" \
+  --tasks tandem_ll,tandem_gen --include_path "$WORK" --output_path "$WORK/out" --log_samples \
+  >"$WORK/lm_eval.log" 2>&1 || { echo "lm_eval failed:"; tail -30 "$WORK/lm_eval.log"; exit 1; }
+grep -E '^\|' "$WORK/lm_eval.log" || true
+"$PY" "$SRC/tests/clients/lm_eval_check.py" "$WORK/out" "$HTTP" "$MODEL" "$NAME"
