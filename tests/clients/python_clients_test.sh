@@ -11,9 +11,10 @@
 # function_call_output items (tests/clients/openai_responses.py); vLLM's guided_regex,
 # guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py), and
 # instructor extracts a pydantic model in its tools and json_schema modes
-# (tests/clients/instructor_extract.py).
+# (tests/clients/instructor_extract.py), and litellm completes, streams and runs a tool call
+# (tests/clients/litellm_loop.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
-# openai grpcio grpcio-tools langchain-openai instructor); without network access to PyPI the test is skipped (exit 77),
+# openai grpcio grpcio-tools langchain-openai instructor litellm); without network access to PyPI the test is skipped (exit 77),
 # saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
 set -euo pipefail
@@ -27,10 +28,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor' 2>/dev/null; then
+if ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm' 2>/dev/null; then
   /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
-  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools langchain-openai instructor >"$WORK/pip.log" 2>&1; then
-    echo "SKIP: cannot pip install openai grpcio grpcio-tools langchain-openai instructor:"; tail -3 "$WORK/pip.log"; exit 77
+  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools langchain-openai instructor litellm >"$WORK/pip.log" 2>&1; then
+    echo "SKIP: cannot pip install openai grpcio grpcio-tools langchain-openai instructor litellm:"; tail -3 "$WORK/pip.log"; exit 77
   fi
 fi
 PY="$VENV/bin/python"
@@ -65,6 +66,8 @@ echo "--- langchain_agent_loop.py"
 "$PY" "$SRC/tests/clients/langchain_agent_loop.py" "$HTTP" || { echo "FAIL: the LangChain loop"; fail=1; }
 echo "--- instructor_extract.py"
 "$PY" "$SRC/tests/clients/instructor_extract.py" "$HTTP" || { echo "FAIL: instructor"; fail=1; }
+echo "--- litellm_loop.py"
+"$PY" "$SRC/tests/clients/litellm_loop.py" "$HTTP" || { echo "FAIL: litellm"; fail=1; }
 echo "--- openai_guided.py"
 "$PY" "$SRC/tests/clients/openai_guided.py" "$HTTP" || { echo "FAIL: the guided fields"; fail=1; }
 echo "--- openai_responses.py"
