@@ -38,16 +38,6 @@ constexpr size_t kLargeRequestBytes = 256 << 10;
 constexpr size_t kTrimAfterBytes = 8 << 20;
 constexpr absl::Duration kTrimEvery = absl::Milliseconds(250);
 
-std::string PeerHost(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
-  } else if (a.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
 }  // namespace
 
 const char* HttpReason(int status) {

@@ -41,17 +41,6 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// The peer's IP address ("" when unknown): connection caps count per peer host.
-std::string PeerHost(const sockaddr_storage& a) {
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (a.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
-  } else if (a.ss_family == AF_INET6) {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
 absl::Status WriteAck(SecureSocket& sock, KvSession& session, const KvFrameHeader& data,
                       const absl::Status& status, const std::atomic<bool>& stop,
                       absl::Duration io_timeout) {

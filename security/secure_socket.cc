@@ -1,6 +1,8 @@
 #include "security/secure_socket.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -81,6 +83,16 @@ SSL_CTX* NewContext(bool server) {
 }
 
 }  // namespace
+
+std::string PeerHost(const sockaddr_storage& a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&a)->sin_addr, buf, sizeof(buf));
+  } else if (a.ss_family == AF_INET6) {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
 
 absl::StatusOr<std::shared_ptr<SslContext>> SslContext::ForServer(const TlsConfig& tls) {
   if (!tls.enabled || tls.cert_pem.empty()) {

@@ -22,8 +22,13 @@
 
 typedef struct ssl_ctx_st SSL_CTX;
 typedef struct ssl_st SSL;
+struct sockaddr_storage;
 
 namespace tandem {
+
+// The IP address of a peer as text ("" when it is neither IPv4 nor IPv6): the HTTP server and
+// the KV receiver cap connections per peer host.
+std::string PeerHost(const sockaddr_storage& address);
 
 // An OpenSSL context made from a TlsConfig (TLS 1.2 or later).
 class SslContext {
