@@ -22,7 +22,15 @@ inline absl::StatusOr<std::vector<int>> RunPrefillThenDecode(PrefillEngine* pref
                                                              DecodeEngine* decode,
                                                              const GenerationRequest& r,
                                                              int* cached = nullptr) {
+  // A full worker, or one whose preempted requests go first, refuses with RESOURCE_EXHAUSTED;
+  // the router's queue then waits and tries again (router/router.cc), and so does this.
   auto adm = decode->Admit(r);
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(30);
+       !adm.ok() && adm.status().code() == absl::StatusCode::kResourceExhausted &&
+       absl::Now() < give_up;) {
+    absl::SleepFor(absl::Milliseconds(5));
+    adm = decode->Admit(r);
+  }
   if (!adm.ok()) return adm.status();
   auto pre = prefill->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
                               absl::Now() + absl::Seconds(30));
