@@ -45,7 +45,8 @@ bool IsSpace(unsigned char c) { return c == ' ' || c == '\n' || c == '\t' || c =
 // positions, bit 63 "a match was found" (an unanchored end: whatever follows is fine).
 constexpr uint64_t kPatternMatched = uint64_t{1} << 63;
 
-// The byte a one-letter escape stands for; 0 for none.
+// The letters of JSON's one-letter escapes, and the byte each stands for (0 for another letter).
+constexpr char kEscapeLetters[] = "\"\\/bfnrt";
 unsigned char Unescaped(unsigned char c) {
   switch (c) {
     case '"':
@@ -496,9 +497,9 @@ JsonMatcher::Step JsonMatcher::FeedString(State& s, unsigned char c) {
     if (s.node != nullptr && s.node->pattern != nullptr) {
       // Only where the pattern takes a character a one-letter escape writes.
       bool any = false;
-      for (unsigned char x : {'"', '\\', '/', '\b', '\f', '\n', '\r', '\t'}) {
+      for (const char* letter = kEscapeLetters; *letter != '\0' && !any; ++letter) {
         State trial = s;
-        any = any || PatternFeed(trial, x);
+        any = PatternFeed(trial, Unescaped(static_cast<unsigned char>(*letter)));
       }
       if (!any) return Step::kRejected;
     }

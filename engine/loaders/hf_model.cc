@@ -154,10 +154,8 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
     lw.wv = matrix(p + "self_attn.v_proj.weight", kv, dim);
     lw.wo = matrix(p + "self_attn.o_proj.weight", dim, q);
     if (c.LayerIsMoe(l)) {
-      // Qwen3-MoE: mlp.gate and mlp.experts.E.{gate,up,down}_proj; Mixtral:
-      // block_sparse_moe.gate and block_sparse_moe.experts.E.{w1,w3,w2} (gate, up, down).
-      const bool mixtral = c.architecture == "MixtralForCausalLM";
-      const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const HfMoeNames names(c, l);
+      const std::string& m = names.prefix;
       const int64_t eh = c.expert_hidden_dim;
       if (tensors.count(m + "experts.gate_up_proj") || tensors.count(m + "experts.down_proj")) {
         return absl::UnimplementedError(absl::StrFormat(
@@ -166,14 +164,11 @@ absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadHfModel(const std::stri
             "expert) or convert it to GGUF",
             dir, m));
       }
-      lw.router = matrix(m + "gate.weight", c.n_experts, dim);
+      lw.router = matrix(names.router(), c.n_experts, dim);
       lw.experts.resize(c.n_experts);
       for (int e = 0; e < c.n_experts && status.ok(); ++e) {
-        const std::string x = absl::StrFormat("%sexperts.%d.", m, e);
-        ExpertWeights& ew = lw.experts[e];
-        ew.w1 = matrix(x + (mixtral ? "w1.weight" : "gate_proj.weight"), eh, dim);
-        ew.w2 = matrix(x + (mixtral ? "w2.weight" : "down_proj.weight"), dim, eh);
-        ew.w3 = matrix(x + (mixtral ? "w3.weight" : "up_proj.weight"), eh, dim);
+        lw.experts[e] = {matrix(names.gate(e), eh, dim), matrix(names.down(e), dim, eh),
+                         matrix(names.up(e), eh, dim)};
       }
     } else {
       lw.w1 = matrix(p + "mlp.gate_proj.weight", hid, dim);

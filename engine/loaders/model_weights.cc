@@ -1,6 +1,7 @@
 #include "engine/loaders/model_weights.h"
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_format.h"
 #include "kernels/quant.h"
 
 namespace tandem {
@@ -39,6 +40,16 @@ std::vector<WeightRef*> LayerWeights::MutableMatrices() {
 std::vector<const WeightRef*> LayerWeights::Matrices() const {
   std::vector<WeightRef*> mutable_refs = const_cast<LayerWeights*>(this)->MutableMatrices();
   return {mutable_refs.begin(), mutable_refs.end()};
+}
+
+HfMoeNames::HfMoeNames(const ModelConfig& c, int layer)
+    : prefix(
+          absl::StrFormat("model.layers.%d.%s", layer,
+                          c.architecture == "MixtralForCausalLM" ? "block_sparse_moe." : "mlp.")),
+      mixtral(c.architecture == "MixtralForCausalLM") {}
+
+std::string HfMoeNames::Expert(int e, const char* name) const {
+  return absl::StrFormat("%sexperts.%d.%s.weight", prefix, e, name);
 }
 
 const float* ModelWeights::Own(DType dtype, const void* data, int64_t n) {

@@ -74,6 +74,23 @@ struct ModelWeights {
   void ConvertMatrices(DType dtype);
 };
 
+// Where a transformers 4 checkpoint keeps layer `layer`'s mixture of experts: the router is
+// router(), expert e's matrices gate(e), up(e) and down(e). Qwen3-MoE: model.layers.L.mlp.gate and
+// mlp.experts.E.{gate,up,down}_proj; Mixtral: block_sparse_moe.gate and
+// block_sparse_moe.experts.E.{w1,w3,w2}.
+struct HfMoeNames {
+  HfMoeNames(const ModelConfig& c, int layer);
+  std::string prefix;  // "model.layers.L.mlp." or "model.layers.L.block_sparse_moe."
+  bool mixtral;
+  std::string router() const { return prefix + "gate.weight"; }
+  std::string gate(int e) const { return Expert(e, mixtral ? "w1" : "gate_proj"); }
+  std::string up(int e) const { return Expert(e, mixtral ? "w3" : "up_proj"); }
+  std::string down(int e) const { return Expert(e, mixtral ? "w2" : "down_proj"); }
+
+ private:
+  std::string Expert(int e, const char* name) const;
+};
+
 // llama2.c checkpoint (the legacy 7-int header; shared or separate classifier).
 absl::StatusOr<std::pair<ModelConfig, ModelWeights>> LoadLlama2cCheckpoint(const std::string& path);
 // The same for a checkpoint already open (or held in memory); errors name file->path().

@@ -54,16 +54,13 @@ std::vector<TensorSpec> HfTensorSpecs(const ModelConfig& c, DType dtype) {
       specs.push_back({p + "mlp.down_proj.weight", dtype, {dim, hid}});
       continue;
     }
-    // The experts as transformers 4 names them (Mixtral's w1/w3/w2 are gate/up/down).
-    const bool mixtral = c.architecture == "MixtralForCausalLM";
-    const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+    const HfMoeNames names(c, l);
     const int64_t eh = c.expert_hidden_dim;
-    specs.push_back({m + "gate.weight", dtype, {c.n_experts, dim}});
+    specs.push_back({names.router(), dtype, {c.n_experts, dim}});
     for (int e = 0; e < c.n_experts; ++e) {
-      const std::string x = absl::StrFormat("%sexperts.%d.", m, e);
-      specs.push_back({x + (mixtral ? "w1.weight" : "gate_proj.weight"), dtype, {eh, dim}});
-      specs.push_back({x + (mixtral ? "w3.weight" : "up_proj.weight"), dtype, {eh, dim}});
-      specs.push_back({x + (mixtral ? "w2.weight" : "down_proj.weight"), dtype, {dim, eh}});
+      specs.push_back({names.gate(e), dtype, {eh, dim}});
+      specs.push_back({names.up(e), dtype, {eh, dim}});
+      specs.push_back({names.down(e), dtype, {dim, eh}});
     }
   }
   specs.push_back({"model.norm.weight", dtype, {dim}});
