@@ -69,7 +69,8 @@ from transformers import AutoTokenizer, Gemma3ForCausalLM, Gemma3TextConfig
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_fixtures import full_logits, prompts, write_expected  # noqa: E402
 import make_gguf_fixtures as gguf_fx  # noqa: E402
-from make_qwen3_fixtures import (add_qwen_tokenizer, make_tokenizer, logits_doc,  # noqa: E402
+from make_qwen3_fixtures import (add_qwen_tokenizer, close_gguf, gguf_writer,  # noqa: E402
+                                 make_tokenizer, logits_doc, read_tokenizer_files,
                                  tokenizer_cases, _gguf_version)
 
 import gguf  # noqa: E402
@@ -177,18 +178,8 @@ def gguf_name(hf):
 
 
 def write_gguf(path, config, state, tok_dir):
-    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
-        tok = json.load(f)
-    w = gguf.GGUFWriter(path, "gemma3")
-    w.add_name("tandem-gemma3-fixture")
-    w.add_context_length(config.max_position_embeddings)
-    w.add_embedding_length(config.hidden_size)
-    w.add_block_count(config.num_hidden_layers)
-    w.add_feed_forward_length(config.intermediate_size)
-    w.add_head_count(config.num_attention_heads)
-    w.add_head_count_kv(config.num_key_value_heads)
-    w.add_key_length(config.head_dim)
-    w.add_value_length(config.head_dim)
+    tok, _ = read_tokenizer_files(tok_dir)
+    w = gguf_writer(path, "gemma3", "tandem-gemma3-fixture", config)
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
     w.add_sliding_window(config.sliding_window)
@@ -200,10 +191,7 @@ def write_gguf(path, config, state, tok_dir):
         if name.endswith("norm.weight"):  # llama.cpp's converter stores Gemma's 1 + w
             data = data + 1
         w.add_tensor(gguf_name(name), data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
 
 
 def fresh_dir(d):

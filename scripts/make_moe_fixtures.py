@@ -62,7 +62,8 @@ from transformers import (MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_hf_fixtures import full_logits, greedy, prompts, round6, write_expected  # noqa: E402
-from make_qwen3_fixtures import add_qwen_tokenizer, make_tokenizer  # noqa: E402
+from make_qwen3_fixtures import (add_qwen_tokenizer, close_gguf, gguf_writer,  # noqa: E402
+                                 make_tokenizer, randomize_, read_tokenizer_files)
 
 import gguf  # noqa: E402
 
@@ -91,22 +92,6 @@ def mixtral_config(vocab_size, special):
                          tie_word_embeddings=False, sliding_window=None, num_local_experts=4,
                          num_experts_per_tok=2, bos_token_id=special["<|endoftext|>"],
                          eos_token_id=special["<|im_end|>"])
-
-
-def randomize_(model, seed):
-    """Weights larger than transformers' init (whose logits are nearly flat), deterministic."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith(("q_norm.weight", "k_norm.weight")):
-                v = 1.0 + 0.3 * torch.randn(p.shape, generator=g)
-            elif name.endswith("norm.weight"):
-                v = 1.0 + 0.1 * torch.randn(p.shape, generator=g)
-            elif name.endswith("gate.weight"):  # the router: distinct expert probabilities
-                v = 1.0 * torch.randn(p.shape, generator=g)
-            else:
-                v = 0.5 * torch.randn(p.shape, generator=g)
-            p.copy_(v)
 
 
 def router_gap(model, ids_list):
@@ -153,7 +138,7 @@ def make_hf(name, cls, config, seed, tok_dir):
         shutil.copy(os.path.join(tok_dir, f), os.path.join(out, f))
     torch.manual_seed(seed)
     model = cls(config).eval()
-    randomize_(model, seed)
+    randomize_(model, seed, router_std=1.0)
     model.save_pretrained(out, safe_serialization=True)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()
              if not (config.tie_word_embeddings and k == "lm_head.weight")}
@@ -218,21 +203,11 @@ def gguf_tensors(state, config, mixtral):
 
 
 def write_gguf(path, config, tensors, tok_dir, mixtral, qtype):
-    with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
-        tok = json.load(f)
-    with open(os.path.join(tok_dir, "tokenizer_config.json"), encoding="utf-8") as f:
-        tok_config = json.load(f)
-    w = gguf.GGUFWriter(path, "llama" if mixtral else "qwen3moe")
-    w.add_name("tandem-mixtral-fixture" if mixtral else "tandem-qwen3moe-fixture")
-    w.add_context_length(config.max_position_embeddings)
-    w.add_embedding_length(config.hidden_size)
-    w.add_block_count(config.num_hidden_layers)
-    w.add_feed_forward_length(config.intermediate_size)
-    w.add_head_count(config.num_attention_heads)
-    w.add_head_count_kv(config.num_key_value_heads)
+    tok, tok_config = read_tokenizer_files(tok_dir)
+    w = gguf_writer(path, "llama" if mixtral else "qwen3moe",
+                    "tandem-mixtral-fixture" if mixtral else "tandem-qwen3moe-fixture", config,
+                    head_dim=not mixtral)
     if not mixtral:
-        w.add_key_length(config.head_dim)
-        w.add_value_length(config.head_dim)
         w.add_expert_feed_forward_length(config.moe_intermediate_size)
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
@@ -249,10 +224,7 @@ def write_gguf(path, config, tensors, tok_dir, mixtral, qtype):
             w.add_tensor(name, gguf.quants.quantize(a, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(name, a)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
 
 
 def dequantized_state(path, config, mixtral):

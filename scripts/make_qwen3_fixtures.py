@@ -148,8 +148,9 @@ def make_config(vocab_size, special):
     )
 
 
-def randomize_(model, seed):
-    """Weights larger than transformers' std-0.02 init (nearly flat logits), deterministic."""
+def randomize_(model, seed, router_std=None):
+    """Weights larger than transformers' std-0.02 init (nearly flat logits), deterministic; with
+    router_std, a mixture's router (*.gate.weight) gets that std (distinct expert choices)."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -157,6 +158,8 @@ def randomize_(model, seed):
                 v = 1.0 + 0.3 * torch.randn(p.shape, generator=g)
             elif name.endswith("norm.weight"):
                 v = 1.0 + 0.1 * torch.randn(p.shape, generator=g)
+            elif router_std is not None and name.endswith(".gate.weight"):
+                v = router_std * torch.randn(p.shape, generator=g)
             elif "embed_tokens" in name:
                 v = 0.5 * torch.randn(p.shape, generator=g)
             else:  # not make_hf_fixtures' 0.2, where this model's greedy output repeats one token
@@ -264,21 +267,45 @@ def add_qwen_tokenizer(w, tok, config):
     w.add_eos_token_id(config.eos_token_id)
 
 
-def write_gguf(path, config, state, tok_dir, qtype):
+def read_tokenizer_files(tok_dir):
+    """(tokenizer.json, tokenizer_config.json or None) of an HF directory, as dicts."""
     with open(os.path.join(tok_dir, "tokenizer.json"), encoding="utf-8") as f:
         tok = json.load(f)
-    with open(os.path.join(tok_dir, "tokenizer_config.json"), encoding="utf-8") as f:
-        tok_config = json.load(f)
-    w = gguf.GGUFWriter(path, "qwen3")
-    w.add_name("tandem-qwen3-fixture")
+    config_path = os.path.join(tok_dir, "tokenizer_config.json")
+    if not os.path.exists(config_path):
+        return tok, None
+    with open(config_path, encoding="utf-8") as f:
+        return tok, json.load(f)
+
+
+def gguf_writer(path, arch, name, config, head_dim=True):
+    """A GGUFWriter for `arch` with the shape metadata llama.cpp's converter writes first: context,
+    widths, layers, heads, and (with head_dim) the config's head size as key and value length."""
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(name)
     w.add_context_length(config.max_position_embeddings)
     w.add_embedding_length(config.hidden_size)
     w.add_block_count(config.num_hidden_layers)
     w.add_feed_forward_length(config.intermediate_size)
     w.add_head_count(config.num_attention_heads)
     w.add_head_count_kv(config.num_key_value_heads)
-    w.add_key_length(config.head_dim)
-    w.add_value_length(config.head_dim)
+    if head_dim:
+        w.add_key_length(config.head_dim)
+        w.add_value_length(config.head_dim)
+    return w
+
+
+def close_gguf(w):
+    """Writes the header, metadata and tensors added to `w`, and closes the file."""
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_gguf(path, config, state, tok_dir, qtype):
+    tok, tok_config = read_tokenizer_files(tok_dir)
+    w = gguf_writer(path, "qwen3", "tandem-qwen3-fixture", config)
     w.add_rope_freq_base(config.rope_theta)
     w.add_layer_norm_rms_eps(config.rms_norm_eps)
     w.add_file_type(gguf.LlamaFileType.ALL_F32 if qtype == gguf.GGMLQuantizationType.F32
@@ -293,10 +320,7 @@ def write_gguf(path, config, state, tok_dir, qtype):
             w.add_tensor(gguf_name(name), gguf.quants.quantize(data, qtype), raw_dtype=qtype)
         else:
             w.add_tensor(gguf_name(name), data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    close_gguf(w)
 
 
 def main():
