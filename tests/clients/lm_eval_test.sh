@@ -19,24 +19,10 @@ if ! "$PY" -c 'import lm_eval, tenacity, transformers' 2>/dev/null; then
   echo "SKIP: $PY cannot import lm_eval (set TANDEM_LM_EVAL_PYTHON to a Python with lm_eval[api])"
   exit 77
 fi
-WORK=$(mktemp -d)
-UP_PID=""
-cleanup() {
-  if [ -n "$UP_PID" ]; then kill -TERM "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$SRC/tests/clients/tandem_up.sh"
 
 MODEL="$SRC/tests/fixtures/hf/qwen3_f32"
-"$BIN/tandem" up --model "$MODEL" >"$WORK/up.out" 2>"$WORK/up.err" &
-UP_PID=$!
-for _ in $(seq 1 300); do
-  if grep -q '^http router=' "$WORK/up.out" && grep -q '^ready router=' "$WORK/up.out"; then break; fi
-  if ! kill -0 "$UP_PID" 2>/dev/null; then echo "tandem up exited:"; cat "$WORK/up.err"; exit 1; fi
-  sleep 0.1
-done
-HTTP=$(sed -n 's/^http router=//p' "$WORK/up.out")
-[ -n "$HTTP" ] || { echo "no router address:"; cat "$WORK/up.out" "$WORK/up.err"; exit 1; }
+start_tandem_up --model "$MODEL"
 
 # The tasks: local JSON lines and their YAML definitions.
 cat >"$WORK/ll.jsonl" <<'DATA'

@@ -14,19 +14,13 @@
 # (tests/clients/instructor_extract.py), and litellm completes, streams and runs a tool call
 # (tests/clients/litellm_loop.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
-# openai grpcio grpcio-tools langchain-openai instructor litellm); without network access to PyPI the test is skipped (exit 77),
-# saying so.
+# openai grpcio grpcio-tools langchain-openai instructor litellm); without network access to PyPI
+# the test is skipped (exit 77), saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
 set -euo pipefail
 BIN=$(realpath "$1") SRC=$(realpath "$2") SHARED=$(realpath "$3")
 VENV=${TANDEM_PYCLIENTS_VENV:-$HOME/.cache/tandem/pyclients}
-WORK=$(mktemp -d)
-UP_PID=""
-cleanup() {
-  if [ -n "$UP_PID" ]; then kill -TERM "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true; fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+source "$SRC/tests/clients/tandem_up.sh"
 
 if ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm' 2>/dev/null; then
   /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
@@ -42,17 +36,8 @@ PY="$VENV/bin/python"
 
 MODEL="$SHARED/models/stories260K/stories260K.bin"
 # A template that renders tools, tool calls and their results as Qwen2.5's does, in few tokens.
-"$BIN/tandem" up --model "$MODEL" --tokenizer "$SHARED/models/stories260K/tok512.bin" \
-  --chat-template "$SRC/tests/fixtures/chat/tools_short.jinja" >"$WORK/up.out" 2>"$WORK/up.err" &
-UP_PID=$!
-for _ in $(seq 1 300); do
-  if grep -q '^http router=' "$WORK/up.out" && grep -q '^ready router=' "$WORK/up.out"; then break; fi
-  if ! kill -0 "$UP_PID" 2>/dev/null; then echo "tandem up exited:"; cat "$WORK/up.err"; exit 1; fi
-  sleep 0.1
-done
-GRPC=$(sed -n 's/^ready router=//p' "$WORK/up.out")
-HTTP=$(sed -n 's/^http router=//p' "$WORK/up.out")
-[ -n "$GRPC" ] && [ -n "$HTTP" ] || { echo "no router address:"; cat "$WORK/up.out" "$WORK/up.err"; exit 1; }
+start_tandem_up --model "$MODEL" --tokenizer "$SHARED/models/stories260K/tok512.bin" \
+  --chat-template "$SRC/tests/fixtures/chat/tools_short.jinja"
 
 (cd "$WORK" && PYTHONPATH="$WORK" "$PY" "$SRC/examples/python/grpc_client.py" "$GRPC") >"$WORK/grpc.txt"
 "$PY" "$SRC/examples/python/openai_client.py" "$HTTP" >"$WORK/openai.txt"
