@@ -87,10 +87,10 @@ DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
       options_(options),
       metrics_(metrics),
       runner_(std::move(runner)),
-      kv_spec_(KvCacheSpec::For(model->config(), options.block_size, options.kv_dtype)),
-      scheduler_(DecodeScheduler::Options{options.num_blocks, options.block_size,
-                                          options.max_running, options.watermark,
-                                          options.recompute_budget, options.admission}),
+      kv_spec_(runner_->kv_spec()),
+      scheduler_(DecodeScheduler::Options{
+          options.num_blocks, options.block_size, options.max_running, options.watermark,
+          options.recompute_budget, options.admission, kv_spec_.group_window}),
       health_(options.faults) {}
 
 DecodeEngine::~DecodeEngine() {
@@ -122,8 +122,11 @@ absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(GenerationRequest re
   const uint64_t handle = next_handle_++;
   auto blocks = scheduler_.Admit(handle, prompt_len, total);
   if (!blocks.ok()) return blocks.status();
-  auto lease =
-      leases_.Create(*blocks, prompt_len, c.n_layers, absl::Now() + options_.lease_timeout);
+  // A sliding-window layer's KV is expected from its window on: the rest is never read here.
+  std::vector<int> layer_from(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) layer_from[l] = kv_spec_.KeepFrom(l, prompt_len);
+  auto lease = leases_.Create(*blocks, prompt_len, std::move(layer_from),
+                              absl::Now() + options_.lease_timeout);
   if (!lease.ok()) {
     scheduler_.Release(handle);
     return lease.status();
@@ -529,6 +532,7 @@ WorkerLoadSnapshot DecodeEngine::Load() const {
   l.growth_blocks = scheduler_.growth_promised();
   l.watermark_blocks = scheduler_.watermark_blocks();
   l.reserves_max_tokens = scheduler_.admission() == DecodeScheduler::Admission::kReserve;
+  l.kv_group_window = scheduler_.layout().group_window;
   return l;
 }
 

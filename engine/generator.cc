@@ -48,8 +48,6 @@ struct Seq {
   std::vector<int> step_tokens;
 };
 
-int BlocksFor(int tokens, int block_size) { return (tokens + block_size - 1) / block_size; }
-
 // Compiles the constraints of requests asking for structured output (in a copy of the requests
 // kept in `attached`, which `*requests` then views), then validates every request.
 absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
@@ -80,24 +78,25 @@ absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
 // max_tokens within the context length, capped by max_kv_bytes, at least one.
 int BlocksForRequests(std::span<const GenerationRequest> requests, const ModelConfig& config,
                       const GeneratorOptions& options, int bs) {
-  int num_blocks = 0;
+  const KvCacheSpec spec = KvCacheSpec::For(config, bs, options.kv_dtype);
+  int64_t num_blocks = 0;
   for (const auto& r : requests) {
     const int64_t len =
         std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, config.max_seq_len);
-    num_blocks += BlocksFor(static_cast<int>(len), bs);
+    num_blocks += spec.table_layout().BlocksHeld(0, static_cast<int>(len));
   }
-  num_blocks = std::min(
-      num_blocks, KvCacheSpec::For(config, bs, options.kv_dtype).BlocksIn(options.max_kv_bytes));
-  return std::max(num_blocks, 1);
+  num_blocks = std::min<int64_t>(num_blocks, spec.BlocksIn(options.max_kv_bytes));
+  return static_cast<int>(std::max<int64_t>(num_blocks, 1));
 }
 
 // The scheduler's state over one Generate call: every sequence, the queues, the KV blocks and
 // the outputs.
 struct BatchState {
-  BatchState(int num_blocks, Clock::time_point start, Proposer* proposer)
-      : pool(num_blocks), start(start), proposer(proposer) {}
+  BatchState(int num_blocks, KvTableLayout layout, Clock::time_point start, Proposer* proposer)
+      : pool(num_blocks), layout(std::move(layout)), start(start), proposer(proposer) {}
 
   BlockPool pool;
+  KvTableLayout layout;  // the cache's (engine/kv/block_table.h)
   std::vector<GenerationOutput> outputs;
   std::vector<Seq> seqs;
   std::deque<int> waiting;
@@ -109,10 +108,9 @@ struct BatchState {
 
 // Gives a sequence's KV blocks back; it will be recomputed from scratch if it runs again.
 absl::Status Release(BlockPool* pool, Seq* s) {
-  absl::Status st = pool->Free(s->blocks);
-  s->blocks.clear();
+  FreeTable(pool, &s->blocks);
   s->num_computed = 0;
-  return st;
+  return absl::OkStatus();
 }
 
 // Ends a sequence with `reason`, emitting the text still held back when `flush_text`.
@@ -132,20 +130,21 @@ absl::Status Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush
   return Release(&state->pool, seq);
 }
 
-// Admits waiting sequences (FIFO) while their computed-so-far tokens fit.
-absl::Status AdmitWaiting(BatchState* batch, int max_batch, int bs, int num_blocks) {
+// Admits waiting sequences (FIFO) while their computed-so-far tokens fit: each takes the blocks
+// its tokens hold once computed (a sliding group's window at the end); the steps that compute
+// them take the rest of what they read.
+absl::Status AdmitWaiting(BatchState* batch, int max_batch, int num_blocks) {
   BatchState& state = *batch;
   while (!state.waiting.empty() && static_cast<int>(state.running.size()) < max_batch) {
     Seq& s = state.seqs[state.waiting.front()];
-    const int need = BlocksFor(static_cast<int>(s.tokens.size()), bs);
+    const int tokens = static_cast<int>(s.tokens.size());
+    // At most every block of the prompt is held at once, while its first chunks are computed.
+    const int64_t need = state.layout.BlocksHeld(0, tokens);
     if (need > num_blocks) {
       return absl::ResourceExhaustedError(absl::StrFormat(
           "request %d: needs %d KV blocks, the cache has %d", s.index, need, num_blocks));
     }
-    if (!state.pool.CanAllocate(need)) break;
-    auto blocks = state.pool.Allocate(need);
-    if (!blocks.ok()) return blocks.status();
-    s.blocks = *blocks;
+    if (!GrowTable(state.layout, &state.pool, &s.blocks, tokens - 1, tokens).ok()) break;
     state.running.push_back(state.waiting.front());
     state.waiting.pop_front();
   }
@@ -185,7 +184,7 @@ absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, in
       }
       s.proposals.clear();
       // Grow the block table; preempt the most recently admitted sequences if needed.
-      const int need = BlocksFor(s.num_computed + n, bs) - static_cast<int>(s.blocks.size());
+      const int need = MissingBlocks(state.layout, s.blocks, s.num_computed, s.num_computed + n);
       bool preempted_self = false;
       while (need > 0 && !state.pool.CanAllocate(need)) {
         const int victim = running.back();
@@ -201,10 +200,9 @@ absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, in
         }
       }
       if (preempted_self) break;
-      if (need > 0) {
-        auto more = state.pool.Allocate(need);
-        if (!more.ok()) continue;  // everything left is scheduled: wait for the next step
-        s.blocks.insert(s.blocks.end(), more->begin(), more->end());
+      if (!GrowTable(state.layout, &state.pool, &s.blocks, s.num_computed, s.num_computed + n)
+               .ok()) {
+        continue;  // everything left is scheduled: wait for the next step
       }
       scheduled->push_back(id);
       chunk_len->push_back(n);
@@ -308,12 +306,7 @@ absl::StatusOr<bool> VerifyStep(BatchState* state, const ModelConfig& config, in
   if (!error.ok()) return error;
   if (finished) return true;
   // Blocks past the next input's position held only rejected proposals' rows.
-  const size_t keep = BlocksFor(static_cast<int>(s.tokens.size()), bs);
-  if (s.blocks.size() > keep) {
-    std::vector<int> extra(s.blocks.begin() + keep, s.blocks.end());
-    s.blocks.resize(keep);
-    if (absl::Status st = state->pool.Free(extra); !st.ok()) return st;
-  }
+  ShrinkTable(state->layout, &state->pool, &s.blocks, static_cast<int>(s.tokens.size()));
   return false;
 }
 
@@ -385,7 +378,10 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   draft.max_step_tokens = options_.max_step_tokens;
   auto proposer = MakeProposer(options_.speculative, config, draft);
   if (!proposer.ok()) return proposer.status();
-  BatchState state(num_blocks, start, proposer->get());
+  BatchState state(
+      num_blocks,
+      runner != nullptr ? runner->kv_spec().table_layout() : cache->spec().table_layout(), start,
+      proposer->get());
 
   state.outputs.resize(requests.size());
   state.seqs.resize(requests.size());
@@ -404,7 +400,7 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
 
   std::vector<float> logits;
   while (!state.waiting.empty() || !state.running.empty()) {
-    if (absl::Status st = AdmitWaiting(&state, options_.max_batch, bs, num_blocks); !st.ok()) {
+    if (absl::Status st = AdmitWaiting(&state, options_.max_batch, num_blocks); !st.ok()) {
       return st;
     }
     if (state.proposer != nullptr) {
@@ -437,6 +433,11 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
     ++stats_.steps;
     st = SampleStep(&state, config, bs, scheduled, chunk_len, logits, on_token, &stats_);
     if (!st.ok()) return st;
+    // Blocks behind the sliding windows of what the sequences compute next.
+    for (int id : state.running) {
+      Seq& s = state.seqs[id];
+      TrimTable(state.layout, &state.pool, &s.blocks, s.num_computed);
+    }
   }
   if (!state.pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
   if (state.proposer != nullptr && !state.proposer->Idle()) {
@@ -460,11 +461,10 @@ absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
         absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs, top_n));
   }
   const int bs = 16;
-  const int nb = BlocksFor(static_cast<int>(ids.size()), bs);
-  auto cache = KvCache::Create(c, nb, bs, 0, kv_dtype);
+  const KvTableLayout layout = KvCacheSpec::For(c, bs, kv_dtype).table_layout();
+  const std::vector<int> table = ContiguousTable(layout, static_cast<int>(ids.size()));
+  auto cache = KvCache::Create(c, static_cast<int>(table.size()), bs, 0, kv_dtype);
   if (!cache.ok()) return cache.status();
-  std::vector<int> table(nb);
-  for (int i = 0; i < nb; ++i) table[i] = i;
   SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};
   std::vector<float> logits;
   if (absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits); !s.ok()) return s;

@@ -84,16 +84,26 @@ Model::Model(ModelConfig config, ModelWeights weights, Backend* backend)
       inv_freq_(config_.RopeInvFreq()),
       local_inv_freq_(config_.LocalRopeInvFreq()) {}
 
-absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache,
-                            std::vector<float>* logits,
-                            const std::function<void(int layer)>& on_layer_kv) const {
-  const ModelConfig& c = config_;
-  if (batch.empty()) return absl::InvalidArgumentError("forward: empty batch");
-  if (cache->width() != c.kv_dim() || cache->n_layers() != c.n_layers) {
-    return absl::InvalidArgumentError("forward: kv cache shape does not match the model");
-  }
-  const int bs = cache->block_size();
-  int num_tokens = 0, num_rows = 0, max_blocks = 1;
+namespace {
+
+// A Forward call's batch, flattened for the kernels: per token its id, sequence and position;
+// per layer group the sequences' block tables and each token's cache slot.
+struct FlatBatch {
+  std::vector<int> ids, token_seq, token_pos;
+  std::vector<int> logit_rows;                 // the tokens whose logits are returned
+  std::vector<std::vector<int>> block_tables;  // [groups][num_seqs, max_blocks]
+  std::vector<std::vector<int>> slots;         // [groups][num_tokens]
+  int max_blocks = 1;
+};
+
+// Validates `batch` against the model and the cache (tokens, positions, every block a chunk
+// reads or writes) and flattens it.
+absl::StatusOr<FlatBatch> Flatten(std::span<const SequenceChunk> batch, const ModelConfig& c,
+                                  const KvCache& cache) {
+  const int bs = cache.block_size();
+  const KvTableLayout layout = cache.spec().table_layout();
+  const int groups = layout.n_groups();
+  int num_tokens = 0, max_blocks = 1;
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceChunk& ch = batch[s];
     const int n = static_cast<int>(ch.tokens.size());
@@ -111,41 +121,73 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
                             t, c.vocab_size));
       }
     }
-    const int needed = (ch.start_pos + n + bs - 1) / bs;
-    if (static_cast<int>(ch.block_table.size()) < needed) {
+    const int logical = (ch.start_pos + n + bs - 1) / bs;
+    if (static_cast<int>(ch.block_table.size()) < logical * groups) {
       return absl::InvalidArgumentError(
           absl::StrFormat("forward: sequence %d: %d blocks cover fewer than %d positions", s,
                           ch.block_table.size(), ch.start_pos + n));
     }
-    for (int i = 0; i < needed; ++i) {
-      if (ch.block_table[i] < 0 || ch.block_table[i] >= cache->num_blocks()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "forward: sequence %d: block id %d out of range", s, ch.block_table[i]));
+    // Every block the chunk reads or writes: a sliding group's from its window on.
+    for (int g = 0; g < groups; ++g) {
+      for (int j = layout.FirstLive(g, ch.start_pos); j < logical; ++j) {
+        const int b = ch.block_table[j * groups + g];
+        if (b < 0 || b >= cache.num_blocks()) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("forward: sequence %d: block id %d out of range", s, b));
+        }
       }
     }
     num_tokens += n;
-    num_rows += ch.all_logits ? n : 1;
-    max_blocks = std::max(max_blocks, needed);
+    max_blocks = std::max(max_blocks, logical);
   }
 
-  // Flatten the batch: per token its id, sequence, position and cache slot.
-  std::vector<int> ids, token_seq, token_pos, slots, logit_rows;
-  ids.reserve(num_tokens);
-  std::vector<int> block_tables(batch.size() * max_blocks, 0);  // [num_seqs, max_blocks]
+  FlatBatch f;
+  f.max_blocks = max_blocks;
+  f.ids.reserve(num_tokens);
+  // Blocks a sliding group let go read as 0 (never reached).
+  f.block_tables.assign(groups, std::vector<int>(batch.size() * max_blocks, 0));
+  f.slots.resize(groups);
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceChunk& ch = batch[s];
     const int n = static_cast<int>(ch.tokens.size());
-    const int needed = (ch.start_pos + n + bs - 1) / bs;
-    std::copy_n(ch.block_table.begin(), needed, block_tables.begin() + s * max_blocks);
+    const int logical = (ch.start_pos + n + bs - 1) / bs;
+    for (int j = 0; j < logical; ++j) {
+      for (int g = 0; g < groups; ++g) {
+        f.block_tables[g][s * max_blocks + j] = std::max(0, ch.block_table[j * groups + g]);
+      }
+    }
     for (int i = 0; i < n; ++i) {
       const int pos = ch.start_pos + i;
-      if (ch.all_logits || i == n - 1) logit_rows.push_back(static_cast<int>(ids.size()));
-      ids.push_back(ch.tokens[i]);
-      token_seq.push_back(static_cast<int>(s));
-      token_pos.push_back(pos);
-      slots.push_back(ch.block_table[pos / bs] * bs + pos % bs);
+      if (ch.all_logits || i == n - 1) f.logit_rows.push_back(static_cast<int>(f.ids.size()));
+      f.ids.push_back(ch.tokens[i]);
+      f.token_seq.push_back(static_cast<int>(s));
+      f.token_pos.push_back(pos);
+      for (int g = 0; g < groups; ++g) {
+        f.slots[g].push_back(ch.block_table[(pos / bs) * groups + g] * bs + pos % bs);
+      }
     }
   }
+  return f;
+}
+
+}  // namespace
+
+absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache,
+                            std::vector<float>* logits,
+                            const std::function<void(int layer)>& on_layer_kv) const {
+  const ModelConfig& c = config_;
+  if (batch.empty()) return absl::InvalidArgumentError("forward: empty batch");
+  if (cache->width() != c.kv_dim() || cache->n_layers() != c.n_layers) {
+    return absl::InvalidArgumentError("forward: kv cache shape does not match the model");
+  }
+  absl::StatusOr<FlatBatch> flat = Flatten(batch, c, *cache);
+  if (!flat.ok()) return flat.status();
+  const std::vector<int>& ids = flat->ids;
+  const std::vector<int>& token_pos = flat->token_pos;
+  const int num_tokens = static_cast<int>(ids.size());
+  const int num_rows = static_cast<int>(flat->logit_rows.size());
+  const int groups = static_cast<int>(flat->block_tables.size());
+  const KvCacheSpec& spec = cache->spec();
 
   const int64_t T = num_tokens;
   std::vector<float> x(T * c.dim), xb(T * c.dim);                  // [T, dim]
@@ -159,18 +201,24 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   args.n_heads = c.n_heads;
   args.n_kv_heads = c.n_kv_heads;
   args.head_dim = c.head_dim;
-  args.block_size = bs;
-  args.max_blocks_per_seq = max_blocks;
-  args.token_seq = token_seq.data();
+  args.block_size = cache->block_size();
+  args.max_blocks_per_seq = flat->max_blocks;
+  args.token_seq = flat->token_seq.data();
   args.token_pos = token_pos.data();
-  args.block_tables = block_tables.data();
   args.scale = c.AttentionScale();
 
-  // fp8 caches: every chunk's rows and block table, for its scales.
-  std::vector<KvChunkRows> chunk_rows;
+  // fp8 caches: per group, every chunk's rows and its group table, for their scales.
+  std::vector<std::vector<std::vector<int>>> group_tables(groups);  // [groups][seqs]
+  std::vector<std::vector<KvChunkRows>> chunk_rows(groups);
   if (cache->dtype() == DType::kFp8E4M3) {
-    for (const SequenceChunk& ch : batch) {
-      chunk_rows.push_back({ch.start_pos, static_cast<int>(ch.tokens.size()), ch.block_table});
+    for (int g = 0; g < groups; ++g) {
+      for (const SequenceChunk& ch : batch) {
+        group_tables[g].push_back(GroupTable(spec.table_layout(), ch.block_table, g));
+      }
+      for (size_t s = 0; s < batch.size(); ++s) {
+        chunk_rows[g].push_back(
+            {batch[s].start_pos, static_cast<int>(batch[s].tokens.size()), group_tables[g][s]});
+      }
     }
   }
 
@@ -179,7 +227,9 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   if (c.embedding_scale != 1.0f) b.Scale(x.data(), c.embedding_scale, T * c.dim);
   for (int l = 0; l < c.n_layers; ++l) {
     const LayerWeights& w = weights_.layers[l];
+    const int g = spec.group_of(l);
     args.sliding_window = c.LayerWindow(l);
+    args.block_tables = flat->block_tables[g].data();
     const float* inv_freq = c.LayerIsLocal(l) ? local_inv_freq_.data() : inv_freq_.data();
     b.RmsNorm(x.data(), w.attn_norm, xb.data(), num_tokens, c.dim, c.norm_eps);
     b.Matmul(xb.data(), w.wq, w.bq, q.data(), num_tokens);
@@ -192,9 +242,9 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
     b.Rope(q.data(), num_tokens, c.n_heads, c.head_dim, token_pos.data(), inv_freq, c.rope_style);
     b.Rope(k.data(), num_tokens, c.n_kv_heads, c.head_dim, token_pos.data(), inv_freq,
            c.rope_style);
-    if (!chunk_rows.empty()) SetFp8Scales(cache, l, chunk_rows, k.data(), v.data());
+    if (!chunk_rows[g].empty()) SetFp8Scales(cache, l, chunk_rows[g], k.data(), v.data());
     const KvLayerRef layer = cache->layer(l);
-    b.WriteKv(k.data(), v.data(), slots.data(), num_tokens, layer);
+    b.WriteKv(k.data(), v.data(), flat->slots[g].data(), num_tokens, layer);
     if (on_layer_kv) on_layer_kv(l);
     b.PagedAttention(q.data(), layer, args, att.data());
     b.Matmul(att.data(), w.wo, nullptr, xb.data(), num_tokens);
@@ -216,7 +266,7 @@ absl::Status Model::Forward(std::span<const SequenceChunk> batch, KvCache* cache
   // Only the rows that need logits go through the final norm and the classifier.
   std::vector<float> rows(static_cast<size_t>(num_rows) * c.dim);  // [num_rows, dim]
   for (int r = 0; r < num_rows; ++r) {
-    std::copy_n(x.begin() + static_cast<int64_t>(logit_rows[r]) * c.dim, c.dim,
+    std::copy_n(x.begin() + static_cast<int64_t>(flat->logit_rows[r]) * c.dim, c.dim,
                 rows.begin() + static_cast<int64_t>(r) * c.dim);
   }
   b.RmsNorm(rows.data(), weights_.final_norm, rows.data(), num_rows, c.dim, c.norm_eps);

@@ -29,10 +29,12 @@ namespace tandem {
 
 // The new tokens of one sequence in a Forward call.
 struct SequenceChunk {
-  std::span<const int> tokens;       // [n] new token ids, n >= 1
-  int start_pos = 0;                 // position of tokens[0]; KV for [0, start_pos) is cached
-  std::span<const int> block_table;  // blocks covering positions [0, start_pos + n)
-  bool all_logits = false;           // logits for every new token instead of only the last
+  std::span<const int> tokens;  // [n] new token ids, n >= 1
+  int start_pos = 0;            // position of tokens[0]; KV for [0, start_pos) is cached
+  // Blocks covering positions [0, start_pos + n), per layer group (engine/kv/block_table.h: the
+  // cache's table layout; a sliding group's blocks behind its window may be kNoBlock).
+  std::span<const int> block_table;
+  bool all_logits = false;  // logits for every new token instead of only the last
 };
 
 // The weight dtypes a --dtype flag names: f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k,

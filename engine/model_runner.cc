@@ -100,7 +100,7 @@ class CudaModelRunner : public ModelRunner {
   }
 
   KvCacheSpec kv_spec() const override {
-    return KvCacheSpec::For(config_, options_.block_size, options_.kv_dtype);
+    return KvCacheSpec::For(config_, options_.block_size, options_.kv_dtype, /*grouped=*/false);
   }
   absl::Status CopyKvOut(int layer, std::span<const int> block_table, int token_start,
                          int token_count, char* out) override {

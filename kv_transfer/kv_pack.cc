@@ -9,9 +9,11 @@ namespace tandem {
 namespace {
 
 // Validates that tokens [token_start, token_start + token_count) of `layer` map to blocks of
-// `cache` through `block_table`.
-absl::Status CheckRange(const KvCache& cache, int64_t layer, std::span<const int> block_table,
-                        int64_t token_start, int64_t token_count) {
+// `cache` through `block_table`, and returns the layer's blocks by logical block
+// (KvCacheSpec::LayerTable).
+absl::StatusOr<std::vector<int>> LayerRange(const KvCache& cache, int64_t layer,
+                                            std::span<const int> table, int64_t token_start,
+                                            int64_t token_count) {
   if (layer < 0 || layer >= cache.n_layers()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("kv chunk: layer %d outside [0, %d)", layer, cache.n_layers()));
@@ -20,6 +22,7 @@ absl::Status CheckRange(const KvCache& cache, int64_t layer, std::span<const int
     return absl::InvalidArgumentError(
         absl::StrFormat("kv chunk: bad token range start %d count %d", token_start, token_count));
   }
+  const std::vector<int> block_table = cache.spec().LayerTable(table, static_cast<int>(layer));
   const int64_t bs = cache.block_size();
   const int64_t end = token_start + token_count;
   if (end > static_cast<int64_t>(block_table.size()) * bs) {
@@ -33,7 +36,7 @@ absl::Status CheckRange(const KvCache& cache, int64_t layer, std::span<const int
                                                         block_table[b], cache.num_blocks()));
     }
   }
-  return absl::OkStatus();
+  return block_table;
 }
 
 // Calls fn(paged_row_offset_in_elements, wire_row, rows) for each run of rows contiguous in
@@ -55,12 +58,11 @@ void ForEachRun(const KvCache& cache, std::span<const int> block_table, int64_t 
 
 }  // namespace
 
-absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
-                                     std::span<const int> block_table, int token_start,
-                                     int token_count) {
-  if (absl::Status s = CheckRange(cache, layer, block_table, token_start, token_count); !s.ok()) {
-    return s;
-  }
+absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer, std::span<const int> table,
+                                     int token_start, int token_count) {
+  absl::StatusOr<std::vector<int>> block_table =
+      LayerRange(cache, layer, table, token_start, token_count);
+  if (!block_table.ok()) return block_table.status();
   const int64_t w = cache.width();
   const int64_t esize = static_cast<int64_t>(DTypeSize(cache.dtype()));
   const size_t half = static_cast<size_t>(token_count) * w * esize;
@@ -72,7 +74,7 @@ absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
   char* v_out = out.data() + half;
   const char* k = cache.k_bytes(layer);
   const char* v = cache.v_bytes(layer);
-  ForEachRun(cache, block_table, token_start, token_count,
+  ForEachRun(cache, *block_table, token_start, token_count,
              [&](int64_t offset, int64_t wire_row, int64_t rows) {
                const size_t at = wire_row * w * esize;
                const size_t n = rows * w * esize;
@@ -81,7 +83,7 @@ absl::StatusOr<std::string> GatherKv(const KvCache& cache, int layer,
              });
   if (scales != nullptr) {
     // The sequence's scales (every block of it holds them): the first block of the chunk's.
-    const int block = block_table[token_start / cache.block_size()];
+    const int block = (*block_table)[token_start / cache.block_size()];
     std::memcpy(out.data() + 2 * half, scales + int64_t{block} * 2 * heads, scale_bytes);
   }
   return out;
@@ -144,12 +146,12 @@ absl::Status CheckKvPayload(const KvChunkHeader& h, size_t payload_bytes) {
 }
 
 absl::Status ScatterKv(std::span<const char> payload, const KvChunkHeader& h,
-                       std::span<const int> block_table, KvCache* cache) {
+                       std::span<const int> table, KvCache* cache) {
   if (absl::Status s = CheckKvChunk(h, cache->spec()); !s.ok()) return s;
-  if (absl::Status s = CheckRange(*cache, h.layer, block_table, h.token_start, h.token_count);
-      !s.ok()) {
-    return s;
-  }
+  absl::StatusOr<std::vector<int>> layer_table =
+      LayerRange(*cache, h.layer, table, h.token_start, h.token_count);
+  if (!layer_table.ok()) return layer_table.status();
+  const std::vector<int>& block_table = *layer_table;
   if (absl::Status s = CheckKvPayload(h, payload.size()); !s.ok()) return s;
   const int64_t w = cache->width();
   const int64_t esize = static_cast<int64_t>(DTypeSize(cache->dtype()));

@@ -2,9 +2,10 @@
 // the CPU twins of the CUDA pack/unpack kernels.
 //
 // Paged side (engine/kv/kv_cache.h): per layer K and V each [num_blocks, block_size, width] of the
-// cache dtype; token t of a sequence lives in block block_table[t / block_size], row
-// t % block_size. Wire side (kv_transfer/wire.h): K [token_count, width] then V [token_count,
-// width], then (fp8) the scales.
+// cache dtype; token t of a sequence lives, for a layer of group g, in the block of logical block
+// t / block_size of g in the sequence's table (engine/kv/block_table.h; with one group,
+// block_table[t / block_size]), row t % block_size. Wire side (kv_transfer/wire.h): K [token_count,
+// width] then V [token_count, width], then (fp8) the scales.
 #ifndef TANDEM_KV_TRANSFER_KV_PACK_H_
 #define TANDEM_KV_TRANSFER_KV_PACK_H_
 

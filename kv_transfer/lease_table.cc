@@ -16,8 +16,20 @@ uint32_t LeaseTable::NextGeneration() {
 
 absl::StatusOr<Lease> LeaseTable::Create(std::vector<int> blocks, int num_tokens, int n_layers,
                                          absl::Time deadline) {
-  if (num_tokens <= 0) return absl::InvalidArgumentError("lease: num_tokens must be positive");
   if (n_layers <= 0) return absl::InvalidArgumentError("lease: n_layers must be positive");
+  return Create(std::move(blocks), num_tokens, std::vector<int>(n_layers, 0), deadline);
+}
+
+absl::StatusOr<Lease> LeaseTable::Create(std::vector<int> blocks, int num_tokens,
+                                         std::vector<int> layer_from, absl::Time deadline) {
+  if (num_tokens <= 0) return absl::InvalidArgumentError("lease: num_tokens must be positive");
+  if (layer_from.empty()) return absl::InvalidArgumentError("lease: n_layers must be positive");
+  for (int f : layer_from) {
+    if (f < 0 || f >= num_tokens) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("lease: a layer's first token %d outside [0, %d)", f, num_tokens));
+    }
+  }
   Lease lease;
   do {
     const std::string r = RandomBytes(sizeof(lease.id));
@@ -31,7 +43,8 @@ absl::StatusOr<Lease> LeaseTable::Create(std::vector<int> blocks, int num_tokens
   e.blocks = std::move(blocks);
   e.num_tokens = static_cast<uint32_t>(num_tokens);
   e.deadline = deadline;
-  e.received.resize(n_layers);
+  e.received.resize(layer_from.size());
+  e.layer_from.assign(layer_from.begin(), layer_from.end());
   leases_.emplace(lease.id, std::move(e));
   return lease;
 }
@@ -52,10 +65,13 @@ absl::StatusOr<std::span<const int>> LeaseTable::CheckChunk(const KvChunkHeader&
     return absl::InvalidArgumentError(
         absl::StrFormat("lease %d: layer %d outside [0, %d)", lease_id, layer, e.received.size()));
   }
-  if (token_count == 0 || uint64_t{token_start} + token_count > e.num_tokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("lease %d: tokens [%d, %d) outside the prompt [0, %d)", lease_id,
-                        token_start, uint64_t{token_start} + token_count, e.num_tokens));
+  const uint32_t from = e.layer_from[layer];
+  if (token_count == 0 || token_start < from ||
+      uint64_t{token_start} + token_count > e.num_tokens) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "lease %d: tokens [%d, %d) of layer %d outside [%d, %d) (the prompt, from the layer's "
+        "window)",
+        lease_id, token_start, uint64_t{token_start} + token_count, layer, from, e.num_tokens));
   }
   if (e.layers_done == static_cast<int64_t>(e.received.size())) {
     return absl::FailedPreconditionError(absl::StrFormat("lease %d is already complete", lease_id));
@@ -68,8 +84,9 @@ absl::Status LeaseTable::OnChunk(const KvChunkHeader& h) {
   if (!ok.ok()) return ok.status();
   Entry& e = leases_.find(h.lease_id)->second;
   auto& ranges = e.received[h.layer];
+  const uint32_t from = e.layer_from[h.layer];
   const bool was_done =
-      ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == e.num_tokens;
+      ranges.size() == 1 && ranges[0].first == from && ranges[0].second == e.num_tokens;
   // Merge [start, end) with every range it overlaps or touches.
   uint32_t start = h.token_start;
   uint32_t end = h.token_start + h.token_count;
@@ -83,7 +100,8 @@ absl::Status LeaseTable::OnChunk(const KvChunkHeader& h) {
   }
   first = ranges.erase(first, last);
   ranges.insert(first, {start, end});
-  const bool done = ranges.size() == 1 && ranges[0].first == 0 && ranges[0].second == e.num_tokens;
+  const bool done =
+      ranges.size() == 1 && ranges[0].first == from && ranges[0].second == e.num_tokens;
   if (done && !was_done) ++e.layers_done;
   return absl::OkStatus();
 }

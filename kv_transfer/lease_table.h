@@ -48,6 +48,10 @@ class LeaseTable {
   // before `deadline`. INVALID_ARGUMENT if num_tokens or n_layers is not positive.
   absl::StatusOr<Lease> Create(std::vector<int> blocks, int num_tokens, int n_layers,
                                absl::Time deadline);
+  // The same, expecting layer l's tokens [layer_from[l], num_tokens) only (a sliding-window
+  // layer's window: KvCacheSpec::KeepFrom); chunks before that are refused.
+  absl::StatusOr<Lease> Create(std::vector<int> blocks, int num_tokens, std::vector<int> layer_from,
+                               absl::Time deadline);
 
   // Validates a chunk without recording it and returns the lease's blocks (valid until the
   // next call that mutates the table). ABORTED when no live lease has the chunk's id,
@@ -80,7 +84,8 @@ class LeaseTable {
     absl::Time deadline;
     // Per layer: received token ranges [start, end), sorted, disjoint and not touching.
     std::vector<std::vector<std::pair<uint32_t, uint32_t>>> received;
-    int64_t layers_done = 0;  // layers whose single range is [0, num_tokens)
+    std::vector<uint32_t> layer_from;  // per layer: the first token expected
+    int64_t layers_done = 0;           // layers whose single range is [layer_from, num_tokens)
   };
 
   uint32_t NextGeneration();

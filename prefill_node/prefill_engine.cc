@@ -32,8 +32,10 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
     options.num_blocks =
         KvCacheSpec::For(c, options.block_size, options.kv_dtype).BlocksIn(options.max_kv_bytes);
   }
-  // At least one context-length prompt must fit.
-  const int min_blocks = (c.max_seq_len + options.block_size - 1) / options.block_size;
+  // At least one context-length prompt must fit (every block of it: a prefill holds them all).
+  const int min_blocks = KvCacheSpec::For(c, options.block_size, options.kv_dtype)
+                             .table_layout()
+                             .Entries(c.max_seq_len);
   if (options.num_blocks < min_blocks) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt "
@@ -63,6 +65,8 @@ PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngine
       runner_(std::move(runner)),
       scheduler_(options.scheduler),
       pool_(options.num_blocks),
+      layout_(runner_->kv_spec().table_layout()),
+      send_spec_(KvCacheSpec::For(model->config(), options.block_size, options.kv_dtype)),
       health_(options.faults) {}
 
 PrefillEngine::~PrefillEngine() {
@@ -103,31 +107,31 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
     std::unique_lock<std::mutex> lock(mu_);
     if (health_.draining())
       return absl::UnavailableError("prefill worker is draining (shutting down)");
-    // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its
-    // logits give the first token).
-    if (options_.prefix_cache) {
-      uint64_t parent = 0;
-      for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
-        ++prefix_queries_;
-        auto hit = pool_.Lookup(parent);
-        if (!hit) break;
-        ++prefix_hits_;
-        job->blocks.push_back(*hit);
+    // The prompt's blocks. While other prompts hold the pool, wait for them to finish (within
+    // the deadline) rather than fail: an empty pool holds any prompt (Create's check).
+    while (true) {
+      absl::Status taken = TakeBlocksLocked(*job, prompt);
+      if (taken.ok()) break;
+      if (jobs_.empty() || !absl::IsResourceExhausted(taken)) return taken;
+      done_cv_.wait_for(lock, std::chrono::milliseconds(10));
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrFormat("prefill deadline passed waiting for KV blocks: %s", taken.message()));
       }
-      job->cached = static_cast<int>(job->blocks.size()) * bs;
+      if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
+      if (health_.draining())
+        return absl::UnavailableError("prefill worker is draining (shutting down)");
+    }
+    if (options_.prefix_cache) {
+      // Full blocks looked up until the first miss, and the hits.
+      const int hits = job->cached / bs;
+      prefix_queries_ += std::min((len - 1) / bs, hits + 1);
+      prefix_hits_ += hits;
       if (metrics_) {
         metrics_->prefix_cache_queries.Increment(len);
         metrics_->prefix_cache_hits.Increment(job->cached);
       }
     }
-    const int needed = (len + bs - 1) / bs - static_cast<int>(job->blocks.size());
-    auto fresh = pool_.Allocate(needed);
-    if (!fresh.ok()) {
-      pool_.Free(job->blocks).IgnoreError();
-      return fresh.status();
-    }
-    job->blocks.insert(job->blocks.end(), fresh->begin(), fresh->end());
     job->prompt = std::move(prompt);
     uint64_t id = next_job_++;
     if (absl::Status s = scheduler_.Add(id, len, job->cached); !s.ok()) {
@@ -213,7 +217,51 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   return r;
 }
 
+absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prompt) {
+  const int len = static_cast<int>(prompt.size());
+  const int bs = options_.block_size;
+  const int groups = layout_.n_groups();
+  job.blocks.clear();
+  job.cached = 0;
+  // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its logits
+  // give the first token). A logical block is a hit when every layer group still holds it.
+  if (options_.prefix_cache) {
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
+      parent = HashBlockTokens(parent, prompt.subspan(b * bs, bs));
+      std::vector<int> hits;
+      for (int g = 0; g < groups; ++g) {
+        std::optional<int> hit = pool_.Lookup(GroupBlockHash(parent, g));
+        if (!hit) break;
+        hits.push_back(*hit);
+      }
+      if (static_cast<int>(hits.size()) < groups) {
+        pool_.Free(hits).IgnoreError();  // references Lookup took
+        break;
+      }
+      job.blocks.insert(job.blocks.end(), hits.begin(), hits.end());
+    }
+    job.cached = static_cast<int>(job.blocks.size()) / groups * bs;
+  }
+  auto fresh = pool_.Allocate(layout_.Entries(len) - static_cast<int>(job.blocks.size()));
+  if (!fresh.ok()) {
+    pool_.Free(job.blocks).IgnoreError();
+    job.blocks.clear();
+    job.cached = 0;
+    return fresh.status();
+  }
+  job.blocks.insert(job.blocks.end(), fresh->begin(), fresh->end());
+  return absl::OkStatus();
+}
+
 absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count) {
+  // A sliding-window layer is sent from the window the decode worker reads on.
+  const int from = send_spec_.KeepFrom(layer, static_cast<int>(job.prompt.size()));
+  if (start < from) {
+    count -= from - start;
+    start = from;
+  }
+  if (count <= 0) return absl::OkStatus();
   auto payload = PackRunnerKv(*runner_, layer, job.blocks, start, count);
   if (!payload.ok()) return payload.status();
   KvChunkHeader h = MakeRunnerKvHeader(*runner_, job.id, layer, start, count);
@@ -229,9 +277,12 @@ void PrefillEngine::FinishLocked(Job& job) {
   if (job.status.ok() && options_.prefix_cache) {
     const int bs = options_.block_size;
     uint64_t parent = 0;
+    const int groups = layout_.n_groups();
     for (int b = 0; (b + 1) * bs <= static_cast<int>(job.prompt.size()); ++b) {
       parent = HashBlockTokens(parent, std::span<const int>(job.prompt).subspan(b * bs, bs));
-      pool_.Register(job.blocks[b], parent);
+      for (int g = 0; g < groups; ++g) {
+        pool_.Register(job.blocks[b * groups + g], GroupBlockHash(parent, g));
+      }
     }
   }
   pool_.Free(job.blocks).IgnoreError();

@@ -122,6 +122,9 @@ class PrefillEngine {
                 std::unique_ptr<ModelRunner> runner, PrefillMetrics* metrics);
   void Loop();
   // Sends layers [0, n_layers) of tokens [start, start + count) of `job` (under mu_).
+  // Gives `job` the blocks of `prompt`: its prefix-cache hits, then fresh ones.
+  // RESOURCE_EXHAUSTED, with nothing held, when the pool is short.
+  absl::Status TakeBlocksLocked(Job& job, std::span<const int> prompt);
   absl::Status SendRange(Job& job, int layer, int start, int count);
   void FinishLocked(Job& job);
 
@@ -136,6 +139,8 @@ class PrefillEngine {
   std::condition_variable done_cv_;
   PrefillScheduler scheduler_;
   BlockPool pool_;
+  const KvTableLayout layout_;   // the runner's cache's (engine/kv/block_table.h)
+  const KvCacheSpec send_spec_;  // what a decode worker of this model reads: KeepFrom
   absl::flat_hash_map<uint64_t, std::shared_ptr<Job>> jobs_;
   uint64_t next_job_ = 1;
   bool stop_ = false;

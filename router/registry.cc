@@ -14,6 +14,7 @@ WorkerLoadSnapshot Clamp(const WorkerLoadSnapshot& claim, const WorkerLoadSnapsh
   WorkerLoadSnapshot l = claim;
   l.total_blocks = registered.total_blocks;
   l.block_size = registered.block_size;
+  l.kv_group_window = registered.kv_group_window;
   l.free_blocks = std::clamp(claim.free_blocks, 0, registered.total_blocks);
   l.growth_blocks = std::max(0, claim.growth_blocks);
   l.watermark_blocks = std::clamp(claim.watermark_blocks, 0, registered.total_blocks);
@@ -73,6 +74,12 @@ absl::Status WorkerRegistry::Register(const std::string& id, WorkerRole role,
   w.registered = load;
   w.registered.total_blocks = std::max(0, load.total_blocks);
   w.registered.block_size = std::max(0, load.block_size);
+  // A layout the router cannot use counts as one full-attention group.
+  const std::vector<int>& groups = load.kv_group_window;
+  if (groups.size() > 4096 ||
+      std::any_of(groups.begin(), groups.end(), [](int g) { return g < 0; })) {
+    w.registered.kv_group_window.clear();
+  }
   w.load = Clamp(load, w.registered);
   w.last_seen = now;
   w.serving = true;
@@ -144,11 +151,15 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
   auto headroom = [](const WorkerEntry& w) { return w.load.free_blocks - w.load.growth_blocks; };
   for (auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
-    const int bs = std::max(1, w.load.block_size);
-    const int needed =
-        ((w.load.reserves_max_tokens ? max_tokens : prompt_tokens + 1) + bs - 1) / bs;
+    // The blocks the worker's admission takes (DecodeScheduler::Admit), and its whole cache.
+    const KvTableLayout layout = w.load.kv_layout();
+    const int needed = static_cast<int>(std::min<int64_t>(
+        layout.BlocksHeld(prompt_tokens, w.load.reserves_max_tokens
+                                             ? std::max(max_tokens, prompt_tokens + 1)
+                                             : prompt_tokens + 1),
+        INT32_MAX));
     if (w.load.free_blocks - w.load.watermark_blocks < needed) continue;
-    if (int64_t{w.load.total_blocks} * bs < max_tokens) continue;
+    if (layout.TokensIn(w.load.total_blocks) < max_tokens) continue;
     if (best == nullptr || std::make_tuple(-headroom(w), w.load.running, w.id) <
                                std::make_tuple(-headroom(*best), best->load.running, best->id)) {
       best = &w;
@@ -165,7 +176,7 @@ int64_t WorkerRegistry::LargestDecodeTokens(absl::Time now) const {
   int64_t most = 0;
   for (const auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now)) continue;
-    most = std::max(most, int64_t{w.load.total_blocks} * std::max(1, w.load.block_size));
+    most = std::max(most, w.load.kv_layout().TokensIn(w.load.total_blocks));
   }
   return most;
 }

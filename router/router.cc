@@ -117,6 +117,7 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
   l.growth_blocks = p.growth_kv_blocks();
   l.watermark_blocks = p.watermark_kv_blocks();
   l.reserves_max_tokens = p.reserves_max_tokens();
+  l.kv_group_window.assign(p.kv_group_window().begin(), p.kv_group_window().end());
   return l;
 }
 

@@ -116,6 +116,7 @@ inline v1::WorkerLoad ToProto(const WorkerLoadSnapshot& l) {
   p.set_growth_kv_blocks(l.growth_blocks);
   p.set_watermark_kv_blocks(l.watermark_blocks);
   p.set_reserves_max_tokens(l.reserves_max_tokens);
+  for (int w : l.kv_group_window) p.add_kv_group_window(w);
   return p;
 }
 

@@ -402,8 +402,7 @@ absl::Status TandemServer::BuildPrefill() {
     // 1 GiB for prompts in flight and the prefix cache, or one context-length prompt's KV where
     // that is more (Gemma 3 270M: 32,768 tokens of 36 KiB).
     const KvCacheSpec spec = KvCacheSpec::For(model_->config(), po.block_size, kv_dtype_);
-    const int64_t context_blocks =
-        (model_->config().max_seq_len + po.block_size - 1) / std::max(1, po.block_size);
+    const int64_t context_blocks = spec.table_layout().Entries(model_->config().max_seq_len);
     po.max_kv_bytes = std::max(int64_t{1} << 30, context_blocks * spec.bytes_per_block());
   }
   po.scheduler.token_budget = static_cast<int>(c_.prefill.token_budget);
@@ -484,14 +483,22 @@ absl::Status TandemServer::BuildDecode() {
   decode_ = std::move(*d);
   decode_service_ = std::make_unique<DecodeService>(decode_.get(), internal_auth_, nccl_receiver_);
   const WorkerLoadSnapshot load = decode_->Load();
-  const KvCacheSpec spec = KvCacheSpec::For(model_->config(), load.block_size, kv_dtype_);
+  const KvCacheSpec& spec = decode_->kv_spec();
+  // A grouped cache (sliding-window and full-attention layers) holds a block per group per
+  // block_size tokens; its tokens are those of the longest sequence it holds.
   std::fprintf(stderr,
                "[tandem-server] decode KV cache: %d blocks of %d tokens (%lld tokens, %.2f GiB, "
-               "%s)\n",
+               "%s%s)\n",
                load.total_blocks, load.block_size,
-               static_cast<long long>(load.total_blocks) * load.block_size,
+               static_cast<long long>(load.kv_layout().TokensIn(load.total_blocks)),
                static_cast<double>(spec.bytes_per_block()) * load.total_blocks / (1 << 30),
-               DTypeName(kv_dtype_).data());
+               DTypeName(kv_dtype_).data(),
+               spec.n_groups() > 1
+                   ? absl::StrFormat(", %d layer groups of %d layers; sliding-window blocks go "
+                                     "once behind the window",
+                                     spec.n_groups(), spec.group_layers())
+                         .c_str()
+                   : "");
   return absl::OkStatus();
 }
 

@@ -2,20 +2,40 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem {
 
-KvCacheSpec KvCacheSpec::For(const ModelConfig& config, int block_size, DType dtype) {
-  return {config.n_layers, config.n_kv_heads, config.head_dim, block_size, dtype};
+KvCacheSpec KvCacheSpec::For(const ModelConfig& config, int block_size, DType dtype, bool grouped) {
+  KvCacheSpec spec{config.n_layers, config.n_kv_heads, config.head_dim, block_size, dtype};
+  if (!grouped || !config.MixedLayers()) return spec;
+  int sliding = 0;
+  for (int l = 0; l < config.n_layers; ++l) sliding += config.LayerIsLocal(l);
+  const int per_group = std::gcd(sliding, config.n_layers - sliding);
+  // Full-attention groups first, then sliding ones; layers fill their kind's groups in order.
+  const int full_groups = (config.n_layers - sliding) / per_group;
+  spec.group_window.assign(full_groups, 0);
+  spec.group_window.resize(config.n_layers / per_group, config.sliding_window);
+  spec.layer_group.resize(config.n_layers);
+  spec.layer_slot.resize(config.n_layers);
+  int seen[2] = {0, 0};  // layers placed so far: full, sliding
+  for (int l = 0; l < config.n_layers; ++l) {
+    const int kind = config.LayerIsLocal(l) ? 1 : 0;
+    const int i = seen[kind]++;
+    spec.layer_group[l] = (kind == 1 ? full_groups : 0) + i / per_group;
+    spec.layer_slot[l] = i % per_group;
+  }
+  return spec;
 }
 
 int64_t KvCacheSpec::bytes_per_block() const {
-  const int64_t scales =
-      dtype == DType::kFp8E4M3 ? int64_t{2} * n_layers * n_kv_heads * 4 : int64_t{0};
-  return bytes_per_token() * block_size + scales;
+  const int64_t layers = group_layers();
+  const int64_t scales = dtype == DType::kFp8E4M3 ? int64_t{2} * layers * n_kv_heads * 4 : 0;
+  return int64_t{2} * layers * width() * static_cast<int64_t>(DTypeSize(dtype)) * block_size +
+         scales;
 }
 
 int KvCacheSpec::BlocksIn(int64_t bytes) const {
@@ -51,9 +71,9 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int num_block
         "kv cache of %d blocks x %d tokens needs %d bytes, more than the %d allowed", num_blocks,
         block_size, bytes, max_bytes));
   }
-  c.data_.reset(new char[static_cast<size_t>(2 * c.LayerBytes() * c.spec_.n_layers)]);
+  c.data_.reset(new char[static_cast<size_t>(2 * c.LayerBytes() * c.spec_.group_layers())]);
   if (dtype == DType::kFp8E4M3) {
-    const int64_t n = int64_t{c.spec_.n_layers} * num_blocks * 2 * c.spec_.n_kv_heads;
+    const int64_t n = int64_t{c.spec_.group_layers()} * num_blocks * 2 * c.spec_.n_kv_heads;
     c.scales_.reset(new float[static_cast<size_t>(n)]);
     std::fill(c.scales_.get(), c.scales_.get() + n, 1.0f);
   }
@@ -61,8 +81,9 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& config, int num_block
 }
 
 float* KvCache::scales(int layer) {
-  return scales_ == nullptr ? nullptr
-                            : scales_.get() + int64_t{layer} * num_blocks_ * 2 * spec_.n_kv_heads;
+  return scales_ == nullptr
+             ? nullptr
+             : scales_.get() + int64_t{spec_.slot_of(layer)} * num_blocks_ * 2 * spec_.n_kv_heads;
 }
 
 const float* KvCache::scales(int layer) const { return const_cast<KvCache*>(this)->scales(layer); }
@@ -104,12 +125,17 @@ void SetFp8Scales(KvCache* cache, int layer, std::span<const KvChunkRows> chunks
         }
       }
     } else {
-      std::copy_n(scales + int64_t{ch.block_table[0]} * per_block, per_block, seq.begin());
+      // A sliding group's table may have let its first blocks go: its first held one.
+      const int* held =
+          std::find_if(ch.block_table.data(), ch.block_table.data() + ch.block_table.size(),
+                       [](int b) { return b != kNoBlock; });
+      std::copy_n(scales + int64_t{*held} * per_block, per_block, seq.begin());
     }
     // The blocks this chunk starts (all of them for a first chunk).
     const int first_block = ch.start_pos == 0 ? 0 : (ch.start_pos + bs - 1) / bs;
     const int end_block = (ch.start_pos + ch.count + bs - 1) / bs;
     for (int b = first_block; b < end_block; ++b) {
+      if (ch.block_table[b] == kNoBlock) continue;  // behind a sliding window
       std::copy(seq.begin(), seq.end(), scales + int64_t{ch.block_table[b]} * per_block);
     }
     row += ch.count;

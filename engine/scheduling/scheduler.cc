@@ -44,6 +44,7 @@ std::vector<PrefillScheduler::Work> PrefillScheduler::Schedule() {
 
 DecodeScheduler::DecodeScheduler(Options options)
     : options_(options),
+      layout_{options.block_size, options.group_window},
       pool_(options.num_blocks),
       watermark_blocks_(options.watermark > 0 && options.admission == Admission::kOnDemand
                             ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
@@ -54,13 +55,16 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
   if (requests_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
-  const int most = BlocksFor(std::max(max_tokens, prompt_tokens + 1));
-  const int need = options_.admission == Admission::kReserve ? most : BlocksFor(prompt_tokens + 1);
-  if (most > num_blocks()) {
+  const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
+  // Blocks taken now: those the first decode step reads (kReserve: every step's), a sliding
+  // group's from its window on.
+  const int end = options_.admission == Admission::kReserve ? most_tokens : prompt_tokens + 1;
+  const int64_t need = layout_.BlocksHeld(prompt_tokens, end);
+  if (layout_.TokensIn(num_blocks()) < most_tokens) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
         "whole cache of %d blocks",
-        std::max(max_tokens, prompt_tokens + 1), most, block_size(), num_blocks()));
+        most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
   }
   if (!preempted_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -75,15 +79,15 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
         "decode worker: %d free KV blocks, the request needs %d and %d stay free for growth",
         pool_.num_available(), need, watermark_blocks_));
   }
-  auto blocks = pool_.Allocate(need);
-  if (!blocks.ok()) return blocks.status();
+  std::vector<int> table;
+  if (absl::Status s = GrowTable(layout_, &pool_, &table, prompt_tokens, end); !s.ok()) return s;
   Entry& e = requests_[id];
   e.order = next_order_++;
   e.tokens = prompt_tokens;
   e.computed = prompt_tokens;
-  e.max_tokens = std::max(max_tokens, prompt_tokens + 1);
-  e.blocks = *blocks;
-  return *blocks;
+  e.max_tokens = most_tokens;
+  e.blocks = std::move(table);
+  return e.blocks;
 }
 
 absl::Status DecodeScheduler::Start(uint64_t id) {
@@ -116,8 +120,7 @@ uint64_t DecodeScheduler::Victim(const Step& step) const {
 }
 
 void DecodeScheduler::Preempt(uint64_t id, Entry& e) {
-  pool_.Free(e.blocks).IgnoreError();  // blocks came from Allocate: cannot fail
-  e.blocks.clear();
+  FreeTable(&pool_, &e.blocks);
   e.computed = 0;
   e.state = State::kPreempted;
   std::erase(running_, id);
@@ -127,13 +130,12 @@ void DecodeScheduler::Preempt(uint64_t id, Entry& e) {
 
 DecodeScheduler::Step DecodeScheduler::Schedule() {
   Step step;
-  // Readmission: the oldest preempted sequences first, while their tokens fit.
+  // Readmission: the oldest preempted sequences first, while their tokens fit (what they hold
+  // once recomputed; the recompute steps take the earlier windows they read as they go).
   while (!preempted_.empty()) {
     const uint64_t id = preempted_.front();
     Entry& e = requests_.at(id);
-    auto blocks = pool_.Allocate(BlocksFor(e.tokens));
-    if (!blocks.ok()) break;
-    e.blocks = *blocks;
+    if (!GrowTable(layout_, &pool_, &e.blocks, e.tokens - 1, e.tokens).ok()) break;
     e.state = State::kRunning;
     preempted_.erase(preempted_.begin());
     InsertInOrder(running_, id);
@@ -146,7 +148,7 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     int n = e.tokens - e.computed;
     if (n > 1) n = std::min(n, budget);  // a recompute, under the step's budget
     if (n <= 0) continue;
-    int need = BlocksFor(e.computed + n) - static_cast<int>(e.blocks.size());
+    const int need = MissingBlocks(layout_, e.blocks, e.computed, e.computed + n);
     while (need > pool_.num_available() && e.state == State::kRunning) {
       const uint64_t victim = Victim(step);
       if (victim == 0) break;
@@ -155,10 +157,7 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     }
     if (e.state != State::kRunning) continue;    // it was the newest: it waits itself
     if (need > pool_.num_available()) continue;  // everything else is in this step: next one
-    if (need > 0) {
-      auto more = pool_.Allocate(need);
-      e.blocks.insert(e.blocks.end(), more->begin(), more->end());
-    }
+    GrowTable(layout_, &pool_, &e.blocks, e.computed, e.computed + n).IgnoreError();  // fits
     if (n > 1) budget -= n;
     step.work.push_back({id, e.computed, n, e.computed + n == e.tokens});
   }
@@ -172,14 +171,12 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   // The last proposal is fed at position start + k; none may reach past the request's most
   // tokens (the blocks reserved under kReserve).
   k = std::min(k, e.max_tokens - 1 - w.start - 1);
-  const int have = static_cast<int>(e.blocks.size());
-  k = std::min(k, (have + pool_.num_available()) * block_size() - w.start - 1);
-  if (k <= 0) return 0;
-  if (const int need = BlocksFor(w.start + 1 + k) - have; need > 0) {
-    auto more = pool_.Allocate(need);
-    if (!more.ok()) return 0;
-    e.blocks.insert(e.blocks.end(), more->begin(), more->end());
+  while (k > 0 &&
+         MissingBlocks(layout_, e.blocks, w.start, w.start + 1 + k) > pool_.num_available()) {
+    --k;
   }
+  if (k <= 0) return 0;
+  if (!GrowTable(layout_, &pool_, &e.blocks, w.start, w.start + 1 + k).ok()) return 0;
   w.count = 1 + k;
   w.draft = k;
   return k;
@@ -194,24 +191,23 @@ void DecodeScheduler::Complete(const Step& step, std::span<const int> kept) {
     if (w.draft == 0) {
       e.computed = w.start + w.count;
       if (w.sample) e.tokens += 1;
-      continue;
+    } else {
+      const int k = i < kept.size() ? std::clamp(kept[i], 0, w.draft) : 0;
+      e.computed = w.start + 1 + k;  // the token and the proposals kept
+      e.tokens += 1 + k;
+      if (options_.admission != Admission::kReserve) {
+        ShrinkTable(layout_, &pool_, &e.blocks, e.tokens);
+      }
     }
-    const int k = i < kept.size() ? std::clamp(kept[i], 0, w.draft) : 0;
-    e.computed = w.start + 1 + k;  // the token and the proposals kept
-    e.tokens += 1 + k;
-    if (options_.admission == Admission::kReserve) continue;
-    const size_t keep = BlocksFor(e.tokens);
-    if (e.blocks.size() > keep) {
-      pool_.Free(std::span<const int>(e.blocks).subspan(keep)).IgnoreError();
-      e.blocks.resize(keep);
-    }
+    // Blocks behind the sliding windows of the positions still to compute.
+    TrimTable(layout_, &pool_, &e.blocks, e.computed);
   }
 }
 
 bool DecodeScheduler::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
-  pool_.Free(it->second.blocks).IgnoreError();  // blocks came from Allocate: cannot fail
+  FreeTable(&pool_, &it->second.blocks);
   std::erase(running_, id);
   std::erase(preempted_, id);
   requests_.erase(it);
@@ -231,7 +227,7 @@ int DecodeScheduler::tokens(uint64_t id) const {
 int DecodeScheduler::growth_promised() const {
   int64_t blocks = 0;
   for (const auto& [id, e] : requests_) {
-    blocks += std::max<int64_t>(0, BlocksFor(e.max_tokens) - static_cast<int64_t>(e.blocks.size()));
+    blocks += std::max<int64_t>(0, layout_.BlocksAt(e.max_tokens) - LiveBlocks(e.blocks));
   }
   return static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
 }

@@ -4,6 +4,7 @@
 #ifndef TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
 #define TANDEM_ENGINE_SCHEDULING_SCHEDULER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <span>
@@ -13,6 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "engine/kv/block_pool.h"
+#include "engine/kv/block_table.h"
 
 namespace tandem {
 
@@ -29,6 +31,11 @@ struct WorkerLoadSnapshot {
   int watermark_blocks = 0;
   // Decode: admission reserves blocks for prompt + max_tokens (DecodeScheduler's kReserve).
   bool reserves_max_tokens = false;
+  // Decode: the cache's layer groups (KvTableLayout::group_window; empty: one full group).
+  std::vector<int> kv_group_window;
+
+  // What a sequence costs in this worker's blocks (engine/kv/block_table.h).
+  KvTableLayout kv_layout() const { return {std::max(1, block_size), kv_group_window}; }
 };
 
 // Prefill: first come, first served; each step takes chunks of waiting prompts until the
@@ -98,6 +105,10 @@ class DecodeScheduler {
     double watermark = 0.01;
     int recompute_budget = 512;  // tokens of preempted sequences recomputed per step
     Admission admission = Admission::kOnDemand;
+    // The cache's layer groups (KvCacheSpec::group_window; empty: one full-attention group).
+    // A sequence holds a block per group per block_size tokens, and lets a sliding group's
+    // blocks go once they fall behind its window (engine/kv/block_table.h).
+    std::vector<int> group_window;
   };
   struct Work {
     uint64_t id;
@@ -117,7 +128,8 @@ class DecodeScheduler {
   DecodeScheduler(int num_blocks, int block_size, int max_running)
       : DecodeScheduler(Options{num_blocks, block_size, max_running}) {}
 
-  int BlocksFor(int tokens) const { return (tokens + block_size() - 1) / block_size(); }
+  // Logical blocks (one per group each) covering `tokens` tokens.
+  int BlocksFor(int tokens) const { return layout_.LogicalBlocks(tokens); }
   // Reserves blocks for `prompt_tokens` plus the first token (kReserve: for `max_tokens`).
   // `max_tokens` is the most tokens the
   // request may reach (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
@@ -146,6 +158,7 @@ class DecodeScheduler {
 
   // Sequences in the running batch (started, not preempted), in admission order.
   const std::vector<uint64_t>& running() const { return running_; }
+  // The sequence's block table (engine/kv/block_table.h: interleaved by group).
   const std::vector<int>* blocks(uint64_t id) const;
   // Tokens the sequence holds (prompt and generated); -1 when unknown.
   int tokens(uint64_t id) const;
@@ -154,6 +167,7 @@ class DecodeScheduler {
   int num_free_blocks() const { return pool_.num_available(); }
   int num_blocks() const { return pool_.num_blocks(); }
   int block_size() const { return options_.block_size; }
+  const KvTableLayout& layout() const { return layout_; }
   int watermark_blocks() const { return watermark_blocks_; }
   Admission admission() const { return options_.admission; }
   // Blocks the sequences may still claim to reach their most tokens (the growth promised).
@@ -179,6 +193,7 @@ class DecodeScheduler {
   void InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const;
 
   Options options_;
+  KvTableLayout layout_;
   BlockPool pool_;
   int watermark_blocks_ = 0;
   absl::flat_hash_map<uint64_t, Entry> requests_;

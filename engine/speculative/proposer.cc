@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/kv/block_pool.h"
+#include "engine/kv/block_table.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/sampler.h"
 
@@ -110,6 +111,7 @@ class DraftProposer final : public Proposer {
         max_seq_len_(draft.max_seq_len),
         options_(options),
         pool_(runner_->num_blocks()),
+        layout_(runner_->kv_spec().table_layout()),
         eos_ids_(std::move(eos_ids)) {}
 
   absl::Status Propose(std::span<const ProposalRequest> requests,
@@ -174,15 +176,10 @@ class DraftProposer final : public Proposer {
         std::mismatch(s.fed.begin(), s.fed.end(), r.tokens.begin(), r.tokens.end());
     const size_t keep = std::min<size_t>(mismatch.first - s.fed.begin(), len - 1);
     s.fed.resize(keep);
-    const int bs = runner_->block_size();
-    const int need = (last_pos + bs) / bs - static_cast<int>(s.blocks.size());
-    if (need > 0) {
-      auto more = pool_.Allocate(need);
-      if (!more.ok()) {
-        Drop(r.id);
-        return std::nullopt;
-      }
-      s.blocks.insert(s.blocks.end(), more->begin(), more->end());
+    // Every block up to the last proposal (the draft may feed again from any position).
+    if (!GrowTable(layout_, &pool_, &s.blocks, 0, last_pos + 1).ok()) {
+      Drop(r.id);
+      return std::nullopt;
     }
     return Active{&r, index, &s};
   }
@@ -257,7 +254,7 @@ class DraftProposer final : public Proposer {
   void Drop(uint64_t id) {
     auto it = seqs_.find(id);
     if (it == seqs_.end()) return;
-    pool_.Free(it->second.blocks).IgnoreError();  // blocks came from Allocate: cannot fail
+    FreeTable(&pool_, &it->second.blocks);
     seqs_.erase(it);
   }
 
@@ -267,6 +264,7 @@ class DraftProposer final : public Proposer {
   const int max_seq_len_;
   const DraftRunnerOptions options_;
   BlockPool pool_;
+  KvTableLayout layout_;
   const std::vector<int> eos_ids_;
   std::vector<float> logits_;
   // node_hash_map: Active keeps Seq pointers while Prepare inserts further sequences.

@@ -316,5 +316,74 @@ TEST(DecodeSchedulerTest, SpeculationNeverPreemptsAndKeepsReservedBlocks) {
   EXPECT_TRUE(s.Idle());
 }
 
+// A cache of a full-attention group and a sliding one (window 8, blocks of 4): a long sequence
+// holds its full group's blocks and only its window's in the sliding group, and under pressure
+// (preemption, recompute, readmission) no sequence is lost or leaks a block.
+TEST(DecodeSchedulerTest, SlidingGroupsHoldOnlyTheirWindow) {
+  DecodeScheduler::Options o = Opts(200, 4, 16);
+  o.group_window = {0, 8};
+  DecodeScheduler s(o);
+  // A 20-token prompt: full blocks 0..5, sliding blocks from position 13 (3..5).
+  auto table = s.Admit(1, 20, 100);
+  ASSERT_TRUE(table.ok()) << table.status();
+  EXPECT_EQ(LiveBlocks(*table), 6 + 3);
+  ASSERT_TRUE(s.Start(1).ok());
+  Driver d{s, {{1, 100}}};
+  int most_sliding = 0;
+  for (int i = 0; i < 200 && !d.want.empty(); ++i) {
+    DecodeScheduler::Step step = s.Schedule();
+    s.Complete(step);
+    if (const std::vector<int>* t = s.blocks(1)) {
+      const std::vector<int> sliding = GroupTable(s.layout(), *t, 1);
+      most_sliding = std::max(most_sliding, LiveBlocks(sliding));
+      // The full group covers every computed position (the newest token's comes next step).
+      EXPECT_EQ(LiveBlocks(GroupTable(s.layout(), *t, 0)), s.BlocksFor(s.tokens(1) - 1));
+    }
+    if (s.tokens(1) >= 100) {
+      EXPECT_TRUE(s.Release(1));
+      d.want.clear();
+    }
+  }
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_LE(most_sliding, 3);  // 8 positions span at most 3 blocks of 4
+  EXPECT_TRUE(s.Idle());
+}
+
+TEST(DecodeSchedulerTest, SlidingGroupsUnderPressureNeverLoseASequence) {
+  DecodeScheduler::Options o = Opts(60, 4, 32, 0.05, 16);
+  o.group_window = {0, 5, 5};
+  DecodeScheduler s(o);
+  uint64_t next = 1;
+  int admitted = 0;
+  Driver d{s, {}};
+  for (int round = 0; round < 300; ++round) {
+    const int prompt = 1 + (round * 7) % 13;
+    const int length = prompt + 1 + (round * 11) % 30;
+    if (s.Admit(next, prompt, length).ok()) {
+      ASSERT_TRUE(s.Start(next).ok());
+      d.want[next] = length;
+      ++admitted;
+    }
+    ++next;
+    DecodeScheduler::Step step = s.Schedule();
+    for (const Work& w : step.work) {
+      // Every block the step reads or writes is held.
+      ASSERT_EQ(MissingBlocks(s.layout(), *s.blocks(w.id), w.start, w.start + w.count), 0);
+    }
+    s.Complete(step);
+    for (const Work& w : step.work) {
+      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
+        ASSERT_TRUE(s.Release(w.id));
+        d.want.erase(w.id);
+      }
+    }
+  }
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_GT(admitted, 50);
+  EXPECT_GT(s.preemptions(), 0);
+  EXPECT_TRUE(s.Idle());
+}
+
 }  // namespace
 }  // namespace tandem

@@ -21,11 +21,11 @@ namespace {
 
 // A fresh cache for one sequence of `tokens`, and its block table.
 KvCache CacheFor(const Model& model, size_t tokens, std::vector<int>* table) {
-  const int block = 16, blocks = static_cast<int>(tokens) / block + 1;
-  auto cache = KvCache::Create(model.config(), blocks, block);
+  const int block = 16;
+  *table = ContiguousTable(KvCacheSpec::For(model.config(), block, DType::kF32).table_layout(),
+                           static_cast<int>(tokens) + 1);
+  auto cache = KvCache::Create(model.config(), static_cast<int>(table->size()), block);
   EXPECT_TRUE(cache.ok()) << cache.status();
-  table->resize(blocks);
-  for (int i = 0; i < blocks; ++i) (*table)[i] = i;
   return *std::move(cache);
 }
 

@@ -26,10 +26,12 @@ namespace tandem::testing {
 inline std::vector<std::vector<float>> CaseLogits(const Model& model,
                                                   const nlohmann::json& expected) {
   std::vector<std::vector<float>> out;
-  auto cache = KvCache::Create(model.config(), 8, 16);
+  // Room for 128 positions, in the cache's layer groups.
+  const std::vector<int> table =
+      ContiguousTable(KvCacheSpec::For(model.config(), 16, DType::kF32).table_layout(), 128);
+  auto cache = KvCache::Create(model.config(), static_cast<int>(table.size()), 16);
   EXPECT_TRUE(cache.ok());
   if (!cache.ok()) return out;
-  std::vector<int> table = {0, 1, 2, 3, 4, 5, 6, 7};
   for (const auto& cs : expected["cases"]) {
     const std::vector<int> ids = cs["input_ids"];
     SequenceChunk chunk{ids, 0, table, /*all_logits=*/true};

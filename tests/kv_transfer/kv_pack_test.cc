@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
+#include "engine/kv/block_table.h"
 #include "tests/kv_transfer/kv_test_util.h"
 
 namespace tandem {
@@ -69,6 +71,60 @@ TEST_F(KvPackTest, DifferentBlockSizesRoundTrip) {
     }
     EXPECT_TRUE(HoldsPrompt(dst_, dst_table_, kTokens, 1)) << "chunk " << chunk;
   }
+}
+
+// A model with sliding-window layers between full ones: each layer's rows go to its group's
+// blocks, and a decode-side table that holds only the sliding layers' window takes exactly
+// those rows (KvCacheSpec::KeepFrom) and refuses rows behind it.
+TEST(KvPackGroupsTest, SlidingLayersMoveOnlyTheirWindow) {
+  ModelConfig c = KvShape(3, 2, 8);
+  c.sliding_window = 4;
+  c.sliding_layers = {1, 0, 1};
+  KvCache src = MakeCache(c, 12, 16);
+  KvCache dst = MakeCache(c, 40, 4);
+  ASSERT_EQ(src.spec().n_groups(), 3);
+  const std::vector<int> src_table = ContiguousTable(src.spec().table_layout(), kTokens);
+  const int w = src.width();
+  auto rows = [&](int layer, int start, int n) {  // KvValue rows as a payload
+    std::string p(2 * n * w * sizeof(float), '\0');
+    std::vector<float> f(p.size() / sizeof(float));
+    for (int kv = 0; kv < 2; ++kv) {
+      for (int t = 0; t < n; ++t) {
+        for (int col = 0; col < w; ++col) {
+          f[(kv * n + t) * w + col] = KvValue(2, layer, kv, start + t, col);
+        }
+      }
+    }
+    std::memcpy(p.data(), f.data(), p.size());
+    return p;
+  };
+  for (int l = 0; l < 3; ++l) {
+    ASSERT_TRUE(
+        ScatterKv(rows(l, 0, kTokens), MakeKvChunkHeader(src, 1, l, 0, kTokens), src_table, &src)
+            .ok());
+  }
+  BlockPool pool(40);
+  std::vector<int> dst_table;
+  const KvTableLayout layout = dst.spec().table_layout();
+  ASSERT_TRUE(GrowTable(layout, &pool, &dst_table, kTokens, kTokens + 1).ok());
+  for (int l = 0; l < 3; ++l) {
+    const int from = src.spec().KeepFrom(l, kTokens);
+    EXPECT_EQ(from, l == 1 ? 0 : kTokens - 3);
+    absl::StatusOr<std::string> p = GatherKv(src, l, src_table, from, kTokens - from);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(*p, rows(l, from, kTokens - from)) << l;
+    ASSERT_TRUE(
+        ScatterKv(*p, MakeKvChunkHeader(src, 1, l, from, kTokens - from), dst_table, &dst).ok());
+    absl::StatusOr<std::string> back = GatherKv(dst, l, dst_table, from, kTokens - from);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, *p) << l;
+  }
+  // Sliding layer 0's rows 0..31 have no block on the decode side.
+  const absl::Status behind =
+      ScatterKv(rows(0, 0, 4), MakeKvChunkHeader(src, 1, 0, 0, 4), dst_table, &dst);
+  EXPECT_EQ(behind.code(), absl::StatusCode::kInvalidArgument) << behind;
+  FreeTable(&pool, &dst_table);
+  EXPECT_TRUE(pool.NoneInUse());
 }
 
 TEST_F(KvPackTest, GatherRejectsBadRanges) {

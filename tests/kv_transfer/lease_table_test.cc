@@ -65,6 +65,22 @@ TEST(LeaseTableTest, RejectsChunksOutsideThePrompt) {
   EXPECT_EQ(t.size(), 0u);
 }
 
+// A sliding-window layer's KV is expected from its window on (KvCacheSpec::KeepFrom).
+TEST(LeaseTableTest, ALayerMayStartAtItsWindow) {
+  LeaseTable t;
+  auto l = t.Create({0, 1, 2}, 10, std::vector<int>{0, 6}, absl::InfiniteFuture());
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(t.OnChunk(Chunk(*l, 0, 0, 10)).ok());
+  const absl::Status early = t.OnChunk(Chunk(*l, 1, 5, 5));
+  EXPECT_EQ(early.code(), Code::kInvalidArgument);
+  EXPECT_NE(early.message().find("layer 1 outside [6, 10)"), std::string::npos) << early;
+  EXPECT_FALSE(t.IsComplete(l->id));
+  EXPECT_TRUE(t.OnChunk(Chunk(*l, 1, 6, 4)).ok());
+  EXPECT_TRUE(t.IsComplete(l->id));
+  EXPECT_EQ(t.Create({0}, 10, std::vector<int>{0, 10}, absl::InfiniteFuture()).status().code(),
+            Code::kInvalidArgument);
+}
+
 TEST(LeaseTableTest, CreateValidatesAndDrawsUnguessableNames) {
   LeaseTable t;
   EXPECT_EQ(t.Create({}, 0, 2, kT0).status().code(), Code::kInvalidArgument);

@@ -148,7 +148,9 @@ class ClusterTest : public ::testing::Test {
     return r;
   }
   static v1::GenerateRequest Request(size_t i) { return Request((*cases_)[i]); }
-  void ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file);
+  // Under KV pressure: `blocks` blocks per worker, `concurrency` requests at once.
+  void ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file,
+                                  int blocks = 40, int concurrency = 4);
   void CheckAllCases(Cluster& cluster, int concurrency) {
     CheckAllCases(cluster, concurrency, *expected_);
   }
@@ -275,7 +277,8 @@ TEST_F(ClusterTest, KvPressurePreemptsAndRecomputesIdentically) {
 // tokenizer) as its HF directory (tokenizer.json and chat template beside it) and as a GGUF file
 // (the tokenizer from the metadata): --role=all, 1 prefill + 1 decode, and a decode worker under
 // KV pressure give the engine alone's tokens, greedy and seeded, and leave nothing behind.
-void ClusterTest::ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file) {
+void ClusterTest::ExpectTinyModelOnEveryPath(const std::string& dir, const std::string& gguf_file,
+                                             int blocks, int concurrency) {
   std::vector<Case> cases;
   for (const char* prompt : {"Once upon a time", "The capital of France is",
                              "<|im_start|>user\nName three colours.<|im_end|>\n"
@@ -296,11 +299,12 @@ void ClusterTest::ExpectTinyModelOnEveryPath(const std::string& dir, const std::
       {0, 0, hf, {}, 1},
       {1, 1, hf, {}, 1},
       {1, 1, gguf, {}, 1},
-      {1, 1, hf, {"--num-blocks", "40"}, 4},  // 32 requests of up to ~110 tokens in 640 slots
+      // 32 requests of up to ~110 tokens
+      {1, 1, hf, {"--num-blocks", absl::StrCat(blocks)}, concurrency},
   };
   for (const Setup& s : setups) {
     SCOPED_TRACE(absl::StrFormat("%s, %d prefill + %d decode, %d blocks", s.files.model, s.prefill,
-                                 s.decode, s.flags.empty() ? 0 : 40));
+                                 s.decode, s.flags.empty() ? 0 : blocks));
     Cluster c(s.prefill, s.decode, s.flags, {}, s.files.Flags());
     CheckCases(c, s.concurrency, cases, Expected(cases, DType::kF32, s.files));
     if (!s.flags.empty()) {
@@ -325,11 +329,15 @@ TEST_F(ClusterTest, Qwen3MoeMatchesEngineColocatedDisaggregatedAndPreempting) {
 }
 
 // Gemma 3: GeGLU, sandwich norms, sliding layers (window 4) between full ones with their own
-// RoPE bases, as an HF directory and as a gemma3 GGUF.
+// RoPE bases, as an HF directory and as a gemma3 GGUF. Its KV blocks hold one layer each (three
+// groups: the full layer and the two sliding ones), and a sliding layer keeps about one block
+// per sequence, so the worker under pressure gets 100 one-layer blocks (the prefill worker holds
+// a 512-token prompt in 96) and 16 requests at once (~10 blocks each) to preempt.
 TEST_F(ClusterTest, Gemma3MatchesEngineColocatedDisaggregatedAndPreempting) {
   ExpectTinyModelOnEveryPath(
       testing::Gemma3Dir(),
-      testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny/gemma3_tiny_f32.gguf");
+      testing::SourceDir() + "/tests/fixtures/gguf/gemma3_tiny/gemma3_tiny_f32.gguf",
+      /*blocks=*/100, /*concurrency=*/16);
 }
 
 // Gemma 3 270M (the real file, 32,768 positions of context) served with default flags: the

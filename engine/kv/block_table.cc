@@ -1,0 +1,155 @@
+#include "engine/kv/block_table.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace tandem {
+
+bool KvTableLayout::windowed() const {
+  return std::any_of(group_window.begin(), group_window.end(), [](int w) { return w > 0; });
+}
+
+int KvTableLayout::KeepFrom(int g, int pos) const {
+  const int w = window(g);
+  return w > 0 ? std::max(0, pos - w + 1) : 0;
+}
+
+int64_t KvTableLayout::BlocksHeld(int pos, int end) const {
+  const int logical = LogicalBlocks(end);
+  int64_t n = 0;
+  for (int g = 0; g < n_groups(); ++g) n += std::max(0, logical - FirstLive(g, pos));
+  return n;
+}
+
+int64_t KvTableLayout::TokensIn(int64_t num_blocks) const {
+  // A sliding group's cost grows with the sequence until its window is full, then stays within
+  // one block of its peak: cost(t) = sum over groups of min(logical blocks, the group's peak),
+  // nondecreasing in t, so the answer is found by bisection.
+  std::vector<int64_t> peak(n_groups(), INT64_MAX);
+  bool bounded = false;
+  for (int g = 0; g < n_groups(); ++g) {
+    if (window(g) == 0) {
+      bounded = true;
+      continue;
+    }
+    int64_t most = 0;
+    for (int t = 1; t <= window(g) + 2 * block_size; ++t) {
+      most = std::max<int64_t>(most, LogicalBlocks(t) - FirstLive(g, t - 1));
+    }
+    peak[g] = most;
+  }
+  auto cost = [&](int64_t t) {
+    const int64_t logical = (t + block_size - 1) / block_size;
+    int64_t c = 0;
+    for (int g = 0; g < n_groups(); ++g) c += std::min(logical, peak[g]);
+    return c;
+  };
+  constexpr int64_t kUnbounded = int64_t{1} << 40;
+  int64_t lo = 0, hi = bounded ? num_blocks * block_size + 1 : kUnbounded;
+  if (cost(hi) <= num_blocks) return hi;
+  while (hi - lo > 1) {  // cost(lo) <= num_blocks < cost(hi)
+    const int64_t mid = lo + (hi - lo) / 2;
+    (cost(mid) <= num_blocks ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+int MissingBlocks(const KvTableLayout& layout, std::span<const int> table, int pos, int end) {
+  const int n = layout.n_groups();
+  int missing = 0;
+  for (int j = 0; j < layout.LogicalBlocks(end); ++j) {
+    for (int g = 0; g < n; ++g) {
+      if (j < layout.FirstLive(g, pos)) continue;
+      const size_t i = static_cast<size_t>(j) * n + g;
+      missing += i >= table.size() || table[i] == kNoBlock;
+    }
+  }
+  return missing;
+}
+
+absl::Status GrowTable(const KvTableLayout& layout, BlockPool* pool, std::vector<int>* table,
+                       int pos, int end) {
+  const int missing = MissingBlocks(layout, *table, pos, end);
+  if (missing == 0) return absl::OkStatus();
+  auto fresh = pool->Allocate(missing);
+  if (!fresh.ok()) return fresh.status();
+  const int n = layout.n_groups();
+  const size_t entries = static_cast<size_t>(layout.Entries(end));
+  if (table->size() < entries) table->resize(entries, kNoBlock);
+  auto next = fresh->begin();
+  for (int j = 0; j < layout.LogicalBlocks(end); ++j) {
+    for (int g = 0; g < n; ++g) {
+      int& e = (*table)[static_cast<size_t>(j) * n + g];
+      if (j >= layout.FirstLive(g, pos) && e == kNoBlock) e = *next++;
+    }
+  }
+  return absl::OkStatus();
+}
+
+int TrimTable(const KvTableLayout& layout, BlockPool* pool, std::vector<int>* table, int pos) {
+  if (!layout.windowed()) return 0;
+  const int n = layout.n_groups();
+  std::vector<int> freed;
+  for (int g = 0; g < n; ++g) {
+    const size_t first = static_cast<size_t>(layout.FirstLive(g, pos));
+    for (size_t j = 0; j < first && j * n + g < table->size(); ++j) {
+      int& e = (*table)[j * n + g];
+      if (e != kNoBlock) {
+        freed.push_back(e);
+        e = kNoBlock;
+      }
+    }
+  }
+  pool->Free(freed).IgnoreError();  // blocks the table held: cannot fail
+  return static_cast<int>(freed.size());
+}
+
+void ShrinkTable(const KvTableLayout& layout, BlockPool* pool, std::vector<int>* table,
+                 int tokens) {
+  const size_t keep = static_cast<size_t>(layout.Entries(tokens));
+  if (table->size() <= keep) return;
+  std::vector<int> freed;
+  for (size_t i = keep; i < table->size(); ++i) {
+    if ((*table)[i] != kNoBlock) freed.push_back((*table)[i]);
+  }
+  table->resize(keep);
+  pool->Free(freed).IgnoreError();  // blocks the table held: cannot fail
+}
+
+void FreeTable(BlockPool* pool, std::vector<int>* table) {
+  std::vector<int> held;
+  held.reserve(table->size());
+  for (int b : *table) {
+    if (b != kNoBlock) held.push_back(b);
+  }
+  pool->Free(held).IgnoreError();  // blocks the table held: cannot fail
+  table->clear();
+}
+
+int LiveBlocks(std::span<const int> table) {
+  return static_cast<int>(std::count_if(table.begin(), table.end(), [](int b) { return b >= 0; }));
+}
+
+std::vector<int> GroupTable(const KvTableLayout& layout, std::span<const int> table, int g) {
+  const size_t n = static_cast<size_t>(layout.n_groups());
+  std::vector<int> out;
+  out.reserve(table.size() / n + 1);
+  for (size_t i = static_cast<size_t>(g); i < table.size(); i += n) out.push_back(table[i]);
+  return out;
+}
+
+uint64_t GroupBlockHash(uint64_t hash, int g) {
+  if (g == 0) return hash;
+  const int group[1] = {g};
+  return HashBlockTokens(hash, group);
+}
+
+std::vector<int> ContiguousTable(const KvTableLayout& layout, int tokens) {
+  std::vector<int> table(static_cast<size_t>(layout.Entries(tokens)));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int>(i);
+  return table;
+}
+
+}  // namespace tandem
