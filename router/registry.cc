@@ -76,7 +76,7 @@ absl::Status WorkerRegistry::Register(const std::string& id, WorkerRole role,
   w.registered.block_size = std::max(0, load.block_size);
   // A layout the router cannot use counts as one full-attention group.
   const std::vector<int>& groups = load.kv_group_window;
-  if (groups.size() > 4096 ||
+  if (groups.size() > 1024 ||
       std::any_of(groups.begin(), groups.end(), [](int g) { return g < 0; })) {
     w.registered.kv_group_window.clear();
   }

@@ -34,11 +34,9 @@ int64_t KvTableLayout::TokensIn(int64_t num_blocks) const {
       bounded = true;
       continue;
     }
-    int64_t most = 0;
-    for (int t = 1; t <= window(g) + 2 * block_size; ++t) {
-      most = std::max<int64_t>(most, LogicalBlocks(t) - FirstLive(g, t - 1));
-    }
-    peak[g] = most;
+    // Past the window, t - W = a * bs + r holds a + ceil((r + W) / bs) - a blocks: the most,
+    // at r = bs - 1, is ceil((W + bs - 1) / bs); a shorter sequence holds fewer.
+    peak[g] = (int64_t{window(g)} + 2 * int64_t{block_size} - 2) / block_size;
   }
   auto cost = [&](int64_t t) {
     const int64_t logical = (t + block_size - 1) / block_size;

@@ -6,6 +6,8 @@
 
 #include "decode_node/decode_engine.h"
 #include "engine/generator.h"
+#include "engine/kv/block_table.h"
+#include "engine/sampling/sampler.h"
 #include "prefill_node/prefill_engine.h"
 #include "tests/cluster_auth.h"
 #include "tests/serving/engine_pair.h"
@@ -240,6 +242,72 @@ void EnginesTest::ExpectTinyModelMatchesTheEngineAlone(const std::string& dir,
     EXPECT_TRUE((*decode)->Idle());
     EXPECT_EQ((*decode)->Load().free_blocks, num_blocks);
   }
+  EXPECT_TRUE((*prefill)->Idle());
+}
+
+// Gemma 3's sliding layers (window 4) keep only their window on the decode engine: admission
+// takes the global layer's blocks for the whole prompt and the sliding layers' for the window's
+// only, the prefill ships the sliding layers from the window on, and the greedy tokens equal a
+// forward pass that keeps every block (one token per call over a contiguous table).
+TEST_P(EnginesTest, Gemma3DecodeHoldsOnlyTheSlidingWindowAndGivesTheSameTokens) {
+  auto model = Model::Load(testing::Gemma3Dir(), backend_.get());
+  ASSERT_TRUE(model.ok()) << model.status();
+  const Model& m = **model;
+  GenerationRequest r;
+  for (int i = 0; i < 200; ++i) r.prompt.push_back((i * 7 + 3) % m.config().vocab_size);
+  r.max_tokens = 40;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;  // greedy
+
+  // Every block kept: the prompt in one call, then a token per call.
+  const KvTableLayout whole = KvCacheSpec::For(m.config(), 4, DType::kF32).table_layout();
+  const std::vector<int> table = ContiguousTable(whole, 240);
+  auto cache = KvCache::Create(m.config(), static_cast<int>(table.size()), 4);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  std::vector<int> want;
+  std::vector<float> logits;
+  SequenceChunk chunk{r.prompt, 0, table, false};
+  ASSERT_TRUE(m.Forward({&chunk, 1}, &*cache, &logits).ok());
+  for (int pos = 200; static_cast<int>(want.size()) < r.max_tokens; ++pos) {
+    want.push_back(Argmax(logits));
+    if (static_cast<int>(want.size()) == r.max_tokens) break;
+    chunk = {std::span<const int>(&want.back(), 1), pos, table, false};
+    ASSERT_TRUE(m.Forward({&chunk, 1}, &*cache, &logits).ok());
+  }
+
+  PrefillEngineOptions po;
+  po.num_blocks = 1024;
+  po.scheduler.chunk_size = 64;
+  auto prefill = PrefillEngine::Create(&m, sender_.get(), po);
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  DecodeEngineOptions dopt;
+  dopt.block_size = 4;
+  dopt.num_blocks = 2048;
+  dopt.transport = GetParam();
+  dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0" : "engines-test-gemma3-window";
+  dopt.receiver.auth.secret = testing::TestClusterSecret();
+  auto decode = DecodeEngine::Create(&m, dopt);
+  ASSERT_TRUE(decode.ok()) << decode.status();
+  const KvTableLayout layout = (*decode)->kv_spec().table_layout();
+  ASSERT_EQ(layout.n_groups(), 3);  // [sliding, full, sliding]: a group a layer
+  auto adm = (*decode)->Admit(r);
+  ASSERT_TRUE(adm.ok()) << adm.status();
+  // 201 positions: 51 blocks of the global layer, 2 of each sliding one (positions 197..200).
+  EXPECT_EQ(2048 - (*decode)->Load().free_blocks, 51 + 2 + 2);
+  auto pre = (*prefill)->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                                 absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  ASSERT_TRUE((*decode)->Start(adm->handle, pre->first_token).ok());
+  std::vector<int> got = {pre->first_token};
+  for (;;) {
+    DecodeEngine::Output o = (*decode)->Next(adm->handle, absl::Seconds(10));
+    got.insert(got.end(), o.tokens.begin(), o.tokens.end());
+    ASSERT_TRUE(o.error.ok()) << o.error;
+    if (o.finish) break;
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE((*decode)->Idle());
+  EXPECT_EQ((*decode)->Load().free_blocks, 2048);
   EXPECT_TRUE((*prefill)->Idle());
 }
 
