@@ -24,7 +24,7 @@
 #include "absl/container/node_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/fault_injection.h"
+#include "engine/step_loop_health.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"

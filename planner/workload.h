@@ -1,7 +1,8 @@
 // Workloads and their measurement, without a network: arrival processes, prompt/output length
-// distributions, per-request records, latency statistics, goodput, the JSON report and the SVG
-// comparison chart. The capacity planner's simulator and `tandem bench` (tools/bench_runner.h,
-// which sends them to a router) share them. Everything random is seeded, so a run repeats.
+// distributions, per-request records, latency statistics, goodput and the JSON report (the SVG
+// chart of several reports is planner/report_svg.h). The capacity planner's simulator and `tandem
+// bench` (tools/bench_runner.h, which sends them to a router) share them. Everything random is
+// seeded, so a run repeats.
 #ifndef TANDEM_PLANNER_WORKLOAD_H_
 #define TANDEM_PLANNER_WORKLOAD_H_
 
@@ -153,11 +154,6 @@ absl::StatusOr<std::vector<WorkItem>> BuildWorkload(const BenchConfig& config, i
 nlohmann::json ToJson(const BenchSummary& s);
 nlohmann::json ToJson(const RequestRecord& r);
 std::string FormatSummary(const BenchSummary& s);
-
-// `tandem bench report`: latency CDFs (TTFT, TPOT) of several runs and, when the runs differ
-// in request rate, throughput against rate, as one self-contained SVG.
-absl::StatusOr<std::string> RenderReportSvg(const std::vector<nlohmann::json>& runs,
-                                            const std::vector<std::string>& labels);
 
 }  // namespace tandem::bench
 

@@ -16,7 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/fault_injection.h"
+#include "engine/step_loop_health.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"

@@ -28,6 +28,7 @@
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/output_constraint.h"
+#include "engine/step_loop_health.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "http/http_server.h"
 #include "kernels/backend_loader.h"

@@ -26,6 +26,7 @@
 #include "kernels/backend_loader.h"
 #include "kernels/quant.h"
 #include "nlohmann/json.hpp"
+#include "planner/report_svg.h"
 #include "structured/json_schema.h"
 #include "text/load_tokenizer.h"
 #include "text/tokenizer/hf_tokenizer.h"

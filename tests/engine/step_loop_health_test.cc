@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/fault_injection.h"
+#include "engine/step_loop_health.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/step_progress.h"
 

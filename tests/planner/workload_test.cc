@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "formats/mapped_file.h"
+#include "planner/report_svg.h"
 #include "tests/test_util.h"
 
 namespace tandem::bench {
