@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "engine/kv/block_pool.h"
+#include "engine/kv/kv_cache.h"
 #include "router/registry.h"
 
 namespace tandem::planner {
@@ -110,6 +111,7 @@ struct Worker {
   std::unique_ptr<PrefillScheduler> prefill_scheduler;
   std::unique_ptr<BlockPool> pool;  // prefill: the prefix cache's blocks
   int prefill_jobs = 0;
+  std::deque<int> waiting_blocks;  // prefill: requests waiting for blocks other prompts hold
   std::unique_ptr<DecodeScheduler> decode_scheduler;
   bool busy = false;
   bool sampling = false;  // a decode step past its forward pass (HardwareProfile::sample_cpu)
@@ -242,6 +244,7 @@ class Sim {
   WorkerLoadSnapshot Load(const Worker& w) const;
   void Send(int r);
   void EnqueuePrefill(int r);
+  bool TakePrefillBlocks(int r, int w);
   void FirstToken(int r);
   void DecodeStart(int r);
   void End(int r, double t, int status);
@@ -343,8 +346,12 @@ absl::Status Sim::Build() {
   const int bs = cluster_.block_size;
   // Blocks a worker's cache holds: the explicit budget, the server's default on a shared host,
   // or the devices' memory after the weights.
-  auto blocks_for = [&](const CostModel& cost, double explicit_bytes,
-                        const char* role) -> absl::StatusOr<int> {
+  // A decode worker keeps a model that mixes sliding-window and global layers in layer groups,
+  // a block per group (engine/kv/block_table.h), and lets the sliding groups' blocks go behind
+  // the window; a prefill worker holds whole prompts, counted in blocks of every layer.
+  const KvCacheSpec decode_spec = KvCacheSpec::For(model_, bs, DType::kF32);
+  auto blocks_for = [&](const CostModel& cost, double explicit_bytes, const char* role,
+                        int groups) -> absl::StatusOr<int> {
     double bytes = explicit_bytes;
     if (bytes <= 0) {
       bytes = profile_.shared_host ? double(int64_t{1} << 30) : cost.KvCapacityBytes();
@@ -354,12 +361,13 @@ absl::Status Sim::Build() {
           "the %s worker's weights (%.1f GB per device at tp %d) leave no room for KV on %s", role,
           cost.WeightBytesPerDevice() / 1e9, cost.tp(), profile_.name));
     }
-    const double blocks = std::floor(bytes / (cost.KvBytesPerToken() * bs));
+    const double blocks = std::floor(bytes / (cost.KvBytesPerToken() * bs / groups));
     return static_cast<int>(std::min(blocks, double(1 << 22)));
   };
-  auto pblocks = blocks_for(*prefill_cost_, cluster_.prefill_kv_bytes, "prefill");
+  auto pblocks = blocks_for(*prefill_cost_, cluster_.prefill_kv_bytes, "prefill", 1);
   if (!pblocks.ok()) return pblocks.status();
-  auto dblocks = blocks_for(*decode_cost_, cluster_.decode_kv_bytes, "decode");
+  auto dblocks =
+      blocks_for(*decode_cost_, cluster_.decode_kv_bytes, "decode", decode_spec.n_groups());
   if (!dblocks.ok()) return dblocks.status();
   if (*pblocks < (model_.max_seq_len + bs - 1) / bs) {
     return absl::ResourceExhaustedError(
@@ -386,7 +394,8 @@ absl::Status Sim::Build() {
     w.prefill = false;
     w.cost = decode_cost_.get();
     w.decode_scheduler = std::make_unique<DecodeScheduler>(DecodeScheduler::Options{
-        *dblocks, bs, cluster_.max_running, cluster_.decode_watermark, cluster_.recompute_budget});
+        *dblocks, bs, cluster_.max_running, cluster_.decode_watermark, cluster_.recompute_budget,
+        DecodeScheduler::Admission::kOnDemand, decode_spec.group_window});
     w.device = profile_.shared_host ? 0 : cluster_.colocated ? workers_[i].device : next_device++;
     workers_.push_back(std::move(w));
   }
@@ -441,6 +450,7 @@ WorkerLoadSnapshot Sim::Load(const Worker& w) const {
     l.queue_depth = d.num_admitted() - l.running;
     l.free_blocks = d.num_free_blocks();
     l.total_blocks = d.num_blocks();
+    l.kv_group_window = d.layout().group_window;
   }
   return l;
 }
@@ -568,9 +578,24 @@ void Sim::EnqueuePrefill(int r) {
     auto pick = registry_.PickPrefill(hashes, At(now_), {});
     while (workers_[w].name != *pick) ++w;  // every prefill worker is always healthy here
   }
-  Worker& pw = workers_[w];
   q.prefill_worker = w;
-  // The prefill engine's admission: prefix-cache hits, then fresh blocks.
+  if (TakePrefillBlocks(r, w)) return;
+  // As the engine does: wait for the prompts that hold the pool (an empty one holds any prompt).
+  if (workers_[w].prefill_jobs > 0) {
+    workers_[w].waiting_blocks.push_back(r);
+  } else {
+    End(r, now_, kResourceExhausted);
+  }
+}
+
+// The prefill engine's admission: prefix-cache hits, then fresh blocks; false, with nothing
+// taken, when the pool is short.
+bool Sim::TakePrefillBlocks(int r, int w) {
+  Request& q = requests_[r];
+  Worker& pw = workers_[w];
+  const int len = static_cast<int>(q.item.prompt.size());
+  const int bs = cluster_.block_size;
+  const std::vector<uint64_t>& full = BlockHashes(q);
   if (cluster_.prefix_cache) {
     for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
       auto hit = pw.pool->Lookup(full[b]);
@@ -584,13 +609,14 @@ void Sim::EnqueuePrefill(int r) {
   if (!fresh.ok()) {
     pw.pool->Free(q.blocks).IgnoreError();
     q.blocks.clear();
-    End(r, now_, kResourceExhausted);
-    return;
+    q.cached = 0;
+    return false;
   }
   q.blocks.insert(q.blocks.end(), fresh->begin(), fresh->end());
   pw.prefill_scheduler->Add(q.id, len, q.cached).IgnoreError();  // ids are unique
   ++pw.prefill_jobs;
   Wake(w);
+  return true;
 }
 
 void Sim::FirstToken(int r) {
@@ -800,6 +826,12 @@ void Sim::StepEnd(int w) {
       --wk.prefill_jobs;
       StartHop(std::max(transferred, now_), profile_.request_overhead / 2, 0, Kind::kFirstToken,
                wk.step_requests[i]);
+    }
+    // Prompts waiting for the blocks just freed, in arrival order.
+    while (!wk.waiting_blocks.empty()) {
+      const int r = wk.waiting_blocks.front();
+      if (!requests_[r].ended && !TakePrefillBlocks(r, w)) break;
+      wk.waiting_blocks.pop_front();
     }
     if (!wk.prefill_scheduler->empty()) Wake(w);
   } else {
