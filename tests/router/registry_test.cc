@@ -204,6 +204,37 @@ TEST(RegistryPick, DecodeRoomFollowsTheWorkersAdmission) {
   EXPECT_FALSE(r.PickDecode(32, 1024, t0, {}).has_value());  // the pick took 3
 }
 
+// A decode worker whose model keeps sliding-window KV in layer groups (a full group and a
+// sliding one of window 64, blocks of 16): a sequence costs a full group's blocks for every
+// token and the sliding group's for the window only, and the worker's capacity in tokens
+// follows. The layout is the registered one; a heartbeat cannot change it, and a layout the
+// router cannot use counts as one group.
+TEST(RegistryPick, DecodeRoomFollowsTheWorkersLayerGroups) {
+  WorkerRegistry r(Options());
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  WorkerLoadSnapshot grouped = Load(100);
+  grouped.kv_group_window = {0, 64};
+  ASSERT_TRUE(r.Register("d", WorkerRole::kDecode, "10.0.0.1:1", grouped, t0).ok());
+  // 1000 prompt tokens + 1: 63 full blocks and 5 sliding ones (positions 937..1000).
+  grouped.free_blocks = 67;
+  ASSERT_TRUE(r.Heartbeat("d", grouped, true, t0));
+  EXPECT_FALSE(r.PickDecode(1000, 1001, t0, {}).has_value());
+  grouped.free_blocks = 68;
+  grouped.kv_group_window = {0, 0};  // claims one cannot change the registered layout
+  ASSERT_TRUE(r.Heartbeat("d", grouped, true, t0));
+  EXPECT_EQ(r.PickDecode(1000, 1001, t0, {}), "d");
+  // 100 blocks: 95 of the full group (1520 tokens) beside the sliding group's 5 at most.
+  EXPECT_EQ(r.LargestDecodeTokens(t0), 1520);
+
+  WorkerLoadSnapshot hostile = Load(100);
+  hostile.kv_group_window = {0, -5};
+  ASSERT_TRUE(r.Register("h", WorkerRole::kDecode, "10.0.0.2:1", hostile, t0).ok());
+  EXPECT_TRUE(r.Find("h")->load.kv_group_window.empty());
+  hostile.kv_group_window.assign(5000, 1);
+  ASSERT_TRUE(r.Register("h2", WorkerRole::kDecode, "10.0.0.3:1", hostile, t0).ok());
+  EXPECT_TRUE(r.Find("h2")->load.kv_group_window.empty());
+}
+
 TEST(RegistryIntegrity, KvEndpointMustBeOnTheWorkersHost) {
   WorkerRegistry r(Options());
   const absl::Time t0 = absl::FromUnixSeconds(1000);
