@@ -33,7 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "kv_transfer/crc32c.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"

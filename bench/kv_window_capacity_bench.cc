@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
 #include "engine/loaders/model_weights.h"
+#include "engine/model_config.h"
 #include "engine/scheduling/scheduler.h"
 #include "formats/gguf.h"
 

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
 #include "engine/loaders/model_weights.h"
+#include "engine/model_config.h"
 #include "engine/moe_routing.h"
 #include "formats/mapped_file.h"
 #include "kernels/backend.h"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "engine/sampling/sampler.h"
 
 namespace tandem {

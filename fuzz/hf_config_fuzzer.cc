@@ -1,11 +1,11 @@
-// Fuzzes the Hugging Face config.json parser (engine/loaders/model_config.h FromHfJson) and the
+// Fuzzes the Hugging Face config.json parser (engine/model_config.h FromHfJson) and the
 // checks a loaded config must then pass: an accepted config has consistent, positive sizes whose
 // products used by the loader do not overflow, and it survives a ToHfJson round trip.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json(reinterpret_cast<const char*>(data), size);

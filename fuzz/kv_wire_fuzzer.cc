@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "kv_transfer/crc32c.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/transport_common.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "engine/scheduling/scheduler.h"
 #include "planner/cost_model.h"
 #include "planner/workload.h"

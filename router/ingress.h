@@ -4,7 +4,7 @@
 #define TANDEM_ROUTER_INGRESS_H_
 
 #include "absl/status/statusor.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "engine/request.h"
 #include "tandem/v1/generation.pb.h"
 #include "text/tokenizer.h"

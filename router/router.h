@@ -19,7 +19,7 @@
 #include <string>
 
 #include "absl/time/time.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "engine/sampling/output_constraint.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"

@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "nlohmann/json.hpp"
 #include "planner/cost_model.h"
 

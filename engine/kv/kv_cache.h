@@ -21,7 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/kv/block_table.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 

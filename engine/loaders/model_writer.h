@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 
 namespace tandem {
 

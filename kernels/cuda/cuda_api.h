@@ -48,7 +48,7 @@ typedef struct TandemSampleRowParams {
 
 /* ---- ABI 3: the device-resident model ---- */
 
-/* The shape of a Llama-family model (engine/loaders/model_config.h) and the capacities of its
+/* The shape of a Llama-family model (engine/model_config.h) and the capacities of its
  * device state. Matrices are stored as weight_dtype: 0 f32 or 2 bf16. */
 typedef struct TandemModelDesc {
   int dim;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 
 namespace tandem {
 namespace {

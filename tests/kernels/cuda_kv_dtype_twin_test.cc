@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/dtype.h"
 #include "kv_transfer/kv_pack.h"

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "engine/sampling/sampler.h"
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"

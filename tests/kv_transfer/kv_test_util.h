@@ -15,7 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"

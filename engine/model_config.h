@@ -1,7 +1,7 @@
 // The shape and hyper-parameters of a Llama-family, Gemma 3 or mixture-of-experts (Qwen3-MoE,
 // Mixtral) model, from a llama2.c header, a GGUF file's metadata or a Hugging Face config.json.
-#ifndef TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
-#define TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
+#ifndef TANDEM_ENGINE_MODEL_CONFIG_H_
+#define TANDEM_ENGINE_MODEL_CONFIG_H_
 
 #include <string>
 #include <vector>
@@ -106,4 +106,4 @@ struct ModelConfig {
 
 }  // namespace tandem
 
-#endif  // TANDEM_ENGINE_LOADERS_MODEL_CONFIG_H_
+#endif  // TANDEM_ENGINE_MODEL_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "engine/loaders/model_config.h"
+#include "engine/model_config.h"
 
 #include <algorithm>
 #include <cmath>
