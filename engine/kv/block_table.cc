@@ -54,16 +54,39 @@ int64_t KvTableLayout::TokensIn(int64_t num_blocks) const {
   return lo;
 }
 
-int MissingBlocks(const KvTableLayout& layout, std::span<const int> table, int pos, int end) {
+namespace {
+
+// The first logical block of group g that a step computing from `pos` on may lack: a full group
+// holds every block below its table's length (it only ever grows from 0 and shrinks from the
+// end), a sliding group may lack any block from its window on. Keeps the per-step work to the
+// blocks a step adds, not the sequence's length.
+int FirstToFill(const KvTableLayout& layout, std::span<const int> table, int g, int pos) {
+  return layout.window(g) == 0 ? static_cast<int>(table.size()) / layout.n_groups()
+                               : layout.FirstLive(g, pos);
+}
+
+// Calls fn(entry index) for every entry of a block GrowTable(pos, end) would take, in table
+// order.
+template <typename Fn>
+void ForEachMissing(const KvTableLayout& layout, std::span<const int> table, int pos, int end,
+                    Fn fn) {
   const int n = layout.n_groups();
-  int missing = 0;
-  for (int j = 0; j < layout.LogicalBlocks(end); ++j) {
+  std::vector<int> first(n);
+  for (int g = 0; g < n; ++g) first[g] = FirstToFill(layout, table, g, pos);
+  const int from = *std::min_element(first.begin(), first.end());
+  for (int j = from; j < layout.LogicalBlocks(end); ++j) {
     for (int g = 0; g < n; ++g) {
-      if (j < layout.FirstLive(g, pos)) continue;
       const size_t i = static_cast<size_t>(j) * n + g;
-      missing += i >= table.size() || table[i] == kNoBlock;
+      if (j >= first[g] && (i >= table.size() || table[i] == kNoBlock)) fn(i);
     }
   }
+}
+
+}  // namespace
+
+int MissingBlocks(const KvTableLayout& layout, std::span<const int> table, int pos, int end) {
+  int missing = 0;
+  ForEachMissing(layout, table, pos, end, [&](size_t) { ++missing; });
   return missing;
 }
 
@@ -73,31 +96,30 @@ absl::Status GrowTable(const KvTableLayout& layout, BlockPool* pool, std::vector
   if (missing == 0) return absl::OkStatus();
   auto fresh = pool->Allocate(missing);
   if (!fresh.ok()) return fresh.status();
-  const int n = layout.n_groups();
-  const size_t entries = static_cast<size_t>(layout.Entries(end));
-  if (table->size() < entries) table->resize(entries, kNoBlock);
-  auto next = fresh->begin();
-  for (int j = 0; j < layout.LogicalBlocks(end); ++j) {
-    for (int g = 0; g < n; ++g) {
-      int& e = (*table)[static_cast<size_t>(j) * n + g];
-      if (j >= layout.FirstLive(g, pos) && e == kNoBlock) e = *next++;
-    }
-  }
+  // The entries to fill, found before the table grows (a grown full group's new entries are
+  // kNoBlock until filled).
+  std::vector<size_t> entries;
+  ForEachMissing(layout, *table, pos, end, [&](size_t i) { entries.push_back(i); });
+  const size_t size = static_cast<size_t>(layout.Entries(end));
+  if (table->size() < size) table->resize(size, kNoBlock);
+  for (size_t k = 0; k < entries.size(); ++k) (*table)[entries[k]] = (*fresh)[k];
   return absl::OkStatus();
 }
 
 int TrimTable(const KvTableLayout& layout, BlockPool* pool, std::vector<int>* table, int pos) {
   if (!layout.windowed()) return 0;
   const int n = layout.n_groups();
+  const int logical = static_cast<int>(table->size()) / n;
   std::vector<int> freed;
   for (int g = 0; g < n; ++g) {
-    const size_t first = static_cast<size_t>(layout.FirstLive(g, pos));
-    for (size_t j = 0; j < first && j * n + g < table->size(); ++j) {
-      int& e = (*table)[j * n + g];
-      if (e != kNoBlock) {
-        freed.push_back(e);
-        e = kNoBlock;
-      }
+    if (layout.window(g) == 0) continue;
+    // A sliding group's blocks below its window are let go from the bottom up, so walking down
+    // from the window stops at the first one already gone.
+    for (int j = std::min(layout.FirstLive(g, pos), logical) - 1; j >= 0; --j) {
+      int& e = (*table)[static_cast<size_t>(j) * n + g];
+      if (e == kNoBlock) break;
+      freed.push_back(e);
+      e = kNoBlock;
     }
   }
   pool->Free(freed).IgnoreError();  // blocks the table held: cannot fail
