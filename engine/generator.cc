@@ -79,11 +79,12 @@ absl::Status PrepareRequests(std::span<const GenerationRequest>* requests,
 int BlocksForRequests(std::span<const GenerationRequest> requests, const ModelConfig& config,
                       const GeneratorOptions& options, int bs) {
   const KvCacheSpec spec = KvCacheSpec::For(config, bs, options.kv_dtype);
+  const KvTableLayout layout = spec.table_layout();
   int64_t num_blocks = 0;
   for (const auto& r : requests) {
     const int64_t len =
         std::min<int64_t>(static_cast<int64_t>(r.prompt.size()) + r.max_tokens, config.max_seq_len);
-    num_blocks += spec.table_layout().BlocksHeld(0, static_cast<int>(len));
+    num_blocks += layout.BlocksHeld(0, static_cast<int>(len));
   }
   num_blocks = std::min<int64_t>(num_blocks, spec.BlocksIn(options.max_kv_bytes));
   return static_cast<int>(std::max<int64_t>(num_blocks, 1));

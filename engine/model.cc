@@ -121,7 +121,7 @@ absl::StatusOr<FlatBatch> Flatten(std::span<const SequenceChunk> batch, const Mo
                             t, c.vocab_size));
       }
     }
-    const int logical = (ch.start_pos + n + bs - 1) / bs;
+    const int logical = layout.LogicalBlocks(ch.start_pos + n);
     if (static_cast<int>(ch.block_table.size()) < logical * groups) {
       return absl::InvalidArgumentError(
           absl::StrFormat("forward: sequence %d: %d blocks cover fewer than %d positions", s,
@@ -150,7 +150,7 @@ absl::StatusOr<FlatBatch> Flatten(std::span<const SequenceChunk> batch, const Mo
   for (size_t s = 0; s < batch.size(); ++s) {
     const SequenceChunk& ch = batch[s];
     const int n = static_cast<int>(ch.tokens.size());
-    const int logical = (ch.start_pos + n + bs - 1) / bs;
+    const int logical = layout.LogicalBlocks(ch.start_pos + n);
     for (int j = 0; j < logical; ++j) {
       for (int g = 0; g < groups; ++g) {
         f.block_tables[g][s * max_blocks + j] = std::max(0, ch.block_table[j * groups + g]);

@@ -28,14 +28,10 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
                                                                      PrefillMetrics* metrics) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   const ModelConfig& c = model->config();
-  if (options.num_blocks == 0) {
-    options.num_blocks =
-        KvCacheSpec::For(c, options.block_size, options.kv_dtype).BlocksIn(options.max_kv_bytes);
-  }
+  const KvCacheSpec spec = KvCacheSpec::For(c, options.block_size, options.kv_dtype);
+  if (options.num_blocks == 0) options.num_blocks = spec.BlocksIn(options.max_kv_bytes);
   // At least one context-length prompt must fit (every block of it: a prefill holds them all).
-  const int min_blocks = KvCacheSpec::For(c, options.block_size, options.kv_dtype)
-                             .table_layout()
-                             .Entries(c.max_seq_len);
+  const int min_blocks = spec.table_layout().Entries(c.max_seq_len);
   if (options.num_blocks < min_blocks) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("the prefill KV cache (%d blocks) cannot hold one %d-token prompt "

@@ -16,7 +16,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/step_loop_health.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
@@ -25,6 +24,7 @@
 #include "engine/sampling/output_constraint.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduling/scheduler.h"
+#include "engine/step_loop_health.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 

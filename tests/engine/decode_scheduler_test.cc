@@ -3,6 +3,7 @@
 // test ends with the leak check: no request and no block in use.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -39,6 +40,37 @@ struct Driver {
     }
   }
 };
+
+// 300 rounds of a request arriving (prompts of 1 to 13 tokens, up to 30 more) while the
+// scheduler runs a step, more than the cache holds at once; `check` sees each step's work
+// before it completes. Finished requests are released; the rest stay in `d.want`.
+void AdmitAndStepUnderPressure(Driver& d, int* admitted,
+                               const std::function<void(const Work&)>& check) {
+  DecodeScheduler& s = d.s;
+  uint64_t next = 1;
+  for (int round = 0; round < 300; ++round) {
+    const int prompt = 1 + (round * 7) % 13;
+    const int length = prompt + 1 + (round * 11) % 30;
+    if (s.Admit(next, prompt, length).ok()) {
+      ASSERT_TRUE(s.Start(next).ok());
+      d.want[next] = length;
+      ++*admitted;
+    }
+    ++next;
+    DecodeScheduler::Step step = s.Schedule();
+    for (const Work& w : step.work) {
+      check(w);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    s.Complete(step);
+    for (const Work& w : step.work) {
+      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
+        ASSERT_TRUE(s.Release(w.id));
+        d.want.erase(w.id);
+      }
+    }
+  }
+}
 
 TEST(DecodeSchedulerTest, AdmissionReservesThePromptAndGrowthCrossesBlockBoundaries) {
   DecodeScheduler s(Opts(10));
@@ -183,31 +215,12 @@ TEST(DecodeSchedulerTest, RecomputeIsChunkedUnderTheBudget) {
 // blocks cover its positions, and nothing leaks.
 TEST(DecodeSchedulerTest, PressureNeverLosesASequence) {
   DecodeScheduler s(Opts(40, 4, 32, 0.05, 16));
-  std::map<uint64_t, int> want;
-  uint64_t next = 1;
-  int admitted = 0;
   Driver d{s, {}};
-  for (int round = 0; round < 300; ++round) {
-    const int prompt = 1 + (round * 7) % 13;
-    const int length = prompt + 1 + (round * 11) % 30;
-    if (s.Admit(next, prompt, length).ok()) {
-      ASSERT_TRUE(s.Start(next).ok());
-      d.want[next] = length;
-      ++admitted;
-    }
-    ++next;
-    DecodeScheduler::Step step = s.Schedule();
-    for (const Work& w : step.work) {
-      ASSERT_GE(static_cast<int>(s.blocks(w.id)->size()) * 4, w.start + w.count);
-    }
-    s.Complete(step);
-    for (const Work& w : step.work) {
-      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
-        ASSERT_TRUE(s.Release(w.id));
-        d.want.erase(w.id);
-      }
-    }
-  }
+  int admitted = 0;
+  AdmitAndStepUnderPressure(d, &admitted, [&](const Work& w) {
+    ASSERT_GE(static_cast<int>(s.blocks(w.id)->size()) * 4, w.start + w.count);
+  });
+  ASSERT_FALSE(HasFatalFailure());
   d.Run();
   EXPECT_TRUE(d.want.empty());
   EXPECT_GT(admitted, 50);
@@ -353,31 +366,13 @@ TEST(DecodeSchedulerTest, SlidingGroupsUnderPressureNeverLoseASequence) {
   DecodeScheduler::Options o = Opts(60, 4, 32, 0.05, 16);
   o.group_window = {0, 5, 5};
   DecodeScheduler s(o);
-  uint64_t next = 1;
-  int admitted = 0;
   Driver d{s, {}};
-  for (int round = 0; round < 300; ++round) {
-    const int prompt = 1 + (round * 7) % 13;
-    const int length = prompt + 1 + (round * 11) % 30;
-    if (s.Admit(next, prompt, length).ok()) {
-      ASSERT_TRUE(s.Start(next).ok());
-      d.want[next] = length;
-      ++admitted;
-    }
-    ++next;
-    DecodeScheduler::Step step = s.Schedule();
-    for (const Work& w : step.work) {
-      // Every block the step reads or writes is held.
-      ASSERT_EQ(MissingBlocks(s.layout(), *s.blocks(w.id), w.start, w.start + w.count), 0);
-    }
-    s.Complete(step);
-    for (const Work& w : step.work) {
-      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
-        ASSERT_TRUE(s.Release(w.id));
-        d.want.erase(w.id);
-      }
-    }
-  }
+  int admitted = 0;
+  AdmitAndStepUnderPressure(d, &admitted, [&](const Work& w) {
+    // Every block the step reads or writes is held.
+    ASSERT_EQ(MissingBlocks(s.layout(), *s.blocks(w.id), w.start, w.start + w.count), 0);
+  });
+  ASSERT_FALSE(HasFatalFailure());
   d.Run();
   EXPECT_TRUE(d.want.empty());
   EXPECT_GT(admitted, 50);

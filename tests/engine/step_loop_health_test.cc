@@ -1,13 +1,14 @@
 // A step loop's health: a step that advances (its parallel loops, the slow_step_ms fault) keeps
 // SinceProgress small however long it takes; a step that never returns (wedge_after_steps)
 // makes it grow. Notes reach only the loop whose scope is open on the noting thread.
+#include "engine/step_loop_health.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <thread>
 
-#include "engine/step_loop_health.h"
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/step_progress.h"
 
