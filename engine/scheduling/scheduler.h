@@ -126,7 +126,7 @@ class DecodeScheduler {
 
   explicit DecodeScheduler(Options options);
   DecodeScheduler(int num_blocks, int block_size, int max_running)
-      : DecodeScheduler(Options{num_blocks, block_size, max_running}) {}
+      : DecodeScheduler(MakeOptions(num_blocks, block_size, max_running)) {}
 
   // Logical blocks (one per group each) covering `tokens` tokens.
   int BlocksFor(int tokens) const { return layout_.LogicalBlocks(tokens); }
@@ -177,6 +177,13 @@ class DecodeScheduler {
   bool Idle() const { return requests_.empty() && pool_.NoneInUse(); }
 
  private:
+  static Options MakeOptions(int num_blocks, int block_size, int max_running) {
+    Options o;
+    o.num_blocks = num_blocks;
+    o.block_size = block_size;
+    o.max_running = max_running;
+    return o;
+  }
   enum class State { kAdmitted, kRunning, kPreempted };
   struct Entry {
     uint64_t order = 0;  // admission order

@@ -16,7 +16,13 @@ using Work = DecodeScheduler::Work;
 
 DecodeScheduler::Options Opts(int blocks, int block_size = 4, int max_running = 16,
                               double watermark = 0, int recompute_budget = 512) {
-  return {blocks, block_size, max_running, watermark, recompute_budget};
+  DecodeScheduler::Options o;
+  o.num_blocks = blocks;
+  o.block_size = block_size;
+  o.max_running = max_running;
+  o.watermark = watermark;
+  o.recompute_budget = recompute_budget;
+  return o;
 }
 
 // Runs steps until every request has `want[id]` tokens (and releases it then); returns the
@@ -24,7 +30,7 @@ DecodeScheduler::Options Opts(int blocks, int block_size = 4, int max_running = 
 struct Driver {
   DecodeScheduler& s;
   std::map<uint64_t, int> want;  // tokens each request finishes at
-  std::vector<DecodeScheduler::Step> steps;
+  std::vector<DecodeScheduler::Step> steps = {};
 
   void Run(int max_steps = 10000) {
     for (int i = 0; i < max_steps && !want.empty(); ++i) {

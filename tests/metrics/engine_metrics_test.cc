@@ -53,8 +53,12 @@ class EngineMetricsTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (decode_) EXPECT_TRUE(decode_->Idle());
-    if (prefill_) EXPECT_TRUE(prefill_->Idle());
+    if (decode_) {
+      EXPECT_TRUE(decode_->Idle());
+    }
+    if (prefill_) {
+      EXPECT_TRUE(prefill_->Idle());
+    }
     decode_.reset();
     prefill_.reset();
     sender_.reset();

@@ -37,7 +37,9 @@ class SpeculativeEnginesTest : public ::testing::TestWithParam<SpeculativeMethod
   }
   void TearDown() override {
     EXPECT_TRUE(prefill_->Idle());
-    if (decode_) EXPECT_TRUE(decode_->Idle());
+    if (decode_) {
+      EXPECT_TRUE(decode_->Idle());
+    }
     decode_.reset();
     prefill_.reset();
   }
@@ -118,7 +120,8 @@ TEST_P(SpeculativeEnginesTest, PreemptedSequencesGiveTheSameTokens) {
   StartDecode(64, 6);
   std::vector<GenerationRequest> reqs = OracleRequests(100);
   reqs.resize(8);
-  testing::ExpectTokensOfTheEngineAlone(model_.get(), prefill_.get(), decode_.get(), reqs);
+  testing::ExpectTokensOfTheEngineAlone(model_.get(), prefill_.get(), decode_.get(), reqs,
+                                        /*start_together=*/true);
   EXPECT_GT(decode_->preemptions(), 0);
   EXPECT_GT(decode_->speculation().accepted_tokens, 0);
 }
