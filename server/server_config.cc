@@ -88,6 +88,11 @@ void AddCommonFlags(CLI::App& app, CommonConfig* c) {
   app.add_option("--drain-timeout-ms", c->drain_timeout_ms,
                  "SIGTERM: how long in-flight work may take to finish")
       ->group(g);
+  app.add_option("--cpu-nice", c->cpu_nice,
+                 "0-19: the CPU niceness of every thread of this process. A prefill worker that "
+                 "shares cores with a decode worker runs niced so that the decode steps keep "
+                 "their pace (tandem up gives its prefill workers 10)")
+      ->group(g);
 }
 
 void AddRouterFlags(CLI::App& app, RouterConfig* c) {
@@ -234,7 +239,7 @@ absl::Status CommonConfig::Validate() const {
   return FirstError(
       {InRange("--port", port, 0, 65535), InRange("--metrics-port", metrics_port, 0, 65535),
        AtLeast("--keepalive-ms", keepalive_ms, 1000), AtLeast("--max-threads", max_threads, 0),
-       AtLeast("--drain-timeout-ms", drain_timeout_ms, 0)});
+       AtLeast("--drain-timeout-ms", drain_timeout_ms, 0), InRange("--cpu-nice", cpu_nice, 0, 19)});
 }
 
 absl::Status RouterConfig::Validate() const {

@@ -4,13 +4,16 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -766,6 +769,14 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
 
   ServerCommandLine cl = ParseServerFlags(argc, argv, fixed_role);
   if (cl.exit) return cl.exit_code;
+  // Niceness is per thread on Linux and inherited by the threads a thread starts: set on the
+  // only thread there is, it holds for every thread the server starts.
+  if (const int64_t nice = cl.config.common.cpu_nice;
+      nice != 0 && ::setpriority(PRIO_PROCESS, 0, static_cast<int>(nice)) != 0) {
+    std::fprintf(stderr, "tandem-server: --cpu-nice %lld: %s\n", static_cast<long long>(nice),
+                 std::strerror(errno));
+    return 2;
+  }
   TandemServer server(std::move(cl.config));
   if (absl::Status s = server.Build(); !s.ok()) {
     std::fprintf(stderr, "tandem-server: %s\n", std::string(s.message()).c_str());

@@ -48,6 +48,9 @@ struct ClusterOptions {
   std::string server_binary;  // tandem-server; default: next to the running executable
   std::vector<std::string> extra_worker_flags;
   std::vector<std::string> extra_router_flags;
+  // The prefill workers' --cpu-nice: on one host they share the cores with the decode workers,
+  // and a decode step that waits for a prompt's matrix products is a stalled stream.
+  int prefill_nice = 10;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
   // The cluster's secret for every process; empty: a new one in a private temporary folder,

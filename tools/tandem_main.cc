@@ -76,6 +76,7 @@ commands:
      [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
      [--http-metrics] [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--dtype DTYPE]
      [--kv-dtype auto|f32|bf16|f16|fp8] [--chat-template PATH] [--served-model-name NAME]
+     [--prefill-nice 0-19]
       Starts a router, N prefill and M decode workers on 127.0.0.1; prints
       "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
       secret=FILE" (where more workers register, and the secret they need), then
@@ -84,6 +85,8 @@ commands:
       template, served model name and --http-metrics (/metrics on the HTTP port too)
       to the router;
       without --cluster-secret-file a new secret is made for the cluster's lifetime.
+      The prefill workers run at CPU niceness --prefill-nice (default 10; 0: none), so
+      that decode steps sharing the cores keep their pace while prompts are computed.
   bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
         [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
         [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
@@ -537,7 +540,7 @@ int Up(const std::vector<std::string>& args) {
       Flags::Parse(args,
                    {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key",
                     "tls-ca", "api-keys-file", "http-port", "device", "cluster-secret-file",
-                    "kv-dtype", "dtype", "chat-template", "served-model-name"},
+                    "kv-dtype", "dtype", "chat-template", "served-model-name", "prefill-nice"},
                    {"http-metrics"});
   if (!f.ok()) return Fail(f.status());
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -548,7 +551,8 @@ int Up(const std::vector<std::string>& args) {
   auto d = f->GetInt("decode", 1);
   auto port = f->GetInt("router-port", 0);
   auto http_port = f->GetInt("http-port", 0);
-  for (const auto* v : {&p, &d, &port, &http_port}) {
+  auto prefill_nice = f->GetInt("prefill-nice", ClusterOptions{}.prefill_nice);
+  for (const auto* v : {&p, &d, &port, &http_port, &prefill_nice}) {
     if (!v->ok()) return Fail(v->status());
   }
   if (*p < 1 || *p > 64 || *d < 1 || *d > 64) {
@@ -558,6 +562,10 @@ int Up(const std::vector<std::string>& args) {
     return Fail(absl::InvalidArgumentError("--router-port must be in [0, 65535]"));
   if (*http_port < 0 || *http_port > 65535)
     return Fail(absl::InvalidArgumentError("--http-port must be in [0, 65535]"));
+  if (*prefill_nice < 0 || *prefill_nice > 19) {
+    return Fail(absl::InvalidArgumentError("--prefill-nice must be in [0, 19]"));
+  }
+  o.prefill_nice = static_cast<int>(*prefill_nice);
   o.http_port = static_cast<int>(*http_port);
   o.prefill = static_cast<int>(*p);
   o.decode = static_cast<int>(*d);

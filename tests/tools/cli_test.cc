@@ -6,13 +6,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_split.h"
 #include "kernels/backend_loader.h"
 #include "metrics/scrape.h"
 #include "tests/cluster_auth.h"
@@ -69,7 +73,7 @@ TEST(CliTest, SpeculativeGenerateMatchesPlain) {
                           "--temperature 0 --max-tokens 80";
   const Result plain = RunTandem(gen);
   ASSERT_EQ(plain.exit_code, 0) << Stderr();
-  for (const std::string flags :
+  for (const std::string& flags :
        {std::string(" --speculative ngram --spec-tokens 6"),
         " --speculative draft --spec-tokens 3 --draft-model " + testing::Stories260K()}) {
     const Result r = RunTandem(gen + flags);
@@ -173,9 +177,9 @@ TEST(CliTest, DeviceFlagOnGpuOrItsError) {
   EXPECT_NE(Stderr().find("--device=cuda"), std::string::npos) << Stderr();
 }
 
-// tandem-server's speculative decoding flags (and the colocated prefill share): bad values are
-// named, and so is a draft model that cannot be loaded (one of another vocabulary is refused as
-// SpeculativeOptionsTest shows).
+// tandem-server's speculative decoding flags (and the colocated prefill share and the CPU
+// niceness): bad values are named, and so is a draft model that cannot be loaded (one of another
+// vocabulary is refused as SpeculativeOptionsTest shows).
 TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
   const std::string server =
       testing::BinDir() + "/tandem-server --role decode --port 0 --router 127.0.0.1:1 --model " +
@@ -190,6 +194,8 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
       {" --speculative draft --draft-model /nonexistent", "--draft-model: model path"},
       {" --colocated-prefill-share -1", "--colocated-prefill-share must be in [0, 16]"},
       {" --colocated-prefill-share nan", "--colocated-prefill-share must be in [0, 16]"},
+      {" --cpu-nice 20", "--cpu-nice must be in [0, 19]"},
+      {" --cpu-nice -1", "--cpu-nice must be in [0, 19]"},
   };
   for (const Case& c : cases) {
     const std::string cmd = server + c.flags + " 2>" + StderrPath();
@@ -200,8 +206,45 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
   }
 }
 
+// The niceness of every thread of process `pid` (field 19 of each task's stat), and its command
+// line with NULs as spaces.
+std::vector<int> ThreadNiceness(pid_t pid) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", pid), ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    auto stat = ReadFileToString(it->path().string() + "/stat");
+    if (!stat.ok()) continue;  // the thread ended
+    // "tid (comm) state ppid ...": the fields after the comm's closing parenthesis, from 3 on.
+    const std::vector<std::string> f =
+        absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
+    out.push_back(std::stoi(f.at(19 - 3)));
+  }
+  return out;
+}
+std::string CommandLine(pid_t pid) {
+  std::string s = ReadFileToString(absl::StrFormat("/proc/%d/cmdline", pid)).value_or("");
+  std::replace(s.begin(), s.end(), '\0', ' ');
+  return s;
+}
+// The processes whose parent is `parent`.
+std::vector<pid_t> Children(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto stat = ReadFileToString(e.path().string() + "/stat");
+    if (!stat.ok()) continue;
+    const std::vector<std::string> f =
+        absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
+    if (f.size() > 1 && std::stoi(f[1]) == parent) out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
 // `tandem up --http-metrics` passes the flag to its router: /metrics answers on the OpenAI HTTP
-// port too, with the HTTP request's n and max_tokens under vLLM's names.
+// port too, with the HTTP request's n and max_tokens under vLLM's names. Its prefill worker runs
+// every thread at niceness 10 (the default --prefill-nice), the router and decode worker at 0.
 TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
   testing::TempDir dir;
   const std::string log = dir.path() + "/up.log";
@@ -241,6 +284,18 @@ TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
   EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_count", router), 2);
   EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_sum", router), 6);
   EXPECT_EQ(MetricValue(samples, "tandem_request_inference_time_seconds_count", router), 2);
+  const std::vector<pid_t> children = Children(pid);
+  EXPECT_EQ(children.size(), 3u);
+  int prefill = 0;
+  for (pid_t child : children) {
+    const std::string cmd = CommandLine(child);
+    const bool is_prefill = cmd.find("--role=prefill") != std::string::npos;
+    prefill += is_prefill;
+    const std::vector<int> nice = ThreadNiceness(child);
+    EXPECT_GT(nice.size(), 1u) << cmd;
+    for (int n : nice) EXPECT_EQ(n, is_prefill ? 10 : 0) << cmd;
+  }
+  EXPECT_EQ(prefill, 1);
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);
