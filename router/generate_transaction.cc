@@ -1,0 +1,617 @@
+#include "router/generate_transaction.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "engine/kv/block_pool.h"
+#include "router/request_id.h"
+#include "rpc/grpc_util.h"
+
+namespace tandem::router_internal {
+namespace {
+
+double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
+
+// Whether a failed attempt may be resumed on other workers: the fault was a worker's or the
+// KV transfer's, not the request's.
+bool Resumable(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:        // a worker died or its stream broke
+    case grpc::StatusCode::ABORTED:            // the KV transfer failed (refused, lost)
+    case grpc::StatusCode::DATA_LOSS:          // a KV chunk failed its checksum
+    case grpc::StatusCode::DEADLINE_EXCEEDED:  // an internal deadline (the client's is checked)
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether a worker's answer means the worker failed (it died, misbehaved or is misconfigured),
+// as opposed to a verdict on the request (INVALID_ARGUMENT), no room (RESOURCE_EXHAUSTED) or
+// the client going away. Such a worker is reported to the registry, which ejects one that keeps
+// failing.
+bool WorkerFault(const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DATA_LOSS:
+    case grpc::StatusCode::INTERNAL:
+    case grpc::StatusCode::UNKNOWN:
+    case grpc::StatusCode::UNIMPLEMENTED:
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+GenerateTransaction::~GenerateTransaction() {
+  if (!in_flight_) return;
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    r_->in_flight_.erase(request_id_);
+  }
+  r_->room_cv_.notify_all();
+}
+
+grpc::Status GenerateTransaction::Run() {
+  if (grpc::Status s = Begin(); !s.ok()) return s;
+  for (int resumes = 0;; ++resumes) {
+    grpc::Status s = RunAttempt();
+    if (s.ok()) {
+      RecordSuccess();
+      return s;
+    }
+    grpc::Status final_status;
+    if (!PrepareResume(s, resumes, &final_status)) return final_status;
+  }
+}
+
+// Validation and a place among the requests in flight.
+grpc::Status GenerateTransaction::Begin() {
+  if (r_->draining_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "router is draining (shutting down); send to another replica");
+  }
+  auto parsed = ValidateGenerateRequest(req_, r_->config_, *r_->tokenizer_, r_->options_.limits);
+  if (!parsed.ok()) return ToGrpc(parsed.status());
+  greq_ = std::move(*parsed);
+  // Structured output: its constraint, for EndsWhole.
+  if (absl::Status s = AttachConstraint(r_->constraints_.get(), &greq_->sampling); !s.ok()) {
+    return ToGrpc(s);
+  }
+  prompt_len_ = static_cast<int>(greq_->prompt.size());
+  request_id_ = ScopedRequestId(call_.caller, req_.request_id());
+  client_id_ = req_.request_id().empty() ? request_id_ : req_.request_id();
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    if (static_cast<int>(r_->in_flight_.size()) >= r_->options_.max_in_flight) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrFormat("router: %d requests in flight (the limit); retry after "
+                                          "%d ms",
+                                          r_->options_.max_in_flight, r_->options_.retry_after_ms));
+    }
+    if (!r_->in_flight_.insert(request_id_).second) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
+                          absl::StrFormat("request_id: \"%s\" is already in flight", client_id_));
+    }
+    in_flight_ = true;
+  }
+  phase_.emplace(r_->metrics_);
+  watcher_.emplace(r_->cancel_hub_.get(), call_.cancelled);
+  detok_.emplace(r_->tokenizer_.get(), greq_->prompt);
+  stop_.emplace(greq_->stop_strings);
+  resp_.set_request_id(client_id_);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::RunAttempt() {
+  Attempt a(r_);
+  a.prompt = greq_->prompt;
+  a.prompt.insert(a.prompt.end(), generated_.begin(), generated_.end());
+  a.len = static_cast<int>(a.prompt.size());
+  a.remaining = greq_->max_tokens - static_cast<int>(generated_.size());
+  a.total_tokens =
+      static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
+  a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
+  a.room_until = call_.deadline;
+  if (grpc::Status s = WaitForWorkers(a); !s.ok()) return s;
+  if (grpc::Status s = Admit(a); !s.ok()) return s;
+  if (grpc::Status s = Prefill(a); !s.ok()) return s;
+  return Stream(a);
+}
+
+grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
+  if (a.queued.held) return grpc::Status::OK;
+  if (r_->waiting_for_room_ >= r_->options_.max_queued) {
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrFormat("no decode worker has room and %d requests are queued "
+                                        "(the limit); retry after %d ms",
+                                        r_->options_.max_queued, r_->options_.retry_after_ms));
+  }
+  ++r_->waiting_for_room_;
+  a.queued.held = true;
+  a.queued.ticket = r_->next_ticket_++;
+  r_->admit_order_.push_back(a.queued.ticket);
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::NoRoom() {
+  final_ = true;
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                      "no decode worker had KV room before the request's deadline");
+}
+
+bool GenerateTransaction::MyTurnLocked(const Attempt& a) const {
+  return r_->admit_order_.empty() || (a.queued.held && r_->admit_order_.front() == a.queued.ticket);
+}
+
+// A role with no healthy worker (one stalled or restarting) is waited for, in the same bounded
+// queue as requests waiting for room: a stall delays requests, it does not fail them.
+grpc::Status GenerateTransaction::WaitForWorkers(Attempt& a) {
+  std::unique_lock<std::mutex> lock(r_->mu_);
+  for (;;) {
+    const absl::Time now = absl::Now();
+    const bool prefill = r_->registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
+    const bool decode = r_->registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
+    if (prefill && decode) return grpc::Status::OK;
+    if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+    if (IsGone()) return ClientGone();
+    if (now >= a.queue_until) {
+      final_ = true;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
+                                          prefill ? "decode" : "prefill",
+                                          absl::FormatDuration(r_->options_.queue_timeout)));
+    }
+    r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+}
+
+// Admission on a decode worker: the stream that lives as long as the request there. With no
+// room anywhere the request waits in line (first come, first admitted; the queue's places are
+// bounded) for room to free up, until its own deadline or until its client leaves: a full cache
+// delays requests, it does not fail them.
+grpc::Status GenerateTransaction::Admit(Attempt& a) {
+  std::set<std::string> tried = failed_decode_;
+  grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
+  int unavailable = 0;  // workers that failed in this round
+  bool widened = false;
+  while (!a.d_stream) {
+    std::optional<std::string> pick;
+    {
+      std::unique_lock<std::mutex> lock(r_->mu_);
+      const absl::Time now = absl::Now();
+      if (!MyTurnLocked(a)) {
+        // Requests that came first are waiting for room: wait behind them.
+        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+        if (IsGone()) return ClientGone();
+        if (now >= a.room_until) return NoRoom();
+        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+        continue;
+      }
+      // A request that could not fit in any decode worker's whole cache never will.
+      if (const int64_t most = r_->registry_.LargestDecodeTokens(now);
+          most > 0 && most < a.total_tokens) {
+        final_ = true;
+        return grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrFormat("the request may reach %d tokens (prompt and max_tokens); the "
+                            "largest decode worker's KV cache holds %d",
+                            a.total_tokens, most));
+      }
+      pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+      if (!pick && !widened && !failed_decode_.empty()) {
+        // Every worker with room failed this request once: a transient fault is retried
+        // anywhere (the registry ejects a worker that keeps failing).
+        widened = true;
+        tried.clear();
+        pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+      }
+      if (!pick) {
+        // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
+        // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
+        // queue.
+        const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
+        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
+        if (IsGone()) return ClientGone();
+        if (none_healthy && now >= a.queue_until) {
+          final_ = true;
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              "no healthy decode worker within the queue timeout");
+        }
+        if (now >= a.room_until) return NoRoom();
+        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+        tried = failed_decode_;
+        continue;
+      }
+    }
+    tried.insert(*pick);
+    bool vanished = false;
+    grpc::Status s = TryAdmit(a, *pick, &vanished);
+    if (a.d_stream) break;
+    if (vanished) continue;
+    if (IsGone()) return ClientGone();
+    last_error =
+        s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
+    if (s.ok() || WorkerFault(s)) {
+      Report(*pick, &failed_decode_);
+      if (++unavailable >= r_->options_.decode_attempts) return last_error;
+    } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    a.queued.ReleaseLocked();  // admitted: the next in line may look for room
+  }
+  if (admitted_at_ == absl::Time()) {
+    admitted_at_ = absl::Now();
+    if (r_->metrics_) {
+      r_->metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
+    }
+  }
+  a.closer.emplace(a.d_ctx.get(), a.d_stream.get(), &*watcher_);
+  // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
+  // abandoned: its stream is cancelled and the request resumed elsewhere.
+  watcher_->WatchWorker(a.d_ctx.get(), [r = r_, id = a.decode_id] {
+    std::lock_guard<std::mutex> lock(r->mu_);
+    const WorkerEntry* w = r->registry_.Find(id);
+    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
+  });
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, bool* vanished) {
+  if (r_->metrics_) r_->metrics_->routing_decisions(pick, "decode").Increment();
+  auto address = r_->AddressOf(pick);
+  if (!address) {
+    *vanished = true;
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
+  }
+  v1::DecodeClientMessage admit;
+  v1::DecodeAdmit* m = admit.mutable_admit();
+  m->set_request_id(request_id_);
+  m->mutable_prompt_ids()->Add(a.prompt.begin(), a.prompt.end());
+  *m->mutable_sampling() = ToProto(greq_->sampling);
+  m->set_max_tokens(a.remaining);
+  m->set_ignore_eos(greq_->ignore_eos);
+  m->set_disable_speculation(!greq_->speculative);
+  m->set_output_tokens(static_cast<int>(generated_.size()));
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(absl::ToChronoTime(call_.deadline));
+  r_->Prove(c.get(), internal_method::kDecode, *address, admit);
+  watcher_->Watch(c.get());
+  auto stream = v1::DecodeWorker::NewStub(r_->ChannelFor(*address))->Decode(c.get());
+  v1::DecodeServerMessage reply;
+  grpc::Status refused;
+  if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
+    KvTarget target = tandem::FromProto(reply.admitted().kv_target());
+    // A prefill worker sends the prompt's KV where the target says: only to the KV endpoint
+    // this decode worker registered, never to an address of its choosing.
+    refused = r_->CheckKvTarget(pick, target);
+    if (refused.ok()) {
+      a.target = target;
+      a.d_ctx = std::move(c);
+      a.d_stream = std::move(stream);
+      a.decode_id = pick;
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      r_->registry_.ReportSuccess(pick);
+      return grpc::Status::OK;
+    }
+    c->TryCancel();
+  }
+  stream->WritesDone();
+  grpc::Status s = stream->Finish();
+  r_->Learn(*address, *c);
+  if (!refused.ok()) s = refused;
+  watcher_->Unwatch(c.get());
+  return s;
+}
+
+// Prefill into the lease: the prompt's KV is sent to the decode worker, the first token comes
+// back.
+grpc::Status GenerateTransaction::Prefill(Attempt& a) {
+  const int bs = [&] {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    return r_->registry_.PrefillBlockSize();
+  }();
+  std::vector<uint64_t> hashes;
+  if (bs > 0) {
+    uint64_t parent = 0;
+    for (int b = 0; (b + 1) * bs <= a.len - 1; ++b) {
+      parent = HashBlockTokens(parent, std::span<const int>(a.prompt).subspan(b * bs, bs));
+      hashes.push_back(parent);
+    }
+  }
+  std::optional<std::string> prefill_id;
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), failed_prefill_);
+    if (!prefill_id) prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), {});
+  }
+  if (!prefill_id) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+  if (r_->metrics_) r_->metrics_->routing_decisions(*prefill_id, "prefill").Increment();
+  auto p_address = r_->AddressOf(*prefill_id);
+  if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
+  v1::PrefillRequest preq;
+  preq.set_request_id(request_id_);
+  preq.mutable_prompt_ids()->Add(a.prompt.begin(), a.prompt.end());
+  *preq.mutable_sampling() = ToProto(greq_->sampling);
+  *preq.mutable_kv_target() = ToProto(a.target);
+  preq.set_output_tokens(static_cast<int>(generated_.size()));
+  // Waiting in a busy prefill worker's queue is not a failure: the call lives as long as the
+  // request, its compute is bounded by the prefill timeout (counted by the worker from when the
+  // prompt starts computing), and a worker that stalls (its step loop stops: health) is given
+  // up on and the request resumed elsewhere.
+  preq.set_compute_timeout_ms(static_cast<int32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(r_->options_.prefill_timeout), INT32_MAX)));
+  grpc::ClientContext p_ctx;
+  p_ctx.set_deadline(absl::ToChronoTime(call_.deadline));
+  r_->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
+  watcher_->Watch(&p_ctx);
+  watcher_->WatchWorker(&p_ctx, [r = r_, id = *prefill_id] {
+    std::lock_guard<std::mutex> lock(r->mu_);
+    const WorkerEntry* w = r->registry_.Find(id);
+    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
+  });
+  grpc::Status ps =
+      v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address))->Prefill(&p_ctx, preq, &a.presp);
+  watcher_->Unwatch(&p_ctx);
+  r_->Learn(*p_address, p_ctx);
+  if (IsGone()) return ClientGone();
+  if (!ps.ok() && watcher_->abandoned(&p_ctx)) {
+    Report(*prefill_id, &failed_prefill_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("prefill worker %s turned unhealthy", *prefill_id));
+  }
+  if (!ps.ok()) {
+    // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what it
+    // sent failed the checksum. ABORTED: the decode side refused or lost the KV (no blame here;
+    // a dead decode worker is found at the next admission).
+    if (WorkerFault(ps) || ps.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      Report(*prefill_id, &failed_prefill_);
+    } else if (ps.error_code() == grpc::StatusCode::ABORTED) {
+      // The KV did not land in this decode worker's lease (it refused it, or its KV endpoint
+      // did not answer as the decode worker it registered): the resumed attempt tries another
+      // first, without counting it against the worker.
+      failed_decode_.insert(a.decode_id);
+    }
+    return ps;
+  }
+  if (a.presp.first_token() < 0 || a.presp.first_token() >= r_->config_.vocab_size) {
+    Report(*prefill_id, &failed_prefill_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("prefill worker %s answered token id %d, outside the "
+                                        "vocabulary",
+                                        *prefill_id, a.presp.first_token()));
+  }
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    r_->registry_.ReportSuccess(*prefill_id);
+  }
+  if (generated_.empty()) {
+    first_presp_ = a.presp;
+    if (r_->metrics_) r_->metrics_->prompt_tokens.Increment(prompt_len_);
+  }
+  return grpc::Status::OK;
+}
+
+// The first token from the prefill, the rest from the decode worker.
+grpc::Status GenerateTransaction::Stream(Attempt& a) {
+  const bool first_ever = generated_.empty();
+  const bool done_at_first = AddToken(a.presp.first_token(), &a.presp.first_logprobs());
+  if (first_ever) {
+    ttft_ = Since(t0_);
+    resp_.mutable_timings()->set_ttft_seconds(ttft_);
+  }
+  if (done_at_first) {
+    if (grpc::Status s = EndsWhole(); !s.ok()) return s;
+    FinishResponse();
+    if (!Write()) return ClientGone();
+    return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
+  }
+  if (!Write()) return ClientGone();
+  v1::DecodeClientMessage start;
+  start.mutable_start()->set_first_token(a.presp.first_token());
+  if (!a.d_stream->Write(start)) {
+    a.closer->finished = true;
+    return DecodeBroke(a, a.d_stream->Finish());
+  }
+  v1::DecodeServerMessage msg;
+  while (a.d_stream->Read(&msg)) {
+    bool ended = false;
+    if (msg.has_tokens()) {
+      const v1::DecodeTokens& t = msg.tokens();
+      for (int id : t.ids()) {
+        if (id < 0 || id >= r_->config_.vocab_size) {
+          // Nothing of this message was sent: the request resumes after what the client has.
+          ClearResponse();
+          Report(a.decode_id, &failed_decode_);
+          return grpc::Status(
+              grpc::StatusCode::UNAVAILABLE,
+              absl::StrFormat("decode worker %s sent token id %d, outside the vocabulary",
+                              a.decode_id, id));
+        }
+      }
+      for (int i = 0; i < t.ids_size() && !ended; ++i) {
+        ended = AddToken(t.ids(i), i < t.logprobs_size() ? &t.logprobs(i) : nullptr);
+      }
+    } else if (msg.has_finished()) {
+      // The decode worker ended on the same conditions the router checks; trust its reason only
+      // if the router had not already ended.
+      if (!finish_) finish_ = FinishReason::kLength;
+      ended = true;
+    }
+    if (ended) {
+      if (grpc::Status s = EndsWhole(); !s.ok()) return s;
+      FinishResponse();
+      if (!Write()) return ClientGone();
+      return grpc::Status::OK;
+    }
+    if (resp_.token_ids_size() > 0 && !Write()) return ClientGone();
+  }
+  a.closer->finished = true;
+  return DecodeBroke(a, a.d_stream->Finish());
+}
+
+grpc::Status GenerateTransaction::DecodeBroke(Attempt& a, grpc::Status s) {
+  if (IsGone()) return ClientGone();
+  if (watcher_->abandoned(a.d_ctx.get())) {
+    Report(a.decode_id, &failed_decode_);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrFormat("decode worker %s turned unhealthy", a.decode_id));
+  }
+  if (s.ok()) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
+  }
+  if (WorkerFault(s)) Report(a.decode_id, &failed_decode_);
+  return s;
+}
+
+bool GenerateTransaction::PrepareResume(const grpc::Status& s, int resumes,
+                                        grpc::Status* final_status) {
+  if (IsGone()) {
+    *final_status = ClientGone();
+    return false;
+  }
+  if (!Resumable(s) || final_) {
+    *final_status = s;
+    return false;
+  }
+  if (resumes >= r_->options_.max_resumes) {
+    *final_status = grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
+                                                                 s.error_message(), resumes));
+    return false;
+  }
+  // An attempt fails only between writes: every token in `generated_` reached the client, and
+  // the resumed prompt ends with the last of them.
+  ClearResponse();
+  finish_.reset();
+  if (r_->metrics_) r_->metrics_->resumes.Increment();
+  // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
+  // heartbeat to be routable again.
+  const absl::Time resume_at =
+      std::min(call_.deadline, absl::Now() + absl::Milliseconds(100 << std::min(resumes, 3)));
+  while (absl::Now() < resume_at && !IsGone()) absl::SleepFor(absl::Milliseconds(10));
+  if (IsGone()) {
+    *final_status = ClientGone();
+    return false;
+  }
+  std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id_.c_str(),
+               static_cast<int>(generated_.size()), s.error_message().c_str());
+  return true;
+}
+
+void GenerateTransaction::RecordSuccess() {
+  RouterMetrics* m = r_->metrics_;
+  if (m == nullptr) return;
+  const double e2e = Since(t0_);
+  const int n = static_cast<int>(generated_.size());
+  m->success(FinishReasonName(*finish_)).Increment();
+  m->request_prompt_tokens.Observe(static_cast<double>(greq_->prompt.size()));
+  m->request_generation_tokens.Observe(n);
+  m->e2e_request_latency.Observe(e2e);
+  if (n > 1) m->time_per_output_token.Observe((e2e - ttft_) / (n - 1));
+  // vLLM's phases: from admission (its "scheduled") to the first token and on to the last.
+  const double queue = absl::ToDoubleSeconds(admitted_at_ - t0_);
+  m->request_prefill_time.Observe(std::max(0.0, ttft_ - queue));
+  m->request_decode_time.Observe(std::max(0.0, e2e - ttft_));
+  m->request_inference_time.Observe(std::max(0.0, e2e - queue));
+  m->request_params_max_tokens.Observe(greq_->max_tokens);
+}
+
+bool GenerateTransaction::AddToken(int token, const v1::TokenLogprobs* logprobs) {
+  generated_.push_back(token);
+  const int n = static_cast<int>(generated_.size());
+  resp_.add_token_ids(token);
+  if (logprobs != nullptr && greq_->sampling.logprobs) *resp_.add_logprobs() = *logprobs;
+  finish_ = CheckFinish(r_->config_, *greq_, token, n, prompt_len_ + n);
+  if (finish_ == FinishReason::kStop) return true;  // EOS: no text
+  bool stopped = false;
+  resp_.mutable_text()->append(stop_->Add(detok_->Add(token), &stopped));
+  if (stopped) finish_ = FinishReason::kStop;
+  return finish_.has_value();
+}
+
+grpc::Status GenerateTransaction::EndsWhole() const {
+  const OutputConstraint* c = greq_->sampling.constraint.get();
+  if (c == nullptr || finish_ != FinishReason::kStop || generated_.empty()) {
+    return grpc::Status::OK;
+  }
+  const std::vector<int>& eos = r_->config_.eos_token_ids;
+  std::span<const int> text(generated_);
+  if (std::find(eos.begin(), eos.end(), text.back()) != eos.end())
+    text = text.first(text.size() - 1);
+  if (c->Completes(text)) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::INTERNAL,
+                      "structured output (sampling.json_schema, choice or regex): the model "
+                      "ended its output before the value was complete (no token of its "
+                      "vocabulary could continue it)");
+}
+
+void GenerateTransaction::FinishResponse() {
+  if (*finish_ != FinishReason::kStop) {
+    bool stopped = false;
+    std::string tail = stop_->Add(detok_->Flush(), &stopped);
+    if (!stopped) tail += stop_->Flush();
+    resp_.mutable_text()->append(tail);
+  }
+  resp_.set_finish_reason(ToProto(*finish_));
+  resp_.mutable_usage()->set_prompt_tokens(prompt_len_);
+  resp_.mutable_usage()->set_completion_tokens(static_cast<int>(generated_.size()));
+  v1::Timings* t = resp_.mutable_timings();
+  t->set_queue_seconds(absl::ToDoubleSeconds(admitted_at_ - t0_));
+  t->set_prefill_seconds(first_presp_.queue_seconds() + first_presp_.compute_seconds() +
+                         first_presp_.kv_transfer_seconds());
+  t->set_kv_transfer_seconds(first_presp_.kv_transfer_seconds());
+  t->set_ttft_seconds(ttft_);
+  t->set_e2e_seconds(Since(t0_));
+}
+
+bool GenerateTransaction::Write() {
+  if (!call_.write(resp_)) return false;
+  const int n = resp_.token_ids_size();
+  ClearResponse();
+  RouterMetrics* m = r_->metrics_;
+  if (m == nullptr || n == 0) return true;
+  const absl::Time now = absl::Now();
+  if (last_token_at_ == absl::Time()) {
+    m->time_to_first_token.Observe(ttft_);
+    phase_->Running();  // the first message holds the first token only
+  } else {
+    const double each = absl::ToDoubleSeconds(now - last_token_at_) / n;
+    for (int i = 0; i < n; ++i) m->inter_token_latency.Observe(each);
+  }
+  last_token_at_ = now;
+  m->generation_tokens.Increment(n);
+  return true;
+}
+
+void GenerateTransaction::ClearResponse() {
+  resp_.Clear();
+  resp_.set_request_id(client_id_);
+}
+
+grpc::Status GenerateTransaction::ClientGone() const {
+  if (absl::Now() + absl::Milliseconds(50) >= call_.deadline) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+}
+
+bool GenerateTransaction::IsGone() {
+  return watcher_->cancelled() || (call_.cancelled && call_.cancelled()) ||
+         absl::Now() >= call_.deadline;
+}
+
+void GenerateTransaction::Report(const std::string& worker, std::set<std::string>* failed) {
+  failed->insert(worker);
+  std::lock_guard<std::mutex> lock(r_->mu_);
+  r_->registry_.ReportFailure(worker, absl::Now());
+}
+
+}  // namespace tandem::router_internal
