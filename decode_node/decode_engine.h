@@ -48,7 +48,8 @@ struct DecodeEngineOptions {
   // (engine/scheduling/scheduler.h).
   double watermark = 0.01;
   int recompute_budget = 512;
-  // kReserve: blocks for prompt + max_tokens at admission, never preempted.
+  // kReserve: the blocks a request may hold up to prompt + max_tokens set aside at admission,
+  // never preempted.
   DecodeScheduler::Admission admission = DecodeScheduler::Admission::kOnDemand;
   DType kv_dtype = DType::kF32;  // the KV cache, as stored and as received
   int64_t max_kv_bytes = int64_t{2} << 30;

@@ -151,14 +151,18 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
   auto headroom = [](const WorkerEntry& w) { return w.load.free_blocks - w.load.growth_blocks; };
   for (auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
-    // The blocks the worker's admission takes (DecodeScheduler::Admit), and its whole cache.
+    // The blocks the worker's admission takes (DecodeScheduler::Admit) and what must stay free
+    // beside them (the watermark; under reserve, the growth promised and the request's own),
+    // and its whole cache.
     const KvTableLayout layout = w.load.kv_layout();
-    const int needed = static_cast<int>(std::min<int64_t>(
-        layout.BlocksHeld(prompt_tokens, w.load.reserves_max_tokens
-                                             ? std::max(max_tokens, prompt_tokens + 1)
-                                             : prompt_tokens + 1),
-        INT32_MAX));
-    if (w.load.free_blocks - w.load.watermark_blocks < needed) continue;
+    const int needed = static_cast<int>(
+        std::min<int64_t>(layout.BlocksHeld(prompt_tokens, prompt_tokens + 1), INT32_MAX));
+    if (w.load.reserves_max_tokens) {
+      const int64_t most = layout.PeakBlocks(std::max(max_tokens, prompt_tokens + 1));
+      if (w.load.free_blocks - w.load.growth_blocks < most) continue;
+    } else if (w.load.free_blocks - w.load.watermark_blocks < needed) {
+      continue;
+    }
     if (layout.TokensIn(w.load.total_blocks) < max_tokens) continue;
     if (best == nullptr || std::make_tuple(-headroom(w), w.load.running, w.id) <
                                std::make_tuple(-headroom(*best), best->load.running, best->id)) {
@@ -167,6 +171,10 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
     }
   }
   if (best == nullptr) return std::nullopt;
+  if (best->load.reserves_max_tokens) {
+    const int64_t most = best->load.kv_layout().PeakBlocks(std::max(max_tokens, prompt_tokens + 1));
+    best->load.growth_blocks += static_cast<int>(std::min<int64_t>(most - best_needed, INT32_MAX));
+  }
   best->load.free_blocks -= best_needed;
   ++best->load.running;
   return best->id;

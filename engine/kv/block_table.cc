@@ -23,33 +23,31 @@ int64_t KvTableLayout::BlocksHeld(int pos, int end) const {
   return n;
 }
 
-int64_t KvTableLayout::TokensIn(int64_t num_blocks) const {
+int64_t KvTableLayout::PeakBlocks(int64_t tokens) const {
   // A sliding group's cost grows with the sequence until its window is full, then stays within
-  // one block of its peak: cost(t) = sum over groups of min(logical blocks, the group's peak),
-  // nondecreasing in t, so the answer is found by bisection.
-  std::vector<int64_t> peak(n_groups(), INT64_MAX);
-  bool bounded = false;
+  // one block of its peak: past the window, t - W = a * bs + r holds a + ceil((r + W) / bs) - a
+  // blocks, the most (at r = bs - 1) ceil((W + bs - 1) / bs); a shorter sequence holds fewer. So
+  // the cost is the sum over groups of min(logical blocks, the group's peak), nondecreasing.
+  const int64_t logical = (tokens + block_size - 1) / block_size;
+  int64_t c = 0;
   for (int g = 0; g < n_groups(); ++g) {
-    if (window(g) == 0) {
-      bounded = true;
-      continue;
-    }
-    // Past the window, t - W = a * bs + r holds a + ceil((r + W) / bs) - a blocks: the most,
-    // at r = bs - 1, is ceil((W + bs - 1) / bs); a shorter sequence holds fewer.
-    peak[g] = (int64_t{window(g)} + 2 * int64_t{block_size} - 2) / block_size;
+    const int64_t peak =
+        window(g) == 0 ? logical : (int64_t{window(g)} + 2 * int64_t{block_size} - 2) / block_size;
+    c += std::min(logical, peak);
   }
-  auto cost = [&](int64_t t) {
-    const int64_t logical = (t + block_size - 1) / block_size;
-    int64_t c = 0;
-    for (int g = 0; g < n_groups(); ++g) c += std::min(logical, peak[g]);
-    return c;
-  };
+  return c;
+}
+
+int64_t KvTableLayout::TokensIn(int64_t num_blocks) const {
+  // PeakBlocks is nondecreasing: bisection. With a full-attention group it grows without bound.
+  const bool bounded = group_window.empty() ||
+                       std::find(group_window.begin(), group_window.end(), 0) != group_window.end();
   constexpr int64_t kUnbounded = int64_t{1} << 40;
   int64_t lo = 0, hi = bounded ? num_blocks * block_size + 1 : kUnbounded;
-  if (cost(hi) <= num_blocks) return hi;
-  while (hi - lo > 1) {  // cost(lo) <= num_blocks < cost(hi)
+  if (PeakBlocks(hi) <= num_blocks) return hi;
+  while (hi - lo > 1) {  // PeakBlocks(lo) <= num_blocks < PeakBlocks(hi)
     const int64_t mid = lo + (hi - lo) / 2;
-    (cost(mid) <= num_blocks ? lo : hi) = mid;
+    (PeakBlocks(mid) <= num_blocks ? lo : hi) = mid;
   }
   return lo;
 }

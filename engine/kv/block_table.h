@@ -50,7 +50,11 @@ struct KvTableLayout {
   // Pool blocks of a sequence of `tokens` tokens about to compute its last one: its cost at
   // that length.
   int64_t BlocksAt(int tokens) const { return BlocksHeld(tokens > 0 ? tokens - 1 : 0, tokens); }
-  // The longest sequence (in tokens) whose BlocksAt fits in `num_blocks`.
+  // The most pool blocks a sequence holds at any length up to `tokens` while it decodes one
+  // token a step (BlocksAt of every length up to `tokens` is at most this): a sliding group's
+  // cost stops growing at its window, within one block.
+  int64_t PeakBlocks(int64_t tokens) const;
+  // The longest sequence (in tokens) whose PeakBlocks fits in `num_blocks`.
   int64_t TokensIn(int64_t num_blocks) const;
   // Table entries of a sequence of `tokens` tokens.
   int Entries(int tokens) const { return LogicalBlocks(tokens) * n_groups(); }

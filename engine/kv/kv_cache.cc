@@ -10,7 +10,12 @@
 namespace tandem {
 
 KvCacheSpec KvCacheSpec::For(const ModelConfig& config, int block_size, DType dtype, bool grouped) {
-  KvCacheSpec spec{config.n_layers, config.n_kv_heads, config.head_dim, block_size, dtype};
+  KvCacheSpec spec;
+  spec.n_layers = config.n_layers;
+  spec.n_kv_heads = config.n_kv_heads;
+  spec.head_dim = config.head_dim;
+  spec.block_size = block_size;
+  spec.dtype = dtype;
   if (!grouped || !config.MixedLayers()) return spec;
   int sliding = 0;
   for (int l = 0; l < config.n_layers; ++l) sliding += config.LayerIsLocal(l);

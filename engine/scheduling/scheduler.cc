@@ -56,10 +56,11 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
   const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
-  // Blocks taken now: those the first decode step reads (kReserve: every step's), a sliding
-  // group's from its window on.
-  const int end = options_.admission == Admission::kReserve ? most_tokens : prompt_tokens + 1;
-  const int64_t need = layout_.BlocksHeld(prompt_tokens, end);
+  // Blocks taken now: those the first decode step reads, a sliding group's from its window on.
+  // kReserve: also kept free are the most it may hold later and what the others may still claim.
+  const bool reserve = options_.admission == Admission::kReserve;
+  const int64_t need = reserve ? layout_.PeakBlocks(most_tokens) + growth_promised()
+                               : layout_.BlocksHeld(prompt_tokens, prompt_tokens + 1);
   if (layout_.TokensIn(num_blocks()) < most_tokens) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
@@ -75,12 +76,20 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
         absl::StrFormat("decode worker at its limit of %d requests", options_.max_running));
   }
   if (pool_.num_available() - need < watermark_blocks_) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "decode worker: %d free KV blocks, the request needs %d and %d stay free for growth",
-        pool_.num_available(), need, watermark_blocks_));
+    return reserve ? absl::ResourceExhaustedError(absl::StrFormat(
+                         "decode worker: %d free KV blocks, %d of them promised to running "
+                         "requests; the request may hold %d",
+                         pool_.num_available(), growth_promised(), layout_.PeakBlocks(most_tokens)))
+                   : absl::ResourceExhaustedError(absl::StrFormat(
+                         "decode worker: %d free KV blocks, the request needs %d and %d stay "
+                         "free for growth",
+                         pool_.num_available(), need, watermark_blocks_));
   }
   std::vector<int> table;
-  if (absl::Status s = GrowTable(layout_, &pool_, &table, prompt_tokens, end); !s.ok()) return s;
+  if (absl::Status s = GrowTable(layout_, &pool_, &table, prompt_tokens, prompt_tokens + 1);
+      !s.ok()) {
+    return s;
+  }
   Entry& e = requests_[id];
   e.order = next_order_++;
   e.tokens = prompt_tokens;
@@ -171,10 +180,11 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   // The last proposal is fed at position start + k; none may reach past the request's most
   // tokens (the blocks reserved under kReserve).
   k = std::min(k, e.max_tokens - 1 - w.start - 1);
-  while (k > 0 &&
-         MissingBlocks(layout_, e.blocks, w.start, w.start + 1 + k) > pool_.num_available()) {
-    --k;
-  }
+  // kReserve: never from the blocks promised to the others (nor its own: a conservative bound,
+  // as proposals reach past what a one-token step holds).
+  const int free =
+      pool_.num_available() - (options_.admission == Admission::kReserve ? growth_promised() : 0);
+  while (k > 0 && MissingBlocks(layout_, e.blocks, w.start, w.start + 1 + k) > free) --k;
   if (k <= 0) return 0;
   if (!GrowTable(layout_, &pool_, &e.blocks, w.start, w.start + 1 + k).ok()) return 0;
   w.count = 1 + k;
@@ -195,9 +205,7 @@ void DecodeScheduler::Complete(const Step& step, std::span<const int> kept) {
       const int k = i < kept.size() ? std::clamp(kept[i], 0, w.draft) : 0;
       e.computed = w.start + 1 + k;  // the token and the proposals kept
       e.tokens += 1 + k;
-      if (options_.admission != Admission::kReserve) {
-        ShrinkTable(layout_, &pool_, &e.blocks, e.tokens);
-      }
+      ShrinkTable(layout_, &pool_, &e.blocks, e.tokens);
     }
     // Blocks behind the sliding windows of the positions still to compute.
     TrimTable(layout_, &pool_, &e.blocks, e.computed);
@@ -227,7 +235,7 @@ int DecodeScheduler::tokens(uint64_t id) const {
 int DecodeScheduler::growth_promised() const {
   int64_t blocks = 0;
   for (const auto& [id, e] : requests_) {
-    blocks += std::max<int64_t>(0, layout_.BlocksAt(e.max_tokens) - LiveBlocks(e.blocks));
+    blocks += std::max<int64_t>(0, layout_.PeakBlocks(e.max_tokens) - LiveBlocks(e.blocks));
   }
   return static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
 }

@@ -29,7 +29,8 @@ struct WorkerLoadSnapshot {
   // admission leaves free for growth.
   int growth_blocks = 0;
   int watermark_blocks = 0;
-  // Decode: admission reserves blocks for prompt + max_tokens (DecodeScheduler's kReserve).
+  // Decode: admission sets aside the blocks a request may hold on its way to prompt + max_tokens
+  // (DecodeScheduler's kReserve; they count in growth_blocks until taken).
   bool reserves_max_tokens = false;
   // Decode: the cache's layer groups (KvTableLayout::group_window; empty: one full group).
   std::vector<int> kv_group_window;
@@ -90,8 +91,10 @@ class PrefillScheduler {
 // compute; Complete: computed, and a sampled sequence gains a token) -> Release. Requests are
 // ordered by admission; a readmitted sequence keeps its place.
 //
-// With Admission::kReserve, admission instead reserves every block a request may reach (prompt +
-// max_tokens) and nothing is ever preempted: fewer sequences fit, as in TensorRT-LLM's
+// With Admission::kReserve, admission instead sets aside every block a request may hold on its
+// way to prompt + max_tokens (KvTableLayout::PeakBlocks: a sliding group's window, a full
+// group's every block), taking them from the pool as it grows and keeping the rest out of every
+// other admission's reach, and nothing is ever preempted: fewer sequences fit, as in TensorRT-LLM's
 // GUARANTEED_NO_EVICT policy. A deployment that must never recompute chooses it.
 class DecodeScheduler {
  public:
@@ -130,9 +133,9 @@ class DecodeScheduler {
 
   // Logical blocks (one per group each) covering `tokens` tokens.
   int BlocksFor(int tokens) const { return layout_.LogicalBlocks(tokens); }
-  // Reserves blocks for `prompt_tokens` plus the first token (kReserve: for `max_tokens`).
-  // `max_tokens` is the most tokens the
-  // request may reach (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
+  // Takes blocks for `prompt_tokens` plus the first token (kReserve: and sets aside those it may
+  // hold on its way to `max_tokens`). `max_tokens` is the most tokens the request may reach
+  // (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
   // could not fit even in an empty cache, when preempted sequences are waiting (they go first),
   // at the request limit, or when admitting would eat into the watermark; ALREADY_EXISTS for a
   // known id.
@@ -170,7 +173,8 @@ class DecodeScheduler {
   const KvTableLayout& layout() const { return layout_; }
   int watermark_blocks() const { return watermark_blocks_; }
   Admission admission() const { return options_.admission; }
-  // Blocks the sequences may still claim to reach their most tokens (the growth promised).
+  // Blocks the sequences may still claim on their way to their most tokens (the growth promised;
+  // under kReserve, blocks no admission may take).
   int growth_promised() const;
   int64_t preemptions() const { return preemptions_; }
   // The leak check: no request and no block in use.

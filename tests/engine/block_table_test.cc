@@ -93,6 +93,20 @@ TEST(BlockTableTest, TokensInIsTheLongestSequenceEveryStepOfWhichFits) {
   EXPECT_GT(KvTableLayout({4, {6}}).TokensIn(10), int64_t{1} << 30);
 }
 
+// PeakBlocks(t) is the most a sequence holds at any length up to t (what a reservation up to t
+// sets aside): the running maximum of BlocksAt, by brute force.
+TEST(BlockTableTest, PeakBlocksIsTheMostHeldAtAnyLengthUpToIt) {
+  for (const KvTableLayout& layout :
+       {KvTableLayout{4, {}}, KvTableLayout{4, {0, 6}}, KvTableLayout{16, {0, 512, 512}},
+        KvTableLayout{16, {0, 0, 4, 4, 4}}, KvTableLayout{4, {5, 9}}, KvTableLayout{8, {1}}}) {
+    int64_t most = 0;
+    for (int t = 1; t <= 2000; ++t) {
+      most = std::max(most, layout.BlocksAt(t));
+      ASSERT_EQ(layout.PeakBlocks(t), most) << "t=" << t << " block_size " << layout.block_size;
+    }
+  }
+}
+
 TEST(BlockTableTest, ContiguousTablesAndGroupHashes) {
   const KvTableLayout hybrid{4, {0, 6, 6}};
   EXPECT_EQ(ContiguousTable(hybrid, 5), (std::vector<int>{0, 1, 2, 3, 4, 5}));

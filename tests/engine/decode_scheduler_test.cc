@@ -241,14 +241,18 @@ TEST(DecodeSchedulerTest, ReserveAdmissionTakesMaxTokensAndNeverPreempts) {
   o.admission = DecodeScheduler::Admission::kReserve;
   DecodeScheduler s(o);
   EXPECT_EQ(s.watermark_blocks(), 0);  // nothing to grow into
-  // 6 prompt tokens, at most 20 tokens: 5 blocks at once.
+  // 6 prompt tokens, at most 20 tokens: 2 blocks now, 3 more set aside.
   auto blocks = s.Admit(1, 6, 20);
   ASSERT_TRUE(blocks.ok()) << blocks.status();
-  EXPECT_EQ(blocks->size(), 5u);
-  ASSERT_TRUE(s.Admit(2, 2, 17).ok());  // 5 blocks: the cache is full
-  EXPECT_EQ(s.num_free_blocks(), 0);
-  EXPECT_EQ(s.growth_promised(), 0);
-  EXPECT_EQ(s.Admit(3, 1, 2).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(blocks->size(), 2u);
+  EXPECT_EQ(s.growth_promised(), 3);
+  ASSERT_TRUE(s.Admit(2, 2, 17).ok());  // 1 block now, 4 set aside: the cache is spoken for
+  EXPECT_EQ(s.num_free_blocks(), 7);
+  EXPECT_EQ(s.growth_promised(), 7);
+  const auto refused = s.Admit(3, 1, 2);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("7 of them promised"), std::string::npos)
+      << refused.status();
   ASSERT_TRUE(s.Start(1).ok());
   ASSERT_TRUE(s.Start(2).ok());
   Driver d{s, {{1, 20}, {2, 17}}};
@@ -319,17 +323,20 @@ TEST(DecodeSchedulerTest, SpeculationNeverPreemptsAndKeepsReservedBlocks) {
   EXPECT_EQ(s.tokens(2), 8);
   EXPECT_TRUE(s.Release(1));
   EXPECT_TRUE(s.Release(2));
-  // kReserve: the blocks for prompt + max_tokens stay with the request whatever is kept.
-  DecodeScheduler::Options reserve = Opts(20);
+  // kReserve: proposals take only blocks no request is promised (its own included), and the
+  // rejected ones' blocks go back.
+  DecodeScheduler::Options reserve = Opts(14);
   reserve.admission = DecodeScheduler::Admission::kReserve;
   DecodeScheduler r(reserve);
-  ASSERT_TRUE(r.Admit(1, 6, 40).ok());
+  ASSERT_TRUE(r.Admit(1, 6, 40).ok());  // 2 blocks now, 8 more promised: 4 are nobody's
   ASSERT_TRUE(r.Start(1).ok());
   step = r.Schedule();
-  EXPECT_EQ(r.Speculate(&step, 0, 6), 6);
-  EXPECT_EQ(r.num_free_blocks(), 10);
+  EXPECT_EQ(r.Speculate(&step, 0, 64), 17);  // positions 6..23: the 4 blocks nobody is promised
+  EXPECT_EQ(r.num_free_blocks(), 8);
   r.Complete(step, std::vector<int>{0});
-  EXPECT_EQ(r.blocks(1)->size(), 10u);
+  EXPECT_EQ(r.blocks(1)->size(), 2u);
+  EXPECT_EQ(r.num_free_blocks(), 12);
+  EXPECT_EQ(r.growth_promised(), 8);
   EXPECT_TRUE(r.Release(1));
   EXPECT_TRUE(r.Idle());
   EXPECT_TRUE(s.Idle());
@@ -365,6 +372,41 @@ TEST(DecodeSchedulerTest, SlidingGroupsHoldOnlyTheirWindow) {
   }
   EXPECT_TRUE(d.want.empty());
   EXPECT_LE(most_sliding, 3);  // 8 positions span at most 3 blocks of 4
+  EXPECT_TRUE(s.Idle());
+}
+
+// kReserve over a full group and a sliding one (window 8, blocks of 4): a request sets aside
+// what it may hold at once (10 full blocks and 3 sliding ones for 40 tokens), not its sliding
+// group's whole length (7 more), so four fit in 60 blocks where three would; every step finds
+// its blocks and nothing is preempted.
+TEST(DecodeSchedulerTest, ReserveWithSlidingGroupsSetsAsideOnlyTheWindow) {
+  DecodeScheduler::Options o = Opts(60, 4, 16);
+  o.group_window = {0, 8};
+  o.admission = DecodeScheduler::Admission::kReserve;
+  DecodeScheduler s(o);
+  EXPECT_EQ(s.layout().PeakBlocks(40), 13);
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(s.Admit(id, 20, 40).ok()) << id;
+  EXPECT_EQ(s.Admit(5, 20, 40).status().code(), absl::StatusCode::kResourceExhausted);
+  for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(s.Start(id).ok());
+  std::map<uint64_t, int> want = {{1, 40}, {2, 40}, {3, 40}, {4, 40}};
+  for (int i = 0; i < 100 && !want.empty(); ++i) {
+    DecodeScheduler::Step step = s.Schedule();
+    EXPECT_TRUE(step.preempted.empty());
+    EXPECT_EQ(step.work.size(), want.size()) << "every running request steps";
+    for (const Work& w : step.work) {
+      EXPECT_EQ(MissingBlocks(s.layout(), *s.blocks(w.id), w.start, w.start + w.count), 0);
+      EXPECT_LE(LiveBlocks(*s.blocks(w.id)), 13);
+    }
+    s.Complete(step);
+    for (const Work& w : step.work) {
+      if (s.tokens(w.id) >= want.at(w.id)) {
+        EXPECT_TRUE(s.Release(w.id));
+        want.erase(w.id);
+      }
+    }
+  }
+  EXPECT_TRUE(want.empty());
+  EXPECT_EQ(s.preemptions(), 0);
   EXPECT_TRUE(s.Idle());
 }
 

@@ -195,6 +195,8 @@ TEST(RegistryPick, DecodeRoomFollowsTheWorkersAdmission) {
   // 32 prompt tokens, up to 1024: 3 blocks on demand, 64 reserved.
   EXPECT_FALSE(r.PickDecode(32, 1024, t0, {}).has_value());
   EXPECT_EQ(r.PickDecode(32, 160, t0, {}), "reserve");  // 10 blocks: it fits
+  // The pick took 3 blocks and promised 7 until the next heartbeat: no room for another.
+  EXPECT_FALSE(r.PickDecode(32, 160, t0, {}).has_value());
   WorkerLoadSnapshot on_demand = Load(100);
   ASSERT_TRUE(r.Register("on-demand", WorkerRole::kDecode, "10.0.0.2:1", on_demand, t0).ok());
   on_demand.free_blocks = 10;
