@@ -12,6 +12,7 @@
 
 #include "engine/kv/kv_cache.h"
 #include "engine/loaders/model_writer.h"
+#include "formats/mapped_file.h"
 
 int main(int argc, char** argv) {
   using tandem::DType;
@@ -76,11 +77,8 @@ int main(int argc, char** argv) {
     json += "]}";
   }
   json += "]}\n";
-  if (FILE* f = std::fopen(out.c_str(), "w")) {
-    std::fputs(json.c_str(), f);
-    std::fclose(f);
-  } else {
-    std::fprintf(stderr, "cannot write %s\n", out.c_str());
+  if (absl::Status s = tandem::WriteStringToFile(out, json); !s.ok()) {
+    std::fprintf(stderr, "cannot write %s: %s\n", out.c_str(), std::string(s.message()).c_str());
     return 1;
   }
   return 0;

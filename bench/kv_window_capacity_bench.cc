@@ -15,34 +15,19 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/kv/kv_cache.h"
-#include "engine/loaders/model_weights.h"
+#include "engine/model.h"
 #include "engine/model_config.h"
 #include "engine/scheduling/scheduler.h"
-#include "formats/gguf.h"
+#include "formats/mapped_file.h"
 
 namespace {
 
 using tandem::DecodeScheduler;
 using tandem::KvCacheSpec;
-
-absl::StatusOr<tandem::ModelConfig> ReadConfig(const std::string& path) {
-  if (path.size() > 5 && path.substr(path.size() - 5) == ".gguf") {
-    auto file = tandem::GgufFile::Read(path);
-    if (!file.ok()) return file.status();
-    return tandem::GgufModelConfig(*file);
-  }
-  std::ifstream in(path + "/config.json");
-  if (!in) return absl::NotFoundError("no " + path + "/config.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return tandem::ModelConfig::FromHfJson(text.str());
-}
 
 struct Result {
   const char* mode;
@@ -139,7 +124,7 @@ int main(int argc, char** argv) {
                  "0 < --max-tokens < --context\n");
     return 2;
   }
-  auto config = ReadConfig(model);
+  auto config = tandem::LoadModelConfig(model);
   if (!config.ok()) {
     std::fprintf(stderr, "%s\n", std::string(config.status().message()).c_str());
     return 1;
@@ -209,11 +194,8 @@ int main(int argc, char** argv) {
   std::snprintf(tail, sizeof(tail), "],\"sequences_ratio\":%.3f,\"kv_per_sequence_saved\":%.4f}\n",
                 ratio, kv_less);
   json += tail;
-  if (FILE* f = std::fopen(out.c_str(), "w")) {
-    std::fputs(json.c_str(), f);
-    std::fclose(f);
-  } else {
-    std::fprintf(stderr, "cannot write %s\n", out.c_str());
+  if (absl::Status s = tandem::WriteStringToFile(out, json); !s.ok()) {
+    std::fprintf(stderr, "cannot write %s: %s\n", out.c_str(), std::string(s.message()).c_str());
     return 1;
   }
   return 0;
