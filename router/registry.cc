@@ -148,6 +148,7 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
                                                       const std::set<std::string>& exclude) {
   WorkerEntry* best = nullptr;
   int best_needed = 0;
+  int64_t best_promised = 0;  // under reserve: the rest of the request's peak
   auto headroom = [](const WorkerEntry& w) { return w.load.free_blocks - w.load.growth_blocks; };
   for (auto& [id, w] : workers_) {
     if (w.role != WorkerRole::kDecode || !Healthy(w, now) || exclude.count(id)) continue;
@@ -157,8 +158,9 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
     const KvTableLayout layout = w.load.kv_layout();
     const int needed = static_cast<int>(
         std::min<int64_t>(layout.BlocksHeld(prompt_tokens, prompt_tokens + 1), INT32_MAX));
+    int64_t most = 0;
     if (w.load.reserves_max_tokens) {
-      const int64_t most = layout.PeakBlocks(std::max(max_tokens, prompt_tokens + 1));
+      most = layout.PeakBlocks(std::max(max_tokens, prompt_tokens + 1));
       if (w.load.free_blocks - w.load.growth_blocks < most) continue;
     } else if (w.load.free_blocks - w.load.watermark_blocks < needed) {
       continue;
@@ -168,14 +170,12 @@ std::optional<std::string> WorkerRegistry::PickDecode(int prompt_tokens, int max
                                std::make_tuple(-headroom(*best), best->load.running, best->id)) {
       best = &w;
       best_needed = needed;
+      best_promised = most > 0 ? most - needed : 0;
     }
   }
   if (best == nullptr) return std::nullopt;
-  if (best->load.reserves_max_tokens) {
-    const int64_t most = best->load.kv_layout().PeakBlocks(std::max(max_tokens, prompt_tokens + 1));
-    best->load.growth_blocks += static_cast<int>(std::min<int64_t>(most - best_needed, INT32_MAX));
-  }
   best->load.free_blocks -= best_needed;
+  best->load.growth_blocks += static_cast<int>(std::min<int64_t>(best_promised, INT32_MAX));
   ++best->load.running;
   return best->id;
 }

@@ -56,11 +56,6 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
   const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
-  // Blocks taken now: those the first decode step reads, a sliding group's from its window on.
-  // kReserve: also kept free are the most it may hold later and what the others may still claim.
-  const bool reserve = options_.admission == Admission::kReserve;
-  const int64_t need = reserve ? layout_.PeakBlocks(most_tokens) + growth_promised()
-                               : layout_.BlocksHeld(prompt_tokens, prompt_tokens + 1);
   if (layout_.TokensIn(num_blocks()) < most_tokens) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
@@ -75,11 +70,17 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
     return absl::ResourceExhaustedError(
         absl::StrFormat("decode worker at its limit of %d requests", options_.max_running));
   }
+  // Blocks taken now: those the first decode step reads, a sliding group's from its window on.
+  // kReserve: also kept free are the most it may hold later and what the others may still claim.
+  const bool reserve = options_.admission == Admission::kReserve;
+  const int promised = reserve ? growth_promised() : 0;
+  const int64_t need = reserve ? layout_.PeakBlocks(most_tokens) + promised
+                               : layout_.BlocksHeld(prompt_tokens, prompt_tokens + 1);
   if (pool_.num_available() - need < watermark_blocks_) {
     return reserve ? absl::ResourceExhaustedError(absl::StrFormat(
                          "decode worker: %d free KV blocks, %d of them promised to running "
                          "requests; the request may hold %d",
-                         pool_.num_available(), growth_promised(), layout_.PeakBlocks(most_tokens)))
+                         pool_.num_available(), promised, need - promised))
                    : absl::ResourceExhaustedError(absl::StrFormat(
                          "decode worker: %d free KV blocks, the request needs %d and %d stay "
                          "free for growth",
