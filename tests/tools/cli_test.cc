@@ -206,38 +206,38 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
   }
 }
 
-// The niceness of every thread of process `pid` (field 19 of each task's stat), and its command
-// line with NULs as spaces.
+// The fields of a /proc stat file after the command's closing parenthesis: field 3 (the state)
+// first. Empty when the file is gone (the thread or process ended).
+std::vector<std::string> StatFields(const std::string& path) {
+  auto stat = ReadFileToString(path);
+  if (!stat.ok()) return {};
+  return absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
+}
+// The niceness of every thread of process `pid` (field 19 of each task's stat).
 std::vector<int> ThreadNiceness(pid_t pid) {
   std::vector<int> out;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", pid), ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-    auto stat = ReadFileToString(it->path().string() + "/stat");
-    if (!stat.ok()) continue;  // the thread ended
-    // "tid (comm) state ppid ...": the fields after the comm's closing parenthesis, from 3 on.
-    const std::vector<std::string> f =
-        absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
-    out.push_back(std::stoi(f.at(19 - 3)));
+    const std::vector<std::string> f = StatFields(it->path().string() + "/stat");
+    if (!f.empty()) out.push_back(std::stoi(f.at(19 - 3)));
   }
   return out;
 }
+// Its command line with NULs as spaces.
 std::string CommandLine(pid_t pid) {
   std::string s = ReadFileToString(absl::StrFormat("/proc/%d/cmdline", pid)).value_or("");
   std::replace(s.begin(), s.end(), '\0', ' ');
   return s;
 }
-// The processes whose parent is `parent`.
+// The processes whose parent (field 4) is `parent`.
 std::vector<pid_t> Children(pid_t parent) {
   std::vector<pid_t> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = ReadFileToString(e.path().string() + "/stat");
-    if (!stat.ok()) continue;
-    const std::vector<std::string> f =
-        absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
-    if (f.size() > 1 && std::stoi(f[1]) == parent) out.push_back(std::stoi(name));
+    const std::vector<std::string> f = StatFields(e.path().string() + "/stat");
+    if (f.size() > 1 && std::stoi(f[4 - 3]) == parent) out.push_back(std::stoi(name));
   }
   return out;
 }
