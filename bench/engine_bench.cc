@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+#include "engine/kv/block_table.h"
+#include "engine/kv/kv_cache.h"
 #include "engine/loaders/model_writer.h"
 #include "engine/model.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -91,20 +93,49 @@ std::vector<int> RandomIds(int n, int vocab, uint32_t seed) {
   return ids;
 }
 
+constexpr int kBlockSize = 16;
+
+// `sequences` block tables of room for `tokens` positions each, in the cache's layer-group layout
+// (engine/kv/block_table.h), sequence s taking the s-th run of blocks.
+std::vector<std::vector<int>> SequenceTables(const Model& m, int sequences, int tokens) {
+  const std::vector<int> first =
+      ContiguousTable(KvCacheSpec::For(m.config(), kBlockSize, DType::kF32).table_layout(), tokens);
+  std::vector<std::vector<int>> tables(sequences, first);
+  for (int s = 0; s < sequences; ++s) {
+    for (int& b : tables[s]) b += s * static_cast<int>(first.size());
+  }
+  return tables;
+}
+
+// A cache holding `tables`' blocks, or nullopt after saying why on stderr.
+std::optional<KvCache> CacheFor(const Model& m, const std::vector<std::vector<int>>& tables) {
+  auto cache =
+      KvCache::Create(m.config(), static_cast<int>(tables.size() * tables[0].size()), kBlockSize);
+  if (!cache.ok()) {
+    std::fprintf(stderr, "KV cache: %s\n", std::string(cache.status().message()).c_str());
+    return std::nullopt;
+  }
+  return std::move(*cache);
+}
+
+// A forward pass that failed ends the case (0 tokens/s) after saying why on stderr.
+bool Forwarded(const absl::Status& s) {
+  if (!s.ok()) std::fprintf(stderr, "forward: %s\n", std::string(s.message()).c_str());
+  return s.ok();
+}
+
 // Best of `reps` runs of one prefill of `len` tokens, in tokens/s.
 double PrefillTokensPerSecond(const Model& m, int len, int reps) {
-  const int bs = 16;
-  const int nb = (len + bs - 1) / bs;
-  auto cache = KvCache::Create(m.config(), nb, bs);
-  std::vector<int> table(nb);
-  for (int i = 0; i < nb; ++i) table[i] = i;
+  const std::vector<std::vector<int>> tables = SequenceTables(m, 1, len);
+  std::optional<KvCache> cache = CacheFor(m, tables);
+  if (!cache) return 0;
   const auto ids = RandomIds(len, m.config().vocab_size, 1);
   std::vector<float> logits;
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    SequenceChunk c{ids, 0, table, false};
+    SequenceChunk c{ids, 0, tables[0], false};
     const auto t0 = Clock::now();
-    if (!m.Forward({&c, 1}, &*cache, &logits).ok()) return 0;
+    if (!Forwarded(m.Forward({&c, 1}, &*cache, &logits))) return 0;
     best = std::min(best, Seconds(t0, Clock::now()));
   }
   return len / best;
@@ -113,16 +144,15 @@ double PrefillTokensPerSecond(const Model& m, int len, int reps) {
 // `batch` sequences, each prefilled with `context` tokens, then `steps` decode steps, `reps`
 // times from the same context; best tokens/s.
 double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps, int reps) {
-  const int bs = 16;
-  const int per_seq = (context + steps + bs - 1) / bs;
-  auto cache = KvCache::Create(m.config(), per_seq * batch, bs);
-  std::vector<std::vector<int>> tables(batch), tokens(batch);
+  const std::vector<std::vector<int>> tables = SequenceTables(m, batch, context + steps);
+  std::optional<KvCache> cache = CacheFor(m, tables);
+  if (!cache) return 0;
+  std::vector<std::vector<int>> tokens(batch);
   std::vector<float> logits;
   for (int s = 0; s < batch; ++s) {
-    for (int i = 0; i < per_seq; ++i) tables[s].push_back(s * per_seq + i);
     tokens[s] = RandomIds(context + steps, m.config().vocab_size, 100 + s);
     SequenceChunk c{std::span<const int>(tokens[s]).subspan(0, context), 0, tables[s], false};
-    if (!m.Forward({&c, 1}, &*cache, &logits).ok()) return 0;
+    if (!Forwarded(m.Forward({&c, 1}, &*cache, &logits))) return 0;
   }
   std::vector<SequenceChunk> chunks(batch);
   double best = 1e30;
@@ -133,7 +163,7 @@ double DecodeTokensPerSecond(const Model& m, int batch, int context, int steps, 
       for (int s = 0; s < batch; ++s) {
         chunks[s] = {std::span<const int>(tokens[s]).subspan(pos, 1), pos, tables[s], false};
       }
-      if (!m.Forward(chunks, &*cache, &logits).ok()) return 0;
+      if (!Forwarded(m.Forward(chunks, &*cache, &logits))) return 0;
     }
     best = std::min(best, Seconds(t0, Clock::now()));
   }
