@@ -71,7 +71,7 @@ namespace {
 #endif
 
 const Avx512Kernels& NativeAvx512Kernels() {
-  static const Avx512Kernels kernels{"avx512", &MatmulRows, &QuantRows};
+  static const Avx512Kernels kernels{"avx512", &MatmulRows, &QuantRows, &QuantGemmRows};
   return kernels;
 }
 

@@ -363,30 +363,72 @@ void GemmRows(const float* x, const WeightRef& w, const float* bias, float* y, i
   });
 }
 
+// The tokens' activations quantized per 32 (kernels/quant.h) into the calling thread's buffer
+// (pool threads reach it through the pointer).
+const ActBlock* QuantizeTokens(Isa isa, const float* x, int64_t cols, int n, ThreadPool* pool) {
+  const int64_t blocks = cols / kActBlock;
+  thread_local std::vector<ActBlock> buffer;
+  buffer.resize(static_cast<size_t>(n * blocks));
+  ActBlock* acts = buffer.data();
+  ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      if (isa != Isa::kScalar) {
+        QuantizeActivationsAvx2(x + t * cols, acts + t * blocks, cols);
+      } else {
+        QuantizeActivations(x + t * cols, acts + t * blocks, cols);
+      }
+    }
+  });
+  return acts;
+}
+
+// The K-quants (256-element super-blocks).
+bool IsSuperBlockType(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
+
+// Batched on AVX-512: int8 products, panels of 16 rows (avx512_kernels.inc).
+void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, float* y, int n,
+                     ThreadPool* pool) {
+  const int64_t blocks = w.cols / kActBlock;
+  const ActBlock* acts = QuantizeTokens(Isa::kAvx512, x, w.cols, n, pool);
+  const int32_t* bb = nullptr;  // Q8_0: each block's bias (pool threads: through bb)
+  if (w.dtype == DType::kQ8_0) {
+    thread_local std::vector<int32_t> buffer;
+    buffer.resize(static_cast<size_t>(n * blocks));
+    for (int64_t b = 0; b < n * blocks; ++b) {
+      int32_t sum = 0;
+      for (int l = 0; l < kActBlock; ++l) sum += 128 * acts[b].q[l] + acts[b].r[l];
+      buffer[b] = 128 * sum;
+    }
+    bb = buffer.data();
+  }
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t grain = std::max<int64_t>(1, w.rows / (4 * threads) / 16) * 16;
+  ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
+    ActiveAvx512Kernels().quant_gemm_rows(w, acts, bb, bias, y, w.rows, n, r0, r1);
+  });
+}
+
 }  // namespace
+
+bool QuantizedMatmulIsInteger(DType t, int n) {
+  const Isa isa = ActiveIsa();
+  return n < kQuantGemmTokens || isa == Isa::kScalar ||
+         (isa == Isa::kAvx512 && !IsSuperBlockType(t));
+}
 
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
   const Isa isa = ActiveIsa();
+  if (n >= kQuantGemmTokens && isa == Isa::kAvx512 && !IsSuperBlockType(w.dtype)) {
+    return PanelGemmAvx512(x, w, bias, y, n, pool);
+  }
   if (n >= kQuantGemmTokens && isa != Isa::kScalar) {
     return ForQuantType(w.dtype,
                         [&](auto t) { GemmRows<decltype(t)::value>(x, w, bias, y, n, pool); });
   }
-  const int64_t blocks = w.cols / kActBlock;
-  // The calling thread's buffer (pool threads reach it through the pointer).
-  thread_local std::vector<ActBlock> buffer;
-  buffer.resize(static_cast<size_t>(n * blocks));
-  ActBlock* acts = buffer.data();
-  const bool avx2 = isa != Isa::kScalar;
-  ParallelFor(pool, n, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      if (avx2) {
-        QuantizeActivationsAvx2(x + t * w.cols, acts + t * blocks, w.cols);
-      } else {
-        QuantizeActivations(x + t * w.cols, acts + t * blocks, w.cols);
-      }
-    }
-  });
+  const ActBlock* acts = QuantizeTokens(isa, x, w.cols, n, pool);
   ForQuantType(w.dtype,
                [&](auto t) { RunRows<decltype(t)::value>(isa, w, acts, bias, y, n, pool); });
 }

@@ -213,14 +213,26 @@ void RealGgufTest::ExpectNativeAgreesWithF32() {
   EXPECT_LE(std::abs(ppl_native / ppl_f32 - 1), 0.01);
   EXPECT_NEAR(nll_b / positions, expected_["passage"]["nll_mean"].get<double>(), 1e-4);
 
+  // The native model in one prefill (the batched paths: int8 panels, or float32 GEMM on
+  // dequantized K-quant tiles) is no further from float32 than its decode path: in RMS over every
+  // logit, and in the largest error (a few positions of a long passage are far more sensitive
+  // than the rest to how each path rounds, so that one is held to twice decode's).
   const std::vector<float> prefill = AllLogits(**native, ids);
   ASSERT_EQ(prefill.size(), b.size());
-  float max_abs = 0, max_err = 0;
+  float max_abs = 0, prefill_max = 0, decode_max = 0;
+  double prefill_sq = 0, decode_sq = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     max_abs = std::max(max_abs, std::abs(b[i]));
-    max_err = std::max(max_err, std::abs(prefill[i] - b[i]));
+    prefill_max = std::max(prefill_max, std::abs(prefill[i] - b[i]));
+    decode_max = std::max(decode_max, std::abs(a[i] - b[i]));
+    prefill_sq += double(prefill[i] - b[i]) * (prefill[i] - b[i]);
+    decode_sq += double(a[i] - b[i]) * (a[i] - b[i]);
   }
-  EXPECT_LE(max_err, 1e-4f * max_abs);
+  std::printf("%s: prefill against f32: RMS %.3g, max %.3g; decode: RMS %.3g, max %.3g\n",
+              path_.c_str(), std::sqrt(prefill_sq / b.size()), prefill_max,
+              std::sqrt(decode_sq / b.size()), decode_max);
+  EXPECT_LE(std::sqrt(prefill_sq), 1.25 * std::sqrt(decode_sq) + 1e-5 * max_abs);
+  EXPECT_LE(prefill_max, 2 * decode_max + 1e-4f * max_abs);
 }
 
 // SmolLM2: Q4_1 matrices and a Q8_0 embedding, 30 layers, a 561-token passage.

@@ -25,7 +25,8 @@ namespace {
 }  // namespace
 
 const cpu::Avx512Kernels& EmulatedAvx512Kernels() {
-  static const cpu::Avx512Kernels kernels{"avx512-emulated", &MatmulRows, &QuantRows};
+  static const cpu::Avx512Kernels kernels{"avx512-emulated", &MatmulRows, &QuantRows,
+                                          &QuantGemmRows};
   return kernels;
 }
 

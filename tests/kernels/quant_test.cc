@@ -175,11 +175,15 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
         cpu::Matmul(x.data(), quant, bias.data(), got.data(), n, &pool);
       }
 
-      // With AVX2 or AVX-512 from kQuantGemmTokens tokens on, tiles are dequantized and multiplied
-      // in float32: the dequantized reference up to summation order. Otherwise the integer products
-      // are exact and only float summation order differs from the twin.
-      const bool gemm = GetParam().path.isa != cpu::Isa::kScalar && n >= cpu::kQuantGemmTokens;
-      const std::vector<float>& same = gemm ? ref : twin;
+      // Integer products (decode, the scalar ISA, batched on AVX-512) are exact: only the float
+      // summation order differs from the twin. Batched on AVX2, tiles are dequantized and
+      // multiplied in float32: the dequantized reference up to summation order.
+      bool integer;
+      {
+        testing_isa::ScopedIsa isa(GetParam().path);
+        integer = cpu::QuantizedMatmulIsInteger(t, n);
+      }
+      const std::vector<float>& same = integer ? twin : ref;
       double ref_rms = 0, act_err = 0;
       for (size_t i = 0; i < ref.size(); ++i) {
         ref_rms += ref[i] * ref[i];
