@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 #include <set>
@@ -15,45 +17,10 @@
 #include "absl/time/time.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
+#include "router/admission.h"
 #include "router/registry.h"
 
 namespace tandem::planner {
-
-absl::Status ClusterSpec::Validate() const {
-  if (prefill < 1 || prefill > 4096) {
-    return absl::InvalidArgumentError("cluster.prefill must be in [1, 4096]");
-  }
-  if (!colocated && (decode < 1 || decode > 4096)) {
-    return absl::InvalidArgumentError("cluster.decode must be in [1, 4096]");
-  }
-  if (prefill_tp < 1 || decode_tp < 1 || prefill_tp > 64 || decode_tp > 64) {
-    return absl::InvalidArgumentError("cluster tensor-parallel degrees must be in [1, 64]");
-  }
-  if (block_size < 1 || block_size > 4096) {
-    return absl::InvalidArgumentError("cluster.block_size must be in [1, 4096]");
-  }
-  if (prefill_scheduler.token_budget < 1 || prefill_scheduler.chunk_size < 1 ||
-      prefill_scheduler.max_batch < 1) {
-    return absl::InvalidArgumentError(
-        "cluster token_budget, prefill chunk and max_batch must be >= 1");
-  }
-  if (max_running < 1) return absl::InvalidArgumentError("cluster.max_running must be >= 1");
-  if (!(prefill_kv_bytes >= 0) || !(decode_kv_bytes >= 0)) {
-    return absl::InvalidArgumentError("cluster KV bytes must be >= 0");
-  }
-  if (!(heartbeat_interval > 0)) {
-    return absl::InvalidArgumentError("cluster.heartbeat_interval must be > 0");
-  }
-  if (decode_attempts < 1)
-    return absl::InvalidArgumentError("cluster.decode_attempts must be >= 1");
-  if (spec_tokens < 0 || spec_tokens > 64) {
-    return absl::InvalidArgumentError("cluster.spec_tokens must be in [0, 64]");
-  }
-  if (!(spec_acceptance >= 0 && spec_acceptance < 1)) {
-    return absl::InvalidArgumentError("cluster.spec_acceptance must be in [0, 1)");
-  }
-  return absl::OkStatus();
-}
 
 namespace {
 
@@ -96,6 +63,7 @@ struct Request {
   bool cached_sent = false;
   int generated = 0;
   bool ended = false;
+  uint64_t ticket = 0;  // its place in the admission line while it waits for decode room
 };
 
 struct Worker {
@@ -209,7 +177,8 @@ class Sim {
         cluster_(cluster),
         options_(options),
         link_(cluster.link.value_or(profile.kv_link)),
-        registry_(MakeRegistryOptions(cluster)) {}
+        registry_(MakeRegistryOptions(cluster)),
+        line_(cluster.max_queued) {}
 
   absl::Status Build();
   // Open loop from `measure_start` or right away.
@@ -243,6 +212,8 @@ class Sim {
   bool PopEvent(Event* e);
   WorkerLoadSnapshot Load(const Worker& w) const;
   void Send(int r);
+  bool AdmitDecode(int r);
+  void AdmitWaiting();
   void EnqueuePrefill(int r);
   bool TakePrefillBlocks(int r, int w);
   void FirstToken(int r);
@@ -304,6 +275,11 @@ class Sim {
     return std::exp(sigma * std::normal_distribution<double>()(rng_) - sigma * sigma / 2);
   }
   WorkerRegistry registry_;
+  // Requests waiting for decode room, as the router's (router/admission.h), and which request
+  // holds each ticket.
+  AdmissionLine line_;
+  std::map<uint64_t, int> waiting_;
+  bool admitting_ = false;  // AdmitWaiting is running (End may call it again)
   std::vector<Worker> workers_;
   int relay_ = -1;            // index of the relay worker, if any
   int path_device_ = 1;       // shared host: the device of the hops and the relay
@@ -524,15 +500,34 @@ void Sim::StartPool(int pool, double t) {
   }
 }
 
+// Admission on a decode worker, as the router does (router/admission.h): a request no worker's
+// whole cache can hold is refused; one that finds room goes on to its prefill; the others wait in
+// line, first come first admitted (refused when the line is full), and look again whenever a
+// request ends or a heartbeat brings the workers' load.
 void Sim::Send(int r) {
+  result_.records[r].sent = now_;
+  if (line_.MayLook(0) && AdmitDecode(r)) return;
+  const std::optional<uint64_t> ticket = line_.Join();
+  if (!ticket) {
+    End(r, now_, kResourceExhausted);
+    return;
+  }
+  requests_[r].ticket = *ticket;
+  waiting_[*ticket] = r;
+}
+
+// The router's look for room: the registry's pick, then the worker's own check; a refusal tries
+// the next worker. True when the request is admitted (its prefill hop started) or refused for
+// good (ended); false when it must wait.
+bool Sim::AdmitDecode(int r) {
   Request& q = requests_[r];
-  bench::RequestRecord& rec = result_.records[r];
-  rec.sent = now_;
   const int prompt_len = static_cast<int>(q.item.prompt.size());
   const int total_tokens = static_cast<int>(
       std::min<int64_t>(int64_t{prompt_len} + q.item.output_tokens, model_.max_seq_len));
-  // Admission on a decode worker, as the router does: the registry's pick, then the worker's
-  // own check; a refusal tries the next worker.
+  if (NeverFits(registry_.LargestDecodeTokens(At(now_)), total_tokens)) {
+    End(r, now_, kResourceExhausted);
+    return true;
+  }
   std::set<std::string> tried;
   for (int attempt = 0; attempt < cluster_.decode_attempts; ++attempt) {
     auto pick = registry_.PickDecode(prompt_len, total_tokens, At(now_), tried);
@@ -545,12 +540,24 @@ void Sim::Send(int r) {
       break;
     }
   }
-  if (q.decode_worker < 0) {
-    End(r, now_, kResourceExhausted);
-    return;
-  }
+  if (q.decode_worker < 0) return false;
   StartHop(now_, profile_.request_overhead / 2, Jitter(profile_.request_jitter),
            Kind::kPrefillEnqueue, r);
+  return true;
+}
+
+// The line's front looks for room until one must wait.
+void Sim::AdmitWaiting() {
+  if (admitting_) return;
+  admitting_ = true;
+  while (const uint64_t ticket = line_.front()) {
+    const int r = waiting_.at(ticket);
+    if (!AdmitDecode(r)) break;
+    line_.Leave(ticket);
+    waiting_.erase(ticket);
+    requests_[r].ticket = 0;
+  }
+  admitting_ = false;
 }
 
 void Sim::EnqueuePrefill(int r) {
@@ -692,6 +699,7 @@ void Sim::End(int r, double t, int status) {
   rec.status_code = status;
   if (status != 0) rec.status_message = "simulated: no room";
   if (q.decode_worker >= 0) workers_[q.decode_worker].decode_scheduler->Release(q.id);
+  AdmitWaiting();
   if (q.pool >= 0) {
     ClosedPool& p = pools_[q.pool];
     --p.outstanding;
@@ -931,6 +939,7 @@ void Sim::Heartbeat() {
   for (const Worker& w : workers_) {
     if (!w.relay) registry_.Heartbeat(w.name, Load(w), true, At(now_));
   }
+  AdmitWaiting();
   if (ended_ < static_cast<int>(requests_.size())) {
     heartbeat_pending_ = true;
     Push(now_ + cluster_.heartbeat_interval, Kind::kHeartbeat, 0);
@@ -1036,74 +1045,6 @@ absl::StatusOr<SimResult> Simulate(const ModelConfig& model, const HardwareProfi
   sim.AddRequests(std::move(requests), &w);
   if (absl::Status s = sim.Run(); !s.ok()) return s;
   return sim.TakeResult(w.slo);
-}
-
-absl::StatusOr<std::vector<SimResult>> SimulateRuns(const ModelConfig& model,
-                                                    const HardwareProfile& profile,
-                                                    const ClusterSpec& cluster,
-                                                    const bench::BenchConfig& workload, int runs,
-                                                    const SimOptions& options) {
-  if (runs < 1 || runs > 1000) return absl::InvalidArgumentError("runs must be in [1, 1000]");
-  std::vector<SimResult> results;
-  SimOptions o = options;
-  for (int i = 0; i < runs; ++i) {
-    o.noise_seed = runs == 1 ? options.noise_seed : static_cast<uint64_t>(i + 1);
-    auto r = Simulate(model, profile, cluster, workload, o);
-    if (!r.ok()) return r.status();
-    results.push_back(*std::move(r));
-  }
-  return results;
-}
-
-bench::BenchSummary MeanSummary(const std::vector<SimResult>& runs) {
-  if (runs.empty()) return {};
-  if (runs.size() == 1) return runs[0].summary;
-  const double n = static_cast<double>(runs.size());
-  // Counts are summed, then divided (rounded) at the end; rates and percentiles are averaged.
-  bench::BenchSummary m;
-  int64_t sent = 0, completed = 0, failed = 0;
-  for (const SimResult& r : runs) {
-    const bench::BenchSummary& s = r.summary;
-    sent += s.sent;
-    completed += s.completed;
-    failed += s.failed;
-    m.prompt_tokens += s.prompt_tokens;
-    m.output_tokens += s.output_tokens;
-    for (const auto& [status, count] : s.rejected) m.rejected[status] += count;
-    m.rejected_total += s.rejected_total;
-    m.duration += s.duration / n;
-    m.request_throughput += s.request_throughput / n;
-    m.output_token_throughput += s.output_token_throughput / n;
-    m.total_token_throughput += s.total_token_throughput / n;
-    m.goodput += s.goodput / n;
-    m.slo_attainment += s.slo_attainment / n;
-    for (auto [to, from] : {std::pair{&m.ttft, &s.ttft}, std::pair{&m.tpot, &s.tpot},
-                            std::pair{&m.itl, &s.itl}, std::pair{&m.e2e, &s.e2e}}) {
-      to->mean += from->mean / n;
-      to->p50 += from->p50 / n;
-      to->p90 += from->p90 / n;
-      to->p99 += from->p99 / n;
-      to->max += from->max / n;
-      to->count += from->count;
-    }
-  }
-  auto per_run = [&](int64_t total) { return std::llround(total / n); };
-  m.sent = static_cast<int>(per_run(sent));
-  m.completed = static_cast<int>(per_run(completed));
-  m.failed = static_cast<int>(per_run(failed));
-  m.prompt_tokens = per_run(m.prompt_tokens);
-  m.output_tokens = per_run(m.output_tokens);
-  for (auto& [status, count] : m.rejected) count = static_cast<int>(per_run(count));
-  m.rejected_total = static_cast<int>(per_run(m.rejected_total));
-  for (bench::Percentiles* p : {&m.ttft, &m.tpot, &m.itl, &m.e2e}) {
-    p->count = static_cast<int>(per_run(p->count));
-  }
-  return m;
-}
-
-bool HasNoise(const HardwareProfile& p) {
-  return p.step_jitter > 0 || p.prefill_step_jitter > 0 || p.request_jitter > 0 ||
-         p.decode_start_jitter > 0;
 }
 
 absl::StatusOr<SimResult> SimulateRequests(const ModelConfig& model, const HardwareProfile& profile,

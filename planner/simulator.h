@@ -48,6 +48,7 @@ struct ClusterSpec {
   std::optional<Link> link;         // default: the profile's
   double heartbeat_interval = 0.5;  // seconds, as tandem-server's --heartbeat-ms
   int decode_attempts = 3;          // as the router's
+  int max_queued = 256;             // requests waiting for decode room, as the router's
   // Speculative decoding on the decode workers (tandem-server --speculative): each decoding
   // sequence scores up to spec_tokens proposals per step (blocks for them only when free, as the
   // worker does), and each proposal is kept with probability spec_acceptance while the ones

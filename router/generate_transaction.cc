@@ -125,17 +125,15 @@ grpc::Status GenerateTransaction::RunAttempt() {
 }
 
 grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
-  if (a.queued.held) return grpc::Status::OK;
-  if (r_->waiting_for_room_ >= r_->options_.max_queued) {
+  if (a.queued.ticket != 0) return grpc::Status::OK;
+  const std::optional<uint64_t> ticket = r_->line_.Join();
+  if (!ticket) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrFormat("no decode worker has room and %d requests are queued "
                                         "(the limit); retry after %d ms",
-                                        r_->options_.max_queued, r_->options_.retry_after_ms));
+                                        r_->line_.max_queued(), r_->options_.retry_after_ms));
   }
-  ++r_->waiting_for_room_;
-  a.queued.held = true;
-  a.queued.ticket = r_->next_ticket_++;
-  r_->admit_order_.push_back(a.queued.ticket);
+  a.queued.ticket = *ticket;
   return grpc::Status::OK;
 }
 
@@ -146,7 +144,7 @@ grpc::Status GenerateTransaction::NoRoom() {
 }
 
 bool GenerateTransaction::MyTurnLocked(const Attempt& a) const {
-  return r_->admit_order_.empty() || (a.queued.held && r_->admit_order_.front() == a.queued.ticket);
+  return r_->line_.MayLook(a.queued.ticket);
 }
 
 // A role with no healthy worker (one stalled or restarting) is waited for, in the same bounded
@@ -194,14 +192,10 @@ grpc::Status GenerateTransaction::Admit(Attempt& a) {
         continue;
       }
       // A request that could not fit in any decode worker's whole cache never will.
-      if (const int64_t most = r_->registry_.LargestDecodeTokens(now);
-          most > 0 && most < a.total_tokens) {
+      if (std::optional<std::string> why =
+              NeverFits(r_->registry_.LargestDecodeTokens(now), a.total_tokens)) {
         final_ = true;
-        return grpc::Status(
-            grpc::StatusCode::RESOURCE_EXHAUSTED,
-            absl::StrFormat("the request may reach %d tokens (prompt and max_tokens); the "
-                            "largest decode worker's KV cache holds %d",
-                            a.total_tokens, most));
+        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, *why);
       }
       pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
       if (!pick && !widened && !failed_decode_.empty()) {

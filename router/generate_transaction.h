@@ -82,14 +82,11 @@ class GenerateTransaction {
     // waits for workers or for KV room, given back when it is admitted or gives up.
     struct QueueSlot {
       Router* r;
-      bool held = false;
-      uint64_t ticket = 0;
+      uint64_t ticket = 0;  // 0: not in line
       void ReleaseLocked() {
-        if (!held) return;
-        held = false;
-        --r->waiting_for_room_;
-        auto& order = r->admit_order_;
-        order.erase(std::find(order.begin(), order.end(), ticket));
+        if (ticket == 0) return;
+        r->line_.Leave(ticket);
+        ticket = 0;
         r->room_cv_.notify_all();  // the next in line may try
       }
       ~QueueSlot() {

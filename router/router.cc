@@ -44,7 +44,8 @@ Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterO
       generation_(MakeGenerationService(this)),
       registry_service_(MakeRegistryService(this, options.internal_auth.get())),
       cancel_hub_(std::make_unique<router_internal::CancelHub>()),
-      registry_(options.registry) {
+      registry_(options.registry),
+      line_(options.max_queued) {
   if (metrics_) {
     metrics_hook_ = metrics_->registry.AddCollectHook([this] { UpdateWorkerMetrics(); });
   }

@@ -23,6 +23,7 @@
 #include "engine/sampling/output_constraint.h"
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
+#include "router/admission.h"
 #include "router/ingress.h"
 #include "router/registry.h"
 #include "rpc/api_keys.h"
@@ -167,10 +168,8 @@ class Router {
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> in_flight_;
   std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
-  int waiting_for_room_ = 0;
-  // The tickets of requests waiting in line, oldest first: only the first looks for room.
-  std::deque<uint64_t> admit_order_;
-  uint64_t next_ticket_ = 1;
+  // Requests waiting for workers or KV room, oldest first: only the first looks for room.
+  AdmissionLine line_;
   std::atomic<bool> draining_{false};
 };
 

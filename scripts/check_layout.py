@@ -28,7 +28,7 @@ MAX_FILE_LINES = 800
 # Files over MAX_FILE_LINES, none allowed to grow: the Jinja engine's parser and renderer, the
 # tokenizer's regex engine, the JSON Schema compiler and the planner's simulator.
 OVERSIZED = {
-    "planner/simulator.cc": 1131,
+    "planner/simulator.cc": 1072,
     "structured/json_schema.cc": 813,
     "text/chat_template/template_parser.cc": 1278,
     "text/chat_template/template_renderer.cc": 1762,

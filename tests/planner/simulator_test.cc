@@ -127,6 +127,7 @@ TEST(Simulator, ZeroCostDecodeBatchesAreTheSchedulers) {
   ClusterSpec c;
   c.block_size = 16;
   c.max_running = 6;  // the admission limit turns some requests away
+  c.max_queued = 0;   // at once: no line to wait in
   const std::vector<std::vector<std::pair<int, int>>> groups = {
       {{20, 5}, {33, 2}, {64, 9}},
       {{10, 3}, {10, 7}, {50, 4}, {5, 6}, {300, 2}, {7, 3}, {8, 8}, {9, 2}},
@@ -627,19 +628,39 @@ TEST(Simulator, PrefillStepsServedFirstKeepTheirSpeed) {
               1e-9 * half->prefill_step_seconds);
 }
 
-TEST(Simulator, LoadRaisesLatencyAndOverloadRejects) {
+TEST(Simulator, LoadRaisesLatencyAndRequestsWaitForDecodeRoom) {
   ClusterSpec c;
   auto light = Simulate(Stories260K(), H100(), c, Workload(50, 1));
   auto heavy = Simulate(Stories260K(), H100(), c, Workload(5000, 1));
   ASSERT_TRUE(light.ok() && heavy.ok());
   EXPECT_GT(heavy->summary.ttft.p90, light->summary.ttft.p90);
   EXPECT_GT(heavy->mean_decode_batch, light->mean_decode_batch);
-  // A decode cache of 64 blocks (1024 tokens) holds few requests at once: the rest are refused.
+  // A decode cache of 64 blocks (1024 tokens) holds few requests at once: as at the router, the
+  // rest wait in line for room (router/admission.h) and are all served, later.
   c.decode_kv_bytes = 64.0 * 16 * CostModel(Stories260K(), H100()).KvBytesPerToken();
   auto tiny = Simulate(Stories260K(), H100(), c, Workload(5000, 1));
   ASSERT_TRUE(tiny.ok()) << tiny.status();
-  EXPECT_GT(tiny->summary.rejected_total, 0);
-  EXPECT_EQ(tiny->summary.rejected_total + tiny->summary.completed, 150);
+  EXPECT_EQ(tiny->summary.rejected_total, 0);
+  EXPECT_EQ(tiny->summary.completed, 150);
+  EXPECT_GT(tiny->summary.ttft.p90, heavy->summary.ttft.p90);
+  // A short line turns the overflow away, as the router's --max-queued does.
+  c.max_queued = 2;
+  auto short_line = Simulate(Stories260K(), H100(), c, Workload(5000, 1));
+  ASSERT_TRUE(short_line.ok()) << short_line.status();
+  EXPECT_GT(short_line->summary.rejected_total, 0);
+  EXPECT_EQ(short_line->summary.rejected_total + short_line->summary.completed, 150);
+}
+
+// A request larger than every decode worker's whole cache is refused at once, as the router
+// refuses it, instead of waiting for room that can never come.
+TEST(Simulator, ARequestNoCacheCanHoldIsRefusedAtOnce) {
+  ClusterSpec c;
+  // One block: 16 tokens, and every request reaches at least 18.
+  c.decode_kv_bytes = 16 * CostModel(Stories260K(), H100()).KvBytesPerToken();
+  auto r = Simulate(Stories260K(), H100(), c, Workload(50, 1));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->summary.completed, 0);
+  for (const auto& rec : r->records) EXPECT_EQ(rec.status_code, 8);  // RESOURCE_EXHAUSTED
 }
 
 TEST(Simulator, ClosedLoopKeepsConcurrencyInFlight) {

@@ -203,7 +203,9 @@ class GenerateTransactionTest : public ::testing::Test {
   void TearDown() override {
     stop_ = true;
     if (heartbeats_.joinable()) heartbeats_.join();
-    if (router_) EXPECT_EQ(router_->InFlight(), 0) << "the router holds a request";
+    if (router_) {
+      EXPECT_EQ(router_->InFlight(), 0) << "the router holds a request";
+    }
   }
 
   static v1::WorkerLoad Load(int blocks) {

@@ -1,0 +1,62 @@
+#include "router/admission.h"
+
+#include <gtest/gtest.h>
+
+namespace tandem {
+namespace {
+
+TEST(AdmissionLineTest, FirstComeFirstLooks) {
+  AdmissionLine line(3);
+  EXPECT_TRUE(line.MayLook(0));  // nobody waits: anyone may look
+  const auto a = line.Join(), b = line.Join();
+  ASSERT_TRUE(a && b);
+  EXPECT_NE(*a, 0u);
+  EXPECT_NE(*a, *b);
+  EXPECT_EQ(line.waiting(), 2);
+  EXPECT_EQ(line.front(), *a);
+  EXPECT_TRUE(line.MayLook(*a));
+  EXPECT_FALSE(line.MayLook(*b));
+  EXPECT_FALSE(line.MayLook(0));  // a newcomer waits behind them
+  line.Leave(*a);
+  EXPECT_TRUE(line.MayLook(*b));
+  line.Leave(*b);
+  EXPECT_EQ(line.waiting(), 0);
+  EXPECT_EQ(line.front(), 0u);
+  EXPECT_TRUE(line.MayLook(0));
+}
+
+TEST(AdmissionLineTest, TheBoundRefusesAndLeavingMakesRoom) {
+  AdmissionLine line(2);
+  const auto a = line.Join(), b = line.Join();
+  ASSERT_TRUE(a && b);
+  EXPECT_FALSE(line.Join());  // full
+  line.Leave(*b);             // from the middle or the back: the order of the rest holds
+  const auto c = line.Join();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(line.front(), *a);
+  line.Leave(*a);
+  EXPECT_EQ(line.front(), *c);
+  line.Leave(*a);  // twice, unknown and 0: ignored
+  line.Leave(12345);
+  line.Leave(0);
+  EXPECT_EQ(line.waiting(), 1);
+}
+
+TEST(AdmissionLineTest, ALineOfZeroRefusesEveryWait) {
+  AdmissionLine line(0);
+  EXPECT_FALSE(line.Join());
+  EXPECT_TRUE(line.MayLook(0));
+}
+
+TEST(NeverFitsTest, OnlyWhenEveryCacheIsSmaller) {
+  EXPECT_FALSE(NeverFits(0, 1 << 20));  // no worker has reported yet: it may fit
+  EXPECT_FALSE(NeverFits(4096, 4096));
+  EXPECT_FALSE(NeverFits(4096, 100));
+  const auto why = NeverFits(4096, 5000);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("5000"), std::string::npos);
+  EXPECT_NE(why->find("4096"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem
