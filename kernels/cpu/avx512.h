@@ -25,10 +25,9 @@ struct Avx512Kernels {
   // quantized per 32 (acts: n rows of w.cols / 32 blocks, kernels/quant.h).
   void (*quant_rows)(const WeightRef& w, const ActBlock* acts, const float* bias, float* y,
                      int64_t ldy, int n, int64_t r0, int64_t r1);
-  // The same for kQuantGemmTokens tokens or more and a 32-element block type (not the
-  // K-quants), with rows across the lanes (a multiple of 16 rows per call but at the matrix's
-  // end); block_bias [n, w.cols / 32], Q8_0 only (else nullptr): each activation block's
-  // 128 * sum(128 q + r).
+  // The same for kQuantGemmTokens tokens or more, with rows across the lanes (a multiple of 16 rows
+  // per call but at the matrix's end); block_bias [n, w.cols / 32], Q8_0 only (else nullptr): each
+  // activation block's 128 * sum(128 q + r).
   void (*quant_gemm_rows)(const WeightRef& w, const ActBlock* acts, const int32_t* block_bias,
                           const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1);
 };

@@ -50,17 +50,17 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
             ThreadPool* pool = nullptr);
 // Matmul with block-quantized weights (w.cols a multiple of 32; kernels/cpu/quant_matmul.cc).
 // Decode (n < kQuantGemmTokens, or the scalar ISA): activations quantized per 32 into two int8
-// parts, integer dot products. Prefill and batched decode: with AVX-512 and a 32-element block
-// type, panels of 16 rows packed per call with the rows across the lanes and the same int8
-// products; otherwise (AVX2, or a K-quant) each thread dequantizes a tile of rows into float32 and
-// runs the float32 GEMM on it (the weights stay quantized in memory; each is decoded once per call
-// instead of once per token group). Matmul calls it.
+// parts, integer dot products. Prefill and batched decode: with AVX-512, panels of 16 rows packed
+// per call with the rows across the lanes and the same int8 products; with AVX2, each thread
+// dequantizes a tile of rows into float32 and runs the float32 GEMM on it (the weights stay
+// quantized in memory; each is decoded once per call instead of once per token group). Matmul
+// calls it.
 inline constexpr int kQuantGemmTokens = 8;
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool = nullptr);
 // Whether QuantizedMatmul, on the active ISA, multiplies `n` tokens' quantized activations by the
-// weights as integers (else it multiplies dequantized float32 tiles).
-bool QuantizedMatmulIsInteger(DType t, int n);
+// weights as integers (else, batched on AVX2, it multiplies dequantized float32 tiles).
+bool QuantizedMatmulIsInteger(int n);
 // Building block of the quantized prefill: y[t, r] (ld ldy) = x[t, :] · w[r, :] (+ bias[r]) for
 // a float32 tile w [rows, cols] of contiguous rows, n tokens, on the calling thread. AVX2 and
 // AVX-512 only.

@@ -382,11 +382,6 @@ const ActBlock* QuantizeTokens(Isa isa, const float* x, int64_t cols, int n, Thr
   return acts;
 }
 
-// The K-quants (256-element super-blocks).
-bool IsSuperBlockType(DType t) {
-  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-}
-
 // Batched on AVX-512: int8 products, panels of 16 rows (avx512_kernels.inc).
 void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
@@ -412,16 +407,15 @@ void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, floa
 
 }  // namespace
 
-bool QuantizedMatmulIsInteger(DType t, int n) {
+bool QuantizedMatmulIsInteger(int n) {
   const Isa isa = ActiveIsa();
-  return n < kQuantGemmTokens || isa == Isa::kScalar ||
-         (isa == Isa::kAvx512 && !IsSuperBlockType(t));
+  return n < kQuantGemmTokens || isa != Isa::kAvx2;
 }
 
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
   const Isa isa = ActiveIsa();
-  if (n >= kQuantGemmTokens && isa == Isa::kAvx512 && !IsSuperBlockType(w.dtype)) {
+  if (n >= kQuantGemmTokens && isa == Isa::kAvx512) {
     return PanelGemmAvx512(x, w, bias, y, n, pool);
   }
   if (n >= kQuantGemmTokens && isa != Isa::kScalar) {

@@ -181,7 +181,7 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
       bool integer;
       {
         testing_isa::ScopedIsa isa(GetParam().path);
-        integer = cpu::QuantizedMatmulIsInteger(t, n);
+        integer = cpu::QuantizedMatmulIsInteger(n);
       }
       const std::vector<float>& same = integer ? twin : ref;
       double ref_rms = 0, act_err = 0;
