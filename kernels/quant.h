@@ -101,6 +101,14 @@ struct ActBlock {
 // x[n] (n a multiple of 32) -> n / 32 blocks.
 void QuantizeActivations(const float* x, ActBlock* out, int64_t n);
 
+// 128 * sum(128 q + r) over a block: what biasing signed (Q8_0) weights by 128 to make them
+// unsigned for the byte dot products adds to the block's integer sum.
+inline int32_t Q8BlockBias(const ActBlock& a) {
+  int32_t sum = 0;
+  for (int l = 0; l < kActBlock; ++l) sum += 128 * a.q[l] + a.r[l];
+  return 128 * sum;
+}
+
 }  // namespace tandem
 
 #endif  // TANDEM_KERNELS_QUANT_H_

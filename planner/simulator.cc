@@ -63,7 +63,6 @@ struct Request {
   bool cached_sent = false;
   int generated = 0;
   bool ended = false;
-  uint64_t ticket = 0;  // its place in the admission line while it waits for decode room
 };
 
 struct Worker {
@@ -512,7 +511,6 @@ void Sim::Send(int r) {
     End(r, now_, kResourceExhausted);
     return;
   }
-  requests_[r].ticket = *ticket;
   waiting_[*ticket] = r;
 }
 
@@ -555,7 +553,6 @@ void Sim::AdmitWaiting() {
     if (!AdmitDecode(r)) break;
     line_.Leave(ticket);
     waiting_.erase(ticket);
-    requests_[r].ticket = 0;
   }
   admitting_ = false;
 }

@@ -25,7 +25,6 @@ namespace tandem {
 namespace {
 
 using in_situ_internal::ConfigOf;
-using in_situ_internal::Figures;
 using in_situ_internal::FiguresOf;
 using in_situ_internal::SamplesOf;
 using in_situ_internal::ToJson;

@@ -391,11 +391,7 @@ void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, floa
   if (w.dtype == DType::kQ8_0) {
     thread_local std::vector<int32_t> buffer;
     buffer.resize(static_cast<size_t>(n * blocks));
-    for (int64_t b = 0; b < n * blocks; ++b) {
-      int32_t sum = 0;
-      for (int l = 0; l < kActBlock; ++l) sum += 128 * acts[b].q[l] + acts[b].r[l];
-      buffer[b] = 128 * sum;
-    }
+    for (int64_t b = 0; b < n * blocks; ++b) buffer[b] = Q8BlockBias(acts[b]);
     bb = buffer.data();
   }
   const int threads = pool != nullptr ? pool->num_threads() : 1;
