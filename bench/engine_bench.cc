@@ -6,7 +6,7 @@
 // independent 8-lane FMAs on registers). Then, per model and weight dtype:
 //   prefill 512: one sequence, one forward call;
 //   decode b1 / b32: 1 or 32 sequences with a 64-token context each, one token per sequence per
-//   step.
+//   step; decode_b<N>_ctx<C> is N sequences at a C-token context, prefill_<N> an N-token prompt.
 // Roofline of a case: decode is bounded by (weight bytes + KV bytes read per step) / bandwidth
 // and by FLOPs / peak, whichever is slower; prefill by FLOPs / peak. The fraction reported is
 // measured tokens/s over that bound. Figures are the best of several repetitions.
@@ -186,11 +186,28 @@ struct Case {
   double flops_per_token = 0;
 };
 
+// "decode_b<batch>" or "decode_b<batch>_ctx<context>" (context 64 when absent).
+bool ParseDecodeCase(const std::string& name, int* batch, int* context) {
+  int b = 0, ctx = 64, used = 0;
+  if (std::sscanf(name.c_str(), "decode_b%d%n", &b, &used) != 1 || b < 1 || b > 256) return false;
+  if (used != static_cast<int>(name.size())) {
+    int used2 = 0;
+    if (std::sscanf(name.c_str() + used, "_ctx%d%n", &ctx, &used2) != 1 || ctx < 1 || ctx > 32768 ||
+        used + used2 != static_cast<int>(name.size())) {
+      return false;
+    }
+  }
+  *batch = b;
+  *context = ctx;
+  return true;
+}
+
 // Decode of `batch` sequences at average context `ctx`: the slower of the byte and FLOP bounds.
 Case DecodeCase(const Model& m, const Machine& hw, int batch, int context, int steps, int reps) {
   const ModelConfig& c = m.config();
   Case k;
   k.name = "decode_b" + std::to_string(batch);
+  if (context != 64) k.name += "_ctx" + std::to_string(context);
   // The larger of the bandwidths measured just before and just after: the stricter roofline.
   const double bw_before = hw.bandwidth->Measure();
   k.tokens_per_s = DecodeTokensPerSecond(m, batch, context, steps, reps);
@@ -251,7 +268,8 @@ int main(int argc, char** argv) {
           "             checkpoint (default stories110M)\n"
           "  --dtypes   f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or\n"
           "             native (as stored) (default f32,f16,bf16)\n"
-          "  --cases    decode_b1, decode_b32, prefill_512 (default all three)\n"
+          "  --cases    decode_b1, decode_b32, prefill_512 (default all three), or\n"
+          "             decode_b<N>_ctx<C> (N sequences at a C-token context), prefill_<N>\n"
           "  --threads  CPU threads (default: the cores)\n"
           "  --out      JSON results (default bench/results/engine_bench.json)\n"
           "Prints the ISA the kernels use, the machine's bandwidth and FMA peak, and per case\n"
@@ -332,12 +350,15 @@ int main(int argc, char** argv) {
       const bool small = m.config().dim < 256;
       std::vector<Case> cases;
       for (const std::string& c : Split(case_names)) {
-        if (c == "decode_b1") {
-          cases.push_back(DecodeCase(m, hw, 1, 64, small ? 64 : 16, small ? 5 : 3));
-        } else if (c == "decode_b32") {
-          cases.push_back(DecodeCase(m, hw, 32, 64, small ? 32 : 8, small ? 5 : 2));
-        } else if (c == "prefill_512") {
-          cases.push_back(PrefillCase(m, hw, 512, small ? 10 : 3));
+        int batch = 0, context = 64;
+        if (ParseDecodeCase(c, &batch, &context)) {
+          const int steps = batch == 1 ? (small ? 64 : 16) : (small ? 32 : 8);
+          cases.push_back(DecodeCase(m, hw, batch, context, steps,
+                                     batch == 1 ? (small ? 5 : 3) : (small ? 5 : 2)));
+        } else if (int len = 0, used = 0;
+                   std::sscanf(c.c_str(), "prefill_%d%n", &len, &used) == 1 &&
+                   used == static_cast<int>(c.size()) && len >= 1 && len <= 32768) {
+          cases.push_back(PrefillCase(m, hw, len, small ? 10 : 3));
         } else {
           std::fprintf(stderr, "--cases: unknown case %s\n", c.c_str());
           return 2;

@@ -1,8 +1,9 @@
 // Causal attention over the paged KV cache on the CPU.
 //
-// Work is split into (query tile, head) items. A query tile is up to kTileTokens consecutive
+// Work is split into (query tile, KV head) items. A query tile is up to kTileTokens consecutive
 // tokens of one sequence at consecutive positions (a prefill chunk; a decode token is a tile of
-// one), so each K and V row is read once per tile instead of once per token. Per item:
+// one); an item holds every query head that reads its KV head (grouped-query attention), so each
+// K and V row is read once per item instead of once per token and head. Per query:
 //   scores[i, j] = q_i · k_j · scale (1 / sqrt(head_dim) unless set)  for j in token i's window
 //   p[i, j]      = exp(scores[i, j] - max_j) / sum_j
 //   out_i        = sum_j p[i, j] · v_j
@@ -18,12 +19,6 @@ namespace tandem::cpu {
 namespace {
 
 constexpr int kTileTokens = 8;
-constexpr int kPrefetchRows = 6;  // K/V rows requested ahead of use
-
-// The cache slot of sequence position `pos`; the slot's row is [n_kv_heads, head_dim].
-inline int64_t SlotOf(const PagedAttentionArgs& a, const int* table, int pos) {
-  return static_cast<int64_t>(table[pos / a.block_size]) * a.block_size + pos % a.block_size;
-}
 
 // Where KV head `kvh` of position `pos` lives in K (kv = 0) or V (kv = 1), and its scale.
 struct Row {
@@ -51,8 +46,9 @@ inline float Elem(DType dtype, const void* row, int d) {
       return F16ToF32(static_cast<const uint16_t*>(row)[d]);
     case DType::kFp8E4M3:
       return Fp8E4M3ToF32(static_cast<const uint8_t*>(row)[d]);
+    default:  // a KV cache holds one of the four types above (KvCache refuses the others)
+      return 0.0f;
   }
-  return 0.0f;
 }
 
 void AttentionTokenScalar(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a, int t,
@@ -107,81 +103,122 @@ std::vector<Tile> MakeTiles(const PagedAttentionArgs& a) {
   return tiles;
 }
 
-// scores[t * lds + r] = (k[r] · q[t]) * scale * kscale[r] for NK <= 3 keys of type D and
-// NQ <= 4 queries q + t * ldq.
-template <DType D, int NQ>
-TANDEM_AVX2 void ScoreTile(const void* const* keys, const float* kscale, int nk, const float* q,
-                           int64_t ldq, int hd, float scale, float* scores, int64_t lds) {
-  float out[3][NQ];
-  simd::DotTile<D, 3, NQ>(keys, q, ldq, hd, out);
-  for (int t = 0; t < NQ; ++t) {
-    for (int r = 0; r < nk; ++r) scores[t * lds + r] = out[r][t] * scale * kscale[r];
+// The dot products of one float32 query q[hd] with the 8 keys krows[0, 8) of type D, as one
+// vector: 8 accumulators summed by a tree of horizontal adds.
+template <DType D>
+TANDEM_AVX2 inline __m256 Dot8Keys(const void* const* krows, const float* q, int hd) {
+  __m256 acc[8];
+  for (int r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+  int d = 0;
+  for (; d + 8 <= hd; d += 8) {
+    const __m256 qv = _mm256_loadu_ps(q + d);
+    for (int r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(simd::Load8<D>(krows[r], d), qv, acc[r]);
   }
+  // [a0(0..1) a0(2..3) a1(0..1) a1(2..3) | a0(4..5) ...] and so on down to one sum per key:
+  // the low 128 bits of h0123 hold keys 0-3's sums of lanes 0-3, the high 128 bits lanes 4-7.
+  const __m256 h0123 =
+      _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  const __m256 h4567 =
+      _mm256_hadd_ps(_mm256_hadd_ps(acc[4], acc[5]), _mm256_hadd_ps(acc[6], acc[7]));
+  __m256 sums = _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                              _mm256_permute2f128_ps(h0123, h4567, 0x31));
+  if (d < hd) {  // head_dim not a multiple of 8
+    alignas(32) float tail[8];
+    for (int r = 0; r < 8; ++r) {
+      float t = 0.0f;
+      for (int e = d; e < hd; ++e) t += q[e] * simd::Load1<D>(krows[r], e);
+      tail[r] = t;
+    }
+    sums = _mm256_add_ps(sums, _mm256_load_ps(tail));
+  }
+  return sums;
 }
 
-// out[t][d0, d0 + 8 * NV) = inv_sum[t] * sum_j p[t * ldp + j] * v_j[d0, ...) over the `len`
-// value rows v_j = vrows[j] of type D, for NQ <= 3 queries: 3 × 4 accumulators at most, each V
-// load shared by the NQ queries. (A row's scale is folded into p.)
+// acc[t][d0, d0 + 8 * NV) += sum_j p[t][j] * v_j[d0, ...) over the `n` value rows v_j = vrows[j]
+// of type D, for NQ queries: NQ × NV accumulators (at most 8, with the NV loads and a broadcast
+// 13 of the 16 registers), each V load shared by the NQ queries.
 template <DType D, int NQ, int NV>
-TANDEM_AVX2 void WeightedSumTile(const void* const* vrows, int len, int d0, const float* p,
-                                 int64_t ldp, const float* inv_sum, float* const* out) {
-  constexpr int64_t kEsize = static_cast<int64_t>(D == DType::kF32       ? 4
-                                                  : D == DType::kFp8E4M3 ? 1
-                                                                         : 2);
-  __m256 acc[NQ][NV];
+TANDEM_AVX2 void WeightedSumTile(const void* const* vrows, int n, int d0, const float* const* p,
+                                 float* const* acc) {
+  __m256 a[NQ][NV];
   for (int t = 0; t < NQ; ++t) {
-    for (int c = 0; c < NV; ++c) acc[t][c] = _mm256_setzero_ps();
+    for (int c = 0; c < NV; ++c) a[t][c] = _mm256_loadu_ps(acc[t] + d0 + 8 * c);
   }
-  for (int j = 0; j < len; ++j) {
-    // Rows of a long context come from memory, one short row per position: ask ahead.
-    if (j + kPrefetchRows < len) {
-      const char* ahead = static_cast<const char*>(vrows[j + kPrefetchRows]) + d0 * kEsize;
-      _mm_prefetch(ahead, _MM_HINT_T0);
-      if (NV > 2 && kEsize == 4) _mm_prefetch(ahead + 64, _MM_HINT_T0);
-    }
+  for (int j = 0; j < n; ++j) {
     __m256 v[NV];
     for (int c = 0; c < NV; ++c) v[c] = simd::Load8<D>(vrows[j], d0 + 8 * c);
     for (int t = 0; t < NQ; ++t) {
-      const __m256 pj = _mm256_set1_ps(p[t * ldp + j]);
-      for (int c = 0; c < NV; ++c) acc[t][c] = _mm256_fmadd_ps(pj, v[c], acc[t][c]);
+      const __m256 pj = _mm256_set1_ps(p[t][j]);
+      for (int c = 0; c < NV; ++c) a[t][c] = _mm256_fmadd_ps(pj, v[c], a[t][c]);
     }
   }
   for (int t = 0; t < NQ; ++t) {
-    const __m256 s = _mm256_set1_ps(inv_sum[t]);
-    for (int c = 0; c < NV; ++c) {
-      _mm256_storeu_ps(out[t] + d0 + 8 * c, _mm256_mul_ps(acc[t][c], s));
-    }
+    for (int c = 0; c < NV; ++c) _mm256_storeu_ps(acc[t] + d0 + 8 * c, a[t][c]);
   }
 }
 
 template <DType D, int NQ>
-TANDEM_AVX2 void WeightedSum(const void* const* vrows, int len, int hd, const float* p, int64_t ldp,
-                             const float* inv_sum, float* const* out) {
+TANDEM_AVX2 void WeightedSum(const void* const* vrows, int n, int hd, const float* const* p,
+                             float* const* acc) {
   int d = 0;
-  for (; d + 32 <= hd; d += 32) WeightedSumTile<D, NQ, 4>(vrows, len, d, p, ldp, inv_sum, out);
-  for (; d + 8 <= hd; d += 8) WeightedSumTile<D, NQ, 1>(vrows, len, d, p, ldp, inv_sum, out);
+  for (; d + 32 <= hd; d += 32) WeightedSumTile<D, NQ, 4>(vrows, n, d, p, acc);
+  for (; d + 8 <= hd; d += 8) WeightedSumTile<D, NQ, 1>(vrows, n, d, p, acc);
   for (; d < hd; ++d) {  // head_dim not a multiple of 8
     for (int t = 0; t < NQ; ++t) {
-      float acc = 0.0f;
-      for (int j = 0; j < len; ++j) acc += p[t * ldp + j] * simd::Load1<D>(vrows[j], d);
-      out[t][d] = acc * inv_sum[t];
+      float sum = 0.0f;
+      for (int j = 0; j < n; ++j) sum += p[t][j] * simd::Load1<D>(vrows[j], d);
+      acc[t][d] += sum;
     }
   }
 }
 
-// One (tile, head) item: queries i < m of the tile attend to keys [first(i), pos0 + i] within the
-// tile's span [lo, hi]. `scores` holds [m, span] (zero outside each query's keys after the
-// softmax); `vrows` [span] pointers and `vscale` their scales (fp8).
+// An item of work: the queries of `tile` whose heads read KV heads [g0, g1), against part
+// `part` of `parts` of the tile's keys. A decode token (a tile of one) takes every KV head, so
+// it reads whole cache rows (a row holds every KV head of a position: reading one head's slice
+// of each row streams at a third of the bandwidth); a long context of few sequences is split
+// into parts, each scored and summed on its own and merged after (split-K). A prefill tile
+// takes one KV head, keeping its scores [tokens × group, span] small.
+struct Item {
+  int tile;
+  int g0, g1;
+  int part, parts;
+  int64_t partial;  // parts > 1: its first row in the partial results
+};
+
+// A query's unnormalized result in a split item: its weighted sum of V [head_dim], then the
+// maximum score and the sum of exp(score - maximum) over the part's keys.
+inline int64_t PartialStride(int hd) { return hd + 2; }
+
+struct ItemScratch {
+  std::vector<float> scores;      // [queries, span]
+  std::vector<const char*> rows;  // [span + kKeyGroup] start of each K row, then [span] V
+  std::vector<float> kscale;      // fp8: [KV heads, span + kKeyGroup]
+  std::vector<float> vscale;      // fp8: [KV heads, span]
+  std::vector<float> max, sum;    // [queries]
+  std::vector<const float*> queries;
+  std::vector<float*> acc;
+};
+
+constexpr int kKeyGroup = 8;     // keys scored together (Dot8Keys)
+constexpr int kValueChunk = 16;  // V rows per pass of the accumulators
+constexpr int kAhead = 2;        // key groups or value chunks requested ahead of use
+
+// Requests bytes [b0, b1) of rows[0, n) into the L2 cache (into L1, T0, the requests of a
+// group outrun the L1 miss buffers and stall the loop).
+inline void PrefetchRows(const char* const* rows, int n, int64_t b0, int64_t b1) {
+  for (int e = 0; e < n; ++e) {
+    for (int64_t b = b0; b < b1; b += 64) _mm_prefetch(rows[e] + b, _MM_HINT_T1);
+  }
+}
+
 template <DType D>
-TANDEM_AVX2 void AttentionTileAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
-                                   Tile tile, int h, std::vector<float>& scores,
-                                   std::vector<const void*>& vrows, std::vector<float>& vscale,
-                                   float* out) {
+TANDEM_AVX2 void AttentionItemAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
+                                   Tile tile, const Item& it, ItemScratch& w, float* out,
+                                   float* partial) {
   constexpr bool kScaled = D == DType::kFp8E4M3;
-  const int hd = a.head_dim;
-  const int kvh = h / (a.n_heads / a.n_kv_heads);
-  const int64_t ldq = static_cast<int64_t>(a.n_heads) * hd;  // between consecutive tokens
-  const float inv_sqrt = a.ScoreScale();
+  constexpr int64_t kEsize = D == DType::kF32 ? 4 : D == DType::kFp8E4M3 ? 1 : 2;
+  const int hd = a.head_dim, group = a.n_heads / a.n_kv_heads;
+  const int64_t head_bytes = hd * kEsize, row_bytes = c.width() * kEsize;
   const int* table =
       a.block_tables + static_cast<int64_t>(a.token_seq[tile.t0]) * a.max_blocks_per_seq;
   const int pos0 = a.token_pos[tile.t0];
@@ -189,63 +226,90 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const KvLayerRef& c, const Pa
   auto first = [&](int i) {
     return a.sliding_window > 0 ? std::max(0, pos0 + i - a.sliding_window + 1) : 0;
   };
-  const int lo = first(0), hi = pos0 + m - 1;
-  const int span = hi - lo + 1;
-  scores.resize(static_cast<size_t>(m) * span);
-  vrows.resize(span);
-  if (kScaled) vscale.resize(span);
-  const float* q0 = q + (static_cast<int64_t>(tile.t0) * a.n_heads + h) * hd;
-  float* oi[kTileTokens];
-  for (int i = 0; i < m; ++i)
-    oi[i] = out + (static_cast<int64_t>(tile.t0 + i) * a.n_heads + h) * hd;
+  // This part's keys [k0, k0 + span) of the tile's [first(0), pos0 + m).
+  const int lo = first(0), all = pos0 + m - lo;
+  const int k0 = lo + static_cast<int>(static_cast<int64_t>(all) * it.part / it.parts);
+  const int span = lo + static_cast<int>(static_cast<int64_t>(all) * (it.part + 1) / it.parts) - k0;
+  const int ng = it.g1 - it.g0, hs = ng * group, nq = m * hs;
+  const int64_t b0 = it.g0 * head_bytes, b1 = it.g1 * head_bytes;  // the item's bytes of a row
 
-  // Scores, one pass over K: tiles of 3 keys × 4 queries.
-  for (int j = lo; j <= hi; j += 3) {
-    const int nk = std::min(3, hi - j + 1);
-    for (int r = 0; r < 3 && j + kPrefetchRows + r <= hi; ++r) {  // as in WeightedSumTile
-      const char* kr =
-          static_cast<const char*>(RowOf(c, a, table, j + kPrefetchRows + r, 0, kvh).data);
-      for (int b = 0; b < hd * static_cast<int>(DTypeSize(D)); b += 64) {
-        _mm_prefetch(kr + b, _MM_HINT_T0);
+  // Where each key's row starts, block by block: a block's slots are consecutive rows.
+  const int kstride = span + kKeyGroup;
+  w.rows.resize(kstride + span);
+  const char** krows = w.rows.data();
+  const char** vrows = w.rows.data() + kstride;
+  if (kScaled) {
+    w.kscale.assign(static_cast<size_t>(ng) * kstride, 0.0f);
+    w.vscale.resize(static_cast<size_t>(ng) * span);
+  }
+  for (int pos = k0; pos < k0 + span;) {
+    const int off = pos % a.block_size;
+    const int block = table[pos / a.block_size];
+    const int n = std::min(a.block_size - off, k0 + span - pos);
+    const int64_t at = (static_cast<int64_t>(block) * a.block_size + off) * row_bytes;
+    for (int e = 0; e < n; ++e) {
+      krows[pos - k0 + e] = static_cast<const char*>(c.k) + at + e * row_bytes;
+      vrows[pos - k0 + e] = static_cast<const char*>(c.v) + at + e * row_bytes;
+    }
+    if (kScaled) {
+      for (int g = 0; g < ng; ++g) {
+        std::fill_n(w.kscale.begin() + g * kstride + (pos - k0), n, c.scale(block, 0, it.g0 + g));
+        std::fill_n(w.vscale.begin() + g * span + (pos - k0), n, c.scale(block, 1, it.g0 + g));
       }
     }
-    const void* keys[3];
-    float kscale[3];
-    for (int r = 0; r < 3; ++r) {  // keys past the end alias the last one
-      const Row kr = RowOf(c, a, table, j + std::min(r, nk - 1), 0, kvh);
-      keys[r] = kr.data;
-      kscale[r] = kr.scale;
-    }
-    for (int r = 0; r < nk; ++r) {
-      const Row vr = RowOf(c, a, table, j + r, 1, kvh);
-      vrows[j + r - lo] = vr.data;
-      if (kScaled) vscale[j + r - lo] = vr.scale;
-    }
-    float* sj = scores.data() + (j - lo);
-    int i = 0;
-    for (; i + 4 <= m; i += 4) {
-      ScoreTile<D, 4>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt,
-                      sj + static_cast<size_t>(i) * span, span);
-    }
-    switch (m - i) {
-      case 1:
-        ScoreTile<D, 1>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
-        break;
-      case 2:
-        ScoreTile<D, 2>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
-        break;
-      case 3:
-        ScoreTile<D, 3>(keys, kscale, nk, q0 + i * ldq, ldq, hd, inv_sqrt, sj + i * span, span);
-        break;
-      default:
-        break;
+    pos += n;
+  }
+  std::fill(krows + span, krows + kstride, krows[span - 1]);  // a last partial group repeats
+
+  // Query r = i * hs + (h - g0 * group): token i of the tile, head h.
+  w.queries.resize(nq);
+  w.acc.resize(nq);
+  for (int i = 0; i < m; ++i) {
+    for (int hh = 0; hh < hs; ++hh) {
+      const int r = i * hs + hh;
+      const int64_t at = (static_cast<int64_t>(tile.t0 + i) * a.n_heads + it.g0 * group + hh) * hd;
+      w.queries[r] = q + at;
+      w.acc[r] = it.parts == 1 ? out + at : partial + (it.partial + r) * PartialStride(hd);
+      std::fill_n(w.acc[r], hd, 0.0f);
     }
   }
-  // Softmax numerators in place, zero outside each query's keys; sums kept per query.
-  float inv_sum[kTileTokens];
-  for (int i = 0; i < m; ++i) {
-    float* row = scores.data() + static_cast<size_t>(i) * span;
-    const int b = first(i) - lo, e = pos0 + i - lo + 1;  // valid [b, e)
+  w.scores.resize(static_cast<size_t>(nq) * span + kKeyGroup);
+
+  // Scores, one pass over K in groups of 8 keys, each group's rows shared by every query.
+  const float inv_sqrt = a.ScoreScale();
+  for (int j = 0; j < span; j += kKeyGroup) {
+    const int ahead = j + kAhead * kKeyGroup;
+    if (ahead < span) PrefetchRows(krows + ahead, std::min(kKeyGroup, span - ahead), b0, b1);
+    for (int g = 0; g < ng; ++g) {
+      const void* keys[kKeyGroup];
+      for (int e = 0; e < kKeyGroup; ++e) keys[e] = krows[j + e] + b0 + g * head_bytes;
+      const __m256 ks = kScaled ? _mm256_mul_ps(_mm256_loadu_ps(w.kscale.data() + g * kstride + j),
+                                                _mm256_set1_ps(inv_sqrt))
+                                : _mm256_set1_ps(inv_sqrt);
+      for (int i = 0; i < m; ++i) {
+        for (int hh = g * group; hh < (g + 1) * group; ++hh) {
+          const int r = i * hs + hh;
+          const __m256 dots = _mm256_mul_ps(Dot8Keys<D>(keys, w.queries[r], hd), ks);
+          float* dst = w.scores.data() + static_cast<size_t>(r) * span + j;
+          if (j + kKeyGroup <= span) {
+            _mm256_storeu_ps(dst, dots);
+          } else {
+            alignas(32) float tail[kKeyGroup];
+            _mm256_store_ps(tail, dots);
+            std::copy_n(tail, span - j, dst);
+          }
+        }
+      }
+    }
+  }
+  // Softmax numerators in place, zero outside each query's keys; maximum and sum per query.
+  w.max.resize(nq);
+  w.sum.resize(nq);
+  for (int r = 0; r < nq; ++r) {
+    const int i = r / hs;
+    float* row = w.scores.data() + static_cast<size_t>(r) * span;
+    const int b = std::clamp(first(i) - k0, 0, span);
+    const int e = std::clamp(pos0 + i - k0 + 1, b, span);  // valid [b, e), maybe empty in a part
     std::fill(row, row + b, 0.0f);
     std::fill(row + e, row + span, 0.0f);
     float* s = row + b;
@@ -265,43 +329,123 @@ TANDEM_AVX2 void AttentionTileAvx2(const float* q, const KvLayerRef& c, const Pa
     }
     float sum = simd::HorizontalSum(acc);
     for (; j < len; ++j) sum += (s[j] = std::exp(s[j] - max_score));
-    inv_sum[i] = 1.0f / sum;
+    w.max[r] = max_score;
+    w.sum[r] = sum;
     if (kScaled) {  // each V row's scale, folded into its weight
-      for (j = 0; j < len; ++j) s[j] *= vscale[b + j];
+      const float* vs = w.vscale.data() + static_cast<size_t>((r % hs) / group) * span + b;
+      for (j = 0; j < len; ++j) s[j] *= vs[j];
     }
   }
-  // Weighted sum of V, one pass over V per group of 3 queries.
-  int i = 0;
-  for (; i + 3 <= m; i += 3) {
-    WeightedSum<D, 3>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                      inv_sum + i, oi + i);
+  // Weighted sum of V in chunks of rows, each chunk's rows shared by every query.
+  for (int j0 = 0; j0 < span; j0 += kValueChunk) {
+    const int n = std::min(kValueChunk, span - j0);
+    const int ahead = j0 + kAhead * kValueChunk;
+    if (ahead < span) PrefetchRows(vrows + ahead, std::min(kValueChunk, span - ahead), b0, b1);
+    for (int g = 0; g < ng; ++g) {
+      const void* vg[kValueChunk];
+      for (int e = 0; e < n; ++e) vg[e] = vrows[j0 + e] + b0 + g * head_bytes;
+      // This KV head's queries, two at a time.
+      int k = 0;
+      const int count = m * group;
+      auto query = [&](int k) { return (k / group) * hs + g * group + k % group; };
+      for (; k < count; k += 2) {
+        const int r0 = query(k);
+        if (k + 1 < count) {
+          const int r1 = query(k + 1);
+          const float* p[2] = {w.scores.data() + static_cast<size_t>(r0) * span + j0,
+                               w.scores.data() + static_cast<size_t>(r1) * span + j0};
+          float* acc[2] = {w.acc[r0], w.acc[r1]};
+          WeightedSum<D, 2>(vg, n, hd, p, acc);
+        } else {
+          const float* p[1] = {w.scores.data() + static_cast<size_t>(r0) * span + j0};
+          float* acc[1] = {w.acc[r0]};
+          WeightedSum<D, 1>(vg, n, hd, p, acc);
+        }
+      }
+    }
   }
-  if (m - i == 2) {
-    WeightedSum<D, 2>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                      inv_sum + i, oi + i);
-  } else if (m - i == 1) {
-    WeightedSum<D, 1>(vrows.data(), span, hd, scores.data() + static_cast<size_t>(i) * span, span,
-                      inv_sum + i, oi + i);
+  for (int r = 0; r < nq; ++r) {
+    float* acc = w.acc[r];
+    if (it.parts == 1) {
+      const float inv = 1.0f / w.sum[r];  // a whole span holds the query's own key
+      for (int d = 0; d < hd; ++d) acc[d] *= inv;
+    } else {
+      acc[hd] = w.max[r];
+      acc[hd + 1] = w.sum[r];
+    }
+  }
+}
+
+// out[h] of a split decode token from its parts' partial results [parts, n_heads, stride].
+void MergeParts(const float* partial, int parts, int n_heads, int hd, float* out) {
+  const int64_t stride = PartialStride(hd);
+  for (int h = 0; h < n_heads; ++h) {
+    float max_score = -INFINITY;
+    for (int p = 0; p < parts; ++p) {
+      max_score = std::max(max_score, partial[(p * n_heads + h) * stride + hd]);
+    }
+    float* o = out + static_cast<int64_t>(h) * hd;
+    std::fill_n(o, hd, 0.0f);
+    float sum = 0.0f;
+    for (int p = 0; p < parts; ++p) {
+      const float* part = partial + (p * n_heads + h) * stride;
+      if (part[hd + 1] == 0.0f) continue;  // no key of this query in the part
+      const float f = std::exp(part[hd] - max_score);
+      sum += f * part[hd + 1];
+      for (int d = 0; d < hd; ++d) o[d] += f * part[d];
+    }
+    for (int d = 0; d < hd; ++d) o[d] /= sum;
   }
 }
 
 template <DType D>
 void PagedAttentionAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
                         float* out, ThreadPool* pool) {
+  constexpr int kMinPartKeys = 128;  // a split decode token's fewest keys per part
   const std::vector<Tile> tiles = MakeTiles(a);
+  // Split decode tokens only when there would be fewer items than twice the threads.
+  const int threads = pool == nullptr ? 1 : std::max(1, pool->num_threads());
+  int64_t whole = 0;
+  for (const Tile& t : tiles) whole += t.m == 1 ? 1 : a.n_kv_heads;
+  const int want = whole >= 2 * threads ? 1 : static_cast<int>((2 * threads + whole - 1) / whole);
+  std::vector<Item> items;
+  std::vector<std::pair<int, int>> split;  // (tile, parts), in the order of their partial results
+  int64_t partial_rows = 0;
+  for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
+    if (tiles[t].m == 1) {
+      const int pos = a.token_pos[tiles[t].t0];
+      const int span =
+          pos + 1 - (a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0);
+      const int parts = std::clamp(span / kMinPartKeys, 1, want);
+      for (int p = 0; p < parts; ++p) {
+        items.push_back({t, 0, a.n_kv_heads, p, parts, partial_rows + p * a.n_heads});
+      }
+      if (parts > 1) {
+        split.push_back({t, parts});
+        partial_rows += static_cast<int64_t>(parts) * a.n_heads;
+      }
+    } else {
+      for (int g = 0; g < a.n_kv_heads; ++g) items.push_back({t, g, g + 1, 0, 1, 0});
+    }
+  }
+  std::vector<float> partial(partial_rows * PartialStride(a.head_dim));
   // Items in reverse order: the long (late) tiles of a prefill start first, which balances the
   // dynamic split.
-  const int64_t items = static_cast<int64_t>(tiles.size()) * a.n_heads;
-  ParallelFor(pool, items, 1, [&](int64_t w0, int64_t w1) {
-    thread_local std::vector<float> scores;
-    thread_local std::vector<const void*> vrows;
-    thread_local std::vector<float> vscale;
+  const int64_t n = static_cast<int64_t>(items.size());
+  ParallelFor(pool, n, 1, [&](int64_t w0, int64_t w1) {
+    thread_local ItemScratch scratch;
     for (int64_t w = w0; w < w1; ++w) {
-      const int64_t item = items - 1 - w;
-      AttentionTileAvx2<D>(q, c, a, tiles[item / a.n_heads], static_cast<int>(item % a.n_heads),
-                           scores, vrows, vscale, out);
+      const Item& it = items[n - 1 - w];
+      AttentionItemAvx2<D>(q, c, a, tiles[it.tile], it, scratch, out, partial.data());
     }
   });
+  int64_t at = 0;
+  for (const auto& [t, parts] : split) {
+    const int64_t token = tiles[t].t0;
+    MergeParts(partial.data() + at * PartialStride(a.head_dim), parts, a.n_heads, a.head_dim,
+               out + token * a.n_heads * a.head_dim);
+    at += static_cast<int64_t>(parts) * a.n_heads;
+  }
 }
 
 }  // namespace

@@ -392,6 +392,92 @@ TEST_P(KernelTest, PagedAttentionReadsEveryKvDtype) {
   }
 }
 
+// Long contexts: a decode token of few sequences is split into parts over its keys (each part
+// scored and summed apart, then merged), and reads whole cache rows for every KV head. One
+// sequence decoding at position 700 alone (split into as many parts as the threads want), then
+// beside a second one at position 40 and a 9-token prefill chunk of a third; GQA of 3 query
+// heads per KV head, head_dim 64 and 12 (a scalar tail), with and without a sliding window; f32
+// and bf16 caches (against the values the cache holds).
+TEST_P(KernelTest, PagedAttentionLongContextsSplitAndMerge) {
+  for (int hd : {64, 12}) {
+    for (int window : {0, 300}) {
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        for (bool alone : {true, false}) {
+          const int heads = 6, kvh = 2, bs = 16, width = kvh * hd;
+          const std::vector<int> lens = {701, 41, 30};
+          const int max_blocks = (701 + bs - 1) / bs;
+          // Blocks of the three sequences interleaved, in reverse order.
+          std::vector<int> flat_tables(3 * max_blocks, 0);
+          int next = 3 * max_blocks - 1;
+          for (int b = 0; b < max_blocks; ++b) {
+            for (int s = 0; s < 3; ++s) {
+              if (b * bs < lens[s]) flat_tables[s * max_blocks + b] = next--;
+            }
+          }
+          const int num_blocks = 3 * max_blocks;
+          const size_t esize = DTypeSize(dtype);
+          std::vector<char> kc(static_cast<size_t>(num_blocks) * bs * width * esize);
+          std::vector<char> vc(kc.size());
+          KvLayerRef c;
+          c.dtype = dtype;
+          c.k = kc.data();
+          c.v = vc.data();
+          c.block_size = bs;
+          c.n_kv_heads = kvh;
+          c.head_dim = hd;
+          std::vector<std::vector<float>> kd(3), vd(3);  // what the cache holds, as float32
+          for (int s = 0; s < 3; ++s) {
+            const auto k = Random(lens[s] * width, 50 + s), v = Random(lens[s] * width, 60 + s);
+            std::vector<int> slots;
+            for (int p = 0; p < lens[s]; ++p) {
+              slots.push_back(flat_tables[s * max_blocks + p / bs] * bs + p % bs);
+            }
+            cpu::WriteKv(k.data(), v.data(), slots.data(), lens[s], c);
+            kd[s].resize(k.size());
+            vd[s].resize(v.size());
+            for (int p = 0; p < lens[s]; ++p) {
+              const size_t at = static_cast<size_t>(slots[p]) * width * esize;
+              ConvertToF32(dtype, kc.data() + at, &kd[s][p * width], width);
+              ConvertToF32(dtype, vc.data() + at, &vd[s][p * width], width);
+            }
+          }
+          std::vector<int> token_seq = {0}, token_pos = {700};
+          if (!alone) {
+            token_seq.push_back(1), token_pos.push_back(40);
+            for (int p = 21; p < 30; ++p) token_seq.push_back(2), token_pos.push_back(p);
+          }
+          const int T = static_cast<int>(token_seq.size());
+          const auto q = Random(T * heads * hd, 70);
+          PagedAttentionArgs a;
+          a.num_tokens = T;
+          a.n_heads = heads;
+          a.n_kv_heads = kvh;
+          a.head_dim = hd;
+          a.block_size = bs;
+          a.max_blocks_per_seq = max_blocks;
+          a.token_seq = token_seq.data();
+          a.token_pos = token_pos.data();
+          a.block_tables = flat_tables.data();
+          a.sliding_window = window;
+          std::vector<float> out(T * heads * hd, NAN);
+          cpu::PagedAttention(q.data(), c, a, out.data(), pool());
+          for (int t = 0; t < T; ++t) {
+            const int s = token_seq[t];
+            const auto ref = NaiveAttention(q.data() + t * heads * hd, kd[s], vd[s], token_pos[t],
+                                            heads, kvh, hd, window);
+            for (int i = 0; i < heads * hd; ++i) {
+              // float32 sums of <= 701 weights of unit-variance values: ~1e-6.
+              ASSERT_NEAR(out[t * heads * hd + i], ref[i], 2e-5)
+                  << "hd=" << hd << " window=" << window << " " << DTypeName(dtype)
+                  << " alone=" << alone << " t=" << t << " i=" << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(DtypeTest, Fp8E4M3RoundTripAndRounding) {
   // Every finite code decodes and encodes back to itself.
   for (int b = 0; b < 256; ++b) {
