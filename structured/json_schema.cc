@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "structured/json_parse.h"
+#include "structured/schema_graph.h"
 
 namespace tandem::structured {
 
@@ -38,10 +39,8 @@ const std::set<std::string, std::less<>>& Supported() {
   return *kSet;
 }
 
-std::string Pointer(const std::string& path) { return path.empty() ? "/" : path; }
-
 absl::Status Invalid(const std::string& path, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat("at ", Pointer(path), ": ", why));
+  return SchemaInvalid(path, why);
 }
 
 // RFC 6901 escaping of one reference token.
@@ -607,51 +606,10 @@ class SchemaCompiler {
       if (absl::Status s = Distinct(*u, here); !s.ok()) return s;
     }
     std::vector<SchemaNode*> nodes;
-    for (const auto& n : out_->nodes_) {
-      n->min_depth = 0;  // unknown
-      nodes.push_back(n.get());
-    }
-    // Level by level: a node gets depth h once its required parts are known below h (a union:
-    // once an alternative is known at h). A level that settles nothing ends the search: later
-    // levels would ask the same of the same nodes.
-    auto known = [](const SchemaNode* n, int below) {
-      return n->min_depth > 0 && n->min_depth < below;
-    };
-    for (int h = 1;; ++h) {
-      bool progress = false;
-      for (SchemaNode* n : nodes) {
-        if (n->min_depth > 0 || n->kind == Kind::kUnion || n->kind == Kind::kTagged) continue;
-        bool ready = true;
-        if (n->kind == Kind::kObject && n->closed) {
-          for (const SchemaNode::Property& p : n->properties) {
-            ready &= !p.required || known(p.value, h);
-          }
-        } else if (n->kind == Kind::kArray) {
-          ready = n->min_items == 0 || known(n->items, h);
-        }
-        if (ready) {
-          n->min_depth = h;
-          progress = true;
-        }
-      }
-      for (bool more = true; more;) {  // unions of unions settle within the level
-        more = false;
-        for (SchemaNode* n : nodes) {
-          if (n->min_depth > 0 || (n->kind != Kind::kUnion && n->kind != Kind::kTagged)) continue;
-          auto settled = [&](const SchemaNode* a) { return known(a, h + 1); };
-          // A union needs its smallest alternative; a tagged union whichever the tag chooses.
-          if (n->kind == Kind::kUnion
-                  ? std::any_of(n->alternatives.begin(), n->alternatives.end(), settled)
-                  : std::all_of(n->alternatives.begin(), n->alternatives.end(), settled)) {
-            n->min_depth = h;
-            more = progress = true;
-          }
-        }
-      }
-      if (!progress) break;
-    }
+    for (const auto& n : out_->nodes_) nodes.push_back(n.get());
+    SetMinDepths(nodes);
     for (const SchemaNode* n : nodes) {
-      if (n->min_depth == 0) return EndlessCycle(root->min_depth == 0 ? root : n);
+      if (n->min_depth == 0) return EndlessCycle(root->min_depth == 0 ? root : n, ref_sites_);
     }
     if (root->min_depth > max_depth) {
       return Invalid("", absl::StrCat("the smallest value of this schema nests ", root->min_depth,
@@ -661,74 +619,10 @@ class SchemaCompiler {
   }
 
  private:
-  // A union whose alternatives lead back to it through unions only: a value of it would begin
-  // with a value of itself.
-  absl::Status NoUnionCycle(const SchemaNode* u, const std::string& here) {
-    std::set<const SchemaNode*> done, path;
-    std::function<bool(const SchemaNode*)> cyclic = [&](const SchemaNode* n) {
-      if (path.count(n) > 0) return true;
-      if (!done.insert(n).second) return false;
-      path.insert(n);
-      for (const SchemaNode* a : n->alternatives) {
-        if (a->kind == Kind::kUnion && cyclic(a)) return true;
-      }
-      path.erase(n);
-      return false;
-    };
-    if (cyclic(u)) {
-      return Invalid(here,
-                     "an alternative refers back to this schema before any value begins: a $ref "
-                     "cycle that never reaches a schema");
-    }
-    return absl::OkStatus();
-  }
-
-  // The error for `start`, a node no finite value satisfies: follows its parts that cannot be
-  // left out to the cycle they run around, and names that cycle's $ref.
-  absl::Status EndlessCycle(const SchemaNode* start) {
-    std::vector<const SchemaNode*> walk;
-    const SchemaNode* n = start;
-    while (n != nullptr && std::find(walk.begin(), walk.end(), n) == walk.end()) {
-      walk.push_back(n);
-      const SchemaNode* next = nullptr;
-      if (n->kind == Kind::kObject) {
-        for (const SchemaNode::Property& p : n->properties) {
-          if (p.required && p.value->min_depth == 0) {
-            next = p.value;
-            break;
-          }
-        }
-      } else if (n->kind == Kind::kArray) {
-        next = n->items;
-      } else if (n->kind == Kind::kUnion) {
-        next = n->alternatives.front();
-      } else if (n->kind == Kind::kTagged) {
-        for (const SchemaNode* a : n->alternatives) {
-          if (a->min_depth == 0) {
-            next = a;
-            break;
-          }
-        }
-      }
-      n = next;
-    }
-    for (auto it = std::find(walk.begin(), walk.end(), n); it != walk.end(); ++it) {
-      if (auto site = ref_sites_.find(*it); site != ref_sites_.end()) {
-        return Invalid(
-            site->second.first,
-            absl::StrCat("no finite value satisfies the $ref cycle through \"", site->second.second,
-                         "\": each of its values must contain another (through "
-                         "required properties or minItems >= 1) without end"));
-      }
-    }
-    return Invalid("", "no finite value satisfies the schema");
-  }
-
   const Json& doc_;
   JsonSchema* out_;
   std::map<std::string, SchemaNode*> refs_;
-  // Each $ref's node: where the first reference to it is, and its target.
-  std::map<const SchemaNode*, std::pair<std::string, std::string>> ref_sites_;
+  RefSites ref_sites_;
   // The $ref nodes whose targets are being compiled (placeholders still); the chain of those
   // targets, outermost first; the containers being compiled around the current schema.
   std::map<const SchemaNode*, Pending> pending_;

@@ -211,6 +211,28 @@ inline void PrefetchRows(const char* const* rows, int n, int64_t b0, int64_t b1)
   }
 }
 
+// s[0, len) = exp(s[j] - max s) in place; *max and *sum (of the numerators) for the query.
+// len 0 (a part without the query's keys): max -inf, sum 0.
+TANDEM_AVX2 inline void SoftmaxNumerators(float* s, int len, float* max, float* sum) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  int j = 0;
+  for (; j + 8 <= len; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
+  float max_score = simd::HorizontalMax(mx);
+  for (; j < len; ++j) max_score = std::max(max_score, s[j]);
+  const __m256 mv = _mm256_set1_ps(max_score);
+  __m256 acc = _mm256_setzero_ps();
+  j = 0;
+  for (; j + 8 <= len; j += 8) {
+    const __m256 ex = simd::Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, ex);
+    acc = _mm256_add_ps(acc, ex);
+  }
+  float total = simd::HorizontalSum(acc);
+  for (; j < len; ++j) total += (s[j] = std::exp(s[j] - max_score));
+  *max = max_score;
+  *sum = total;
+}
+
 template <DType D>
 TANDEM_AVX2 void AttentionItemAvx2(const float* q, const KvLayerRef& c, const PagedAttentionArgs& a,
                                    Tile tile, const Item& it, ItemScratch& w, float* out,
@@ -314,26 +336,10 @@ TANDEM_AVX2 void AttentionItemAvx2(const float* q, const KvLayerRef& c, const Pa
     std::fill(row + e, row + span, 0.0f);
     float* s = row + b;
     const int len = e - b;
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    int j = 0;
-    for (; j + 8 <= len; j += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(s + j));
-    float max_score = simd::HorizontalMax(mx);
-    for (; j < len; ++j) max_score = std::max(max_score, s[j]);
-    const __m256 mv = _mm256_set1_ps(max_score);
-    __m256 acc = _mm256_setzero_ps();
-    j = 0;
-    for (; j + 8 <= len; j += 8) {
-      const __m256 ex = simd::Exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-      _mm256_storeu_ps(s + j, ex);
-      acc = _mm256_add_ps(acc, ex);
-    }
-    float sum = simd::HorizontalSum(acc);
-    for (; j < len; ++j) sum += (s[j] = std::exp(s[j] - max_score));
-    w.max[r] = max_score;
-    w.sum[r] = sum;
+    SoftmaxNumerators(s, len, &w.max[r], &w.sum[r]);
     if (kScaled) {  // each V row's scale, folded into its weight
       const float* vs = w.vscale.data() + static_cast<size_t>((r % hs) / group) * span + b;
-      for (j = 0; j < len; ++j) s[j] *= vs[j];
+      for (int j = 0; j < len; ++j) s[j] *= vs[j];
     }
   }
   // Weighted sum of V in chunks of rows, each chunk's rows shared by every query.
