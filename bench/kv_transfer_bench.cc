@@ -34,7 +34,7 @@
 #include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model_config.h"
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/kv_transfer.h"
 #include "kv_transfer/lease_table.h"

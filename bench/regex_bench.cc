@@ -1,4 +1,4 @@
-// regex_bench: Tandem's tokenizer regex engine (text/tokenizer/regex.h) against Oniguruma, the
+// regex_bench: Tandem's tokenizer regex engine (lib/regex/regex.h) against Oniguruma, the
 // engine Hugging Face tokenizers runs split patterns with, on the pre-tokenizer patterns of
 // GPT-2, Llama 3 and Qwen. For each pattern: whether the two find the same matches on the
 // whole text, and single-core throughput (best of several passes). Prints the figures and
@@ -21,7 +21,7 @@
 #include "bench/tokenizer_texts.h"
 #include "nlohmann/json.hpp"
 #include "tests/text/tokenizer/onig_reference.h"
-#include "text/tokenizer/regex.h"
+#include "lib/regex/regex.h"
 
 namespace {
 

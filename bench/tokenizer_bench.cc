@@ -25,7 +25,7 @@
 #include "bench/tokenizer_texts.h"
 #include "nlohmann/json.hpp"
 #include "text/tokenizer/hf_tokenizer.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace {
 

@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 #include "kv_transfer/kv_auth.h"
 #include "kv_transfer/transport_common.h"
 #include "kv_transfer/wire.h"

@@ -2,7 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace tandem {
 namespace {

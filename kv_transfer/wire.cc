@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_format.h"
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace tandem {
 namespace {

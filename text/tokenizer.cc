@@ -1,6 +1,6 @@
 #include "text/tokenizer.h"
 
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 

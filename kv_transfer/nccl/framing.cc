@@ -1,7 +1,7 @@
 #include "kv_transfer/nccl/framing.h"
 
 #include "absl/strings/str_format.h"
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace tandem {
 

@@ -1,4 +1,4 @@
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 
 #include <gtest/gtest.h>
 

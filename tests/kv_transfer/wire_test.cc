@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "kv_transfer/crc32c.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace tandem {
 namespace {

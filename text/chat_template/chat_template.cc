@@ -4,23 +4,23 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "text/chat_template/status_macros.h"
-#include "text/chat_template/template_parser.h"
-#include "text/chat_template/template_renderer.h"
-#include "text/chat_template/value.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/jinja/template_parser.h"
+#include "lib/jinja/template_renderer.h"
+#include "lib/jinja/value.h"
 
 namespace tandem {
 namespace {
 
-using chat_template::Value;
-using chat_template::ValueMap;
+using jinja::Value;
+using jinja::ValueMap;
 
 // The special tokens transformers passes to templates (its special_tokens_map).
 constexpr std::string_view kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token",
                                                "pad_token", "cls_token", "mask_token"};
 
-chat_template::RenderLimits ToRenderLimits(const ChatTemplateLimits& limits) {
-  chat_template::RenderLimits out;
+jinja::RenderLimits ToRenderLimits(const ChatTemplateLimits& limits) {
+  jinja::RenderLimits out;
   out.max_output_bytes = limits.max_output_bytes;
   out.max_loop_iterations = limits.max_loop_iterations;
   out.max_call_depth = limits.max_call_depth;
@@ -39,8 +39,8 @@ std::optional<nlohmann::ordered_json> TokenContent(const nlohmann::ordered_json&
 }  // namespace
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
-  chat_template::ParseOptions options;
-  absl::StatusOr<chat_template::Body> body = chat_template::ParseTemplate(source, options);
+  jinja::ParseOptions options;
+  absl::StatusOr<jinja::Body> body = jinja::ParseTemplate(source, options);
   if (!body.ok()) {
     return absl::Status(body.status().code(),
                         absl::StrCat("chat template: ", body.status().message()));
@@ -54,7 +54,7 @@ absl::StatusOr<std::string> ChatTemplate::RenderValue(const Value& context,
     return absl::InvalidArgumentError("chat template: the context must be a JSON object");
   }
   absl::StatusOr<std::string> out =
-      chat_template::RenderTemplate(*body_, context.as_dict(), ToRenderLimits(limits));
+      jinja::RenderTemplate(*body_, context.as_dict(), ToRenderLimits(limits));
   if (!out.ok() && !IsRaisedByTemplate(out.status())) {
     absl::Status status(out.status().code(),
                         absl::StrCat("chat template: ", out.status().message()));
@@ -64,7 +64,7 @@ absl::StatusOr<std::string> ChatTemplate::RenderValue(const Value& context,
 }
 
 bool IsRaisedByTemplate(const absl::Status& status) {
-  return status.GetPayload(chat_template::kRaisedByTemplatePayload).has_value();
+  return status.GetPayload(jinja::kRaisedByTemplatePayload).has_value();
 }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::json& context,

@@ -3,10 +3,9 @@
 // trim_blocks, lstrip_blocks and loopcontrols, a `tojson` that keeps non-ASCII text, and the
 // `raise_exception` and `strftime_now` globals), byte for byte.
 //
-// The engine implements the subset of Jinja2 that model families ship (Llama 3, Qwen, Mistral,
-// ...). Anything else fails at Parse with UNIMPLEMENTED naming the construct and line, never at
-// render time with wrong output. The engine is written here (llama.cpp also owns one): the C++
-// template libraries in Debian (inja) are Jinja-like, not Jinja2 with its exact semantics.
+// The Jinja2 engine (lib/jinja, whose README says why it is written here) implements the subset
+// that model families ship (Llama 3, Qwen, Mistral, ...). Anything else fails at Parse with
+// UNIMPLEMENTED naming the construct and line, never at render time with wrong output.
 //
 // Key order: Python dicts keep insertion order, so `tools | tojson` prints keys as the client sent
 // them. nlohmann::json sorts keys; pass nlohmann::ordered_json to keep the client's order.
@@ -27,10 +26,10 @@
 
 namespace tandem {
 
-namespace chat_template {
+namespace jinja {
 struct Node;
 class Value;
-}  // namespace chat_template
+}  // namespace jinja
 
 // Bounds on one render, so that a hostile or buggy template cannot take the server down.
 struct ChatTemplateLimits {
@@ -57,9 +56,9 @@ class ChatTemplate {
 
  private:
   friend class TokenizerChatTemplate;
-  using Body = std::vector<std::unique_ptr<chat_template::Node>>;
+  using Body = std::vector<std::unique_ptr<jinja::Node>>;
   explicit ChatTemplate(std::shared_ptr<const Body> body) : body_(std::move(body)) {}
-  absl::StatusOr<std::string> RenderValue(const chat_template::Value& context,
+  absl::StatusOr<std::string> RenderValue(const jinja::Value& context,
                                           const ChatTemplateLimits& limits) const;
 
   std::shared_ptr<const Body> body_;
@@ -91,8 +90,7 @@ class TokenizerChatTemplate {
   ChatTemplateLimits limits;
 
  private:
-  absl::StatusOr<std::string> ApplyContext(bool has_tools,
-                                           const chat_template::Value& context) const;
+  absl::StatusOr<std::string> ApplyContext(bool has_tools, const jinja::Value& context) const;
 
   // By name ("default" for a plain string). A named template that does not parse keeps its error,
   // reported when it is chosen.

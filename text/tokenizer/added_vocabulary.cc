@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <array>
 
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem::byte_level {
 namespace {

@@ -15,7 +15,7 @@
 #include "text/tokenizer/normalizer.h"
 #include "text/tokenizer/post_processor.h"
 #include "text/tokenizer/pre_tokenizer.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

@@ -1,5 +1,5 @@
 // The `pattern` of Split, Replace (normalizer and decoder): {"String": "..."} matches the text
-// literally, {"Regex": "..."} is a regex (text/tokenizer/regex.h).
+// literally, {"Regex": "..."} is a regex (lib/regex/regex.h).
 #ifndef TANDEM_TEXT_TOKENIZER_PATTERN_H_
 #define TANDEM_TEXT_TOKENIZER_PATTERN_H_
 
@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "text/tokenizer/json_util.h"
-#include "text/tokenizer/regex.h"
+#include "lib/regex/regex.h"
 
 namespace tandem {
 

@@ -9,8 +9,8 @@
 #include "absl/strings/str_format.h"
 #include "text/tokenizer/byte_level.h"
 #include "text/tokenizer/pattern.h"
-#include "text/tokenizer/regex.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

@@ -16,7 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "text/tokenizer.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

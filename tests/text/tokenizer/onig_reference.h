@@ -1,5 +1,5 @@
 // Oniguruma, the regex engine Hugging Face tokenizers runs split patterns with, driven as the
-// Rust `onig` crate's find_iter drives it: the reference for text/tokenizer/regex.h in
+// Rust `onig` crate's find_iter drives it: the reference for lib/regex/regex.h in
 // regex_onig_test and bench/regex_bench.
 #ifndef TANDEM_TESTS_TEXT_TOKENIZER_ONIG_REFERENCE_H_
 #define TANDEM_TESTS_TEXT_TOKENIZER_ONIG_REFERENCE_H_
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "text/tokenizer/regex.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem::testing {
 

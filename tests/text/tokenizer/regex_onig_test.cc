@@ -1,4 +1,4 @@
-// The tokenizer's regex engine (text/tokenizer/regex.h) against Oniguruma, the engine Hugging
+// The tokenizer's regex engine (lib/regex/regex.h) against Oniguruma, the engine Hugging
 // Face tokenizers runs split patterns with: the same matches, in the same order, for the
 // pre-tokenizer patterns of GPT-2, Llama 3 and Qwen and for patterns built from each construct
 // the engine supports, over random multi-script texts and the tokenizer reference vectors.
@@ -11,8 +11,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/text/tokenizer/onig_reference.h"
-#include "text/tokenizer/regex.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

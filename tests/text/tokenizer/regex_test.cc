@@ -1,4 +1,4 @@
-#include "text/tokenizer/regex.h"
+#include "lib/regex/regex.h"
 
 #include <string>
 #include <vector>

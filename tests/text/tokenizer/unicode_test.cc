@@ -1,4 +1,4 @@
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 #include <random>
 #include <string>

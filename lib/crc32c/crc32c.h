@@ -1,8 +1,8 @@
 // CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of every KV frame. Uses the
 // SSE4.2 crc32 instruction when the CPU has it, else a table-driven software path; both give the
 // same value. Written here because the Debian Abseil (20220623) has no absl/crc.
-#ifndef TANDEM_KV_TRANSFER_CRC32C_H_
-#define TANDEM_KV_TRANSFER_CRC32C_H_
+#ifndef TANDEM_LIB_CRC32C_CRC32C_H_
+#define TANDEM_LIB_CRC32C_CRC32C_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -24,4 +24,4 @@ bool Crc32cHardwareAvailable();
 
 }  // namespace tandem
 
-#endif  // TANDEM_KV_TRANSFER_CRC32C_H_
+#endif  // TANDEM_LIB_CRC32C_CRC32C_H_

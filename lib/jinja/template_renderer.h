@@ -1,17 +1,17 @@
 // Evaluation of a parsed template, with the filters, tests, methods and globals of Hugging
-// Face's chat-template environment. Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDERER_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDERER_H_
+// Face's chat-template environment. Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_TEMPLATE_RENDERER_H_
+#define TANDEM_LIB_JINJA_TEMPLATE_RENDERER_H_
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "text/chat_template/template_ast.h"
-#include "text/chat_template/value.h"
+#include "lib/jinja/template_ast.h"
+#include "lib/jinja/value.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 struct RenderLimits {
   size_t max_output_bytes = 16 << 20;
@@ -32,6 +32,6 @@ inline constexpr char kRaisedByTemplatePayload[] = "tandem.chat_template.raise_e
 absl::StatusOr<std::string> RenderTemplate(const Body& body, const ValueMap& context,
                                            const RenderLimits& limits);
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDERER_H_
+#endif  // TANDEM_LIB_JINJA_TEMPLATE_RENDERER_H_

@@ -1,4 +1,4 @@
-#include "text/chat_template/template_parser.h"
+#include "lib/jinja/template_parser.h"
 
 #include <string>
 #include <utility>
@@ -7,11 +7,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "text/chat_template/status_macros.h"
-#include "text/chat_template/template_lexer.h"
-#include "text/chat_template/template_renderer.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/jinja/template_lexer.h"
+#include "lib/jinja/template_renderer.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 namespace {
 
 class Parser : public TokenStream {
@@ -770,4 +770,4 @@ absl::StatusOr<Body> ParseTemplate(std::string_view source, const ParseOptions& 
   return parser.ParseAll();
 }
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja

@@ -4,8 +4,8 @@
 // version is UnicodeVersion(). Generated rather than taken from utf8proc: the tables stay at the
 // Unicode version (14.0) of the Oniguruma that Hugging Face tokenizers bundles, where Debian's
 // utf8proc (2.8) is Unicode 15.
-#ifndef TANDEM_TEXT_TOKENIZER_UNICODE_H_
-#define TANDEM_TEXT_TOKENIZER_UNICODE_H_
+#ifndef TANDEM_LIB_UNICODE_UNICODE_H_
+#define TANDEM_LIB_UNICODE_UNICODE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -129,4 +129,4 @@ void Normalize(NormalizationForm form, std::string* text);
 
 }  // namespace tandem::unicode
 
-#endif  // TANDEM_TEXT_TOKENIZER_UNICODE_H_
+#endif  // TANDEM_LIB_UNICODE_UNICODE_H_

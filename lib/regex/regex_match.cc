@@ -4,9 +4,9 @@
 #include <string_view>
 #include <vector>
 
-#include "text/tokenizer/regex.h"
-#include "text/tokenizer/regex_internal.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex.h"
+#include "lib/regex/regex_internal.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 

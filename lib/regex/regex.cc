@@ -1,4 +1,4 @@
-#include "text/tokenizer/regex.h"
+#include "lib/regex/regex.h"
 
 #include <algorithm>
 #include <limits>
@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
-#include "text/tokenizer/regex_internal.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex_internal.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 

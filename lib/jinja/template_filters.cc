@@ -15,10 +15,10 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "text/chat_template/status_macros.h"
-#include "text/chat_template/template_render_internal.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/jinja/template_render_internal.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 namespace {
 
 constexpr std::string_view kFilters[] = {
@@ -483,4 +483,4 @@ absl::StatusOr<bool> Renderer::ApplyTest(const std::string& name, const Value& v
 }
 
 }  // namespace render
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja

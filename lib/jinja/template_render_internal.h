@@ -1,9 +1,9 @@
 // The template renderer's parts (template_renderer.h), shared by the files that define them:
 // Python's built-in types and jinja2's simple filters (template_builtins.cc), and the Renderer,
 // whose statements and expressions are in template_renderer.cc and whose filters, tests and
-// methods are in template_filters.cc. Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDER_INTERNAL_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDER_INTERNAL_H_
+// methods are in template_filters.cc. Internal to lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_TEMPLATE_RENDER_INTERNAL_H_
+#define TANDEM_LIB_JINJA_TEMPLATE_RENDER_INTERNAL_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -15,11 +15,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "text/chat_template/template_ast.h"
-#include "text/chat_template/template_renderer.h"
-#include "text/chat_template/value.h"
+#include "lib/jinja/template_ast.h"
+#include "lib/jinja/template_renderer.h"
+#include "lib/jinja/value.h"
 
-namespace tandem::chat_template::render {
+namespace tandem::jinja::render {
 
 absl::Status TypeError(const std::string& message);
 
@@ -226,6 +226,6 @@ class Renderer {
   int call_depth_ = 0;
 };
 
-}  // namespace tandem::chat_template::render
+}  // namespace tandem::jinja::render
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_RENDER_INTERNAL_H_
+#endif  // TANDEM_LIB_JINJA_TEMPLATE_RENDER_INTERNAL_H_

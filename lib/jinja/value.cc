@@ -1,4 +1,4 @@
-#include "text/chat_template/value.h"
+#include "lib/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 const Value* ValueMap::Find(std::string_view key) const {
   for (const auto& [k, v] : entries_) {
@@ -564,4 +564,4 @@ bool IsPyWhitespace(std::string_view code_point) {
   }
 }
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja

@@ -1,4 +1,4 @@
-#include "text/chat_template/template_renderer.h"
+#include "lib/jinja/template_renderer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,10 +16,10 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "text/chat_template/status_macros.h"
-#include "text/chat_template/template_render_internal.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/jinja/template_render_internal.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 namespace render {
 
 absl::StatusOr<std::string> Renderer::Run(const Body& body) {
@@ -722,4 +722,4 @@ absl::StatusOr<std::string> RenderTemplate(const Body& body, const ValueMap& con
   return renderer.Run(body);
 }
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja

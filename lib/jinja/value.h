@@ -1,8 +1,8 @@
 // Values of the chat-template interpreter: the data model of Python as Jinja2 templates see it
 // (None, bool, int, float, str, list, dict, jinja2's Namespace and Undefined, callables).
-// Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_VALUE_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_VALUE_H_
+// Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_VALUE_H_
+#define TANDEM_LIB_JINJA_VALUE_H_
 
 #include <cstdint>
 #include <functional>
@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 class Value;
 using ValueList = std::vector<Value>;
@@ -183,6 +183,6 @@ size_t CodePointCount(std::string_view s);
 // Python's str.isspace() for one code point given as UTF-8.
 bool IsPyWhitespace(std::string_view code_point);
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_VALUE_H_
+#endif  // TANDEM_LIB_JINJA_VALUE_H_

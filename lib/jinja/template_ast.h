@@ -1,14 +1,14 @@
-// The parsed form of a template: expressions and statements. Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_AST_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_AST_H_
+// The parsed form of a template: expressions and statements. Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_TEMPLATE_AST_H_
+#define TANDEM_LIB_JINJA_TEMPLATE_AST_H_
 
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "text/chat_template/value.h"
+#include "lib/jinja/value.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
@@ -91,6 +91,6 @@ struct Node {
   std::vector<std::pair<std::string, ExprPtr>> assignments;  // {% with a = 1 %}
 };
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_AST_H_
+#endif  // TANDEM_LIB_JINJA_TEMPLATE_AST_H_

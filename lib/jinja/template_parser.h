@@ -1,16 +1,16 @@
 // Lexer and parser of the Jinja2 subset used by Hugging Face chat templates. Whitespace handling
 // follows jinja2's lexer exactly (trim_blocks, lstrip_blocks, `-`/`+` markers, one trailing
 // newline dropped), since chat templates are whitespace-sensitive byte for byte.
-// Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_PARSER_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_PARSER_H_
+// Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_TEMPLATE_PARSER_H_
+#define TANDEM_LIB_JINJA_TEMPLATE_PARSER_H_
 
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "text/chat_template/template_ast.h"
+#include "lib/jinja/template_ast.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 struct ParseOptions {
   // Hugging Face's environment turns both on.
@@ -25,6 +25,6 @@ struct ParseOptions {
 // this engine does not support) and name the construct and the line.
 absl::StatusOr<Body> ParseTemplate(std::string_view source, const ParseOptions& options);
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_PARSER_H_
+#endif  // TANDEM_LIB_JINJA_TEMPLATE_PARSER_H_

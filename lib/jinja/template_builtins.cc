@@ -16,10 +16,10 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "text/chat_template/status_macros.h"
-#include "text/chat_template/template_render_internal.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/jinja/template_render_internal.h"
 
-namespace tandem::chat_template::render {
+namespace tandem::jinja::render {
 
 absl::Status TypeError(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -571,4 +571,4 @@ absl::StatusOr<Value> RoundFilter(const Value& v, const CallArgs& args) {
   return Value::Float(r);
 }
 
-}  // namespace tandem::chat_template::render
+}  // namespace tandem::jinja::render

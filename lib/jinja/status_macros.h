@@ -1,8 +1,8 @@
 // Status propagation helpers for the chat-template interpreter. The interpreter is recursive and
 // nearly every step can fail (undefined attribute, type error, size limit), so these keep the
-// error path to one line. Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_STATUS_MACROS_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_STATUS_MACROS_H_
+// error path to one line. Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_STATUS_MACROS_H_
+#define TANDEM_LIB_JINJA_STATUS_MACROS_H_
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,4 +25,4 @@
 #define CT_ASSIGN_OR_RETURN(lhs, expr) \
   CT_ASSIGN_OR_RETURN_IMPL(CT_CONCAT(ct_statusor_, __LINE__), lhs, expr)
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_STATUS_MACROS_H_
+#endif  // TANDEM_LIB_JINJA_STATUS_MACROS_H_

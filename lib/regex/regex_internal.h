@@ -1,14 +1,14 @@
-// The compiled form of a Regex (text/tokenizer/regex.h), shared by its compiler (regex.cc) and its
+// The compiled form of a Regex (lib/regex/regex.h), shared by its compiler (regex.cc) and its
 // matcher (regex_match.cc). Internal to text/tokenizer/.
-#ifndef TANDEM_TEXT_TOKENIZER_REGEX_INTERNAL_H_
-#define TANDEM_TEXT_TOKENIZER_REGEX_INTERNAL_H_
+#ifndef TANDEM_LIB_REGEX_REGEX_INTERNAL_H_
+#define TANDEM_LIB_REGEX_REGEX_INTERNAL_H_
 
 #include <cstdint>
 #include <utility>
 #include <vector>
 
-#include "text/tokenizer/regex.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/regex/regex.h"
+#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace regex_internal {
@@ -112,4 +112,4 @@ struct Regex::Node {
 
 }  // namespace tandem
 
-#endif  // TANDEM_TEXT_TOKENIZER_REGEX_INTERNAL_H_
+#endif  // TANDEM_LIB_REGEX_REGEX_INTERNAL_H_

@@ -15,8 +15,8 @@
 // Kept instead of linking Oniguruma: it finds the same matches (tests/text/tokenizer/
 // regex_onig_test.cc checks every class on every code point and random texts against it) and is
 // faster on the Llama 3 and Qwen patterns (bench/regex_bench, docs/models.md).
-#ifndef TANDEM_TEXT_TOKENIZER_REGEX_H_
-#define TANDEM_TEXT_TOKENIZER_REGEX_H_
+#ifndef TANDEM_LIB_REGEX_REGEX_H_
+#define TANDEM_LIB_REGEX_REGEX_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -65,4 +65,4 @@ class Regex {
 
 }  // namespace tandem
 
-#endif  // TANDEM_TEXT_TOKENIZER_REGEX_H_
+#endif  // TANDEM_LIB_REGEX_REGEX_H_

@@ -1,11 +1,11 @@
-#include "text/tokenizer/unicode.h"
+#include "lib/unicode/unicode.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "text/tokenizer/unicode_tables.h"
+#include "lib/unicode/unicode_tables.h"
 
 namespace tandem::unicode {
 namespace {

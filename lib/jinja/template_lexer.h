@@ -1,7 +1,7 @@
 // The lexer of the Jinja2 subset (template_parser.h) and the token stream the parser reads.
-// Internal to text/chat_template/.
-#ifndef TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_LEXER_H_
-#define TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_LEXER_H_
+// Part of the Jinja engine, lib/jinja/.
+#ifndef TANDEM_LIB_JINJA_TEMPLATE_LEXER_H_
+#define TANDEM_LIB_JINJA_TEMPLATE_LEXER_H_
 
 #include <algorithm>
 #include <string>
@@ -11,10 +11,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "text/chat_template/template_parser.h"
-#include "text/chat_template/value.h"
+#include "lib/jinja/template_parser.h"
+#include "lib/jinja/value.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 
 struct Token {
   enum class Type {
@@ -75,6 +75,6 @@ class TokenStream {
   size_t pos_ = 0;
 };
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
 
-#endif  // TANDEM_TEXT_CHAT_TEMPLATE_TEMPLATE_LEXER_H_
+#endif  // TANDEM_LIB_JINJA_TEMPLATE_LEXER_H_

@@ -1,4 +1,4 @@
-#include "text/chat_template/template_lexer.h"
+#include "lib/jinja/template_lexer.h"
 
 #include <algorithm>
 #include <string>
@@ -8,10 +8,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "text/chat_template/status_macros.h"
-#include "text/tokenizer/unicode.h"
+#include "lib/jinja/status_macros.h"
+#include "lib/unicode/unicode.h"
 
-namespace tandem::chat_template {
+namespace tandem::jinja {
 namespace {
 
 bool IsAsciiSpace(char c) {
@@ -495,4 +495,4 @@ absl::StatusOr<std::string> TokenStream::ExpectName(const std::string& what) {
   return name;
 }
 
-}  // namespace tandem::chat_template
+}  // namespace tandem::jinja
