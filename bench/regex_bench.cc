@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "bench/tokenizer_texts.h"
+#include "lib/regex/regex.h"
 #include "nlohmann/json.hpp"
 #include "tests/text/tokenizer/onig_reference.h"
-#include "lib/regex/regex.h"
 
 namespace {
 

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "bench/tokenizer_texts.h"
+#include "lib/unicode/unicode.h"
 #include "nlohmann/json.hpp"
 #include "text/tokenizer/hf_tokenizer.h"
-#include "lib/unicode/unicode.h"
 
 namespace {
 

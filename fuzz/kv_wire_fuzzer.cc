@@ -13,10 +13,10 @@
 
 #include "engine/kv/kv_cache.h"
 #include "engine/model_config.h"
-#include "lib/crc32c/crc32c.h"
 #include "kv_transfer/kv_pack.h"
 #include "kv_transfer/transport_common.h"
 #include "kv_transfer/wire.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "lib/crc32c/crc32c.h"
 #include "kv_transfer/transport_common.h"
+#include "lib/crc32c/crc32c.h"
 
 namespace tandem {
 namespace {

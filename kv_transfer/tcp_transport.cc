@@ -23,10 +23,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
-#include "lib/crc32c/crc32c.h"
 #include "kv_transfer/kv_auth.h"
 #include "kv_transfer/transport_common.h"
 #include "kv_transfer/wire.h"
+#include "lib/crc32c/crc32c.h"
 #include "security/secure_socket.h"
 
 namespace tandem {

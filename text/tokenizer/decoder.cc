@@ -4,9 +4,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "lib/unicode/unicode.h"
 #include "text/tokenizer/byte_level.h"
 #include "text/tokenizer/pattern.h"
-#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

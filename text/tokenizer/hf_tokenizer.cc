@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "lib/unicode/unicode.h"
 #include "text/tokenizer/added_vocabulary.h"
 #include "text/tokenizer/bpe_model.h"
 #include "text/tokenizer/decoder.h"
@@ -15,7 +16,6 @@
 #include "text/tokenizer/normalizer.h"
 #include "text/tokenizer/post_processor.h"
 #include "text/tokenizer/pre_tokenizer.h"
-#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "text/tokenizer/pattern.h"
 #include "lib/unicode/unicode.h"
+#include "text/tokenizer/pattern.h"
 
 namespace tandem {
 namespace {

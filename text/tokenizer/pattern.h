@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "text/tokenizer/json_util.h"
 #include "lib/regex/regex.h"
+#include "text/tokenizer/json_util.h"
 
 namespace tandem {
 

@@ -7,10 +7,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
-#include "text/tokenizer/byte_level.h"
-#include "text/tokenizer/pattern.h"
 #include "lib/regex/regex.h"
 #include "lib/unicode/unicode.h"
+#include "text/tokenizer/byte_level.h"
+#include "text/tokenizer/pattern.h"
 
 namespace tandem {
 namespace {

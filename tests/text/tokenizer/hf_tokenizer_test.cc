@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/unicode/unicode.h"
 #include "nlohmann/json.hpp"
 #include "text/tokenizer.h"
-#include "lib/unicode/unicode.h"
 
 namespace tandem {
 namespace {

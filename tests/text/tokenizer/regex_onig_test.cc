@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "tests/text/tokenizer/onig_reference.h"
 #include "lib/regex/regex.h"
 #include "lib/unicode/unicode.h"
+#include "nlohmann/json.hpp"
+#include "tests/text/tokenizer/onig_reference.h"
 
 namespace tandem {
 namespace {
