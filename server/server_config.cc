@@ -93,6 +93,11 @@ void AddCommonFlags(CLI::App& app, CommonConfig* c) {
                  "shares cores with a decode worker runs niced so that the decode steps keep "
                  "their pace (tandem up gives its prefill workers 10)")
       ->group(g);
+  app.add_flag("--cpu-idle", c->cpu_idle,
+               "Every thread of this process at the SCHED_IDLE policy: it runs only on CPU time "
+               "nothing else on the host wants (tandem up --prefill-idle gives it to its prefill "
+               "workers, for the steadiest decode pace at the cost of time to first token)")
+      ->group(g);
 }
 
 void AddRouterFlags(CLI::App& app, RouterConfig* c) {

@@ -28,7 +28,8 @@ struct CommonConfig {
   int64_t keepalive_ms = 10000;
   int64_t max_threads = 0;  // 0: max(512, 2 * max-inflight + 128)
   int64_t drain_timeout_ms = 30000;
-  int64_t cpu_nice = 0;  // the process's CPU niceness, 0..19 (tandem up: 10 for prefill workers)
+  int64_t cpu_nice = 0;   // the process's CPU niceness, 0..19 (tandem up: 10 for prefill workers)
+  bool cpu_idle = false;  // every thread at SCHED_IDLE: CPU only when nothing else wants it
 
   absl::Status Validate() const;
 };

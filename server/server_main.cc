@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -775,6 +776,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       nice != 0 && ::setpriority(PRIO_PROCESS, 0, static_cast<int>(nice)) != 0) {
     std::fprintf(stderr, "tandem-server: --cpu-nice %lld: %s\n", static_cast<long long>(nice),
                  std::strerror(errno));
+    return 2;
+  }
+  // The scheduling policy is inherited the same way.
+  if (const sched_param param{};
+      cl.config.common.cpu_idle && ::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
+    std::fprintf(stderr, "tandem-server: --cpu-idle: %s\n", std::strerror(errno));
     return 2;
   }
   TandemServer server(std::move(cl.config));

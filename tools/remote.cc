@@ -173,7 +173,9 @@ int RunLocalCluster(const ClusterOptions& o) {
                                      router_internal};
     args.insert(args.end(), common.begin(), common.end());
     args.insert(args.end(), o.extra_worker_flags.begin(), o.extra_worker_flags.end());
-    if (i < o.prefill && o.prefill_nice != 0) {
+    if (i < o.prefill && o.prefill_idle) {
+      args.push_back("--cpu-idle");
+    } else if (i < o.prefill && o.prefill_nice != 0) {
       args.insert(args.end(), {"--cpu-nice", std::to_string(o.prefill_nice)});
     }
     ServerProcess w = StartServerProcess(bin, args);

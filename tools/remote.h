@@ -51,6 +51,9 @@ struct ClusterOptions {
   // The prefill workers' --cpu-nice: on one host they share the cores with the decode workers,
   // and a decode step that waits for a prompt's matrix products is a stalled stream.
   int prefill_nice = 10;
+  // Instead: the prefill workers at SCHED_IDLE (--cpu-idle), computing only on CPU time the
+  // decode workers and the router leave (tandem up --prefill-idle).
+  bool prefill_idle = false;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
   // The cluster's secret for every process; empty: a new one in a private temporary folder,

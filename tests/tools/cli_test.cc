@@ -2,6 +2,7 @@
 // exits for bad input.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -294,6 +295,63 @@ TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
     const std::vector<int> nice = ThreadNiceness(child);
     EXPECT_GT(nice.size(), 1u) << cmd;
     for (int n : nice) EXPECT_EQ(n, is_prefill ? 10 : 0) << cmd;
+  }
+  EXPECT_EQ(prefill, 1);
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+}
+
+// `tandem up --prefill-idle`: every thread of its prefill worker runs at SCHED_IDLE (policy 5,
+// field 41 of /proc/PID/task/TID/stat), the router's and the decode worker's at SCHED_OTHER (0),
+// and the cluster serves.
+TEST(CliTest, UpPrefillIdleRunsThePrefillWorkerAtSchedIdle) {
+  testing::TempDir dir;
+  const std::string log = dir.path() + "/up.log";
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
+                      tok = testing::Tok512();
+    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
+            "--prefill-idle", nullptr);
+    ::_exit(127);
+  }
+  std::string http;
+  for (int i = 0; i < 600 && http.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(log);
+    std::string line;
+    bool ready = false;
+    while (std::getline(in, line)) {
+      ready |= line.rfind("ready router=", 0) == 0;
+      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
+    }
+  }
+  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  const testing::HttpReply r =
+      testing::Curl(http, "/v1/completions",
+                    R"({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  int prefill = 0;
+  for (pid_t child : Children(pid)) {
+    const std::string cmd = CommandLine(child);
+    const bool is_prefill = cmd.find("--role=prefill") != std::string::npos;
+    prefill += is_prefill;
+    int threads = 0;
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", child), ec);
+         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      const std::vector<std::string> f = StatFields(it->path().string() + "/stat");
+      if (f.size() <= 41 - 3) continue;
+      ++threads;
+      EXPECT_EQ(std::stoi(f[41 - 3]), is_prefill ? SCHED_IDLE : SCHED_OTHER) << cmd;
+    }
+    EXPECT_GT(threads, 1) << cmd;
   }
   EXPECT_EQ(prefill, 1);
   ::kill(pid, SIGINT);
