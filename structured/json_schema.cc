@@ -39,10 +39,6 @@ const std::set<std::string, std::less<>>& Supported() {
   return *kSet;
 }
 
-absl::Status Invalid(const std::string& path, const std::string& why) {
-  return SchemaInvalid(path, why);
-}
-
 // RFC 6901 escaping of one reference token.
 std::string Token(std::string_view name) {
   std::string out;
@@ -141,22 +137,23 @@ class SchemaCompiler {
 
   absl::StatusOr<const SchemaNode*> Compile(const Json& s, const std::string& path, int depth) {
     if (depth > kMaxSchemaDepth) {
-      return Invalid(path, absl::StrCat("nested deeper than ", kMaxSchemaDepth, " schemas"));
+      return SchemaInvalid(path, absl::StrCat("nested deeper than ", kMaxSchemaDepth, " schemas"));
     }
     if (s.is_boolean()) {
       if (s.get<bool>()) return AnyValueNode();
-      return Invalid(path, "the schema false accepts no value");
+      return SchemaInvalid(path, "the schema false accepts no value");
     }
-    if (!s.is_object()) return Invalid(path, "a schema must be an object or a boolean");
+    if (!s.is_object()) return SchemaInvalid(path, "a schema must be an object or a boolean");
     for (const auto& [key, value] : s.items()) {
       if (!Supported().count(key) && !Annotations().count(key)) {
-        return Invalid(path, absl::StrCat("keyword \"", key, "\" is not supported"));
+        return SchemaInvalid(path, absl::StrCat("keyword \"", key, "\" is not supported"));
       }
     }
     if (s.contains("$ref")) {
       for (const auto& [key, value] : s.items()) {
         if (key != "$ref" && key != "$defs" && key != "definitions" && !Annotations().count(key)) {
-          return Invalid(path, absl::StrCat("\"$ref\" beside \"", key, "\" is not supported"));
+          return SchemaInvalid(path,
+                               absl::StrCat("\"$ref\" beside \"", key, "\" is not supported"));
         }
       }
       return Ref(s["$ref"], path + "/$ref", depth);
@@ -170,11 +167,11 @@ class SchemaCompiler {
         types.push_back(t.get<std::string>());
       } else if (t.is_array() && !t.empty()) {
         for (const Json& e : t) {
-          if (!e.is_string()) return Invalid(path + "/type", "type names must be strings");
+          if (!e.is_string()) return SchemaInvalid(path + "/type", "type names must be strings");
           types.push_back(e.get<std::string>());
         }
       } else {
-        return Invalid(path + "/type", "must be a type name or a non-empty list of them");
+        return SchemaInvalid(path + "/type", "must be a type name or a non-empty list of them");
       }
       // number includes integer.
       if (std::count(types.begin(), types.end(), "number") > 0) {
@@ -208,8 +205,8 @@ class SchemaCompiler {
  private:
   absl::StatusOr<const SchemaNode*> Add(SchemaNode node, const std::string& path) {
     if (static_cast<int>(out_->nodes_.size()) >= JsonSchema::kMaxNodes) {
-      return Invalid(path,
-                     absl::StrCat("the schema needs more than ", JsonSchema::kMaxNodes, " nodes"));
+      return SchemaInvalid(
+          path, absl::StrCat("the schema needs more than ", JsonSchema::kMaxNodes, " nodes"));
     }
     out_->nodes_.push_back(std::make_unique<SchemaNode>(std::move(node)));
     return out_->nodes_.back().get();
@@ -219,7 +216,7 @@ class SchemaCompiler {
     if (!s.contains(key)) return -1;
     const Json& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1 << 30)) {
-      return Invalid(absl::StrCat(path, "/", key), "must be a non-negative integer");
+      return SchemaInvalid(absl::StrCat(path, "/", key), "must be a non-negative integer");
     }
     return static_cast<int>(v.get<int64_t>());
   }
@@ -235,7 +232,8 @@ class SchemaCompiler {
     *lo = std::max(*min, 0);
     *hi = *max;
     if (*hi >= 0 && *hi < *lo) {
-      return Invalid(absl::StrCat(path, "/", max_key), absl::StrCat("is less than ", min_key));
+      return SchemaInvalid(absl::StrCat(path, "/", max_key),
+                           absl::StrCat("is less than ", min_key));
     }
     return absl::OkStatus();
   }
@@ -249,9 +247,9 @@ class SchemaCompiler {
       std::set<std::string> required;
       if (s.contains("required")) {
         const Json& r = s["required"];
-        if (!r.is_array()) return Invalid(path + "/required", "must be a list of names");
+        if (!r.is_array()) return SchemaInvalid(path + "/required", "must be a list of names");
         for (const Json& e : r) {
-          if (!e.is_string()) return Invalid(path + "/required", "must be a list of names");
+          if (!e.is_string()) return SchemaInvalid(path + "/required", "must be a list of names");
           required.insert(e.get<std::string>());
         }
       }
@@ -259,10 +257,10 @@ class SchemaCompiler {
           s.contains("additionalProperties") ? &s["additionalProperties"] : nullptr;
       if (s.contains("properties")) {
         const Json& props = s["properties"];
-        if (!props.is_object()) return Invalid(path + "/properties", "must be an object");
+        if (!props.is_object()) return SchemaInvalid(path + "/properties", "must be an object");
         if (props.size() > kMaxProperties) {
-          return Invalid(path + "/properties",
-                         absl::StrCat("more than ", kMaxProperties, " properties"));
+          return SchemaInvalid(path + "/properties",
+                               absl::StrCat("more than ", kMaxProperties, " properties"));
         }
         n.closed = true;
         for (const auto& [name, sub] : props.items()) {
@@ -282,19 +280,20 @@ class SchemaCompiler {
         }
       }
       if (!required.empty()) {
-        return Invalid(
+        return SchemaInvalid(
             path + "/required",
             absl::StrCat("\"", *required.begin(), "\" is required but not declared in properties"));
       }
       if (additional != nullptr && !additional->is_boolean() && !additional->is_object()) {
-        return Invalid(path + "/additionalProperties", "must be a boolean or a schema");
+        return SchemaInvalid(path + "/additionalProperties", "must be a boolean or a schema");
       }
     } else if (type == "array") {
       n.kind = Kind::kArray;
       n.items = AnyValueNode();
       if (s.contains("items")) {
         if (s["items"].is_array()) {
-          return Invalid(path + "/items", "a list of item schemas (tuple form) is not supported");
+          return SchemaInvalid(path + "/items",
+                               "a list of item schemas (tuple form) is not supported");
         }
         auto v = Compile(s["items"], path + "/items", depth + 1);
         if (!v.ok()) return v.status();
@@ -320,7 +319,7 @@ class SchemaCompiler {
     } else if (type == "null") {
       n = LiteralNode({"null"});
     } else {
-      return Invalid(path + "/type", absl::StrCat("unknown type \"", type, "\""));
+      return SchemaInvalid(path + "/type", absl::StrCat("unknown type \"", type, "\""));
     }
     return Add(std::move(n), path);
   }
@@ -328,26 +327,27 @@ class SchemaCompiler {
   // `pattern` of a string schema: compiled, its anchors noted.
   absl::Status Pattern(const Json& s, const std::string& path, SchemaNode* n) {
     const Json& p = s["pattern"];
-    if (!p.is_string()) return Invalid(path + "/pattern", "must be a string");
+    if (!p.is_string()) return SchemaInvalid(path + "/pattern", "must be a string");
     if (s.contains("minLength") || s.contains("maxLength")) {
-      return Invalid(path + "/pattern", "beside minLength or maxLength is not supported");
+      return SchemaInvalid(path + "/pattern", "beside minLength or maxLength is not supported");
     }
     const std::string text = p.get<std::string>();
     auto re = ByteRegex::Compile(text);
-    if (!re.ok()) return Invalid(path + "/pattern", std::string(re.status().message()));
+    if (!re.ok()) return SchemaInvalid(path + "/pattern", std::string(re.status().message()));
     if ((*re)->positions() > JsonSchema::kMaxPatternPositions) {
-      return Invalid(path + "/pattern",
-                     absl::StrCat("needs ", (*re)->positions(), " character positions (at most ",
-                                  JsonSchema::kMaxPatternPositions,
-                                  "; repetitions count each copy, `.` counts 10)"));
+      return SchemaInvalid(
+          path + "/pattern",
+          absl::StrCat("needs ", (*re)->positions(), " character positions (at most ",
+                       JsonSchema::kMaxPatternPositions,
+                       "; repetitions count each copy, `.` counts 10)"));
     }
     // A JSON string writes control characters other than \b \f \n \r \t only as \u escapes,
     // which a string under a pattern does not use (structured/json_matcher.cc).
     if (!(*re)->EveryPositionAcceptsSome([](unsigned char b) {
           return b >= 0x20 || b == '\b' || b == '\f' || b == '\n' || b == '\r' || b == '\t';
         })) {
-      return Invalid(path + "/pattern",
-                     "needs a control character a string can only write as a \\u escape");
+      return SchemaInvalid(path + "/pattern",
+                           "needs a control character a string can only write as a \\u escape");
     }
     n->pattern = *std::move(re);
     n->pattern_start = text.starts_with('^');
@@ -359,21 +359,22 @@ class SchemaCompiler {
     for (const auto& [key, value] : s.items()) {
       if (key != "enum" && key != "const" && key != "type" && key != "$defs" &&
           key != "definitions" && !Annotations().count(key)) {
-        return Invalid(path,
-                       absl::StrCat("\"enum\" or \"const\" beside \"", key, "\" is not supported"));
+        return SchemaInvalid(
+            path, absl::StrCat("\"enum\" or \"const\" beside \"", key, "\" is not supported"));
       }
     }
     if (s.contains("enum") && s.contains("const")) {
-      return Invalid(path, "\"enum\" and \"const\" together are not supported");
+      return SchemaInvalid(path, "\"enum\" and \"const\" together are not supported");
     }
     std::vector<Json> values;
     if (s.contains("const")) {
       values.push_back(s["const"]);
     } else {
       const Json& e = s["enum"];
-      if (!e.is_array() || e.empty()) return Invalid(path + "/enum", "must be a non-empty list");
+      if (!e.is_array() || e.empty())
+        return SchemaInvalid(path + "/enum", "must be a non-empty list");
       if (e.size() > kMaxLiterals) {
-        return Invalid(path + "/enum", absl::StrCat("more than ", kMaxLiterals, " values"));
+        return SchemaInvalid(path + "/enum", absl::StrCat("more than ", kMaxLiterals, " values"));
       }
       values.assign(e.begin(), e.end());
     }
@@ -395,7 +396,7 @@ class SchemaCompiler {
                         (type == "integer" && types.count("number") > 0);
       if (fits) literals.push_back(v.dump());
     }
-    if (literals.empty()) return Invalid(path, "no enum value has the schema's type");
+    if (literals.empty()) return SchemaInvalid(path, "no enum value has the schema's type");
     return Add(LiteralNode(std::move(literals)), path);
   }
 
@@ -404,12 +405,13 @@ class SchemaCompiler {
     const char* key = s.contains("anyOf") ? "anyOf" : "oneOf";
     for (const auto& [k, value] : s.items()) {
       if (k != key && k != "$defs" && k != "definitions" && !Annotations().count(k)) {
-        return Invalid(path, absl::StrCat("\"", key, "\" beside \"", k, "\" is not supported"));
+        return SchemaInvalid(path,
+                             absl::StrCat("\"", key, "\" beside \"", k, "\" is not supported"));
       }
     }
     const Json& list = s[key];
     const std::string here = absl::StrCat(path, "/", key);
-    if (!list.is_array() || list.empty()) return Invalid(here, "must be a non-empty list");
+    if (!list.is_array() || list.empty()) return SchemaInvalid(here, "must be a non-empty list");
     std::vector<const SchemaNode*> alternatives;
     bool deferred = false;  // an alternative is a $ref still being compiled
     for (size_t i = 0; i < list.size(); ++i) {
@@ -417,9 +419,9 @@ class SchemaCompiler {
       auto n = Compile(list[i], at, depth + 1);
       if (!n.ok()) return n.status();
       if (const Pending* p = Circular(*n)) {
-        return Invalid(at, absl::StrCat("refers back to \"", p->ref,
-                                        "\" before any value begins: a $ref cycle that never "
-                                        "reaches a schema"));
+        return SchemaInvalid(at, absl::StrCat("refers back to \"", p->ref,
+                                              "\" before any value begins: a $ref cycle that never "
+                                              "reaches a schema"));
       }
       if (Unresolved(*n)) {
         deferred = true;  // a $ref around this one, as in {"anyOf": [{"$ref": "#"}, null]}
@@ -475,9 +477,9 @@ class SchemaCompiler {
               [](const auto& a, const auto& b) { return a.first < b.first; });
     for (size_t i = 1; i < tags.size(); ++i) {
       if (tags[i].first == tags[i - 1].first) {
-        return Invalid(here, absl::StrCat("two objects have the tag ", tags[i].first, " in ",
-                                          objects[0]->properties[0].key,
-                                          ": alternatives must begin differently"));
+        return SchemaInvalid(here, absl::StrCat("two objects have the tag ", tags[i].first, " in ",
+                                                objects[0]->properties[0].key,
+                                                ": alternatives must begin differently"));
       }
     }
     std::vector<std::string> literals;
@@ -512,17 +514,18 @@ class SchemaCompiler {
       int starts = 0;
       for (const SchemaNode* a : u.alternatives) starts += CanStartWith(*a, b) ? 1 : 0;
       if (starts > 1) {
-        return Invalid(here,
-                       "alternatives must begin differently (one object, one array, one string, "
-                       "one number, or literals with different first characters; objects only "
-                       "when told apart by a string const of the same required first property)");
+        return SchemaInvalid(
+            here,
+            "alternatives must begin differently (one object, one array, one string, "
+            "one number, or literals with different first characters; objects only "
+            "when told apart by a string const of the same required first property)");
       }
     }
     return absl::OkStatus();
   }
 
   absl::StatusOr<const SchemaNode*> Ref(const Json& ref, const std::string& path, int depth) {
-    if (!ref.is_string()) return Invalid(path, "must be a string");
+    if (!ref.is_string()) return SchemaInvalid(path, "must be a string");
     const std::string r = ref.get<std::string>();
     if (auto it = refs_.find(r); it != refs_.end()) return it->second;
     const Json* target = nullptr;
@@ -541,9 +544,9 @@ class SchemaCompiler {
       }
     }
     if (target == nullptr) {
-      return Invalid(path, absl::StrCat("\"", r,
-                                        "\" is not \"#\" or a schema under #/$defs or "
-                                        "#/definitions"));
+      return SchemaInvalid(path, absl::StrCat("\"", r,
+                                              "\" is not \"#\" or a schema under #/$defs or "
+                                              "#/definitions"));
     }
     // A placeholder first, so that a schema referring to itself finds it.
     auto placeholder = Add(SchemaNode{}, path);
@@ -560,8 +563,8 @@ class SchemaCompiler {
       auto from = std::find(ref_chain_.begin(), ref_chain_.end(), p->ref);
       std::vector<std::string> cycle(from, ref_chain_.end());
       cycle.push_back(p->ref);
-      return Invalid(path, absl::StrCat("the $ref cycle \"", absl::StrJoin(cycle, "\" -> \""),
-                                        "\" never reaches a schema"));
+      return SchemaInvalid(path, absl::StrCat("the $ref cycle \"", absl::StrJoin(cycle, "\" -> \""),
+                                              "\" never reaches a schema"));
     }
     ref_chain_.pop_back();
     pending_.erase(node);
@@ -612,8 +615,9 @@ class SchemaCompiler {
       if (n->min_depth == 0) return EndlessCycle(root->min_depth == 0 ? root : n, ref_sites_);
     }
     if (root->min_depth > max_depth) {
-      return Invalid("", absl::StrCat("the smallest value of this schema nests ", root->min_depth,
-                                      " levels deep; at most ", max_depth, " are supported"));
+      return SchemaInvalid("",
+                           absl::StrCat("the smallest value of this schema nests ", root->min_depth,
+                                        " levels deep; at most ", max_depth, " are supported"));
     }
     return absl::OkStatus();
   }

@@ -20,6 +20,11 @@ namespace {
 
 constexpr int kTileTokens = 8;
 
+// The first key a query at position `pos` attends to: 0, or the start of its sliding window.
+inline int FirstKey(const PagedAttentionArgs& a, int pos) {
+  return a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0;
+}
+
 // Where KV head `kvh` of position `pos` lives in K (kv = 0) or V (kv = 1), and its scale.
 struct Row {
   const void* data;
@@ -60,7 +65,7 @@ void AttentionTokenScalar(const float* q, const KvLayerRef& c, const PagedAttent
   const int* table = a.block_tables + static_cast<int64_t>(a.token_seq[t]) * a.max_blocks_per_seq;
   const float* qh = q + (static_cast<int64_t>(t) * a.n_heads + h) * a.head_dim;
   float* oh = out + (static_cast<int64_t>(t) * a.n_heads + h) * a.head_dim;
-  const int first = a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0;
+  const int first = FirstKey(a, pos);
   scores.resize(pos + 1);
   float max_score = -INFINITY;
   for (int j = first; j <= pos; ++j) {
@@ -245,9 +250,7 @@ TANDEM_AVX2 void AttentionItemAvx2(const float* q, const KvLayerRef& c, const Pa
       a.block_tables + static_cast<int64_t>(a.token_seq[tile.t0]) * a.max_blocks_per_seq;
   const int pos0 = a.token_pos[tile.t0];
   const int m = tile.m;
-  auto first = [&](int i) {
-    return a.sliding_window > 0 ? std::max(0, pos0 + i - a.sliding_window + 1) : 0;
-  };
+  auto first = [&](int i) { return FirstKey(a, pos0 + i); };
   // This part's keys [k0, k0 + span) of the tile's [first(0), pos0 + m).
   const int lo = first(0), all = pos0 + m - lo;
   const int k0 = lo + static_cast<int>(static_cast<int64_t>(all) * it.part / it.parts);
@@ -420,8 +423,7 @@ void PagedAttentionAvx2(const float* q, const KvLayerRef& c, const PagedAttentio
   for (int t = 0; t < static_cast<int>(tiles.size()); ++t) {
     if (tiles[t].m == 1) {
       const int pos = a.token_pos[tiles[t].t0];
-      const int span =
-          pos + 1 - (a.sliding_window > 0 ? std::max(0, pos - a.sliding_window + 1) : 0);
+      const int span = pos + 1 - FirstKey(a, pos);
       const int parts = std::clamp(span / kMinPartKeys, 1, want);
       for (int p = 0; p < parts; ++p) {
         items.push_back({t, 0, a.n_kv_heads, p, parts, partial_rows + p * a.n_heads});
