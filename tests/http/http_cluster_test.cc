@@ -21,6 +21,7 @@
 #include "tests/http/http_client.h"
 #include "tests/metrics/metrics_text.h"
 #include "tests/serving/cluster.h"
+#include "tests/tools/up_cluster.h"
 #include "text/chat_template/chat_template.h"
 #include "text/llama2c_tokenizer.h"
 #include "text/load_tokenizer.h"
@@ -1059,32 +1060,13 @@ TEST(HttpClusterTest, LogprobsAgreeWithGrpcAndScore) {
 // `tandem up` passes --served-model-name and --chat-template through to its router.
 TEST(HttpClusterTest, UpPassesTheServedNameAndChatTemplateToTheRouter) {
   testing::TempDir dir;
-  const std::string log = dir.path() + "/up.log", tmpl = dir.path() + "/t.jinja";
+  const std::string tmpl = dir.path() + "/t.jinja";
   std::ofstream(tmpl) << "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
-                      tok = testing::Tok512();
-    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
-            "--served-model-name", "story", "--chat-template", tmpl.c_str(), nullptr);
-    ::_exit(127);
-  }
-  std::string http;
-  for (int i = 0; i < 600 && http.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(log);
-    std::string line;
-    bool ready = false;
-    while (std::getline(in, line)) {
-      ready |= line.rfind("ready router=", 0) == 0;
-      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
-    }
-  }
-  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  testing::UpCluster up(dir.path() + "/up.log",
+                        {"--served-model-name", "story", "--chat-template", tmpl});
+  ASSERT_GT(up.pid(), 0);
+  const std::string http = up.WaitForHttp();
+  ASSERT_FALSE(http.empty()) << up.Log();
   const HttpReply models = Curl(http, "/v1/models");
   EXPECT_EQ(models.status, 200);
   EXPECT_EQ(models.Json()["data"][0]["id"], "story") << models.body;
@@ -1100,10 +1082,7 @@ TEST(HttpClusterTest, UpPassesTheServedNameAndChatTemplateToTheRouter) {
   const int rendered = static_cast<int>((*tok)->Encode("<user>hi", false).size());
   const int prompt_tokens = chat.Json()["usage"]["prompt_tokens"].get<int>();
   EXPECT_TRUE(prompt_tokens == rendered || prompt_tokens == rendered + 1) << chat.body;
-  ::kill(pid, SIGINT);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_TRUE(up.Stop());
 }
 
 TEST(HttpClusterTest, ErrorsModelsAndHealth) {

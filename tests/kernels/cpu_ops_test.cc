@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/thread_pool.h"
 #include "kernels/dtype.h"
+#include "tests/kernels/attention_args.h"
 #include "tests/kernels/isa_paths.h"
 
 namespace tandem {
@@ -278,17 +279,8 @@ TEST_P(KernelTest, PagedAttentionMatchesNaive) {
       token_seq.push_back(1), token_pos.push_back(9);
       const int T = static_cast<int>(token_seq.size());
       const auto q = Random(T * heads * hd, 30);
-      PagedAttentionArgs a;
-      a.num_tokens = T;
-      a.n_heads = heads;
-      a.n_kv_heads = kvh;
-      a.head_dim = hd;
-      a.block_size = bs;
-      a.max_blocks_per_seq = max_blocks;
-      a.token_seq = token_seq.data();
-      a.token_pos = token_pos.data();
-      a.block_tables = flat_tables.data();
-      a.sliding_window = window;
+      PagedAttentionArgs a = testing::AttentionArgs(heads, kvh, hd, bs, max_blocks, window,
+                                                    token_seq, token_pos, flat_tables);
       a.scale = scale;
       std::vector<float> out(T * heads * hd, NAN);
       cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, out.data(), pool());
@@ -319,16 +311,8 @@ TEST_P(KernelTest, PagedAttentionReadsEveryKvDtype) {
   std::vector<int> token_seq(len, 0), token_pos(len);
   for (int p = 0; p < len; ++p) token_pos[p] = p;
   const auto q = Random(len * heads * hd, 43);
-  PagedAttentionArgs a;
-  a.num_tokens = len;
-  a.n_heads = heads;
-  a.n_kv_heads = kvh;
-  a.head_dim = hd;
-  a.block_size = bs;
-  a.max_blocks_per_seq = 4;
-  a.token_seq = token_seq.data();
-  a.token_pos = token_pos.data();
-  a.block_tables = table.data();
+  const PagedAttentionArgs a =
+      testing::AttentionArgs(heads, kvh, hd, bs, 4, 0, token_seq, token_pos, table);
   // The float32 result, for the rounding bounds.
   std::vector<float> k32(num_blocks * bs * width), v32(num_blocks * bs * width);
   cpu::WriteKv(k.data(), v.data(), slots.data(), len, width, k32.data(), v32.data());
@@ -448,17 +432,8 @@ TEST_P(KernelTest, PagedAttentionLongContextsSplitAndMerge) {
           }
           const int T = static_cast<int>(token_seq.size());
           const auto q = Random(T * heads * hd, 70);
-          PagedAttentionArgs a;
-          a.num_tokens = T;
-          a.n_heads = heads;
-          a.n_kv_heads = kvh;
-          a.head_dim = hd;
-          a.block_size = bs;
-          a.max_blocks_per_seq = max_blocks;
-          a.token_seq = token_seq.data();
-          a.token_pos = token_pos.data();
-          a.block_tables = flat_tables.data();
-          a.sliding_window = window;
+          const PagedAttentionArgs a = testing::AttentionArgs(
+              heads, kvh, hd, bs, max_blocks, window, token_seq, token_pos, flat_tables);
           std::vector<float> out(T * heads * hd, NAN);
           cpu::PagedAttention(q.data(), c, a, out.data(), pool());
           for (int t = 0; t < T; ++t) {

@@ -16,6 +16,7 @@
 #include "kernels/backend_loader.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_api.h"
+#include "tests/kernels/attention_args.h"
 
 namespace tandem::testing {
 
@@ -54,24 +55,13 @@ class CudaDeviceTest : public ::testing::Test {
     for (float& x : v) x = d(rng);
     return v;
   }
-  // The CPU twin's arguments for tokens of sequences token_seq[t] at token_pos[t] (host
-  // pointers, which must outlive them), tables [seqs, mb].
+  // The CPU twin's arguments (tests/kernels/attention_args.h).
   static PagedAttentionArgs HostArgs(int n_heads, int n_kv_heads, int head_dim, int block_size,
                                      int mb, int window, const std::vector<int>& token_seq,
                                      const std::vector<int>& token_pos,
                                      const std::vector<int>& tables) {
-    PagedAttentionArgs a;
-    a.num_tokens = static_cast<int>(token_seq.size());
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv_heads;
-    a.head_dim = head_dim;
-    a.block_size = block_size;
-    a.max_blocks_per_seq = mb;
-    a.token_seq = token_seq.data();
-    a.token_pos = token_pos.data();
-    a.block_tables = tables.data();
-    a.sliding_window = window;
-    return a;
+    return testing::AttentionArgs(n_heads, n_kv_heads, head_dim, block_size, mb, window, token_seq,
+                                  token_pos, tables);
   }
   // max |a - b| / max |b|: the normalized error.
   static double NormErr(const std::vector<float>& a, const std::vector<float>& b) {
@@ -97,17 +87,8 @@ class CudaDeviceTest : public ::testing::Test {
     const int S = static_cast<int>(token_pos.size());
     std::vector<int> token_seq(S);
     std::iota(token_seq.begin(), token_seq.end(), 0);
-    PagedAttentionArgs a;
-    a.num_tokens = S;
-    a.n_heads = n_heads;
-    a.n_kv_heads = n_kv;
-    a.head_dim = hd;
-    a.block_size = bs;
-    a.max_blocks_per_seq = mb;
-    a.token_seq = token_seq.data();
-    a.token_pos = token_pos.data();
-    a.block_tables = tables.data();
-    a.sliding_window = window;
+    const PagedAttentionArgs a =
+        testing::AttentionArgs(n_heads, n_kv, hd, bs, mb, window, token_seq, token_pos, tables);
     std::vector<float> want(q.size());
     cpu::PagedAttention(q.data(), kc.data(), vc.data(), a, want.data());
     TandemPagedAttentionArgs d{

@@ -23,6 +23,7 @@
 #include "tests/cluster_auth.h"
 #include "tests/http/http_client.h"
 #include "tests/test_util.h"
+#include "tests/tools/up_cluster.h"
 
 namespace tandem {
 namespace {
@@ -214,14 +215,15 @@ std::vector<std::string> StatFields(const std::string& path) {
   if (!stat.ok()) return {};
   return absl::StrSplit(stat->substr(stat->rfind(')') + 2), ' ', absl::SkipEmpty());
 }
-// The niceness of every thread of process `pid` (field 19 of each task's stat).
-std::vector<int> ThreadNiceness(pid_t pid) {
+// Stat field `field` of every thread of process `pid` (19: the niceness, 41: the scheduling
+// policy).
+std::vector<int> ThreadStatField(pid_t pid, int field) {
   std::vector<int> out;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", pid), ec);
        !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     const std::vector<std::string> f = StatFields(it->path().string() + "/stat");
-    if (!f.empty()) out.push_back(std::stoi(f.at(19 - 3)));
+    if (f.size() > static_cast<size_t>(field - 3)) out.push_back(std::stoi(f[field - 3]));
   }
   return out;
 }
@@ -248,31 +250,10 @@ std::vector<pid_t> Children(pid_t parent) {
 // every thread at niceness 10 (the default --prefill-nice), the router and decode worker at 0.
 TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
   testing::TempDir dir;
-  const std::string log = dir.path() + "/up.log";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
-                      tok = testing::Tok512();
-    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
-            "--http-metrics", nullptr);
-    ::_exit(127);
-  }
-  std::string http;
-  for (int i = 0; i < 600 && http.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(log);
-    std::string line;
-    bool ready = false;
-    while (std::getline(in, line)) {
-      ready |= line.rfind("ready router=", 0) == 0;
-      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
-    }
-  }
-  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  testing::UpCluster up(dir.path() + "/up.log", {"--http-metrics"});
+  ASSERT_GT(up.pid(), 0);
+  const std::string http = up.WaitForHttp();
+  ASSERT_FALSE(http.empty()) << up.Log();
   const testing::HttpReply r =
       testing::Curl(http, "/v1/completions",
                     R"({"prompt": "Once upon a time", "n": 2, "max_tokens": 3, "temperature": 0})");
@@ -285,22 +266,19 @@ TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
   EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_count", router), 2);
   EXPECT_EQ(MetricValue(samples, "tandem_request_params_max_tokens_sum", router), 6);
   EXPECT_EQ(MetricValue(samples, "tandem_request_inference_time_seconds_count", router), 2);
-  const std::vector<pid_t> children = Children(pid);
+  const std::vector<pid_t> children = Children(up.pid());
   EXPECT_EQ(children.size(), 3u);
   int prefill = 0;
   for (pid_t child : children) {
     const std::string cmd = CommandLine(child);
     const bool is_prefill = cmd.find("--role=prefill") != std::string::npos;
     prefill += is_prefill;
-    const std::vector<int> nice = ThreadNiceness(child);
+    const std::vector<int> nice = ThreadStatField(child, 19);
     EXPECT_GT(nice.size(), 1u) << cmd;
     for (int n : nice) EXPECT_EQ(n, is_prefill ? 10 : 0) << cmd;
   }
   EXPECT_EQ(prefill, 1);
-  ::kill(pid, SIGINT);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_TRUE(up.Stop());
 }
 
 // `tandem up --prefill-idle`: every thread of its prefill worker runs at SCHED_IDLE (policy 5,
@@ -308,56 +286,25 @@ TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
 // and the cluster serves.
 TEST(CliTest, UpPrefillIdleRunsThePrefillWorkerAtSchedIdle) {
   testing::TempDir dir;
-  const std::string log = dir.path() + "/up.log";
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    const std::string bin = testing::BinDir() + "/tandem", model = testing::Stories260K(),
-                      tok = testing::Tok512();
-    ::execl(bin.c_str(), bin.c_str(), "up", "--model", model.c_str(), "--tokenizer", tok.c_str(),
-            "--prefill-idle", nullptr);
-    ::_exit(127);
-  }
-  std::string http;
-  for (int i = 0; i < 600 && http.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    std::ifstream in(log);
-    std::string line;
-    bool ready = false;
-    while (std::getline(in, line)) {
-      ready |= line.rfind("ready router=", 0) == 0;
-      if (line.rfind("http router=", 0) == 0 && ready) http = line.substr(12);
-    }
-  }
-  ASSERT_FALSE(http.empty()) << *ReadFileToString(log);
+  testing::UpCluster up(dir.path() + "/up.log", {"--prefill-idle"});
+  ASSERT_GT(up.pid(), 0);
+  const std::string http = up.WaitForHttp();
+  ASSERT_FALSE(http.empty()) << up.Log();
   const testing::HttpReply r =
       testing::Curl(http, "/v1/completions",
                     R"({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})");
   EXPECT_EQ(r.status, 200) << r.body;
   int prefill = 0;
-  for (pid_t child : Children(pid)) {
+  for (pid_t child : Children(up.pid())) {
     const std::string cmd = CommandLine(child);
     const bool is_prefill = cmd.find("--role=prefill") != std::string::npos;
     prefill += is_prefill;
-    int threads = 0;
-    std::error_code ec;
-    for (auto it = std::filesystem::directory_iterator(absl::StrFormat("/proc/%d/task", child), ec);
-         !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
-      const std::vector<std::string> f = StatFields(it->path().string() + "/stat");
-      if (f.size() <= 41 - 3) continue;
-      ++threads;
-      EXPECT_EQ(std::stoi(f[41 - 3]), is_prefill ? SCHED_IDLE : SCHED_OTHER) << cmd;
-    }
-    EXPECT_GT(threads, 1) << cmd;
+    const std::vector<int> policy = ThreadStatField(child, 41);
+    EXPECT_GT(policy.size(), 1u) << cmd;
+    for (int p : policy) EXPECT_EQ(p, is_prefill ? SCHED_IDLE : SCHED_OTHER) << cmd;
   }
   EXPECT_EQ(prefill, 1);
-  ::kill(pid, SIGINT);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_TRUE(up.Stop());
 }
 
 TEST(CliTest, ModelConvertAndRandom) {
