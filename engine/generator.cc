@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <deque>
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "engine/model_runner.h"
 #include "engine/sampling/stop.h"
+#include "engine/scheduling/scheduler.h"
 
 namespace tandem {
 
@@ -33,18 +34,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// One request's output side: its tokens and text. What is computed and where its KV lives is the
+// scheduler's (engine/scheduling/scheduler.h), under the request's index as its id.
 struct Seq {
   int index = 0;
   const GenerationRequest* req = nullptr;
   std::vector<int> tokens;  // prompt + generated
-  int num_computed = 0;     // tokens whose KV is in the cache
-  std::vector<int> blocks;  // block table
   int generated = 0;
   std::optional<IncrementalDecoder> decoder;
   std::optional<StopStringMatcher> stop;
-  // This step's proposals (speculative decoding), then its input when it scores them: the last
-  // token, then the proposals (empty otherwise).
-  std::vector<int> proposals;
+  // Its input when it scores proposals this step (speculative decoding): the last token, then
+  // the proposals (empty otherwise).
   std::vector<int> step_tokens;
 };
 
@@ -90,33 +90,42 @@ int BlocksForRequests(std::span<const GenerationRequest> requests, const ModelCo
   return static_cast<int>(std::max<int64_t>(num_blocks, 1));
 }
 
-// The scheduler's state over one Generate call: every sequence, the queues, the KV blocks and
-// the outputs.
+// One Generate call: the scheduler, every sequence and the outputs.
 struct BatchState {
-  BatchState(int num_blocks, KvTableLayout layout, Clock::time_point start, Proposer* proposer)
-      : pool(num_blocks), layout(std::move(layout)), start(start), proposer(proposer) {}
+  BatchState(DecodeScheduler::Options options, Clock::time_point start, Proposer* proposer)
+      : scheduler(std::move(options)), start(start), proposer(proposer) {}
 
-  BlockPool pool;
-  KvTableLayout layout;  // the cache's (engine/kv/block_table.h)
+  DecodeScheduler scheduler;
   std::vector<GenerationOutput> outputs;
   std::vector<Seq> seqs;
-  std::deque<int> waiting;
-  std::vector<int> running;  // in admission order
+  std::vector<uint64_t> finished;  // this step's: released once the step is complete
   bool first_token_seen = false;
   Clock::time_point start;
   Proposer* proposer;  // nullptr: no speculation
 };
 
-// Gives a sequence's KV blocks back; it will be recomputed from scratch if it runs again.
-absl::Status Release(BlockPool* pool, Seq* s) {
-  FreeTable(pool, &s->blocks);
-  s->num_computed = 0;
-  return absl::OkStatus();
+// The scheduler's options for a cache of `num_blocks` blocks laid out as `layout`: every request
+// enqueued at once, prompts computed in chunks of options.prefill_chunk (0: whole) under the
+// forward call's token and sequence limits, no blocks set aside for growth.
+DecodeScheduler::Options SchedulerOptions(const GeneratorOptions& options, int num_blocks,
+                                          const KvTableLayout& layout, size_t num_requests) {
+  DecodeScheduler::Options o;
+  o.num_blocks = num_blocks;
+  o.block_size = layout.block_size;
+  o.group_window = layout.group_window;
+  o.max_running = static_cast<int>(std::min<size_t>(std::max<size_t>(num_requests, 1), INT32_MAX));
+  o.watermark = 0;
+  o.recompute_budget = INT32_MAX;
+  o.max_batch = options.max_batch;
+  o.chunk_size = options.prefill_chunk;
+  o.step_tokens = options.max_step_tokens;
+  return o;
 }
 
-// Ends a sequence with `reason`, emitting the text still held back when `flush_text`.
-absl::Status Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush_text,
-                    const Generator::TokenCallback& on_token) {
+// Ends a sequence with `reason`, emitting the text still held back when `flush_text`. Its blocks
+// go back once the step is complete.
+void Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush_text,
+            const Generator::TokenCallback& on_token) {
   Seq& s = *seq;
   GenerationOutput& out = state->outputs[s.index];
   out.finish = reason;
@@ -128,96 +137,13 @@ absl::Status Finish(BatchState* state, Seq* seq, FinishReason reason, bool flush
     if (!tail.empty() && on_token) on_token(s.index, -1, tail);
   }
   if (state->proposer != nullptr) state->proposer->Forget(s.index);
-  return Release(&state->pool, seq);
-}
-
-// Admits waiting sequences (FIFO) while their computed-so-far tokens fit: each takes the blocks
-// its tokens hold once computed (a sliding group's window at the end); the steps that compute
-// them take the rest of what they read.
-absl::Status AdmitWaiting(BatchState* batch, int max_batch, int num_blocks) {
-  BatchState& state = *batch;
-  while (!state.waiting.empty() && static_cast<int>(state.running.size()) < max_batch) {
-    Seq& s = state.seqs[state.waiting.front()];
-    const int tokens = static_cast<int>(s.tokens.size());
-    // At most every block of the prompt is held at once, while its first chunks are computed.
-    const int64_t need = state.layout.BlocksHeld(0, tokens);
-    if (need > num_blocks) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "request %d: needs %d KV blocks, the cache has %d", s.index, need, num_blocks));
-    }
-    if (!GrowTable(state.layout, &state.pool, &s.blocks, tokens - 1, tokens).ok()) break;
-    state.running.push_back(state.waiting.front());
-    state.waiting.pop_front();
-  }
-  if (state.running.empty()) {
-    return absl::ResourceExhaustedError("KV cache too small for the next request");
-  }
-  return absl::OkStatus();
-}
-
-// Schedules one step: decodes first (one token each), then prefill chunks under the token
-// budget. Fills the sequences to run and their chunk lengths.
-absl::Status ScheduleStep(BatchState* batch, const GeneratorOptions& options, int bs,
-                          GenerationStats* stats, std::vector<int>* scheduled,
-                          std::vector<int>* chunk_len) {
-  BatchState& state = *batch;
-  std::vector<int>& running = state.running;
-  int budget = options.max_step_tokens;
-  for (int pass = 0; pass < 2; ++pass) {
-    for (size_t r = 0; r < running.size(); ++r) {
-      const int id = running[r];
-      Seq& s = state.seqs[id];
-      int n = static_cast<int>(s.tokens.size()) - s.num_computed;
-      const bool is_decode = n == 1 && s.num_computed > 0;
-      if (is_decode != (pass == 0)) continue;
-      if (options.prefill_chunk > 0) n = std::min(n, options.prefill_chunk);
-      n = std::min(n, budget);
-      if (n <= 0) continue;
-      s.step_tokens.clear();
-      if (is_decode && !s.proposals.empty()) {
-        // Within the step's token budget: the last token and as many proposals as fit.
-        const int k = std::min(static_cast<int>(s.proposals.size()), budget - 1);
-        if (k > 0) {
-          s.step_tokens.push_back(s.tokens.back());
-          s.step_tokens.insert(s.step_tokens.end(), s.proposals.begin(), s.proposals.begin() + k);
-          n = k + 1;
-        }
-      }
-      s.proposals.clear();
-      // Grow the block table; preempt the most recently admitted sequences if needed.
-      const int need = MissingBlocks(state.layout, s.blocks, s.num_computed, s.num_computed + n);
-      bool preempted_self = false;
-      while (need > 0 && !state.pool.CanAllocate(need)) {
-        const int victim = running.back();
-        // Never preempt a sequence already scheduled in this step.
-        if (std::find(scheduled->begin(), scheduled->end(), victim) != scheduled->end()) break;
-        running.pop_back();
-        if (absl::Status st = Release(&state.pool, &state.seqs[victim]); !st.ok()) return st;
-        state.waiting.push_front(victim);
-        ++stats->preemptions;
-        if (victim == id) {
-          preempted_self = true;
-          break;
-        }
-      }
-      if (preempted_self) break;
-      if (!GrowTable(state.layout, &state.pool, &s.blocks, s.num_computed, s.num_computed + n)
-               .ok()) {
-        continue;  // everything left is scheduled: wait for the next step
-      }
-      scheduled->push_back(id);
-      chunk_len->push_back(n);
-      budget -= n;
-    }
-  }
-  return absl::OkStatus();
+  state->finished.push_back(s.index);
 }
 
 // Appends `token`, sampled from `row`, to the sequence, emits it and its text, and ends the
 // sequence when it finishes there. Returns whether it did.
-absl::StatusOr<bool> EmitToken(BatchState* batch, const ModelConfig& config, Seq* seq,
-                               std::span<const float> row, int token,
-                               const Generator::TokenCallback& on_token, GenerationStats* stats) {
+bool EmitToken(BatchState* batch, const ModelConfig& config, Seq* seq, std::span<const float> row,
+               int token, const Generator::TokenCallback& on_token, GenerationStats* stats) {
   BatchState& state = *batch;
   Seq& s = *seq;
   s.tokens.push_back(token);
@@ -248,47 +174,48 @@ absl::StatusOr<bool> EmitToken(BatchState* batch, const ModelConfig& config, Seq
     if (stopped_by_string) reason = FinishReason::kStop;
   }
   if (!reason) return false;
-  if (absl::Status st = Finish(&state, &s, *reason, !is_eos && !stopped_by_string, on_token);
-      !st.ok()) {
-    return st;
-  }
+  Finish(&state, &s, *reason, !is_eos && !stopped_by_string, on_token);
   return true;
 }
 
-// Asks the proposer for the proposals of every running sequence that decodes this step.
-absl::Status ProposeForRunning(BatchState* batch, const ModelConfig& config, int num_tokens) {
+// Speculative decoding: asks the proposer for the proposals of every sequence that decodes in
+// `step` and widens its work to score those the scheduler grants (Speculate).
+absl::Status ProposeForStep(BatchState* batch, const ModelConfig& config, int num_tokens,
+                            DecodeScheduler::Step* step) {
   BatchState& state = *batch;
   std::vector<ProposalRequest> requests;
-  std::vector<int> ids;
-  for (const int id : state.running) {
-    Seq& s = state.seqs[id];
-    s.proposals.clear();
-    const int len = static_cast<int>(s.tokens.size());
-    if (s.num_computed == 0 || len - s.num_computed != 1) continue;  // not decoding
-    const int room =
-        ProposalRoom(num_tokens, s.req->max_tokens, s.generated, len, config.max_seq_len);
+  std::vector<size_t> works;
+  for (size_t i = 0; i < step->work.size(); ++i) {
+    const DecodeScheduler::Work& w = step->work[i];
+    if (!w.sample || w.count != 1) continue;  // not decoding
+    const Seq& s = state.seqs[w.id];
+    const int room = ProposalRoom(num_tokens, s.req->max_tokens, s.generated,
+                                  static_cast<int>(s.tokens.size()), config.max_seq_len);
     if (room == 0) continue;
-    requests.push_back({static_cast<uint64_t>(s.index), s.tokens, room});
-    ids.push_back(id);
+    requests.push_back({w.id, s.tokens, room});
+    works.push_back(i);
   }
   if (requests.empty()) return absl::OkStatus();
   std::vector<std::vector<int>> proposals;
   if (absl::Status st = state.proposer->Propose(requests, &proposals); !st.ok()) return st;
-  for (size_t i = 0; i < ids.size(); ++i) state.seqs[ids[i]].proposals = std::move(proposals[i]);
+  for (size_t j = 0; j < works.size(); ++j) {
+    const int k = state.scheduler.Speculate(step, works[j], static_cast<int>(proposals[j].size()));
+    if (k == 0) continue;
+    Seq& s = state.seqs[step->work[works[j]].id];
+    s.step_tokens.assign(1, s.tokens.back());
+    s.step_tokens.insert(s.step_tokens.end(), proposals[j].begin(), proposals[j].begin() + k);
+  }
   return absl::OkStatus();
 }
 
 // A sequence that scored proposals (s.step_tokens) over `rows` (one logit row per input token):
-// the verify rule of engine/speculative/proposer.h, then the blocks that held only rejected
-// proposals' rows are freed. Returns whether the sequence finished.
-absl::StatusOr<bool> VerifyStep(BatchState* state, const ModelConfig& config, int bs, Seq* seq,
-                                std::span<const float> rows,
-                                const Generator::TokenCallback& on_token, GenerationStats* stats) {
+// the verify rule of engine/speculative/proposer.h. Returns the proposals kept.
+absl::StatusOr<int> VerifyStep(BatchState* state, const ModelConfig& config, Seq* seq,
+                               std::span<const float> rows,
+                               const Generator::TokenCallback& on_token, GenerationStats* stats) {
   Seq& s = *seq;
   const std::span<const int> proposals = std::span<const int>(s.step_tokens).subspan(1);
   stats->proposed_tokens += static_cast<int64_t>(proposals.size());
-  absl::Status error;
-  bool finished = false;
   std::span<const float> row;
   const int kept = VerifyProposals(
       proposals,
@@ -296,55 +223,64 @@ absl::StatusOr<bool> VerifyStep(BatchState* state, const ModelConfig& config, in
         row = rows.subspan(static_cast<size_t>(j) * config.vocab_size, config.vocab_size);
         return Sample(row, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
       },
-      [&](int token) {
-        ++s.num_computed;  // the row's input: its KV is now part of the sequence
-        absl::StatusOr<bool> done = EmitToken(state, config, seq, row, token, on_token, stats);
-        if (!done.ok()) error = done.status();
-        finished = !done.ok() || *done;
-        return finished;
-      });
+      [&](int token) { return EmitToken(state, config, seq, row, token, on_token, stats); });
   stats->accepted_tokens += kept;
-  if (!error.ok()) return error;
-  if (finished) return true;
-  // Blocks past the next input's position held only rejected proposals' rows.
-  ShrinkTable(state->layout, &state->pool, &s.blocks, static_cast<int>(s.tokens.size()));
-  return false;
+  s.step_tokens.clear();
+  return kept;
 }
 
-// After a forward call over `scheduled`: advances each sequence by its chunk and, for those whose
-// prompt is now all computed, samples the next token (or checks its proposals) from `logits`,
-// emits it and checks whether the sequence is done. Finished sequences leave `running`.
-absl::Status SampleStep(BatchState* batch, const ModelConfig& config, int bs,
-                        const std::vector<int>& scheduled, const std::vector<int>& chunk_len,
-                        const std::vector<float>& logits, const Generator::TokenCallback& on_token,
-                        GenerationStats* stats) {
+// After a forward call over `step`: samples the next token of each work whose last position
+// gives one (or checks its proposals) from `logits`, emits it and checks whether the sequence is
+// done. kept[i]: the proposals work i kept.
+absl::Status SampleStep(BatchState* batch, const ModelConfig& config,
+                        const DecodeScheduler::Step& step, const std::vector<float>& logits,
+                        const Generator::TokenCallback& on_token, GenerationStats* stats,
+                        std::vector<int>* kept) {
   BatchState& state = *batch;
-  std::vector<int> done;
-  size_t row = 0;  // the first logit row of scheduled[i]
-  for (size_t i = 0; i < scheduled.size(); ++i) {
-    Seq& s = state.seqs[scheduled[i]];
-    const size_t rows = s.step_tokens.empty() ? 1 : s.step_tokens.size();
+  kept->assign(step.work.size(), 0);
+  size_t row = 0;  // the first logit row of work i
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const DecodeScheduler::Work& w = step.work[i];
+    Seq& s = state.seqs[w.id];
+    const size_t rows = 1 + w.draft;
     const std::span<const float> step_rows(logits.data() + row * config.vocab_size,
                                            rows * config.vocab_size);
     row += rows;
-    absl::StatusOr<bool> finished = false;
-    if (!s.step_tokens.empty()) {
-      finished = VerifyStep(&state, config, bs, &s, step_rows, on_token, stats);
-    } else {
-      s.num_computed += chunk_len[i];
-      if (s.num_computed < static_cast<int>(s.tokens.size())) continue;  // mid-prefill
+    if (w.draft > 0) {
+      absl::StatusOr<int> k = VerifyStep(&state, config, &s, step_rows, on_token, stats);
+      if (!k.ok()) return k.status();
+      (*kept)[i] = *k;
+    } else if (w.sample) {
       const int token =
           Sample(step_rows, s.req->sampling, s.tokens.size(), HistoryOf(*s.req, s.tokens, config));
-      finished = EmitToken(&state, config, &s, step_rows, token, on_token, stats);
+      EmitToken(&state, config, &s, step_rows, token, on_token, stats);
     }
-    if (!finished.ok()) return finished.status();
-    if (*finished) done.push_back(s.index);
-  }
-  if (!done.empty()) {
-    std::erase_if(state.running,
-                  [&](int id) { return std::find(done.begin(), done.end(), id) != done.end(); });
   }
   return absl::OkStatus();
+}
+
+// The error when nothing runs and the oldest waiting request cannot be readmitted into the empty
+// cache.
+absl::Status DoesNotFit(const DecodeScheduler& scheduler) {
+  const uint64_t id = scheduler.preempted().empty() ? 0 : scheduler.preempted().front();
+  return absl::ResourceExhaustedError(
+      absl::StrFormat("request %d: %d tokens do not fit in the KV cache of %d blocks of %d", id,
+                      scheduler.tokens(id), scheduler.num_blocks(), scheduler.block_size()));
+}
+
+// The forward call's input for `step`.
+std::vector<SequenceChunk> StepBatch(const BatchState& state, const DecodeScheduler::Step& step) {
+  std::vector<SequenceChunk> batch(step.work.size());
+  for (size_t i = 0; i < step.work.size(); ++i) {
+    const DecodeScheduler::Work& w = step.work[i];
+    const Seq& s = state.seqs[w.id];
+    batch[i].tokens = w.draft > 0 ? std::span<const int>(s.step_tokens)
+                                  : std::span<const int>(s.tokens).subspan(w.start, w.count);
+    batch[i].start_pos = w.start;
+    batch[i].block_table = *state.scheduler.blocks(w.id);
+    batch[i].all_logits = w.draft > 0;
+  }
+  return batch;
 }
 
 }  // namespace
@@ -379,10 +315,11 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
   draft.max_step_tokens = options_.max_step_tokens;
   auto proposer = MakeProposer(options_.speculative, config, draft);
   if (!proposer.ok()) return proposer.status();
-  BatchState state(
-      num_blocks,
-      runner != nullptr ? runner->kv_spec().table_layout() : cache->spec().table_layout(), start,
-      proposer->get());
+  const KvTableLayout layout =
+      runner != nullptr ? runner->kv_spec().table_layout() : cache->spec().table_layout();
+  BatchState state(SchedulerOptions(options_, num_blocks, layout, requests.size()), start,
+                   proposer->get());
+  DecodeScheduler& scheduler = state.scheduler;
 
   state.outputs.resize(requests.size());
   state.seqs.resize(requests.size());
@@ -395,52 +332,40 @@ absl::StatusOr<std::vector<GenerationOutput>> Generator::Generate(
       s.decoder.emplace(tokenizer_, requests[i].prompt);
       s.stop.emplace(requests[i].stop_strings);
     }
-    state.waiting.push_back(static_cast<int>(i));
-    stats_.prompt_tokens += static_cast<int64_t>(requests[i].prompt.size());
+    const int64_t prompt = static_cast<int64_t>(requests[i].prompt.size());
+    const int64_t most = std::min<int64_t>(prompt + requests[i].max_tokens, config.max_seq_len);
+    if (absl::Status st = scheduler.Enqueue(i, static_cast<int>(prompt), static_cast<int>(most));
+        !st.ok()) {
+      return absl::Status(st.code(), absl::StrFormat("request %d: %s", i, st.message()));
+    }
+    stats_.prompt_tokens += prompt;
   }
 
   std::vector<float> logits;
-  while (!state.waiting.empty() || !state.running.empty()) {
-    if (absl::Status st = AdmitWaiting(&state, options_.max_batch, num_blocks); !st.ok()) {
-      return st;
-    }
+  std::vector<int> kept;
+  while (scheduler.num_admitted() > 0) {
+    DecodeScheduler::Step step = scheduler.Schedule();
+    // Whenever a sequence runs, the step computes some of it (engine/scheduling/scheduler.h).
+    if (step.work.empty()) return DoesNotFit(scheduler);
     if (state.proposer != nullptr) {
-      if (absl::Status st = ProposeForRunning(&state, config, options_.speculative.num_tokens);
+      if (absl::Status st = ProposeForStep(&state, config, options_.speculative.num_tokens, &step);
           !st.ok()) {
         return st;
       }
     }
-    std::vector<int> scheduled;
-    std::vector<int> chunk_len;
-    if (absl::Status st = ScheduleStep(&state, options_, bs, &stats_, &scheduled, &chunk_len);
-        !st.ok()) {
-      return st;
-    }
-    if (scheduled.empty()) continue;
-
-    std::vector<SequenceChunk> batch(scheduled.size());
-    for (size_t i = 0; i < scheduled.size(); ++i) {
-      Seq& s = state.seqs[scheduled[i]];
-      batch[i].tokens = s.step_tokens.empty()
-                            ? std::span<const int>(s.tokens).subspan(s.num_computed, chunk_len[i])
-                            : std::span<const int>(s.step_tokens);
-      batch[i].start_pos = s.num_computed;
-      batch[i].block_table = s.blocks;
-      batch[i].all_logits = !s.step_tokens.empty();
-    }
+    const std::vector<SequenceChunk> batch = StepBatch(state, step);
     absl::Status st = runner != nullptr ? runner->Forward(batch, &logits)
                                         : model_->Forward(batch, &*cache, &logits);
     if (!st.ok()) return st;
     ++stats_.steps;
-    st = SampleStep(&state, config, bs, scheduled, chunk_len, logits, on_token, &stats_);
+    st = SampleStep(&state, config, step, logits, on_token, &stats_, &kept);
     if (!st.ok()) return st;
-    // Blocks behind the sliding windows of what the sequences compute next.
-    for (int id : state.running) {
-      Seq& s = state.seqs[id];
-      TrimTable(state.layout, &state.pool, &s.blocks, s.num_computed);
-    }
+    scheduler.Complete(step, kept);
+    for (const uint64_t id : state.finished) scheduler.Release(id);
+    state.finished.clear();
   }
-  if (!state.pool.NoneInUse()) return absl::InternalError("generator: KV blocks leaked");
+  stats_.preemptions = scheduler.preemptions();
+  if (!scheduler.Idle()) return absl::InternalError("generator: KV blocks leaked");
   if (state.proposer != nullptr && !state.proposer->Idle()) {
     return absl::InternalError("generator: the draft model's KV blocks leaked");
   }

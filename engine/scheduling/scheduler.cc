@@ -100,6 +100,33 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
   return e.blocks;
 }
 
+absl::Status DecodeScheduler::Enqueue(uint64_t id, int prompt_tokens, int max_tokens) {
+  if (prompt_tokens < 1)
+    return absl::InvalidArgumentError("DecodeScheduler::Enqueue: empty prompt");
+  if (requests_.contains(id)) {
+    return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
+  }
+  const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
+  if (layout_.TokensIn(num_blocks()) < most_tokens) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request may reach %d tokens (%d KV blocks of %d), more than the whole cache of %d "
+        "blocks",
+        most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
+  }
+  if (num_admitted() >= options_.max_running) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("at the limit of %d requests", options_.max_running));
+  }
+  Entry& e = requests_[id];
+  e.order = next_order_++;
+  e.state = State::kPreempted;
+  e.tokens = prompt_tokens;
+  e.computed = 0;
+  e.max_tokens = most_tokens;
+  preempted_.push_back(id);  // the newest: admission order
+  return absl::OkStatus();
+}
+
 absl::Status DecodeScheduler::Start(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end())
@@ -142,7 +169,7 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
   Step step;
   // Readmission: the oldest preempted sequences first, while their tokens fit (what they hold
   // once recomputed; the recompute steps take the earlier windows they read as they go).
-  while (!preempted_.empty()) {
+  while (!preempted_.empty() && static_cast<int>(running_.size()) < options_.max_batch) {
     const uint64_t id = preempted_.front();
     Entry& e = requests_.at(id);
     if (!GrowTable(layout_, &pool_, &e.blocks, e.tokens - 1, e.tokens).ok()) break;
@@ -151,12 +178,19 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     InsertInOrder(running_, id);
   }
   int budget = options_.recompute_budget;
+  int step_left = options_.step_tokens;
   const std::vector<uint64_t> order = running_;
   for (const uint64_t id : order) {
+    if (step_left <= 0) break;
     Entry& e = requests_.at(id);
     if (e.state != State::kRunning) continue;  // preempted for an older one in this step
     int n = e.tokens - e.computed;
-    if (n > 1) n = std::min(n, budget);  // a recompute, under the step's budget
+    const bool recompute = n > 1;
+    if (recompute) {  // under the step's recompute budget and the chunk cap
+      n = std::min(n, budget);
+      if (options_.chunk_size > 0) n = std::min(n, options_.chunk_size);
+    }
+    n = std::min(n, step_left);
     if (n <= 0) continue;
     const int need = MissingBlocks(layout_, e.blocks, e.computed, e.computed + n);
     while (need > pool_.num_available() && e.state == State::kRunning) {
@@ -168,7 +202,8 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     if (e.state != State::kRunning) continue;    // it was the newest: it waits itself
     if (need > pool_.num_available()) continue;  // everything else is in this step: next one
     GrowTable(layout_, &pool_, &e.blocks, e.computed, e.computed + n).IgnoreError();  // fits
-    if (n > 1) budget -= n;
+    if (recompute) budget -= n;
+    step_left -= n;
     step.work.push_back({id, e.computed, n, e.computed + n == e.tokens});
   }
   return step;
@@ -181,6 +216,10 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   // The last proposal is fed at position start + k; none may reach past the request's most
   // tokens (the blocks reserved under kReserve).
   k = std::min(k, e.max_tokens - 1 - w.start - 1);
+  // Nor past the step's token limit.
+  int64_t used = 0;
+  for (const Work& x : step->work) used += x.count;
+  k = static_cast<int>(std::min<int64_t>(k, options_.step_tokens - used));
   // kReserve: never from the blocks promised to the others (nor its own: a conservative bound,
   // as proposals reach past what a one-token step holds).
   const int free =

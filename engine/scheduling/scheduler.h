@@ -96,6 +96,12 @@ class PrefillScheduler {
 // group's every block), taking them from the pool as it grows and keeping the rest out of every
 // other admission's reach, and nothing is ever preempted: fewer sequences fit, as in TensorRT-LLM's
 // GUARANTEED_NO_EVICT policy. A deployment that must never recompute chooses it.
+//
+// The single-process engine (engine/generator.h) drives the same scheduler with its prompts
+// computed here: Enqueue puts a request where a preempted one waits, with nothing computed, and
+// the recompute path computes its prompt in chunks (Options::chunk_size), under the forward
+// call's limit of tokens per step (Options::step_tokens) and of sequences per batch
+// (Options::max_batch).
 class DecodeScheduler {
  public:
   enum class Admission { kOnDemand, kReserve };  // --kv-admission on-demand|reserve
@@ -112,6 +118,13 @@ class DecodeScheduler {
     // A sequence holds a block per group per block_size tokens, and lets a sliding group's
     // blocks go once they fall behind its window (engine/kv/block_table.h).
     std::vector<int> group_window;
+    // Sequences in the running batch at once: readmission stops there.
+    int max_batch = INT32_MAX;
+    // Most positions of one sequence computed in a step (a prompt's or a recompute's chunk);
+    // 0: no cap beyond recompute_budget.
+    int chunk_size = 0;
+    // Every position computed in one step, decodes included: the forward call's limit.
+    int step_tokens = INT32_MAX;
   };
   struct Work {
     uint64_t id;
@@ -140,16 +153,25 @@ class DecodeScheduler {
   // at the request limit, or when admitting would eat into the watermark; ALREADY_EXISTS for a
   // known id.
   absl::StatusOr<std::vector<int>> Admit(uint64_t id, int prompt_tokens, int max_tokens);
+  // A request whose prompt is computed on this worker (the single-process engine,
+  // engine/generator.h): it waits with the preempted sequences, in admission order, and its
+  // prompt is computed as theirs are recomputed, in chunks; the work that computes its last
+  // position samples its first token. RESOURCE_EXHAUSTED when it could not fit even in an empty
+  // cache or at the request limit; ALREADY_EXISTS for a known id; INVALID_ARGUMENT for an empty
+  // prompt.
+  absl::Status Enqueue(uint64_t id, int prompt_tokens, int max_tokens);
   // Moves an admitted request into the running batch: it holds the prompt and the first token,
   // the prompt's KV is in its blocks.
   absl::Status Start(uint64_t id);
   // Plans one step. Readmits waiting preempted sequences (oldest first) while their blocks are
-  // free, then gives every running sequence the positions to compute (one for a decode, a chunk
-  // for a recompute), growing block tables and preempting the newest sequences when needed.
+  // free and the batch has room, then gives the running sequences, in admission order, the
+  // positions to compute (one for a decode, a chunk for a recompute) while the step has tokens
+  // left, growing block tables and preempting the newest sequences when needed.
   Step Schedule();
   // Speculative decoding: widens the plain decode work step->work[i] to also score up to `k`
   // proposals after its token. Their positions' blocks come only from free ones (speculation never
-  // preempts a sequence), so fewer may be granted. Returns the proposals granted, 0..k.
+  // preempts a sequence) and they count against the step's tokens, so fewer may be granted.
+  // Returns the proposals granted, 0..k.
   int Speculate(Step* step, size_t i, int k);
   // The step ran: each work's positions are computed, and a sampled sequence gained a token. A
   // work that scored proposals gained 1 + kept[i] tokens (the proposals kept, engine/speculative/
@@ -167,6 +189,8 @@ class DecodeScheduler {
   int tokens(uint64_t id) const;
   int num_admitted() const { return static_cast<int>(requests_.size()); }
   int num_preempted() const { return static_cast<int>(preempted_.size()); }
+  // Sequences waiting to be readmitted (preempted or enqueued), oldest first.
+  const std::vector<uint64_t>& preempted() const { return preempted_; }
   int num_free_blocks() const { return pool_.num_available(); }
   int num_blocks() const { return pool_.num_blocks(); }
   int block_size() const { return options_.block_size; }

@@ -3,6 +3,8 @@
 // test ends with the leak check: no request and no block in use.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <functional>
 #include <map>
 #include <vector>
@@ -425,6 +427,114 @@ TEST(DecodeSchedulerTest, SlidingGroupsUnderPressureNeverLoseASequence) {
   EXPECT_TRUE(d.want.empty());
   EXPECT_GT(admitted, 50);
   EXPECT_GT(s.preemptions(), 0);
+  EXPECT_TRUE(s.Idle());
+}
+
+// Enqueued requests (the single-process engine): each waits with nothing computed and its
+// prompt is computed in chunks of at most chunk_size, oldest first; the chunk that reaches the
+// prompt's end samples its first token. Every step stays within step_tokens (decodes included)
+// and max_batch sequences; the decodes of older sequences come before a newer prompt's chunk.
+TEST(DecodeSchedulerTest, EnqueuedPromptsAreComputedInChunksUnderTheStepLimits) {
+  DecodeScheduler::Options o = Opts(40, 4, 16, 0, /*recompute_budget=*/INT32_MAX);
+  o.chunk_size = 6;
+  o.step_tokens = 10;
+  o.max_batch = 3;
+  DecodeScheduler s(o);
+  for (uint64_t id = 1; id <= 5; ++id) ASSERT_TRUE(s.Enqueue(id, 9 + int(id), 40).ok());
+  EXPECT_EQ(s.num_preempted(), 5);
+  EXPECT_EQ(s.preemptions(), 0) << "enqueueing is not a preemption";
+  EXPECT_EQ(s.Enqueue(3, 4, 10).code(), absl::StatusCode::kAlreadyExists);
+  // The first step: request 1's first chunk (6 of its 10 tokens), then 4 of request 2's.
+  DecodeScheduler::Step first = s.Schedule();
+  ASSERT_EQ(first.work.size(), 2u);
+  EXPECT_EQ(first.work[0].id, 1u);
+  EXPECT_EQ(first.work[0].start, 0);
+  EXPECT_EQ(first.work[0].count, 6);
+  EXPECT_FALSE(first.work[0].sample);
+  EXPECT_EQ(first.work[1].id, 2u);
+  EXPECT_EQ(first.work[1].count, 4);
+  EXPECT_EQ(s.running().size(), 3u) << "readmission stops at max_batch";
+  s.Complete(first);
+
+  Driver d{s, {{1, 14}, {2, 15}, {3, 16}, {4, 17}, {5, 18}}};
+  std::map<uint64_t, int> computed = {{1, 6}, {2, 4}};
+  bool decode_before_chunk = false;
+  for (int i = 0; i < 200 && !d.want.empty(); ++i) {
+    DecodeScheduler::Step step = s.Schedule();
+    ASSERT_FALSE(step.work.empty());
+    int tokens = 0;
+    bool decoded = false;
+    for (const Work& w : step.work) {
+      tokens += w.count;
+      EXPECT_EQ(w.start, computed[w.id]) << "a prompt's chunks follow each other";
+      EXPECT_LE(w.count, 6);
+      computed[w.id] = w.start + w.count;
+      if (w.count == 1 && w.sample) decoded = true;
+      if (w.count > 1 && decoded) decode_before_chunk = true;
+    }
+    EXPECT_LE(tokens, 10);
+    EXPECT_LE(static_cast<int>(s.running().size()), 3);
+    s.Complete(step);
+    for (const Work& w : step.work) {
+      if (w.sample && s.tokens(w.id) >= d.want.at(w.id)) {
+        EXPECT_TRUE(s.Release(w.id));
+        d.want.erase(w.id);
+      }
+    }
+  }
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_TRUE(decode_before_chunk);
+  EXPECT_EQ(s.preemptions(), 0);
+  EXPECT_TRUE(s.Idle());
+}
+
+// Enqueue refuses what the whole cache cannot hold and what passes the request limit; a request
+// enqueued behind a preempted sequence keeps the order of admission.
+TEST(DecodeSchedulerTest, EnqueueRefusesWhatCannotFitAndKeepsAdmissionOrder) {
+  DecodeScheduler s(Opts(10, 4, /*max_running=*/3));
+  EXPECT_EQ(s.Enqueue(1, 30, 41).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.Enqueue(1, 0, 4).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(s.Enqueue(1, 15, 20).ok());  // 4 blocks, up to 5
+  ASSERT_TRUE(s.Enqueue(2, 15, 20).ok());
+  ASSERT_TRUE(s.Enqueue(3, 3, 8).ok());
+  EXPECT_EQ(s.Enqueue(4, 3, 8).code(), absl::StatusCode::kResourceExhausted);
+  Driver d{s, {{1, 20}, {2, 20}, {3, 8}}};
+  d.Run();
+  EXPECT_TRUE(d.want.empty());
+  EXPECT_GT(s.preemptions(), 0) << "two sequences of 5 blocks and a third share 10 blocks";
+  // Whatever was preempted, a sequence's first token comes after every older one's.
+  std::vector<uint64_t> first_sampled;
+  for (const auto& step : d.steps) {
+    for (const Work& w : step.work) {
+      if (w.sample &&
+          std::find(first_sampled.begin(), first_sampled.end(), w.id) == first_sampled.end()) {
+        first_sampled.push_back(w.id);
+      }
+    }
+  }
+  EXPECT_EQ(first_sampled, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_TRUE(s.Idle());
+}
+
+// Proposals count against the step's tokens.
+TEST(DecodeSchedulerTest, SpeculationStaysWithinTheStepTokens) {
+  DecodeScheduler::Options o = Opts(40, 4, 16);
+  o.step_tokens = 5;
+  DecodeScheduler s(o);
+  for (uint64_t id = 1; id <= 2; ++id) {
+    ASSERT_TRUE(s.Admit(id, 3, 30).ok());
+    ASSERT_TRUE(s.Start(id).ok());
+  }
+  DecodeScheduler::Step step = s.Schedule();
+  ASSERT_EQ(step.work.size(), 2u);
+  EXPECT_EQ(s.Speculate(&step, 0, 4), 3);  // 2 decodes and 3 proposals: the step's 5 tokens
+  EXPECT_EQ(s.Speculate(&step, 1, 4), 0);
+  const std::vector<int> kept = {1, 0};
+  s.Complete(step, kept);
+  EXPECT_EQ(s.tokens(1), 6);  // 4, then the token and the one proposal kept
+  EXPECT_EQ(s.tokens(2), 5);
+  EXPECT_TRUE(s.Release(1));
+  EXPECT_TRUE(s.Release(2));
   EXPECT_TRUE(s.Idle());
 }
 
