@@ -3,8 +3,7 @@
 #ifndef TANDEM_TOOLS_BENCH_FLAGS_H_
 #define TANDEM_TOOLS_BENCH_FLAGS_H_
 
-#include <set>
-#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "planner/workload.h"
@@ -12,12 +11,14 @@
 
 namespace tandem {
 
-// --rate --arrival --burstiness --concurrency --input-len --output-len --trace --num-requests
-// --duration --warmup --seed --temperature --timeout --max-inflight --slo-ttft --slo-tpot
-const std::set<std::string>& BenchWorkloadFlags();
+// --rate --arrival --burstiness --concurrency --input-len --output-len --max-tokens --trace
+// --num-requests --duration --warmup --seed --temperature --timeout --max-inflight --slo-ttft
+// --slo-tpot, each defaulting to bench::BenchConfig's field.
+std::vector<FlagSpec> BenchWorkloadFlags();
 
-// The configuration those flags describe (every other field left at its default). Does not
-// validate: BenchConfig::Validate does.
+// The configuration those flags describe: the fields of the flags given, every other at its
+// default (a command may declare only some of the flags). Does not validate:
+// BenchConfig::Validate does.
 absl::StatusOr<bench::BenchConfig> BenchConfigFromFlags(const Flags& f);
 
 }  // namespace tandem

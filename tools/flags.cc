@@ -1,67 +1,148 @@
 #include "tools/flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <deque>
+#include <utility>
 
+#include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem {
 
-absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args,
-                                   const std::set<std::string>& value_flags,
-                                   const std::set<std::string>& bool_flags) {
-  Flags f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.size() < 3 || a.compare(0, 2, "--") != 0) {
-      f.positional_.push_back(a);
-      continue;
+FlagSpec ValueFlag(std::string name, std::string type, std::string default_value,
+                   std::string help) {
+  return {std::move(name), FlagSpec::Kind::kValue, std::move(type), std::move(default_value),
+          std::move(help)};
+}
+
+FlagSpec BoolFlag(std::string name, std::string help) {
+  return {std::move(name), FlagSpec::Kind::kBool, "", "", std::move(help)};
+}
+
+FlagSpec RepeatedFlag(std::string name, std::string type, std::string help) {
+  return {std::move(name), FlagSpec::Kind::kRepeated, std::move(type), "", std::move(help)};
+}
+
+namespace {
+
+// CLI11's message for a parse error, in the words of the flag it concerns.
+absl::Status ParseErrorStatus(const CLI::ParseError& e) {
+  std::string message = e.what();
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    // "--NAME: 1 required TYPE missing"
+    message = message.substr(0, message.find(':')) + " needs a value";
+  } else if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
+    // "Could not convert: --NAME = VALUE" (only booleans are converted here)
+    const size_t at = message.find("--");
+    if (at != std::string::npos) {
+      message = message.substr(at, message.find(' ', at) - at) + " takes no value (or true|false)";
     }
-    std::string name = a.substr(2), value;
-    const size_t eq = name.find('=');
-    const bool has_inline = eq != std::string::npos;
-    if (has_inline) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (bool_flags.count(name)) {
-      if (has_inline && value != "true" && value != "false") {
-        return absl::InvalidArgumentError(absl::StrFormat("--%s takes no value", name));
-      }
-      if (value != "false") f.values_.emplace(name, "true");
-      continue;
-    }
-    if (!value_flags.count(name)) {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag --%s", name));
-    }
-    if (!has_inline) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrFormat("--%s needs a value", name));
-      }
-      value = args[++i];
-    }
-    f.values_.emplace(name, value);
   }
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace
+
+absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const Command& command) {
+  Flags f;
+  CLI::App app(command.description, command.name);
+  app.footer(command.footer);
+  app.allow_extras();  // unknown flags and positional arguments are named below
+  // The storage CLI11 writes each flag's values into (a deque: stable addresses).
+  std::deque<std::string> last;
+  std::deque<std::vector<std::string>> all;
+  std::deque<bool> set;
+  struct Bound {
+    const FlagSpec* spec;
+    CLI::Option* option;
+    const std::string* last = nullptr;
+    const std::vector<std::string>* all = nullptr;
+    const bool* set = nullptr;
+  };
+  std::vector<Bound> bound;
+  for (const FlagSpec& spec : command.flags) {
+    const std::string name = "--" + spec.name;
+    Bound b{&spec, nullptr};
+    switch (spec.kind) {
+      case FlagSpec::Kind::kBool:
+        b.set = &set.emplace_back(false);
+        b.option = app.add_flag(name, set.back(), spec.help);
+        break;
+      case FlagSpec::Kind::kValue:
+        b.last = &last.emplace_back();
+        b.option = app.add_option(name, last.back(), spec.help)
+                       ->type_name(spec.type)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        if (!spec.default_value.empty()) b.option->default_str(spec.default_value);
+        break;
+      case FlagSpec::Kind::kRepeated:
+        b.all = &all.emplace_back();
+        b.option = app.add_option(name, all.back(), spec.help)
+                       ->type_name(spec.type)
+                       ->allow_extra_args(false)
+                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+        break;
+    }
+    f.defaults_[spec.name] = spec.default_value;
+    bound.push_back(b);
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    f.help_requested_ = true;
+    f.help_ = app.help();
+    return f;
+  } catch (const CLI::ParseError& e) {
+    return ParseErrorStatus(e);
+  }
+  for (const std::string& extra : app.remaining()) {
+    if (extra.size() > 1 && extra[0] == '-') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unknown flag %s", extra.substr(0, extra.find('='))));
+    }
+    if (command.positional.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s takes no argument \"%s\"", command.name, extra));
+    }
+    f.positional_.push_back(extra);
+  }
+  for (const Bound& b : bound) {
+    if (b.option->count() == 0) continue;
+    std::vector<std::string>& values = f.values_[b.spec->name];
+    if (b.set != nullptr) {
+      if (*b.set) values.push_back("true");
+    } else if (b.last != nullptr) {
+      values.push_back(*b.last);
+    } else {
+      values = *b.all;
+    }
+    if (values.empty()) f.values_.erase(b.spec->name);
+  }
+  f.help_ = app.help();
   return f;
 }
 
-std::string Flags::Get(const std::string& name, const std::string& fallback) const {
-  auto range = values_.equal_range(name);
-  if (range.first == range.second) return fallback;
-  return std::prev(range.second)->second;  // the last one wins
+bool Flags::Has(const std::string& name) const { return values_.contains(name); }
+
+std::string Flags::Get(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it != values_.end()) return it->second.back();  // the last one wins
+  auto d = defaults_.find(name);
+  return d == defaults_.end() ? "" : d->second;
 }
 
 std::vector<std::string> Flags::GetAll(const std::string& name) const {
-  std::vector<std::string> out;
-  auto range = values_.equal_range(name);
-  for (auto it = range.first; it != range.second; ++it) out.push_back(it->second);
-  return out;
+  auto it = values_.find(name);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
 }
 
-absl::StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback) const {
-  if (!Has(name)) return fallback;
+absl::StatusOr<int64_t> Flags::GetInt(const std::string& name) const {
   const std::string v = Get(name);
   char* end = nullptr;
   errno = 0;
@@ -72,8 +153,7 @@ absl::StatusOr<int64_t> Flags::GetInt(const std::string& name, int64_t fallback)
   return static_cast<int64_t>(x);
 }
 
-absl::StatusOr<double> Flags::GetDouble(const std::string& name, double fallback) const {
-  if (!Has(name)) return fallback;
+absl::StatusOr<double> Flags::GetDouble(const std::string& name) const {
   const std::string v = Get(name);
   char* end = nullptr;
   const double x = std::strtod(v.c_str(), &end);
@@ -81,6 +161,37 @@ absl::StatusOr<double> Flags::GetDouble(const std::string& name, double fallback
     return absl::InvalidArgumentError(absl::StrFormat("--%s: \"%s\" is not a number", name, v));
   }
   return x;
+}
+
+std::vector<FlagSpec> Concat(std::vector<FlagSpec> flags, const std::vector<FlagSpec>& more) {
+  flags.insert(flags.end(), more.begin(), more.end());
+  return flags;
+}
+
+std::vector<FlagSpec> Pick(const std::vector<FlagSpec>& specs,
+                           std::initializer_list<const char*> names) {
+  std::vector<FlagSpec> out;
+  for (const FlagSpec& spec : specs) {
+    if (std::any_of(names.begin(), names.end(), [&](const char* n) { return spec.name == n; })) {
+      out.push_back(spec);
+    }
+  }
+  return out;
+}
+
+std::optional<int> ParseOrExit(const std::vector<std::string>& args, const Flags::Command& command,
+                               absl::StatusOr<Flags>* flags) {
+  *flags = Flags::Parse(args, command);
+  if (!flags->ok()) {
+    std::fprintf(stderr, "%s: %s\n", command.name.c_str(),
+                 std::string(flags->status().message()).c_str());
+    return 2;
+  }
+  if ((*flags)->help_requested()) {
+    std::fputs((*flags)->help().c_str(), stdout);
+    return 0;
+  }
+  return std::nullopt;
 }
 
 }  // namespace tandem

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <set>
+#include <optional>
 #include <thread>
 #include <tuple>
 
@@ -22,89 +22,14 @@
 #include "tools/bench_runner.h"
 #include "tools/calibrate_in_situ.h"
 #include "tools/flags.h"
+#include "tools/plan_flags.h"
 
 namespace tandem {
 namespace {
 
-constexpr char kPlanUsage[] = R"(usage:
-  tandem plan --model CONFIG --hardware PROFILE --workload SPEC
-              --slo-ttft SECONDS --slo-tpot SECONDS [--gpus N] [--attainment F]
-              [--tp 1,2,4,8] [--no-colocated] [--num-requests N] [--sim-seconds S] [--seed S]
-              [--top K] [--json FILE] [--emit-kustomize DIR [--kustomize-base PATH]]
-              [worker options]
-      Searches prefill/decode worker counts within N GPUs (default 8) for the highest
-      request rate whose SLO attainment reaches F (0.9); ranks the layouts by that
-      rate per GPU, with predicted TTFT and TPOT. Each simulation sends
-      max(N (200), rate x S (30)) requests. Tensor parallelism is modelled only with
-      --tp (no Tandem worker implements it; such layouts are marked not runnable).
-      --emit-kustomize: writes DIR/kustomization.yaml and DIR/plan.yaml, an overlay
-      of PATH (default deploy/k8s/overlays/gpu) with the best runnable disaggregated
-      layout's replica counts, GPUs per worker and the worker flags the plan
-      assumed; `kubectl kustomize DIR` builds it.
-  tandem plan simulate --model CONFIG --hardware PROFILE [--prefill N] [--decode M]
-              [--colocated N] [--prefill-tp T] [--decode-tp T] [tandem bench workload flags]
-              [--runs N] [--json FILE] [--steps FILE] [worker options]
-      One configuration, simulated; prints what `tandem bench` prints for a run.
-      On a profile with jitter (a calibrated local one) every run draws its own
-      noise, as a measured run does: the figures are the mean of N runs (default
-      16; 1 on a profile without jitter), what repeated `tandem bench` runs average to.
-  tandem plan profiles
-      The built-in hardware profiles: their figures, and for each whether they are
-      datasheet figures or measured (on which device, date and commit).
-  tandem plan calibrate --model PATH [--model PATH]... [--out FILE] [--repeats N]
-              [--threads N] [--report FILE] [--in-situ [--tokenizer PATH] [--draws N]]
-      Measures forward steps on this machine and fits the `local` profile
-      (written to $TANDEM_LOCAL_PROFILE or ~/.cache/tandem/local_profile.json).
-      With --in-situ, also starts a 1P1D cluster of the first model and fits the
-      decode steps and the request path's overheads to what it measures there
-      (about a minute); each closed loop is run N times (default 1), the fit
-      taking their mean.
-  tandem plan calibrate --refit REPORT [--refit REPORT]... --model PATH [--out FILE]
-              [--report FILE] [--keep-sharing]
-      Fits the in-situ part again to the workloads a --report of an in-situ
-      calibration measured, without starting a cluster: a change to the fit tried
-      on calibrations already made. PATH: the model that calibration ran. Several
-      reports of one model: one fit to their mean, which averages the drift of a
-      shared host's speed between calibrations made at different times.
-      --keep-sharing: fit on the first report's sharing of the host (how many
-      cores a step keeps busy) instead of searching it again: about 8 times
-      cheaper, for a change to the request path's fit.
-
-  tandem plan calibrate --from-device FILE --base PROFILE --out FILE [--name NAME]
-              [--provenance TEXT] [--report FILE]
-      A GPU's profile from a device run: FILE is the JSON of bench/cuda_model_bench
-      (scripts/gpu_check.sh writes it); the step overhead and the matmul,
-      attention and bandwidth efficiencies are fitted to its decode and prefill
-      steps, on PROFILE's datasheet peak, bandwidth, capacity and links (e.g.
-      h200-datasheet). The profile records where it comes from: the file's device,
-      date and commit, or TEXT. --name: the profile's name (default PROFILE's).
-
-CONFIG: a named shape (llama-3-8b, llama-2-7b, tinyllama-1.1b, stories15m, stories110m,
-  stories260k), a Hugging Face config.json, a model directory or a llama2.c checkpoint.
-PROFILE: h200 (measured on an H200: `tandem plan profiles` says where), h100-sxm,
-  h200-datasheet, a100-80gb, l40s (datasheet figures), local, or a profile JSON file.
-SPEC: in=LEN,out=LEN[,arrival=poisson|constant|gamma][,burstiness=B] (LEN as
-  `tandem bench --input-len`), or a .jsonl trace; or give --input-len/--output-len.
-worker options: --block-size N (16) --token-budget N (2048) --prefill-chunk N (512)
-  --max-running N (256) --no-prefix-cache --kv-bytes B (per worker; default: the
-  device memory after the weights, 1 GiB on local) --link nvlink|infiniband|roce|tcp|
-  loopback|NAME:GBPS[:LAT_US] --dtype f32|bf16|f16 (weights; default the profile's).
-  --spec-tokens K --spec-acceptance A: decode workers speculate (K proposals a step,
-  each kept with probability A while those before it were; verify steps cost their
-  1 + K tokens and logit rows).
-)";
-
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "tandem plan: %s\n", std::string(s.message()).c_str());
   return s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-}
-
-const std::set<std::string>& WorkerFlags() {
-  static const auto* f = new std::set<std::string>{
-      "model",       "hardware",    "block-size",     "token-budget", "prefill-chunk",
-      "max-running", "kv-bytes",    "link",           "dtype",        "json",
-      "kv-dtype",    "spec-tokens", "spec-acceptance"};
-  return *f;
 }
 
 struct Common {
@@ -150,11 +75,11 @@ absl::StatusOr<Common> ParseCommon(const Flags& f) {
     if (!link.ok()) return link.status();
     c.cluster.link = *link;
   }
-  auto bs = f.GetInt("block-size", 16);
-  auto budget = f.GetInt("token-budget", 2048);
-  auto chunk = f.GetInt("prefill-chunk", 512);
-  auto running = f.GetInt("max-running", 256);
-  auto kv = f.GetDouble("kv-bytes", 0);
+  auto bs = f.GetInt("block-size");
+  auto budget = f.GetInt("token-budget");
+  auto chunk = f.GetInt("prefill-chunk");
+  auto running = f.GetInt("max-running");
+  auto kv = f.GetDouble("kv-bytes");
   for (const auto* v : {&bs, &budget, &chunk, &running}) {
     if (!v->ok()) return v->status();
   }
@@ -179,8 +104,8 @@ absl::StatusOr<Common> ParseCommon(const Flags& f) {
   // Speculative decoding on the decode workers: K proposals per step, each kept with the
   // probability given (as measured: tandem_spec_decode_num_accepted_tokens_total over
   // tandem_spec_decode_num_draft_tokens_total is close to it for small K).
-  auto spec = f.GetInt("spec-tokens", 0);
-  auto acceptance = f.GetDouble("spec-acceptance", 0);
+  auto spec = f.GetInt("spec-tokens");
+  auto acceptance = f.GetDouble("spec-acceptance");
   if (!spec.ok()) return spec.status();
   if (!acceptance.ok()) return acceptance.status();
   if (*spec < 0 || *spec > 64)
@@ -218,29 +143,24 @@ nlohmann::json ClusterJson(const planner::ClusterSpec& c) {
           {"spec_acceptance", c.spec_acceptance}};
 }
 
-// Runs of a noisy profile `plan simulate` averages by default: the mean of a closed loop's TTFT
-// p50 (whose runs differ by 2x) settles to within about 10%.
-constexpr int kNoisyRuns = 16;
 // Merged in-situ reports whose steps ran this far from their mean (either way) are named.
 constexpr double kDriftWarning = 0.1;
 
 int Simulate(const std::vector<std::string>& args) {
-  std::set<std::string> values = BenchWorkloadFlags();
-  values.insert(WorkerFlags().begin(), WorkerFlags().end());
-  values.insert({"prefill", "decode", "colocated", "prefill-tp", "decode-tp", "steps", "runs"});
-  auto f = Flags::Parse(args, values, {"no-prefix-cache"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, SimulateCommand(), &f)) return *exit;
   auto common = ParseCommon(*f);
   if (!common.ok()) return Fail(common.status());
   auto workload = BenchConfigFromFlags(*f);
   if (!workload.ok()) return Fail(workload.status());
   planner::ClusterSpec& cluster = common->cluster;
-  auto p = f->GetInt("prefill", 1);
-  auto d = f->GetInt("decode", 1);
-  auto colo = f->GetInt("colocated", 0);
-  auto ptp = f->GetInt("prefill-tp", 1);
-  auto dtp = f->GetInt("decode-tp", 1);
-  auto runs = f->GetInt("runs", planner::HasNoise(common->profile) ? kNoisyRuns : 1);
+  auto p = f->GetInt("prefill");
+  auto d = f->GetInt("decode");
+  auto colo = f->GetInt("colocated");
+  auto ptp = f->GetInt("prefill-tp");
+  auto dtp = f->GetInt("decode-tp");
+  absl::StatusOr<int64_t> runs = planner::HasNoise(common->profile) ? kNoisyRuns : 1;
+  if (f->Has("runs")) runs = f->GetInt("runs");
   for (const auto* v : {&p, &d, &colo, &ptp, &dtp, &runs}) {
     if (!v->ok()) return Fail(v->status());
   }
@@ -388,7 +308,7 @@ int Refit(const Flags& f) {
   nlohmann::json in_situ;
   if (absl::Status s = FitInSitu(o, *runs, &*profile, &in_situ); !s.ok()) return Fail(s);
   PrintInSitu(*profile);
-  const std::string out = f.Get("out", planner::LocalProfilePath());
+  const std::string out = f.Get("out");
   if (absl::Status s = WriteProfile(out, *profile); !s.ok()) return Fail(s);
   std::printf("wrote %s\n", out.c_str());
   if (f.Has("report")) {
@@ -452,11 +372,8 @@ int FromDevice(const Flags& f) {
 }
 
 int Calibrate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model", "out", "repeats", "threads", "report", "tokenizer", "refit",
-                         "draws", "from-device", "base", "provenance", "name"},
-                        {"in-situ", "keep-sharing"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, CalibrateCommand(), &f)) return *exit;
   if (f->Has("from-device")) return FromDevice(*f);
   for (const char* only : {"base", "provenance", "name"}) {
     if (f->Has(only)) {
@@ -471,14 +388,14 @@ int Calibrate(const std::vector<std::string>& args) {
   }
   planner::CalibrateOptions o;
   o.models = f->GetAll("model");
-  auto repeats = f->GetInt("repeats", 7);
-  auto threads = f->GetInt("threads", 0);
+  auto repeats = f->GetInt("repeats");
+  auto threads = f->GetInt("threads");
   if (!repeats.ok()) return Fail(repeats.status());
   if (!threads.ok()) return Fail(threads.status());
   if (*threads < 0 || *threads > 1024) {
     return Fail(absl::InvalidArgumentError("--threads must be in [0, 1024]"));
   }
-  auto draws = f->GetInt("draws", InSituOptions{}.closed_loop_draws);
+  auto draws = f->GetInt("draws");
   if (!draws.ok()) return Fail(draws.status());
   if (*draws < 1 || *draws > 20) {
     return Fail(absl::InvalidArgumentError("--draws must be in [1, 20]"));
@@ -515,7 +432,7 @@ int Calibrate(const std::vector<std::string>& args) {
     report["in_situ"] = in_situ;
     PrintInSitu(*fitted);
   }
-  const std::string out = f->Get("out", planner::LocalProfilePath());
+  const std::string out = f->Get("out");
   if (absl::Status s = WriteProfile(out, *fitted); !s.ok()) return Fail(s);
   std::printf(
       "local profile: peak %.1f GFLOP/s, bandwidth %.1f GB/s; fitted step overhead %.3f ms, "
@@ -629,13 +546,9 @@ absl::Status EmitKustomize(const std::string& dir, const std::string& base,
 }
 
 int Plan(const std::vector<std::string>& args) {
-  std::set<std::string> values = WorkerFlags();
-  values.insert({"workload", "slo-ttft", "slo-tpot", "gpus", "attainment", "tp", "num-requests",
-                 "seed", "top", "sim-seconds", "input-len", "output-len", "arrival", "burstiness",
-                 "emit-kustomize", "kustomize-base"});
-  auto f = Flags::Parse(args, values, {"no-colocated", "no-prefix-cache"});
-  if (!f.ok()) return Fail(f.status());
-  const std::string kustomize_base = f->Get("kustomize-base", "deploy/k8s/overlays/gpu");
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, PlanSearchCommand(), &f)) return *exit;
+  const std::string kustomize_base = f->Get("kustomize-base");
   if (f->Has("emit-kustomize")) {
     if (absl::Status s = CheckKustomizeBase(kustomize_base); !s.ok()) return Fail(s);
   }
@@ -652,12 +565,14 @@ int Plan(const std::vector<std::string>& args) {
     return Fail(absl::InvalidArgumentError(
         "give --workload in=LEN,out=LEN (or --input-len and --output-len)"));
   }
-  if (!f->Has("num-requests")) workload->num_requests = 200;
+  auto num_requests = f->GetInt("num-requests");
+  if (!num_requests.ok()) return Fail(num_requests.status());
+  workload->num_requests = static_cast<int>(std::clamp<int64_t>(*num_requests, 0, 1 << 24));
   planner::PlanOptions o;
-  auto gpus = f->GetInt("gpus", 8);
-  auto attainment = f->GetDouble("attainment", 0.9);
-  auto top = f->GetInt("top", 10);
-  auto sim_seconds = f->GetDouble("sim-seconds", 30);
+  auto gpus = f->GetInt("gpus");
+  auto attainment = f->GetDouble("attainment");
+  auto top = f->GetInt("top");
+  auto sim_seconds = f->GetDouble("sim-seconds");
   if (!sim_seconds.ok()) return Fail(sim_seconds.status());
   if (!(*sim_seconds >= 0 && *sim_seconds <= 3600)) {
     return Fail(absl::InvalidArgumentError("--sim-seconds must be in [0, 3600]"));
@@ -741,7 +656,7 @@ int Profiles() {
 }  // namespace
 
 int PlanCommand(const std::vector<std::string>& args) {
-  if (!args.empty() && (args[0] == "--help" || args[0] == "help")) {
+  if (!args.empty() && args[0] == "help") {
     std::fputs(kPlanUsage, stdout);
     return 0;
   }

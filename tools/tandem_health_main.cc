@@ -18,14 +18,26 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  auto f = tandem::Flags::Parse(
-      args, {"address", "service", "timeout-ms", "tls-ca", "tls-cert", "tls-key"}, {});
+  const tandem::Flags::Command command = {
+      "tandem-health",
+      "Asks a Tandem process's grpc.health.v1 service whether it is SERVING (exit 0: it is).",
+      {tandem::ValueFlag("address", "HOST:PORT", "127.0.0.1:7000", "The process's gRPC port"),
+       tandem::ValueFlag("service", "NAME", "", "The service asked about (empty: the process)"),
+       tandem::ValueFlag("timeout-ms", "MS", "2000", "The call's deadline"),
+       tandem::ValueFlag("tls-ca", "PEM", "", "TLS, trusting this CA"),
+       tandem::ValueFlag("tls-cert", "PEM", "", "Client certificate (mutual TLS)"),
+       tandem::ValueFlag("tls-key", "PEM", "", "Key of --tls-cert")}};
+  auto f = tandem::Flags::Parse(args, command);
   if (!f.ok()) {
     std::fprintf(stderr, "tandem-health: %s\n", std::string(f.status().message()).c_str());
     return 2;
   }
-  const std::string address = f->Get("address", "127.0.0.1:7000");
-  auto timeout_ms = f->GetInt("timeout-ms", 2000);
+  if (f->help_requested()) {
+    std::fputs(f->help().c_str(), stdout);
+    return 0;
+  }
+  const std::string address = f->Get("address");
+  auto timeout_ms = f->GetInt("timeout-ms");
   if (!timeout_ms.ok() || *timeout_ms <= 0) {
     std::fprintf(stderr, "tandem-health: --timeout-ms must be a positive integer\n");
     return 2;
@@ -41,7 +53,7 @@ int main(int argc, char** argv) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(*timeout_ms));
   grpc::health::v1::HealthCheckRequest request;
-  request.set_service(f->Get("service", ""));
+  request.set_service(f->Get("service"));
   grpc::health::v1::HealthCheckResponse response;
   const grpc::Status s = stub->Check(&ctx, request, &response);
   if (!s.ok()) {

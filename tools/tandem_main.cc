@@ -4,6 +4,7 @@
 //   tokenize   text on stdin -> JSON array of ids
 //   detokenize JSON array of ids on stdin -> text
 //   model convert | model random   write Hugging Face model directories
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -42,82 +43,196 @@ namespace {
 constexpr char kUsage[] = R"(usage: tandem <command> [flags]
 
 commands:
-  generate --model PATH [--tokenizer PATH] --prompt TEXT [--max-tokens N]
-           [--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop TEXT]...
-           [--presence-penalty X] [--frequency-penalty X] [--repetition-penalty X]
-           [--min-tokens N] [--block-size N] [--prefill-chunk N] [--device auto|cpu|cuda]
-           [--dtype DTYPE] [--kv-dtype auto|f32|bf16|f16|fp8]
-           [--json-object | --json-schema SCHEMA|@FILE]
-           [--speculative off|ngram|draft [--spec-tokens K] [--draft-model PATH]]
-      Prints the prompt and then the completion on stdout as it is generated;
-      timings (TTFT, tokens/s) go to stderr. --dtype: the weights, converted at load
-      when stored otherwise (f32, bf16, f16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k,
-      q6_k; default: as stored). --kv-dtype: the KV cache (auto: bf16 with
-      --device=cuda where the model's head_dim has FlashInfer attention, else f32).
-      --json-schema: the output is one JSON value valid against the schema (JSON
-      text, or @FILE to read it from FILE); --json-object: any JSON object.
-      --speculative: each step proposes up to K (default 4) tokens, by prompt lookup
-      (ngram) or by a small draft model of the same tokenizer decoding greedily
-      (draft, --draft-model PATH), and scores them in one forward pass; the output is
-      the same as without. With --router only "off" is accepted: the request opts
-      out of the decode workers' speculation.
-  score --model PATH [--tokenizer PATH] --text TEXT [--dtype DTYPE]
-        [--kv-dtype auto|f32|bf16|f16|fp8]
-      Per-token log-probabilities and the mean cross-entropy / perplexity.
-  tokenize --tokenizer PATH [--add-special-tokens]
-      Reads text on stdin, prints the ids as a JSON array.
-  detokenize --tokenizer PATH
-      Reads a JSON array of ids on stdin, prints the text.
-  generate --router HOST:PORT --prompt TEXT [sampling flags as above] [--timeout S]
-           [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--api-key KEY]
-      The same through a running router (TLS when a --tls-* flag is given; the
-      API key defaults to $TANDEM_API_KEY).
-  up --model PATH [--tokenizer PATH] [--prefill N] [--decode M] [--router-port P]
-     [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--api-keys-file PATH] [--http-port P]
-     [--http-metrics] [--device auto|cpu|cuda] [--cluster-secret-file PATH] [--dtype DTYPE]
-     [--kv-dtype auto|f32|bf16|f16|fp8] [--chat-template PATH] [--served-model-name NAME]
-     [--prefill-nice 0-19 | --prefill-idle]
-      Starts a router, N prefill and M decode workers on 127.0.0.1; prints
-      "ready router=HOST:PORT" when all are registered, "internal router=HOST:PORT
-      secret=FILE" (where more workers register, and the secret they need), then
-      "metrics ROLE=HOST:PORT" lines and "http router=HOST:PORT" (the OpenAI-compatible
-      API); Ctrl-C stops them. TLS flags go to every process, the API keys, chat
-      template, served model name and --http-metrics (/metrics on the HTTP port too)
-      to the router;
-      without --cluster-secret-file a new secret is made for the cluster's lifetime.
-      The prefill workers run at CPU niceness --prefill-nice (default 10; 0: none), so
-      that decode steps sharing the cores keep their pace while prompts are computed;
-      --prefill-idle runs them at SCHED_IDLE instead (CPU only when nothing else wants
-      it: the steadiest decode pace, and more time to first token).
-  bench --router HOST:PORT [--rate R [--arrival poisson|constant|gamma]
-        [--burstiness B] | --concurrency C] [--input-len SPEC] [--output-len SPEC]
-        [--trace FILE.jsonl] [--num-requests N] [--duration S] [--warmup N] [--seed S]
-        [--max-tokens N] [--slo-ttft S] [--slo-tpot S] [--json FILE] [--no-progress]
-        [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--api-key KEY]
-      Load generator: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput.
-      SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M.
-      --max-tokens N: requests declare max_tokens N and end at their output length
-      (the client stops reading, as an answer ends at EOS before its limit).
-  bench report FILE.json... [--label NAME]... [--svg OUT.svg]
-      Compares runs; draws latency CDFs and throughput vs rate.
-  plan --model CONFIG --hardware PROFILE --workload SPEC --slo-ttft S --slo-tpot S
-       [--gpus N] [--json FILE]      (tandem plan --help for the rest)
-      Capacity planning: prefill/decode counts ranked by goodput per GPU.
-  plan simulate | plan calibrate
-      One configuration simulated, printed as `tandem bench` prints a run;
-      fitting the `local` profile to measured step times.
-  model convert --from CHECKPOINT.bin|MODEL.gguf --out DIR
-      Writes a Hugging Face directory (config.json + model.safetensors; from a
-      GGUF file also tokenizer.json and tokenizer_config.json).
-  model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
-      Random weights of a real model's shape: stories260K, stories15M,
-      stories110M, TinyLlama-1.1B, Llama-2-7B, Llama-3-8B, Mixtral-8x7B,
-      Qwen3-30B-A3B.
+  generate     run a model on a prompt (here, or through a router) and stream the completion
+  score        per-token log-probabilities and perplexity of a text
+  tokenize     text on stdin -> JSON array of token ids
+  detokenize   JSON array of token ids on stdin -> text
+  up           a local cluster: a router, prefill and decode workers
+  bench        load generator against a router; bench report compares runs
+  plan         capacity planning: prefill/decode layouts ranked by goodput per GPU
+  model        model convert | model random: write Hugging Face model directories
+
+`tandem COMMAND --help` gives a command's flags and their defaults.
 
 PATH is a Hugging Face model directory, a GGUF file (.gguf: its tokenizer and
 chat template come with it) or a llama2.c checkpoint (.bin); a tokenizer is a
 tokenizer.json (or a directory holding one), a GGUF file or a llama2.c
 tokenizer.bin.
+)";
+
+constexpr char kPathHelp[] =
+    "PATH is a Hugging Face model directory, a GGUF file (.gguf: its tokenizer and chat template "
+    "come with it) or a llama2.c checkpoint (.bin); a tokenizer is a tokenizer.json (or a "
+    "directory holding one), a GGUF file or a llama2.c tokenizer.bin.";
+
+// The flags every command that loads a model takes.
+std::vector<FlagSpec> ModelFlags() {
+  return {ValueFlag("model", "PATH", "", "The model (required)"),
+          ValueFlag("tokenizer", "PATH", "", "The tokenizer (default: the model's)"),
+          ValueFlag("device", "auto|cpu|cuda", "auto",
+                    "Where the forward pass runs (auto: the GPU when one is usable)"),
+          ValueFlag("dtype", "DTYPE", "",
+                    "The weights, converted at load when stored otherwise: f32, bf16, f16, q8_0, "
+                    "q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k (default: as stored)"),
+          ValueFlag("kv-dtype", "auto|f32|bf16|f16|fp8", "auto",
+                    "The KV cache (auto: bf16 with --device=cuda where the model's head_dim has "
+                    "FlashInfer attention, else f32)")};
+}
+
+// --tls-ca/--tls-cert/--tls-key and --api-key of a router client.
+std::vector<FlagSpec> ClientFlags() {
+  return {ValueFlag("tls-ca", "PEM", "", "TLS to the router, trusting this CA"),
+          ValueFlag("tls-cert", "PEM", "", "Client certificate (mutual TLS)"),
+          ValueFlag("tls-key", "PEM", "", "Key of --tls-cert"),
+          ValueFlag("api-key", "KEY", "", "The router's API key (default: $TANDEM_API_KEY)")};
+}
+
+Flags::Command GenerateCommand() {
+  std::vector<FlagSpec> flags = Concat(
+      ModelFlags(),
+      {
+          ValueFlag("prompt", "TEXT", "", "The prompt (required)"),
+          ValueFlag("max-tokens", "N", "256", "Most tokens generated"),
+          ValueFlag("temperature", "T", "1", "Sampling temperature (0: greedy)"),
+          ValueFlag("top-k", "K", "0", "Sample among the K most likely tokens (0: all)"),
+          ValueFlag("top-p", "P", "1", "Nucleus sampling: the smallest set of tokens of mass P"),
+          ValueFlag("seed", "S", "0", "Sampling seed"),
+          RepeatedFlag("stop", "TEXT", "Stop before this text (repeatable)"),
+          ValueFlag("presence-penalty", "X", "0", "Penalty on tokens already generated"),
+          ValueFlag("frequency-penalty", "X", "0", "Penalty per time a token was generated"),
+          ValueFlag("repetition-penalty", "X", "1", "Divides the logits of tokens already seen"),
+          ValueFlag("min-tokens", "N", "0", "EOS and stop texts are ignored until N tokens"),
+          BoolFlag("ignore-eos", "Generate past the end-of-sequence token"),
+          ValueFlag("block-size", "N", "16", "KV cache block size (tokens)"),
+          ValueFlag("prefill-chunk", "N", "0",
+                    "Prompt tokens computed per step (0: the whole prompt at once)"),
+          BoolFlag("json-object", "The output is one JSON object"),
+          ValueFlag("json-schema", "SCHEMA|@FILE", "",
+                    "The output is one JSON value valid against the schema (JSON text, or @FILE to "
+                    "read it from FILE)"),
+          ValueFlag(
+              "speculative", "off|ngram|draft", "",
+              "Each step proposes up to --spec-tokens tokens, by prompt lookup (ngram) or by "
+              "a small draft model of the same tokenizer decoding greedily (draft, "
+              "--draft-model), and scores them in one forward pass; the output is the same as "
+              "without. With --router only off is accepted: the request opts out of the "
+              "decode workers' speculation"),
+          ValueFlag("spec-tokens", "K", "4", "Most tokens proposed per step"),
+          ValueFlag("draft-model", "PATH", "", "The draft model of --speculative=draft"),
+          ValueFlag("router", "HOST:PORT", "",
+                    "Generate through a running router instead of loading the model (TLS when a "
+                    "--tls-* flag is given)"),
+          ValueFlag("timeout", "S", "600", "With --router: the request's deadline (seconds)"),
+      });
+  return {"tandem generate",
+          "Runs a model on a prompt and prints the prompt, then the completion on stdout as it "
+          "is generated; timings (TTFT, tokens/s) go to stderr.",
+          Concat(std::move(flags), ClientFlags()), "", kPathHelp};
+}
+
+Flags::Command ScoreCommand() {
+  return {"tandem score", "Per-token log-probabilities and the mean cross-entropy / perplexity.",
+          Concat(ModelFlags(), {ValueFlag("text", "TEXT", "", "The text scored (required)")}), "",
+          kPathHelp};
+}
+
+Flags::Command TokenizeCommand() {
+  return {"tandem tokenize",
+          "Reads text on stdin, prints the ids as a JSON array.",
+          {ValueFlag("tokenizer", "PATH", "", "The tokenizer (required)"),
+           BoolFlag("add-special-tokens", "Add the tokenizer's special tokens (e.g. BOS)")},
+          "",
+          kPathHelp};
+}
+
+Flags::Command DetokenizeCommand() {
+  return {"tandem detokenize",
+          "Reads a JSON array of ids on stdin, prints the text.",
+          {ValueFlag("tokenizer", "PATH", "", "The tokenizer (required)")},
+          "",
+          kPathHelp};
+}
+
+Flags::Command BenchReportCommand() {
+  return {"tandem bench report",
+          "Compares runs of tandem bench (their --json files, given as arguments); draws latency "
+          "CDFs and throughput against rate.",
+          {RepeatedFlag("label", "NAME", "The runs' names, in order (default: the file names)"),
+           ValueFlag("svg", "OUT.svg", "", "Write the charts here")},
+          "FILE.json..."};
+}
+
+Flags::Command BenchCommand() {
+  std::vector<FlagSpec> flags =
+      Concat(BenchWorkloadFlags(),
+             {ValueFlag("router", "HOST:PORT", "", "The router under load (required)"),
+              ValueFlag("json", "FILE", "", "Write the run (config, summary, requests)"),
+              BoolFlag("no-progress", "No progress line on stderr")});
+  return {"tandem bench",
+          "Load generator: TTFT, TPOT, ITL, E2E percentiles, throughput, goodput. `tandem bench "
+          "report FILE.json...` compares runs.",
+          Concat(std::move(flags), ClientFlags()), "",
+          "SPEC: N | uniform:LO:HI | lognormal:MEDIAN:SIGMA, optionally :max=M."};
+}
+
+Flags::Command UpCommand() {
+  std::vector<FlagSpec> flags = Concat(
+      ModelFlags(),
+      {
+          ValueFlag("prefill", "N", "1", "Prefill workers"),
+          ValueFlag("decode", "M", "1", "Decode workers"),
+          ValueFlag("router-port", "P", "0", "The router's gRPC port (0: pick a free one)"),
+          ValueFlag("http-port", "P", "0", "The OpenAI-compatible API's port (0: pick a free one)"),
+          BoolFlag("http-metrics", "/metrics on the HTTP port too"),
+          ValueFlag("tls-cert", "PEM", "", "Every process serves TLS with this certificate"),
+          ValueFlag("tls-key", "PEM", "", "Key of --tls-cert"),
+          ValueFlag("tls-ca", "PEM", "", "Mutual TLS: the CA every process trusts"),
+          ValueFlag("api-keys-file", "PATH", "", "The router's API keys"),
+          ValueFlag("cluster-secret-file", "PATH", "",
+                    "The cluster's secret (default: a new one for the cluster's lifetime)"),
+          ValueFlag("chat-template", "PATH", "", "The router's chat template"),
+          ValueFlag("served-model-name", "NAME", "", "The model's name in the OpenAI API"),
+          ValueFlag("prefill-nice", "0-19", std::to_string(ClusterOptions{}.prefill_nice),
+                    "The prefill workers' CPU niceness (0: none), so that decode steps sharing the "
+                    "cores keep their pace while prompts are computed"),
+          BoolFlag(
+              "prefill-idle",
+              "Run the prefill workers at SCHED_IDLE instead (CPU only when nothing else wants "
+              "it: the steadiest decode pace, and more time to first token)"),
+      });
+  return {"tandem up",
+          "Starts a router, N prefill and M decode workers on 127.0.0.1; prints \"ready "
+          "router=HOST:PORT\" when all are registered, \"internal router=HOST:PORT "
+          "secret=FILE\" (where more workers register, and the secret they need), then "
+          "\"metrics ROLE=HOST:PORT\" lines and \"http router=HOST:PORT\" (the "
+          "OpenAI-compatible API); Ctrl-C stops them. TLS flags go to every process; the API "
+          "keys, chat template, served model name and --http-metrics to the router.",
+          std::move(flags), "", kPathHelp};
+}
+
+Flags::Command ModelConvertCommand() {
+  return {"tandem model convert",
+          "Writes a Hugging Face directory (config.json + model.safetensors; from a GGUF file "
+          "also tokenizer.json and tokenizer_config.json).",
+          {ValueFlag("from", "CHECKPOINT.bin|MODEL.gguf", "", "The model (required)"),
+           ValueFlag("out", "DIR", "", "The directory written (required)")}};
+}
+
+Flags::Command ModelRandomCommand() {
+  return {"tandem model random",
+          "Random weights of a real model's shape, written as a Hugging Face directory.",
+          {ValueFlag("shape", "NAME", "",
+                     "stories260K, stories15M, stories110M, TinyLlama-1.1B, Llama-2-7B, "
+                     "Llama-3-8B, Mixtral-8x7B or Qwen3-30B-A3B (required)"),
+           ValueFlag("out", "DIR", "", "The directory written (required)"),
+           ValueFlag("dtype", "f32|bf16|f16", "bf16", "The weights"),
+           ValueFlag("seed", "S", "0", "Random seed")}};
+}
+
+constexpr char kModelUsage[] = R"(usage:
+  tandem model convert --from CHECKPOINT.bin|MODEL.gguf --out DIR
+  tandem model random --shape NAME --out DIR [--dtype f32|bf16|f16] [--seed S]
+`tandem model convert --help` and `tandem model random --help` give their flags.
 )";
 
 int Fail(const absl::Status& s) {
@@ -144,7 +259,7 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   Loaded l;
   // The model is loaded on the host either way (the CPU backend); with "cuda" the generate
   // command uploads it to the device model.
-  auto device = ResolveDevice(f.Get("device", "auto"));
+  auto device = ResolveDevice(f.Get("device"));
   if (!device.ok()) return device.status();
   l.device = *device;
   auto backend = MakeBackend("cpu");
@@ -153,7 +268,7 @@ absl::StatusOr<Loaded> LoadModelAndTokenizer(const Flags& f) {
   auto model = Model::Load(f.Get("model"), l.backend.get(), weight_dtype);
   if (!model.ok()) return model.status();
   l.model = std::move(*model);
-  if (l.device == "cuda" && f.Get("device", "auto") == "auto" &&
+  if (l.device == "cuda" && f.Get("device") == "auto" &&
       !CudaSupportsModel(l.model->config()).ok()) {
     l.device = "cpu";  // a layout the CUDA runner does not compute runs on the CPU
   }
@@ -181,21 +296,21 @@ ClientSecurity ClientSecurityFrom(const Flags& f) {
 // The request and engine options of `tandem generate`'s flags.
 absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, GeneratorOptions* opts) {
   GenerationRequest& r = *req;
-  auto max_tokens = f.GetInt("max-tokens", 256);
-  auto temperature = f.GetDouble("temperature", 1.0);
-  auto top_k = f.GetInt("top-k", 0);
-  auto top_p = f.GetDouble("top-p", 1.0);
-  auto seed = f.GetInt("seed", 0);
-  auto presence = f.GetDouble("presence-penalty", 0.0);
-  auto frequency = f.GetDouble("frequency-penalty", 0.0);
-  auto repetition = f.GetDouble("repetition-penalty", 1.0);
-  auto min_tokens = f.GetInt("min-tokens", 0);
+  auto max_tokens = f.GetInt("max-tokens");
+  auto temperature = f.GetDouble("temperature");
+  auto top_k = f.GetInt("top-k");
+  auto top_p = f.GetDouble("top-p");
+  auto seed = f.GetInt("seed");
+  auto presence = f.GetDouble("presence-penalty");
+  auto frequency = f.GetDouble("frequency-penalty");
+  auto repetition = f.GetDouble("repetition-penalty");
+  auto min_tokens = f.GetInt("min-tokens");
   for (const auto* d : {&presence, &frequency, &repetition}) {
     if (!d->ok()) return d->status();
   }
   if (!min_tokens.ok()) return min_tokens.status();
-  auto block_size = f.GetInt("block-size", 16);
-  auto chunk = f.GetInt("prefill-chunk", 0);
+  auto block_size = f.GetInt("block-size");
+  auto chunk = f.GetInt("prefill-chunk");
   for (const auto* s : {&max_tokens, &top_k, &seed, &block_size, &chunk}) {
     if (!s->ok()) return s->status();
   }
@@ -236,14 +351,14 @@ absl::Status ParseGenerateFlags(const Flags& f, GenerationRequest* req, Generato
   if (absl::Status s = r.sampling.Validate(); !s.ok()) return s;
   opts->block_size = static_cast<int>(std::clamp<int64_t>(*block_size, 0, 1 << 20));
   opts->prefill_chunk = static_cast<int>(std::clamp<int64_t>(*chunk, -1, 1 << 30));
-  auto kv_dtype = ParseKvDtype(f.Get("kv-dtype", "auto"));
+  auto kv_dtype = ParseKvDtype(f.Get("kv-dtype"));
   if (!kv_dtype.ok()) return kv_dtype.status();
   opts->kv_dtype = *kv_dtype;
   if (f.Has("speculative")) {
     auto method = ParseSpeculativeMethod(f.Get("speculative"));
     if (!method.ok()) return method.status();
     opts->speculative.method = *method;
-    auto k = f.GetInt("spec-tokens", opts->speculative.num_tokens);
+    auto k = f.GetInt("spec-tokens");
     if (!k.ok()) return k.status();
     if (absl::Status s = ValidateSpecTokens(*k); !s.ok()) return s;
     opts->speculative.num_tokens = static_cast<int>(*k);
@@ -274,7 +389,7 @@ int GenerateRemote(const Flags& f, const std::string& prompt, const GenerationRe
   r.stop = req.stop_strings;
   r.ignore_eos = req.ignore_eos;
   r.speculative = req.speculative;
-  auto timeout = f.GetDouble("timeout", 600);
+  auto timeout = f.GetDouble("timeout");
   if (!timeout.ok()) return Fail(timeout.status());
   r.timeout_seconds = *timeout;
   r.security = ClientSecurityFrom(f);
@@ -317,7 +432,7 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
     ro.max_seqs = 1;
     // A step scoring proposals has a row per token.
     ro.max_logit_rows = opts.speculative.enabled() ? opts.speculative.num_tokens + 1 : 1;
-    auto kv = ResolveKvDtype(f.Get("kv-dtype", "auto"), "cuda", c);
+    auto kv = ResolveKvDtype(f.Get("kv-dtype"), "cuda", c);
     if (!kv.ok()) return Fail(kv.status());
     ro.kv_dtype = *kv;
     auto r = MakeModelRunner("cuda", loaded->model.get(), ro);
@@ -368,37 +483,8 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
 }
 
 int Generate(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args,
-                        {"model",
-                         "tokenizer",
-                         "prompt",
-                         "max-tokens",
-                         "temperature",
-                         "top-k",
-                         "top-p",
-                         "seed",
-                         "stop",
-                         "block-size",
-                         "prefill-chunk",
-                         "device",
-                         "router",
-                         "timeout",
-                         "dtype",
-                         "tls-ca",
-                         "tls-cert",
-                         "tls-key",
-                         "api-key",
-                         "kv-dtype",
-                         "presence-penalty",
-                         "frequency-penalty",
-                         "repetition-penalty",
-                         "min-tokens",
-                         "json-schema",
-                         "speculative",
-                         "spec-tokens",
-                         "draft-model"},
-                        {"ignore-eos", "json-object"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, GenerateCommand(), &f)) return *exit;
   if (!f->Has("prompt")) return Fail(absl::InvalidArgumentError("--prompt is required"));
   GenerationRequest req;
   GeneratorOptions opts;
@@ -409,12 +495,12 @@ int Generate(const std::vector<std::string>& args) {
 }
 
 int Score(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"model", "tokenizer", "text", "device", "dtype", "kv-dtype"}, {});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, ScoreCommand(), &f)) return *exit;
   if (!f->Has("text")) return Fail(absl::InvalidArgumentError("--text is required"));
-  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype", "auto"));
+  auto kv_dtype = ParseKvDtype(f->Get("kv-dtype"));
   if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  if (f->Get("device", "auto") == "cuda") {
+  if (f->Get("device") == "cuda") {
     return Fail(absl::UnimplementedError(
         "--device=cuda: score runs on the CPU backend (use --device cpu or auto)"));
   }
@@ -440,8 +526,8 @@ int Score(const std::vector<std::string>& args) {
 }
 
 int Tokenize(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"tokenizer"}, {"add-special-tokens"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, TokenizeCommand(), &f)) return *exit;
   if (!f->Has("tokenizer")) return Fail(absl::InvalidArgumentError("--tokenizer is required"));
   auto tok = LoadTokenizer(f->Get("tokenizer"));
   if (!tok.ok()) return Fail(tok.status());
@@ -458,8 +544,8 @@ int Tokenize(const std::vector<std::string>& args) {
 }
 
 int Detokenize(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"tokenizer"}, {});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, DetokenizeCommand(), &f)) return *exit;
   if (!f->Has("tokenizer")) return Fail(absl::InvalidArgumentError("--tokenizer is required"));
   auto tok = LoadTokenizer(f->Get("tokenizer"));
   if (!tok.ok()) return Fail(tok.status());
@@ -483,8 +569,8 @@ int Detokenize(const std::vector<std::string>& args) {
 }
 
 int BenchReport(const std::vector<std::string>& args) {
-  auto f = Flags::Parse(args, {"svg", "label"}, {});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, BenchReportCommand(), &f)) return *exit;
   if (f->positional().empty())
     return Fail(absl::InvalidArgumentError("bench report: name JSON files"));
   std::vector<nlohmann::json> runs;
@@ -516,10 +602,8 @@ int Bench(const std::vector<std::string>& args) {
   if (!args.empty() && args[0] == "report") {
     return BenchReport(std::vector<std::string>(args.begin() + 1, args.end()));
   }
-  std::set<std::string> value_flags = BenchWorkloadFlags();
-  value_flags.insert({"router", "json", "tls-ca", "tls-cert", "tls-key", "api-key"});
-  auto f = Flags::Parse(args, value_flags, {"no-progress"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, BenchCommand(), &f)) return *exit;
   auto config = BenchConfigFromFlags(*f);
   if (!config.ok()) return Fail(config.status());
   bench::BenchConfig c = *config;
@@ -538,23 +622,18 @@ int Bench(const std::vector<std::string>& args) {
 }
 
 int Up(const std::vector<std::string>& args) {
-  auto f =
-      Flags::Parse(args,
-                   {"model", "tokenizer", "prefill", "decode", "router-port", "tls-cert", "tls-key",
-                    "tls-ca", "api-keys-file", "http-port", "device", "cluster-secret-file",
-                    "kv-dtype", "dtype", "chat-template", "served-model-name", "prefill-nice"},
-                   {"http-metrics", "prefill-idle"});
-  if (!f.ok()) return Fail(f.status());
+  absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+  if (auto exit = ParseOrExit(args, UpCommand(), &f)) return *exit;
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
   o.prefill_idle = f->Has("prefill-idle");
   o.model = f->Get("model");
   o.tokenizer = f->Get("tokenizer");
-  auto p = f->GetInt("prefill", 1);
-  auto d = f->GetInt("decode", 1);
-  auto port = f->GetInt("router-port", 0);
-  auto http_port = f->GetInt("http-port", 0);
-  auto prefill_nice = f->GetInt("prefill-nice", ClusterOptions{}.prefill_nice);
+  auto p = f->GetInt("prefill");
+  auto d = f->GetInt("decode");
+  auto port = f->GetInt("router-port");
+  auto http_port = f->GetInt("http-port");
+  auto prefill_nice = f->GetInt("prefill-nice");
   for (const auto* v : {&p, &d, &port, &http_port, &prefill_nice}) {
     if (!v->ok()) return Fail(v->status());
   }
@@ -596,12 +675,17 @@ int Up(const std::vector<std::string>& args) {
 }
 
 int ModelCommand(const std::vector<std::string>& args) {
-  if (args.empty()) return Fail(absl::InvalidArgumentError("model: expected convert or random"));
+  const bool help = std::any_of(args.begin(), args.end(),
+                                [](const std::string& a) { return a == "--help" || a == "-h"; });
+  if (args.empty() || (help && args[0] != "convert" && args[0] != "random")) {
+    std::fputs(kModelUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
   const std::string sub = args[0];
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (sub == "convert") {
-    auto f = Flags::Parse(rest, {"from", "out"}, {});
-    if (!f.ok()) return Fail(f.status());
+    absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+    if (auto exit = ParseOrExit(rest, ModelConvertCommand(), &f)) return *exit;
     if (!f->Has("from") || !f->Has("out")) {
       return Fail(absl::InvalidArgumentError("model convert needs --from and --out"));
     }
@@ -618,21 +702,21 @@ int ModelCommand(const std::vector<std::string>& args) {
     return 0;
   }
   if (sub == "random") {
-    auto f = Flags::Parse(rest, {"shape", "out", "dtype", "seed"}, {});
-    if (!f.ok()) return Fail(f.status());
+    absl::StatusOr<Flags> f = absl::UnknownError("unparsed");
+    if (auto exit = ParseOrExit(rest, ModelRandomCommand(), &f)) return *exit;
     if (!f->Has("shape") || !f->Has("out")) {
       return Fail(absl::InvalidArgumentError("model random needs --shape and --out"));
     }
     auto config = RandomModelConfig(f->Get("shape"));
     if (!config.ok()) return Fail(config.status());
-    auto dtype_or = ParseWeightDType(f->Get("dtype", "bf16"));
+    auto dtype_or = ParseWeightDType(f->Get("dtype"));
     if (!dtype_or.ok()) return Fail(dtype_or.status());
     const DType dtype = *dtype_or;
     if (IsQuantized(dtype)) {
       return Fail(absl::InvalidArgumentError(
           "model random writes safetensors: --dtype must be f32, bf16 or f16"));
     }
-    auto seed = f->GetInt("seed", 0);
+    auto seed = f->GetInt("seed");
     if (!seed.ok()) return Fail(seed.status());
     if (absl::Status s = WriteRandomModel(*config, dtype, *seed, f->Get("out")); !s.ok())
       return Fail(s);
@@ -641,51 +725,6 @@ int ModelCommand(const std::vector<std::string>& args) {
     return 0;
   }
   return Fail(absl::InvalidArgumentError(absl::StrFormat("model: unknown subcommand %s", sub)));
-}
-
-}  // namespace
-}  // namespace tandem
-
-namespace tandem {
-namespace {
-
-// The entries of kUsage's command list for `command` (a command's entries start on a line
-// indented by two spaces with its name), and the closing notes after the list.
-std::string CommandUsage(const std::string& command) {
-  std::string out = "usage:\n";
-  const std::string usage = kUsage;
-  bool in_commands = false, selected = false;
-  size_t pos = 0;
-  while (pos < usage.size()) {
-    const size_t end = std::min(usage.find('\n', pos), usage.size());
-    const std::string line = usage.substr(pos, end - pos);
-    pos = end + 1;
-    if (line == "commands:") {
-      in_commands = true;
-      continue;
-    }
-    if (!in_commands) continue;
-    if (line.empty()) {
-      in_commands = false;
-      out += "\n";
-      continue;
-    }
-    if (line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
-      selected = line.compare(2, command.size() + 1, command + " ") == 0;
-    }
-    if (selected) out += line + "\n";
-  }
-  // The notes after the command list (what PATH and a tokenizer are).
-  const size_t notes = usage.find("\n\n", usage.find("commands:"));
-  if (notes != std::string::npos) out += usage.substr(notes + 2);
-  return out;
-}
-
-bool AsksForHelp(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -702,16 +741,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  // Every command answers --help (`tandem plan --help` with its own, longer text).
-  if (tandem::AsksForHelp(args) && !(cmd == "plan" && args[0] == "--help")) {
-    const std::string text = tandem::CommandUsage(cmd);
-    if (text.find("\n  " + cmd + " ") == std::string::npos) {
-      std::fprintf(stderr, "tandem: unknown command %s\n\n%s", cmd.c_str(), tandem::kUsage);
-      return 2;
-    }
-    std::fputs(text.c_str(), stdout);
-    return 0;
-  }
+  // Every command answers --help with its flags (made from their declarations above).
   if (cmd == "generate") return tandem::Generate(args);
   if (cmd == "score") return tandem::Score(args);
   if (cmd == "tokenize") return tandem::Tokenize(args);

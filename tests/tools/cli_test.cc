@@ -128,6 +128,11 @@ TEST(CliTest, BadInputsFailCleanly) {
       {"generate" + m + " --max-tokens 0", "max-tokens"},
       {"generate" + m + " --max-tokens abc", "not an integer"},
       {"generate" + m + " --bogus 1", "unknown flag"},
+      {"generate" + m + " --bogus=1", "unknown flag --bogus"},
+      {"generate" + m + " stray", "takes no argument \"stray\""},
+      {"generate" + m + " --max-tokens", "--max-tokens needs a value"},
+      {"generate" + m + " --ignore-eos=maybe", "--ignore-eos takes no value"},
+      {"model random --shape stories260K --out /tmp/x --seed one", "--seed: \"one\" is not"},
       {"generate" + m + " --device tpu", "device"},
       {"generate --model " + testing::Stories260K(), "--prompt is required"},
       {"generate" + m + " --speculative eagle", "--speculative must be off, ngram or draft"},
@@ -336,6 +341,10 @@ TEST(CliTest, EveryCommandAnswersHelpAndVersion) {
   }
   Result r = RunTandem("generate --help");
   EXPECT_NE(r.out.find("--dtype DTYPE"), std::string::npos) << r.out;
+  // Each flag's default comes from its one declaration.
+  EXPECT_NE(r.out.find("--max-tokens N=256"), std::string::npos) << r.out;
+  r = RunTandem("plan simulate --help");
+  EXPECT_NE(r.out.find("--concurrency C=8"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("detokenize --tokenizer"), std::string::npos) << "only generate's entries";
   r = RunTandem("nope --help");
   EXPECT_EQ(r.exit_code, 2);
