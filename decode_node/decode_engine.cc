@@ -176,7 +176,8 @@ void DecodeEngine::Undeliverable(const KvChunkHeader& h, const absl::Status& why
   auto check = leases_.CheckChunk(h);
   if (!check.ok() && absl::IsAborted(check.status())) return;
   auto it = requests_.find(handle->second);
-  if (it == requests_.end() || it->second.state != State::kAdmitted || !it->second.error.ok()) {
+  if (it == requests_.end() || it->second.end ||
+      scheduler_.state(it->first) != DecodeScheduler::State::kAdmitted || !it->second.error.ok()) {
     return;
   }
   it->second.error = absl::AbortedError(
@@ -202,14 +203,17 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
   if (options_.kv_settle_timeout > absl::ZeroDuration()) {
     kv_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.kv_settle_timeout), [&] {
       auto r = requests_.find(handle);
-      return r == requests_.end() || r->second.state != State::kAdmitted || !r->second.error.ok() ||
-             leases_.IsComplete(r->second.lease_id);
+      return r == requests_.end() || r->second.end ||
+             scheduler_.state(handle) != DecodeScheduler::State::kAdmitted ||
+             !r->second.error.ok() || leases_.IsComplete(r->second.lease_id);
     });
     it = requests_.find(handle);
     if (it == requests_.end()) return absl::NotFoundError("request ended");
   }
   Request& r = it->second;
-  if (r.state != State::kAdmitted) return absl::FailedPreconditionError("request already started");
+  if (r.end || scheduler_.state(handle) != DecodeScheduler::State::kAdmitted) {
+    return absl::FailedPreconditionError("request already started");
+  }
   if (!r.error.ok()) return r.error;
   if (first_token < 0 || first_token >= model_->config().vocab_size) {
     return absl::InvalidArgumentError(
@@ -226,12 +230,10 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
   if (auto f =
           CheckFinish(model_->config(), r.req, first_token, 1, static_cast<int>(r.tokens.size()))) {
     r.finish = *f;
-    EndLocked(handle, r);
+    EndLocked(handle, r, RequestState::kFinished);
     return absl::OkStatus();
   }
   if (absl::Status s = scheduler_.Start(handle); !s.ok()) return s;
-  r.state = State::kRunning;
-  running_.push_back(handle);
   UpdateGaugesLocked();
   work_cv_.notify_one();
   return absl::OkStatus();
@@ -242,7 +244,7 @@ DecodeEngine::Output DecodeEngine::Next(uint64_t handle, absl::Duration timeout)
   Output out;
   auto ready = [&] {
     auto it = requests_.find(handle);
-    return it == requests_.end() || !it->second.out.empty() || it->second.state == State::kDone;
+    return it == requests_.end() || !it->second.out.empty() || it->second.end.has_value();
   };
   output_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), ready);
   auto it = requests_.find(handle);
@@ -256,7 +258,7 @@ DecodeEngine::Output DecodeEngine::Next(uint64_t handle, absl::Duration timeout)
   out.logprobs.assign(std::make_move_iterator(r.out_logprobs.begin()),
                       std::make_move_iterator(r.out_logprobs.end()));
   r.out_logprobs.clear();
-  if (r.state == State::kDone) {
+  if (r.end) {
     out.finish = r.finish;
     out.error = r.error;
     requests_.erase(it);  // the reader has seen the end: forget the request
@@ -269,28 +271,48 @@ void DecodeEngine::Cancel(uint64_t handle) {
   auto it = requests_.find(handle);
   if (it == requests_.end()) return;
   Request& r = it->second;
-  if (r.state == State::kRunning) {
+  if (StartedLocked(handle)) {
     r.cancel_requested = true;  // the loop ends it between steps (its blocks may be in use)
-  } else if (r.state == State::kAdmitted) {
+  } else if (!r.end) {
     r.error = absl::CancelledError("cancelled");
-    EndLocked(handle, r);
+    EndLocked(handle, r, RequestState::kCancelled);
   }
-  if (r.state == State::kDone) requests_.erase(it);  // nobody will read it
+  if (r.end) requests_.erase(it);  // nobody will read it
 }
 
-void DecodeEngine::EndLocked(uint64_t handle, Request& r) {
-  if (r.state == State::kDone) return;
-  if (r.state == State::kAdmitted) {
+bool DecodeEngine::StartedLocked(uint64_t handle) const {
+  const auto state = scheduler_.state(handle);
+  return state == DecodeScheduler::State::kRunning || state == DecodeScheduler::State::kPreempted;
+}
+
+std::optional<DecodeEngine::RequestState> DecodeEngine::state(uint64_t handle) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return std::nullopt;
+  if (it->second.end) return it->second.end;
+  switch (scheduler_.state(handle).value_or(DecodeScheduler::State::kAdmitted)) {
+    case DecodeScheduler::State::kAdmitted:
+      return RequestState::kAdmitted;
+    case DecodeScheduler::State::kRunning:
+      return RequestState::kRunning;
+    case DecodeScheduler::State::kPreempted:
+      return RequestState::kPreempted;
+  }
+  return std::nullopt;
+}
+
+void DecodeEngine::EndLocked(uint64_t handle, Request& r, RequestState how) {
+  if (r.end) return;
+  const auto state = scheduler_.state(handle);
+  if (state == DecodeScheduler::State::kAdmitted) {
     leases_.Release(r.lease_id).IgnoreError();
     lease_to_handle_.erase(r.lease_id);
+  } else if (state.has_value() && proposer_) {
+    // Only a started request ever proposed (and only the loop, which is here, proposes).
+    proposer_->Forget(handle);
   }
   scheduler_.Release(handle);
-  if (r.state == State::kRunning) {
-    std::erase(running_, handle);
-    // Only a running request ever proposed (and only the loop, which is here, proposes).
-    if (proposer_) proposer_->Forget(handle);
-  }
-  r.state = State::kDone;
+  r.end = how;
   UpdateGaugesLocked();
   output_cv_.notify_all();
   kv_cv_.notify_all();
@@ -321,7 +343,8 @@ void DecodeEngine::Loop() {
       metrics_->preemptions.Increment(static_cast<double>(step.preempted.size()));
     }
     if (step.work.empty()) {
-      work_cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 5));
+      const bool started = !scheduler_.running().empty() || scheduler_.num_preempted() > 0;
+      work_cv_.wait_for(lock, std::chrono::milliseconds(started ? 5 : 50));
       continue;
     }
     if (proposer_) SpeculateLocked(&step, lock);
@@ -340,22 +363,21 @@ void DecodeEngine::ExpireLeasesLocked() {
     if (it == requests_.end()) continue;
     it->second.error =
         absl::DeadlineExceededError("KV transfer did not complete before the lease deadline");
-    scheduler_.Release(handle);  // Expire already ended the lease
-    it->second.state = State::kDone;
-    output_cv_.notify_all();
-    kv_cv_.notify_all();
+    EndLocked(handle, it->second, RequestState::kFailed);  // Expire already ended the lease
   }
 }
 
 void DecodeEngine::EndCancelledLocked() {
   // Requests cancelled while running (or waiting, preempted) leave between steps.
-  for (uint64_t handle : std::vector<uint64_t>(running_)) {
+  std::vector<uint64_t> cancelled;
+  for (const auto& [handle, r] : requests_) {
+    if (r.cancel_requested && !r.end) cancelled.push_back(handle);
+  }
+  for (const uint64_t handle : cancelled) {
     auto it = requests_.find(handle);
-    if (it != requests_.end() && it->second.cancel_requested) {
-      it->second.error = absl::CancelledError("cancelled");
-      EndLocked(handle, it->second);
-      requests_.erase(it);
-    }
+    it->second.error = absl::CancelledError("cancelled");
+    EndLocked(handle, it->second, RequestState::kCancelled);
+    requests_.erase(it);
   }
 }
 
@@ -405,7 +427,7 @@ bool DecodeEngine::EmitLocked(uint64_t handle, Request& r, std::span<const float
       CheckFinish(model_->config(), r.req, token, r.generated, static_cast<int>(r.tokens.size()));
   if (!f) return false;
   r.finish = *f;
-  EndLocked(handle, r);
+  EndLocked(handle, r, RequestState::kFinished);
   return true;
 }
 
@@ -473,7 +495,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
     first_row += rows;
     if (!st.ok()) {
       r.error = st;
-      EndLocked(w.id, r);
+      EndLocked(w.id, r, RequestState::kFailed);
       continue;
     }
     if (!w.sample) continue;  // a recompute chunk short of the sequence's end

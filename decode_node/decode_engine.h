@@ -2,10 +2,11 @@
 // receives a request's prompt KV from a prefill worker under a lease, and the step loop that
 // decodes every running request in one batch per step (continuous batching).
 //
-// One state machine per request: ADMITTED (lease open, KV arriving) -> RUNNING (in the batch;
-// possibly preempted and recomputed for a while, which its reader never sees) -> DONE, which
-// holds how it ended (a finish reason, a cancel, or the error it failed with); reaching DONE
-// releases the blocks exactly once.
+// One state machine per request (DecodeEngine::RequestState): ADMITTED (lease open, KV
+// arriving) -> RUNNING <-> PREEMPTED (blocks freed, recomputed when room comes back, which its
+// reader never sees) -> FINISHED | FAILED | CANCELLED. Until it ends, where it is belongs to the
+// decode scheduler (DecodeScheduler::state); the engine records only how it ended and buffers
+// its output. Ending releases the blocks exactly once.
 #ifndef TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 #define TANDEM_DECODE_NODE_DECODE_ENGINE_H_
 
@@ -125,6 +126,10 @@ class DecodeEngine final : public KvSink {
   // Ends the request (client cancel or deadline) and frees its blocks. Idempotent.
   void Cancel(uint64_t handle);
 
+  enum class RequestState { kAdmitted, kRunning, kPreempted, kFinished, kFailed, kCancelled };
+  // The request's state; nullopt when unknown (never admitted, or ended and its end read).
+  std::optional<RequestState> state(uint64_t handle) const;
+
   // KvSink: the lease (id, generation, capability), the token range and the cache's width and
   // dtype, before the payload is read.
   absl::Status CheckHeader(const KvChunkHeader& h) override;
@@ -152,14 +157,14 @@ class DecodeEngine final : public KvSink {
   const Model& model() const { return *model_; }
 
  private:
-  enum class State { kAdmitted, kRunning, kDone };
   struct Request {
     GenerationRequest req;
     std::vector<int> tokens;  // prompt + generated
     int generated = 0;
     uint64_t lease_id = 0;
-    State state = State::kAdmitted;
-    bool cancel_requested = false;
+    // How it ended (kFinished, kFailed or kCancelled); before that, scheduler_ has its state.
+    std::optional<RequestState> end;
+    bool cancel_requested = false;  // a started request leaves between steps
     std::deque<int> out;
     std::deque<TokenLogprobs> out_logprobs;
     std::optional<FinishReason> finish;
@@ -183,8 +188,11 @@ class DecodeEngine final : public KvSink {
   // Appends `token` (drawn from `row`, empty when sampled on the device) to a running request;
   // ends the request when it finishes there. Returns whether it did.
   bool EmitLocked(uint64_t handle, Request& r, std::span<const float> row, int token);
-  // Ends `r` (under mu_): releases its lease and blocks, wakes its reader.
-  void EndLocked(uint64_t handle, Request& r);
+  // Ends `r` as `how` (under mu_): releases its lease and blocks, wakes its reader. A request
+  // that has ended stays so.
+  void EndLocked(uint64_t handle, Request& r, RequestState how);
+  // Whether the request is in the scheduler's running batch or waits preempted (under mu_).
+  bool StartedLocked(uint64_t handle) const;
   // Sets the gauges from the scheduler and the lease table (under mu_).
   void UpdateGaugesLocked();
   // CheckHeader under mu_: the lease's blocks.
@@ -217,7 +225,6 @@ class DecodeEngine final : public KvSink {
   std::vector<int> sampled_;
   bool stop_ = false;
   StepLoopHealth health_;
-  std::vector<uint64_t> running_;  // handles in State::kRunning (the loop's cancel sweep)
   std::thread loop_;
 };
 

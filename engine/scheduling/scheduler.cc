@@ -272,6 +272,12 @@ int DecodeScheduler::tokens(uint64_t id) const {
   return it == requests_.end() ? -1 : it->second.tokens;
 }
 
+std::optional<DecodeScheduler::State> DecodeScheduler::state(uint64_t id) const {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return std::nullopt;
+  return it->second.state;
+}
+
 int DecodeScheduler::growth_promised() const {
   int64_t blocks = 0;
   for (const auto& [id, e] : requests_) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -105,6 +106,8 @@ class PrefillScheduler {
 class DecodeScheduler {
  public:
   enum class Admission { kOnDemand, kReserve };  // --kv-admission on-demand|reserve
+  // Where a request is in its life on this worker (until Release forgets it).
+  enum class State { kAdmitted, kRunning, kPreempted };
   struct Options {
     int num_blocks = 0;
     int block_size = 16;
@@ -187,6 +190,8 @@ class DecodeScheduler {
   const std::vector<int>* blocks(uint64_t id) const;
   // Tokens the sequence holds (prompt and generated); -1 when unknown.
   int tokens(uint64_t id) const;
+  // The request's state; nullopt when unknown (never admitted, or released).
+  std::optional<State> state(uint64_t id) const;
   int num_admitted() const { return static_cast<int>(requests_.size()); }
   int num_preempted() const { return static_cast<int>(preempted_.size()); }
   // Sequences waiting to be readmitted (preempted or enqueued), oldest first.
@@ -212,7 +217,6 @@ class DecodeScheduler {
     o.max_running = max_running;
     return o;
   }
-  enum class State { kAdmitted, kRunning, kPreempted };
   struct Entry {
     uint64_t order = 0;  // admission order
     State state = State::kAdmitted;

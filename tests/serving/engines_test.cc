@@ -120,11 +120,54 @@ TEST_P(EnginesTest, LeaseThatNeverCompletesExpiresAndFreesItsBlocks) {
   auto adm = (*d)->Admit(r);
   ASSERT_TRUE(adm.ok());
   EXPECT_LT((*d)->Load().free_blocks, 64);
+  EXPECT_EQ((*d)->state(adm->handle), DecodeEngine::RequestState::kAdmitted);
   // No prefill ever sends: the lease expires and the request fails.
+  for (int i = 0; i < 500 && (*d)->state(adm->handle) == DecodeEngine::RequestState::kAdmitted;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ((*d)->state(adm->handle), DecodeEngine::RequestState::kFailed);
   DecodeEngine::Output o = (*d)->Next(adm->handle, absl::Seconds(5));
   EXPECT_EQ(o.error.code(), absl::StatusCode::kDeadlineExceeded) << o.error;
   EXPECT_EQ((*d)->Load().free_blocks, 64);
   EXPECT_TRUE((*d)->Idle());
+}
+
+// A request's one lifecycle: admitted, running once started, finished when its last token is
+// out (still there for its reader), and forgotten once the reader has seen the end; one
+// cancelled before it starts is forgotten at once.
+TEST_P(EnginesTest, RequestStatesFollowOneLifecycle) {
+  GenerationRequest r;
+  r.prompt = tok_->Encode("Once upon a time", true);
+  r.max_tokens = 6;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  auto adm = decode_->Admit(r);
+  ASSERT_TRUE(adm.ok()) << adm.status();
+  EXPECT_EQ(decode_->state(adm->handle), DecodeEngine::RequestState::kAdmitted);
+  auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                               absl::Now() + absl::Seconds(30));
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  ASSERT_TRUE(decode_->Start(adm->handle, pre->first_token).ok());
+  EXPECT_NE(decode_->state(adm->handle), DecodeEngine::RequestState::kAdmitted);
+  EXPECT_EQ(decode_->Start(adm->handle, pre->first_token).code(),
+            absl::StatusCode::kFailedPrecondition);
+  for (int i = 0; i < 500 && decode_->state(adm->handle) != DecodeEngine::RequestState::kFinished;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(decode_->state(adm->handle), DecodeEngine::RequestState::kFinished);
+  DecodeEngine::Output o = decode_->Next(adm->handle, absl::Seconds(5));
+  EXPECT_EQ(o.tokens.size(), 5u);
+  EXPECT_EQ(o.finish, FinishReason::kLength);
+  EXPECT_EQ(decode_->state(adm->handle), std::nullopt);
+
+  auto adm2 = decode_->Admit(r);
+  ASSERT_TRUE(adm2.ok()) << adm2.status();
+  decode_->Cancel(adm2->handle);
+  EXPECT_EQ(decode_->state(adm2->handle), std::nullopt);
+  EXPECT_EQ(decode_->Start(adm2->handle, 1).code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(decode_->Idle());
 }
 
 TEST_P(EnginesTest, CancelFreesBlocksOnBothSides) {
