@@ -13,20 +13,25 @@
 # instructor extracts a pydantic model in its tools and json_schema modes
 # (tests/clients/instructor_extract.py), and litellm completes, streams and runs a tool call
 # (tests/clients/litellm_loop.py).
-# The clients live in a virtual environment cached under ~/.cache/tandem/pyclients (pip install
-# openai grpcio grpcio-tools langchain-openai instructor litellm); without network access to PyPI
-# the test is skipped (exit 77), saying so.
+# The clients live in a virtual environment cached under ~/.cache/tandem/pyclients, at the
+# versions tests/clients/requirements.txt pins; without network access to PyPI the test is
+# skipped (exit 77), saying so.
 #   python_clients_test.sh BIN_DIR SOURCE_DIR SHARED_DIR
 set -euo pipefail
 BIN=$(realpath "$1") SRC=$(realpath "$2") SHARED=$(realpath "$3")
 VENV=${TANDEM_PYCLIENTS_VENV:-$HOME/.cache/tandem/pyclients}
 source "$SRC/tests/clients/tandem_up.sh"
 
-if ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm' 2>/dev/null; then
+REQUIREMENTS="$SRC/tests/clients/requirements.txt"
+# The venv is reused while it holds exactly the pinned versions.
+if ! cmp -s "$REQUIREMENTS" "$VENV/requirements.txt" ||
+   ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm' 2>/dev/null; then
   /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
-  if ! "$VENV/bin/pip" install -q openai grpcio grpcio-tools langchain-openai instructor litellm >"$WORK/pip.log" 2>&1; then
-    echo "SKIP: cannot pip install openai grpcio grpcio-tools langchain-openai instructor litellm:"; tail -3 "$WORK/pip.log"; exit 77
+  # Bounded: a PyPI that cannot serve the pinned set skips the test instead of hanging it.
+  if ! timeout 200 "$VENV/bin/pip" install -q -r "$REQUIREMENTS" >"$WORK/pip.log" 2>&1; then
+    echo "SKIP: cannot pip install the clients of $REQUIREMENTS within 200 s:"; tail -3 "$WORK/pip.log"; exit 77
   fi
+  cp "$REQUIREMENTS" "$VENV/requirements.txt"
 fi
 PY="$VENV/bin/python"
 
