@@ -50,8 +50,8 @@ DecodeScheduler::DecodeScheduler(Options options)
                             ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
                             : 0) {}
 
-absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_tokens,
-                                                        int max_tokens) {
+absl::StatusOr<int> DecodeScheduler::MostTokens(uint64_t id, int prompt_tokens,
+                                                int max_tokens) const {
   if (requests_.contains(id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
@@ -62,6 +62,14 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
         "whole cache of %d blocks",
         most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
   }
+  return most_tokens;
+}
+
+absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_tokens,
+                                                        int max_tokens) {
+  absl::StatusOr<int> most = MostTokens(id, prompt_tokens, max_tokens);
+  if (!most.ok()) return most.status();
+  const int most_tokens = *most;
   if (!preempted_.empty()) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "decode worker: %d preempted requests wait for room first", num_preempted()));
@@ -103,16 +111,9 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
 absl::Status DecodeScheduler::Enqueue(uint64_t id, int prompt_tokens, int max_tokens) {
   if (prompt_tokens < 1)
     return absl::InvalidArgumentError("DecodeScheduler::Enqueue: empty prompt");
-  if (requests_.contains(id)) {
-    return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
-  }
-  const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
-  if (layout_.TokensIn(num_blocks()) < most_tokens) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "the request may reach %d tokens (%d KV blocks of %d), more than the whole cache of %d "
-        "blocks",
-        most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
-  }
+  absl::StatusOr<int> most = MostTokens(id, prompt_tokens, max_tokens);
+  if (!most.ok()) return most.status();
+  const int most_tokens = *most;
   if (num_admitted() >= options_.max_running) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("at the limit of %d requests", options_.max_running));

@@ -225,6 +225,9 @@ class DecodeScheduler {
     int max_tokens = 0;
     std::vector<int> blocks;
   };
+  // The most tokens a new request may reach (prompt + 1 at least): ALREADY_EXISTS for a known
+  // id, RESOURCE_EXHAUSTED when it could not fit even in an empty cache.
+  absl::StatusOr<int> MostTokens(uint64_t id, int prompt_tokens, int max_tokens) const;
   void Preempt(uint64_t id, Entry& e);
   // The running sequence admitted last and not in `step`, or 0.
   uint64_t Victim(const Step& step) const;

@@ -61,6 +61,30 @@ class EnginesTest : public ::testing::TestWithParam<std::string> {
     return testing::RunPrefillThenDecode(prefill_.get(), decode_.get(), r);
   }
 
+  // A greedy request of "Once upon a time" that runs to `max_tokens`.
+  GenerationRequest Greedy(int max_tokens) const {
+    GenerationRequest r;
+    r.prompt = tok_->Encode("Once upon a time", true);
+    r.max_tokens = max_tokens;
+    r.sampling.temperature = 0;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  struct Prefilled {
+    uint64_t handle;
+    int first_token;
+  };
+  // Admits `r` on the decode engine and prefills it into the lease (not yet started).
+  absl::StatusOr<Prefilled> AdmitAndPrefill(const GenerationRequest& r) {
+    auto adm = decode_->Admit(r);
+    if (!adm.ok()) return adm.status();
+    auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
+                                 absl::Now() + absl::Seconds(30));
+    if (!pre.ok()) return pre.status();
+    return Prefilled{adm->handle, pre->first_token};
+  }
+
   void ExpectTinyModelMatchesTheEngineAlone(const std::string& dir, const std::string& name);
 
   std::unique_ptr<Backend> backend_;
@@ -137,20 +161,13 @@ TEST_P(EnginesTest, LeaseThatNeverCompletesExpiresAndFreesItsBlocks) {
 // out (still there for its reader), and forgotten once the reader has seen the end; one
 // cancelled before it starts is forgotten at once.
 TEST_P(EnginesTest, RequestStatesFollowOneLifecycle) {
-  GenerationRequest r;
-  r.prompt = tok_->Encode("Once upon a time", true);
-  r.max_tokens = 6;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  auto adm = decode_->Admit(r);
+  const GenerationRequest r = Greedy(6);
+  auto adm = AdmitAndPrefill(r);
   ASSERT_TRUE(adm.ok()) << adm.status();
   EXPECT_EQ(decode_->state(adm->handle), DecodeEngine::RequestState::kAdmitted);
-  auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
-                               absl::Now() + absl::Seconds(30));
-  ASSERT_TRUE(pre.ok()) << pre.status();
-  ASSERT_TRUE(decode_->Start(adm->handle, pre->first_token).ok());
+  ASSERT_TRUE(decode_->Start(adm->handle, adm->first_token).ok());
   EXPECT_NE(decode_->state(adm->handle), DecodeEngine::RequestState::kAdmitted);
-  EXPECT_EQ(decode_->Start(adm->handle, pre->first_token).code(),
+  EXPECT_EQ(decode_->Start(adm->handle, adm->first_token).code(),
             absl::StatusCode::kFailedPrecondition);
   for (int i = 0; i < 500 && decode_->state(adm->handle) != DecodeEngine::RequestState::kFinished;
        ++i) {
@@ -171,17 +188,10 @@ TEST_P(EnginesTest, RequestStatesFollowOneLifecycle) {
 }
 
 TEST_P(EnginesTest, CancelFreesBlocksOnBothSides) {
-  GenerationRequest r;
-  r.prompt = tok_->Encode("Once upon a time", true);
-  r.max_tokens = 400;
-  r.sampling.temperature = 0;
-  r.ignore_eos = true;
-  auto adm = decode_->Admit(r);
-  ASSERT_TRUE(adm.ok());
-  auto pre = prefill_->Prefill(adm->handle, r.prompt, r.sampling, adm->target,
-                               absl::Now() + absl::Seconds(30));
-  ASSERT_TRUE(pre.ok()) << pre.status();
-  ASSERT_TRUE(decode_->Start(adm->handle, pre->first_token).ok());
+  const GenerationRequest r = Greedy(400);
+  auto adm = AdmitAndPrefill(r);
+  ASSERT_TRUE(adm.ok()) << adm.status();
+  ASSERT_TRUE(decode_->Start(adm->handle, adm->first_token).ok());
   auto o = decode_->Next(adm->handle, absl::Seconds(5));
   EXPECT_FALSE(o.tokens.empty());
   decode_->Cancel(adm->handle);
