@@ -58,8 +58,8 @@ absl::StatusOr<int> DecodeScheduler::MostTokens(uint64_t id, int prompt_tokens,
   const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
   if (layout_.TokensIn(num_blocks()) < most_tokens) {
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "the request may reach %d tokens (%d KV blocks of %d), more than this decode worker's "
-        "whole cache of %d blocks",
+        "the request may reach %d tokens (%d KV blocks of %d), more than the whole cache of %d "
+        "blocks",
         most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
   }
   return most_tokens;
