@@ -176,8 +176,9 @@ void DecodeEngine::Undeliverable(const KvChunkHeader& h, const absl::Status& why
   auto check = leases_.CheckChunk(h);
   if (!check.ok() && absl::IsAborted(check.status())) return;
   auto it = requests_.find(handle->second);
-  if (it == requests_.end() || it->second.end ||
-      scheduler_.state(it->first) != DecodeScheduler::State::kAdmitted || !it->second.error.ok()) {
+  // An ended request has left the scheduler: only an admitted one is still waiting for its KV.
+  if (it == requests_.end() || scheduler_.state(it->first) != DecodeScheduler::State::kAdmitted ||
+      !it->second.error.ok()) {
     return;
   }
   it->second.error = absl::AbortedError(
@@ -203,7 +204,7 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
   if (options_.kv_settle_timeout > absl::ZeroDuration()) {
     kv_cv_.wait_for(lock, absl::ToChronoNanoseconds(options_.kv_settle_timeout), [&] {
       auto r = requests_.find(handle);
-      return r == requests_.end() || r->second.end ||
+      return r == requests_.end() ||
              scheduler_.state(handle) != DecodeScheduler::State::kAdmitted ||
              !r->second.error.ok() || leases_.IsComplete(r->second.lease_id);
     });
@@ -211,7 +212,7 @@ absl::Status DecodeEngine::Start(uint64_t handle, int first_token) {
     if (it == requests_.end()) return absl::NotFoundError("request ended");
   }
   Request& r = it->second;
-  if (r.end || scheduler_.state(handle) != DecodeScheduler::State::kAdmitted) {
+  if (scheduler_.state(handle) != DecodeScheduler::State::kAdmitted) {
     return absl::FailedPreconditionError("request already started");
   }
   if (!r.error.ok()) return r.error;

@@ -188,8 +188,8 @@ class DecodeEngine final : public KvSink {
   // Appends `token` (drawn from `row`, empty when sampled on the device) to a running request;
   // ends the request when it finishes there. Returns whether it did.
   bool EmitLocked(uint64_t handle, Request& r, std::span<const float> row, int token);
-  // Ends `r` as `how` (under mu_): releases its lease and blocks, wakes its reader. A request
-  // that has ended stays so.
+  // Ends `r` as `how` (under mu_): releases its lease and blocks (it leaves scheduler_, so an
+  // ended request has no scheduler state), wakes its reader. A request that has ended stays so.
   void EndLocked(uint64_t handle, Request& r, RequestState how);
   // Whether the request is in the scheduler's running batch or waits preempted (under mu_).
   bool StartedLocked(uint64_t handle) const;

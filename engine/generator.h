@@ -14,7 +14,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
 #include "engine/model.h"
 #include "engine/request.h"

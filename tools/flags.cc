@@ -53,43 +53,36 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const C
   CLI::App app(command.description, command.name);
   app.footer(command.footer);
   app.allow_extras();  // unknown flags and positional arguments are named below
-  // The storage CLI11 writes each flag's values into (a deque: stable addresses).
-  std::deque<std::string> last;
-  std::deque<std::vector<std::string>> all;
-  std::deque<bool> set;
-  struct Bound {
+  // What CLI11 writes each flag's values into (a deque: stable addresses).
+  struct Slot {
     const FlagSpec* spec;
-    CLI::Option* option;
-    const std::string* last = nullptr;
-    const std::vector<std::string>* all = nullptr;
-    const bool* set = nullptr;
+    CLI::Option* option = nullptr;
+    std::string last;              // kValue
+    std::vector<std::string> all;  // kRepeated
+    bool set = false;              // kBool
   };
-  std::vector<Bound> bound;
+  std::deque<Slot> slots;
   for (const FlagSpec& spec : command.flags) {
+    Slot& slot = slots.emplace_back(Slot{&spec});
     const std::string name = "--" + spec.name;
-    Bound b{&spec, nullptr};
     switch (spec.kind) {
       case FlagSpec::Kind::kBool:
-        b.set = &set.emplace_back(false);
-        b.option = app.add_flag(name, set.back(), spec.help);
+        slot.option = app.add_flag(name, slot.set, spec.help);
         break;
       case FlagSpec::Kind::kValue:
-        b.last = &last.emplace_back();
-        b.option = app.add_option(name, last.back(), spec.help)
-                       ->type_name(spec.type)
-                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-        if (!spec.default_value.empty()) b.option->default_str(spec.default_value);
+        slot.option = app.add_option(name, slot.last, spec.help)
+                          ->type_name(spec.type)
+                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+        if (!spec.default_value.empty()) slot.option->default_str(spec.default_value);
         break;
       case FlagSpec::Kind::kRepeated:
-        b.all = &all.emplace_back();
-        b.option = app.add_option(name, all.back(), spec.help)
-                       ->type_name(spec.type)
-                       ->allow_extra_args(false)
-                       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+        slot.option = app.add_option(name, slot.all, spec.help)
+                          ->type_name(spec.type)
+                          ->allow_extra_args(false)
+                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
         break;
     }
     f.defaults_[spec.name] = spec.default_value;
-    bound.push_back(b);
   }
   std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {
@@ -112,19 +105,20 @@ absl::StatusOr<Flags> Flags::Parse(const std::vector<std::string>& args, const C
     }
     f.positional_.push_back(extra);
   }
-  for (const Bound& b : bound) {
-    if (b.option->count() == 0) continue;
-    std::vector<std::string>& values = f.values_[b.spec->name];
-    if (b.set != nullptr) {
-      if (*b.set) values.push_back("true");
-    } else if (b.last != nullptr) {
-      values.push_back(*b.last);
-    } else {
-      values = *b.all;
+  for (const Slot& slot : slots) {
+    if (slot.option->count() == 0) continue;
+    switch (slot.spec->kind) {
+      case FlagSpec::Kind::kBool:
+        if (slot.set) f.values_[slot.spec->name] = {"true"};  // not --NAME=false
+        break;
+      case FlagSpec::Kind::kValue:
+        f.values_[slot.spec->name] = {slot.last};
+        break;
+      case FlagSpec::Kind::kRepeated:
+        f.values_[slot.spec->name] = slot.all;
+        break;
     }
-    if (values.empty()) f.values_.erase(b.spec->name);
   }
-  f.help_ = app.help();
   return f;
 }
 

@@ -50,7 +50,7 @@ class Flags {
   static absl::StatusOr<Flags> Parse(const std::vector<std::string>& args, const Command& command);
 
   bool help_requested() const { return help_requested_; }
-  // The command's --help text, made from its FlagSpecs.
+  // With help_requested(): the command's --help text, made from its FlagSpecs.
   const std::string& help() const { return help_; }
 
   // Whether the flag was given (a boolean: given and not =false).

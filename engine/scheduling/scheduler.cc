@@ -179,9 +179,9 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     InsertInOrder(running_, id);
   }
   int budget = options_.recompute_budget;
-  int step_left = options_.step_tokens;
   const std::vector<uint64_t> order = running_;
   for (const uint64_t id : order) {
+    const int step_left = options_.step_tokens - step.tokens;
     if (step_left <= 0) break;
     Entry& e = requests_.at(id);
     if (e.state != State::kRunning) continue;  // preempted for an older one in this step
@@ -204,7 +204,7 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     if (need > pool_.num_available()) continue;  // everything else is in this step: next one
     GrowTable(layout_, &pool_, &e.blocks, e.computed, e.computed + n).IgnoreError();  // fits
     if (recompute) budget -= n;
-    step_left -= n;
+    step.tokens += n;
     step.work.push_back({id, e.computed, n, e.computed + n == e.tokens});
   }
   return step;
@@ -218,9 +218,7 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   // tokens (the blocks reserved under kReserve).
   k = std::min(k, e.max_tokens - 1 - w.start - 1);
   // Nor past the step's token limit.
-  int64_t used = 0;
-  for (const Work& x : step->work) used += x.count;
-  k = static_cast<int>(std::min<int64_t>(k, options_.step_tokens - used));
+  k = std::min(k, options_.step_tokens - step->tokens);
   // kReserve: never from the blocks promised to the others (nor its own: a conservative bound,
   // as proposals reach past what a one-token step holds).
   const int free =
@@ -230,6 +228,7 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   if (!GrowTable(layout_, &pool_, &e.blocks, w.start, w.start + 1 + k).ok()) return 0;
   w.count = 1 + k;
   w.draft = k;
+  step->tokens += k;
   return k;
 }
 

@@ -141,6 +141,7 @@ class DecodeScheduler {
   struct Step {
     std::vector<Work> work;           // in admission order
     std::vector<uint64_t> preempted;  // preempted while planning this step (blocks freed)
+    int tokens = 0;                   // positions computed: the works' counts
   };
 
   explicit DecodeScheduler(Options options);
