@@ -6,13 +6,15 @@
 // independent 8-lane FMAs on registers). Then, per model and weight dtype:
 //   prefill 512: one sequence, one forward call;
 //   decode b1 / b32: 1 or 32 sequences with a 64-token context each, one token per sequence per
-//   step; decode_b<N>_ctx<C> is N sequences at a C-token context, prefill_<N> an N-token prompt.
+//   step; decode_b<N>_ctx<C> is N sequences at a C-token context, prefill_<N> an N-token prompt;
+//   matmul_b<N>: each distinct (dtype, shape) of the model's matrices multiplied alone by N
+//   tokens, as a decode step multiplies them, with the GB/s of weights it streams (one line each).
 // Roofline of a case: decode is bounded by (weight bytes + KV bytes read per step) / bandwidth
 // and by FLOPs / peak, whichever is slower; prefill by FLOPs / peak. The fraction reported is
 // measured tokens/s over that bound. Figures are the best of several repetitions.
 //
 //   build/bin/engine_bench [--models stories110M,stories260K,PATH] [--dtypes f32,f16,bf16]
-//                          [--cases decode_b1,decode_b32,prefill_512] [--threads N]
+//                          [--cases decode_b1,decode_b32,prefill_512,matmul_b1] [--threads N]
 //                          [--out bench/results/engine_bench.json]   (--help: the flags)
 // A model is a random-weight shape name (tandem model random), stories260K, or a path (a GGUF
 // file, an HF directory or a llama2.c checkpoint). A dtype is a --dtype of `tandem generate`
@@ -184,6 +186,7 @@ struct Case {
   double read_bytes_per_s = 0;  // measured around the case (decode only)
   double bytes_per_step = 0;    // weights + KV read per decode step
   double flops_per_token = 0;
+  double weight_bytes_per_s = 0;  // matmul cases: the weights' bytes over the call's time
 };
 
 // "decode_b<batch>" or "decode_b<batch>_ctx<context>" (context 64 when absent).
@@ -236,6 +239,77 @@ Case PrefillCase(const Model& m, const Machine& hw, int len, int reps) {
   return k;
 }
 
+// "matmul_b<N>": the token count, else 0.
+int ParseMatmulCase(const std::string& name) {
+  int n = 0, used = 0;
+  if (std::sscanf(name.c_str(), "matmul_b%d%n", &n, &used) != 1 ||
+      used != static_cast<int>(name.size()) || n < 1 || n > 512) {
+    return 0;
+  }
+  return n;
+}
+
+// Each distinct (dtype, rows, cols) of the model's matrices (the classifier included), multiplied
+// by n tokens on `threads` threads: best of several calls, as GB/s of weights against the
+// bandwidth measured around it. Repeats the call for at least ~0.2 s so that short matrices are
+// timed over many calls (their weights still come from memory: the set of all of them is
+// cycled through a buffer far larger than the last-level cache where one matrix is smaller).
+std::vector<Case> MatmulCases(const Model& m, const Machine& hw, int n) {
+  std::vector<const WeightRef*> all;
+  for (const LayerWeights& l : m.weights().layers) {
+    for (const WeightRef* r : l.Matrices()) all.push_back(r);
+  }
+  all.push_back(&m.weights().classifier);
+  std::vector<std::vector<const WeightRef*>> groups;  // one per (dtype, rows, cols), in order
+  for (const WeightRef* r : all) {
+    auto same = [&](const std::vector<const WeightRef*>& g) {
+      return g[0]->dtype == r->dtype && g[0]->rows == r->rows && g[0]->cols == r->cols;
+    };
+    auto it = std::find_if(groups.begin(), groups.end(), same);
+    if (it == groups.end()) {
+      groups.push_back({r});
+    } else {
+      it->push_back(r);
+    }
+  }
+  ThreadPool pool(hw.threads);
+  std::vector<Case> out;
+  for (const auto& g : groups) {
+    const WeightRef& w0 = *g[0];
+    const double bytes = double(w0.rows) * RowBytes(w0.dtype, w0.cols);
+    std::vector<float> x(static_cast<size_t>(n) * w0.cols), y(static_cast<size_t>(n) * w0.rows);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0, 1);
+    for (float& v : x) v = normal(rng);
+    const double bw_before = hw.bandwidth->Measure();
+    // Cycle through every matrix of the group (the layers' copies live at different addresses,
+    // so that a call reads its weights from memory, not from a cache the previous call filled).
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      int calls = 0;
+      const auto t0 = Clock::now();
+      double elapsed = 0;
+      do {
+        cpu::Matmul(x.data(), *g[calls % g.size()], nullptr, y.data(), n, &pool);
+        ++calls;
+        elapsed = Seconds(t0, Clock::now());
+      } while (elapsed < 0.2 || calls < static_cast<int>(g.size()));
+      best = std::min(best, elapsed / calls);
+    }
+    Case k;
+    k.name = "matmul_b" + std::to_string(n) + " " + std::string(DTypeName(w0.dtype)) + " " +
+             std::to_string(w0.rows) + "x" + std::to_string(w0.cols);
+    k.read_bytes_per_s = std::max(bw_before, hw.bandwidth->Measure());
+    k.bytes_per_step = bytes;
+    k.tokens_per_s = n / best;
+    k.roofline_tokens_per_s = n / (bytes / k.read_bytes_per_s);
+    k.bound = "bandwidth";
+    k.weight_bytes_per_s = bytes / best;
+    out.push_back(k);
+  }
+  return out;
+}
+
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   size_t b = 0;
@@ -269,7 +343,8 @@ int main(int argc, char** argv) {
           "  --dtypes   f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k, or\n"
           "             native (as stored) (default f32,f16,bf16)\n"
           "  --cases    decode_b1, decode_b32, prefill_512 (default all three), or\n"
-          "             decode_b<N>_ctx<C> (N sequences at a C-token context), prefill_<N>\n"
+          "             decode_b<N>_ctx<C> (N sequences at a C-token context), prefill_<N>,\n"
+          "             matmul_b<N> (each distinct matrix alone, N tokens: its GB/s)\n"
           "  --threads  CPU threads (default: the cores)\n"
           "  --out      JSON results (default bench/results/engine_bench.json)\n"
           "Prints the ISA the kernels use, the machine's bandwidth and FMA peak, and per case\n"
@@ -355,6 +430,8 @@ int main(int argc, char** argv) {
           const int steps = batch == 1 ? (small ? 64 : 16) : (small ? 32 : 8);
           cases.push_back(DecodeCase(m, hw, batch, context, steps,
                                      batch == 1 ? (small ? 5 : 3) : (small ? 5 : 2)));
+        } else if (const int n = ParseMatmulCase(c); n > 0) {
+          for (Case& k : MatmulCases(m, hw, n)) cases.push_back(std::move(k));
         } else if (int len = 0, used = 0;
                    std::sscanf(c.c_str(), "prefill_%d%n", &len, &used) == 1 &&
                    used == static_cast<int>(c.size()) && len >= 1 && len <= 32768) {
@@ -367,9 +444,12 @@ int main(int argc, char** argv) {
       for (const Case& k : cases) {
         const double frac =
             k.roofline_tokens_per_s > 0 ? k.tokens_per_s / k.roofline_tokens_per_s : 0;
-        std::printf("%-12s %-5s %-12s %10.1f %12.1f %8.1f%%  %-9s %.1f\n", label.c_str(),
+        std::printf("%-12s %-5s %-12s %10.1f %12.1f %8.1f%%  %-9s %.1f", label.c_str(),
                     dlabel.c_str(), k.name.c_str(), k.tokens_per_s, k.roofline_tokens_per_s,
                     100 * frac, k.bound.c_str(), k.read_bytes_per_s / 1e9);
+        if (k.weight_bytes_per_s > 0)
+          std::printf("  (weights at %.1f GB/s)", k.weight_bytes_per_s / 1e9);
+        std::printf("\n");
         results.push_back({{"model", label},
                            {"dtype", dlabel},
                            {"case", k.name},
@@ -380,7 +460,8 @@ int main(int argc, char** argv) {
                            {"read_bandwidth_bytes_per_s", k.read_bytes_per_s},
                            {"bytes_per_step", k.bytes_per_step},
                            {"flops_per_token", k.flops_per_token},
-                           {"matrix_bytes", MatrixBytes(m)}});
+                           {"matrix_bytes", MatrixBytes(m)},
+                           {"weight_bytes_per_s", k.weight_bytes_per_s}});
       }
       std::fflush(stdout);
     }

@@ -8,6 +8,8 @@
 // arithmetic one element at a time, the twin the AVX2 and AVX-512 paths are tested against
 // (the AVX-512 one, in avx512_kernels.inc, uses VNNI's byte dot products).
 //
+// The K-quants on AVX2 go a super-block at a time instead (quant_super_avx2.cc).
+//
 // Work: threads split the weight rows; a row's blocks are decoded once per group of 4 tokens.
 #include <algorithm>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include "kernels/cpu/avx512.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/quant_super.h"
 #include "kernels/cpu/simd.h"
 #include "kernels/quant.h"
 
@@ -311,6 +314,8 @@ void RunRows(Isa isa, const WeightRef& w, const ActBlock* acts, const float* bia
   ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
     if (isa == Isa::kAvx512) {
       ActiveAvx512Kernels().quant_rows(w, acts, bias, y, w.rows, n, r0, r1);
+    } else if (isa == Isa::kAvx2 && BlockElems(T) == 256) {  // K-quants: a super-block at a time
+      SuperRowsAvx2(data, T, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
     } else if (isa == Isa::kAvx2) {
       RowsAvx2<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
     } else {
