@@ -173,12 +173,19 @@ TANDEM_AVX2 inline __m256 SuperDot2(const SuperBlock2& sb, const ActBlock* a, co
 
 // out[t] = row · token t for NT tokens (activation blocks a[t], factors f[t]); a token's
 // arithmetic does not depend on NT (batch invariance).
+// `ahead` (or nullptr): a row to bring towards L2 meanwhile, as the AVX-512 path does
+// (avx512_quant_super.inc's PrefetchSuper).
 template <DType T, int NT>
-TANDEM_AVX2 void SuperRowDots2(const uint8_t* row, const ActBlock* const* a,
+TANDEM_AVX2 void SuperRowDots2(const uint8_t* row, const uint8_t* ahead, const ActBlock* const* a,
                                const SuperFactors* const* f, int64_t supers, float* out) {
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < supers; ++s) {
+    if (ahead != nullptr) {
+      for (int line = 0; line < BlockBytes(T); line += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + s * BlockBytes(T) + line), _MM_HINT_T1);
+      }
+    }
     SuperBlock2 sb;
     DecodeSuper2<T>(row + s * BlockBytes(T), &sb);
     for (int t = 0; t < NT; ++t) acc[t] = SuperDot2<T>(sb, a[t] + 8 * s, f[t][s], acc[t]);
@@ -188,14 +195,16 @@ TANDEM_AVX2 void SuperRowDots2(const uint8_t* row, const ActBlock* const* a,
 
 constexpr int kGroupTokens = 4;
 constexpr int kTokenBlock = 64;
+constexpr int kPrefetchRows = 4;
 
 template <DType T, int NT = kGroupTokens>
-TANDEM_AVX2 void GroupDots2(int nt, const uint8_t* row, const ActBlock* const* a,
-                            const SuperFactors* const* f, int64_t supers, float* out) {
+TANDEM_AVX2 void GroupDots2(int nt, const uint8_t* row, const uint8_t* ahead,
+                            const ActBlock* const* a, const SuperFactors* const* f, int64_t supers,
+                            float* out) {
   if constexpr (NT > 1) {
-    if (nt < NT) return GroupDots2<T, NT - 1>(nt, row, a, f, supers, out);
+    if (nt < NT) return GroupDots2<T, NT - 1>(nt, row, ahead, a, f, supers, out);
   }
-  SuperRowDots2<T, NT>(row, a, f, supers, out);
+  SuperRowDots2<T, NT>(row, ahead, a, f, supers, out);
 }
 
 template <DType T>
@@ -211,6 +220,8 @@ void SuperRowsAvx2Of(const uint8_t* w, int64_t row_bytes, int64_t blocks, const 
     }
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* row = w + r * row_bytes;
+      // The row kPrefetchRows ahead is brought in while this one computes.
+      const uint8_t* ahead = r + kPrefetchRows < r1 ? row + kPrefetchRows * row_bytes : nullptr;
       const float b = bias ? bias[r] : 0.0f;
       for (int t = tb; t < te; t += kGroupTokens) {
         const int nt = std::min(kGroupTokens, te - t);
@@ -222,7 +233,7 @@ void SuperRowsAvx2Of(const uint8_t* w, int64_t row_bytes, int64_t blocks, const 
           f[i] = factors.data() + (token - tb) * supers;
         }
         float out[kGroupTokens];
-        GroupDots2<T>(nt, row, a, f, supers, out);
+        GroupDots2<T>(nt, row, t == tb ? ahead : nullptr, a, f, supers, out);
         for (int i = 0; i < nt; ++i) y[(t + i) * ldy + r] = out[i] + b;
       }
     }
