@@ -171,6 +171,9 @@ struct HttpListener::Impl {
     // Bytes of this connection counted in `buffered`: what its parser and `pending` hold, and
     // while dispatched, its request.
     size_t charged = 0;
+    // Accepted past a connection cap: answered with this once its request head arrives. Such a
+    // connection counts in neither cap and is never evicted.
+    std::optional<HttpRefusal> refusal;
     explicit Conn(const HttpParserLimits& limits) : parser(limits, /*pause_after_head=*/true) {}
   };
   struct Work {
@@ -191,7 +194,8 @@ struct HttpListener::Impl {
 
   // Owned by the loop thread.
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
-  std::map<std::string, int> per_client;
+  std::map<std::string, int> per_client;  // connections within the caps, by address
+  int refusing = 0;                       // connections accepted past a cap (Conn::refusal)
   uint64_t next_id = 1;
   size_t buffered_now = 0;         // the sum of every connection's `charged`
   size_t released_since_trim = 0;  // bytes of large requests released since the last trim
@@ -234,7 +238,11 @@ struct HttpListener::Impl {
 
   void Close(Conn* c) {
     Unwatch(c);
-    if (--per_client[c->peer] == 0) per_client.erase(c->peer);
+    if (c->refusal) {
+      --refusing;
+    } else if (--per_client[c->peer] == 0) {
+      per_client.erase(c->peer);
+    }
     --open;
     Uncharge(c, c->charged);
     conns.erase(c->id);
@@ -323,12 +331,15 @@ struct HttpListener::Impl {
 #endif
   }
 
-  // Makes room for a connection from `peer`: false when it must be refused.
-  bool MakeRoom(const std::string& peer) {
+  // Makes room for a connection from `peer` within the caps: nullopt, or the answer it gets when
+  // no connection without a whole request can make room.
+  std::optional<HttpRefusal> MakeRoom(const std::string& peer) {
     auto evict_oldest = [&](bool same_peer) {
       Conn* oldest = nullptr;
       for (auto& [id, c] : conns) {
-        if (c->phase == Conn::Phase::kDispatched || (same_peer && c->peer != peer)) continue;
+        if (c->phase == Conn::Phase::kDispatched || c->refusal || (same_peer && c->peer != peer)) {
+          continue;
+        }
         if (oldest == nullptr || c->waiting_since < oldest->waiting_since) oldest = c.get();
       }
       if (oldest == nullptr) return false;
@@ -338,12 +349,23 @@ struct HttpListener::Impl {
     auto it = per_client.find(peer);
     if (it != per_client.end() && it->second >= options.max_connections_per_client &&
         !evict_oldest(true)) {
-      return false;
+      return HttpRefusal{
+          429,
+          on_error(429, absl::StrFormat("this client address holds its limit of %d connections "
+                                        "(--http-max-connections-per-client); retry later",
+                                        options.max_connections_per_client)),
+          {{"Retry-After", "1"}}};
     }
-    if (static_cast<int>(conns.size()) >= options.max_connections && !evict_oldest(false)) {
-      return false;
+    if (static_cast<int>(conns.size()) - refusing >= options.max_connections &&
+        !evict_oldest(false)) {
+      return HttpRefusal{503,
+                         on_error(503, absl::StrFormat("the server holds its limit of %d "
+                                                       "connections (--http-max-connections); "
+                                                       "retry later",
+                                                       options.max_connections)),
+                         {{"Retry-After", "1"}}};
     }
-    return true;
+    return std::nullopt;
   }
 
   void Accept() {
@@ -357,8 +379,9 @@ struct HttpListener::Impl {
         return;  // EAGAIN, or out of descriptors: the rest wait in the backlog
       }
       const std::string peer = PeerHost(addr);
-      if (!MakeRoom(peer)) {
-        ::close(fd);
+      std::optional<HttpRefusal> refusal = MakeRoom(peer);
+      if (refusal && refusing >= options.max_refusing_connections) {
+        ::close(fd);  // past every bound: the one case a connection goes unanswered
         continue;
       }
       int one = 1;
@@ -371,7 +394,12 @@ struct HttpListener::Impl {
       const absl::Time now = absl::Now();
       c->deadline = now + options.header_timeout;
       c->waiting_since = now;
-      ++per_client[peer];
+      if (refusal) {
+        c->refusal = std::move(refusal);
+        ++refusing;
+      } else {
+        ++per_client[peer];
+      }
       ++open;
       Conn* raw = c.get();
       conns[raw->id] = std::move(c);
@@ -412,6 +440,10 @@ struct HttpListener::Impl {
         c->deadline = now + options.body_timeout;
       }
       if (c->parser.HeadPending()) {
+        if (c->refusal) {  // accepted past a cap: answered now that it has asked
+          Refuse(c, *c->refusal);
+          return false;
+        }
         if (options.check_head) {
           if (std::optional<HttpRefusal> refusal = options.check_head(c->parser.head())) {
             Refuse(c, *refusal);
@@ -603,7 +635,8 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     return absl::InvalidArgumentError("http port must be in [0, 65535]");
   }
   if (options.threads < 1) return absl::InvalidArgumentError("http threads must be >= 1");
-  if (options.max_connections < 1 || options.max_connections_per_client < 1) {
+  if (options.max_connections < 1 || options.max_connections_per_client < 1 ||
+      options.max_refusing_connections < 0) {
     return absl::InvalidArgumentError("http connection limits must be >= 1");
   }
   if (options.max_buffered_bytes <

@@ -6,7 +6,10 @@
 // next request on an idle keep-alive connection within `idle_timeout`. Connections are capped
 // in total and per client address; at a cap the connection that has waited longest without a
 // whole request is closed to make room, so a flood of idle or slow connections cannot lock out
-// a client that sends its request.
+// a client that sends its request. When every connection at the cap holds a request, a new one is
+// still accepted, read up to its request head and answered (429 past the per-address cap, 503
+// past the total, each with Retry-After), never closed without a reply; only past
+// `max_refusing_connections` such connections at once is one closed unanswered.
 //
 // Request bytes held in memory are bounded over all connections together (`max_buffered_bytes`:
 // heads and bodies being read, and whole requests waiting for or held by a handler). A
@@ -66,7 +69,11 @@ struct HttpListenerOptions {
   absl::Duration idle_timeout = absl::Seconds(60);
   absl::Duration write_timeout = absl::Seconds(30);  // a response write that makes no progress
   int max_connections = 4096;
-  int max_connections_per_client = 256;
+  // Per client address. Every client behind one ingress or load balancer shares its address, so
+  // the default is the total; lower it where clients reach the server directly.
+  int max_connections_per_client = 4096;
+  // Connections past a cap held at once until their request head arrives, to be answered.
+  int max_refusing_connections = 256;
   // Bytes of requests held in memory over every connection (heads, bodies, requests waiting for
   // or held by a handler); at least the largest request (max_header_bytes + max_body_bytes).
   size_t max_buffered_bytes = kDefaultMaxBufferedBytes;

@@ -41,9 +41,10 @@ struct HttpServerOptions {
   absl::Duration body_timeout = absl::Seconds(30);
   absl::Duration idle_timeout = absl::Seconds(60);
   // Open connections, in total and per client address (beyond: the longest-waiting connection
-  // without a whole request is closed to make room).
+  // without a whole request is closed to make room, else the new one is answered 503 or 429 with
+  // Retry-After; http/http_listener.h). Clients behind one ingress share its address.
   int max_connections = 4096;
-  int max_connections_per_client = 256;
+  int max_connections_per_client = 4096;
   // Bytes of requests held in memory over every connection (--http-max-buffered-bytes; see
   // http/http_listener.h): past it, 503 with Retry-After for the connection holding the most.
   size_t max_buffered_bytes = kDefaultMaxBufferedBytes;

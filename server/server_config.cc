@@ -131,6 +131,14 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
                  "Bytes of HTTP requests held in memory at once, over every connection (past "
                  "it, 503 for the connection holding the most)")
       ->group(g);
+  app.add_option("--http-max-connections", c->http_max_connections,
+                 "Open HTTP connections (past it, an idle one makes room, else 503 with "
+                 "Retry-After)")
+      ->group(g);
+  app.add_option("--http-max-connections-per-client", c->http_max_connections_per_client,
+                 "Open HTTP connections per client address (past it, 429 with Retry-After); "
+                 "clients behind one ingress share its address")
+      ->group(g);
   app.add_option("--chat-template", c->chat_template,
                  "A Jinja chat template (default: the model's)")
       ->group(g);
@@ -248,16 +256,19 @@ absl::Status CommonConfig::Validate() const {
 }
 
 absl::Status RouterConfig::Validate() const {
-  if (absl::Status s = FirstError({InRange("--internal-port", internal_port, 0, 65535),
-                                   AtLeast("--max-inflight", max_inflight, 1),
-                                   AtLeast("--max-queued", max_queued, 0),
-                                   AtLeast("--queue-timeout-ms", queue_timeout_ms, 0),
-                                   AtLeast("--max-resumes", max_resumes, 0),
-                                   AtLeast("--prefill-timeout-ms", prefill_timeout_ms, 1),
-                                   AtLeast("--ejection-ms", ejection_ms, 0),
-                                   AtLeast("--http-timeout-ms", http_timeout_ms, 0),
-                                   InRange("--http-max-buffered-bytes", http_max_buffered_bytes,
-                                           kMinHttpBufferedBytes, int64_t{1} << 40)});
+  if (absl::Status s = FirstError(
+          {InRange("--internal-port", internal_port, 0, 65535),
+           AtLeast("--max-inflight", max_inflight, 1), AtLeast("--max-queued", max_queued, 0),
+           AtLeast("--queue-timeout-ms", queue_timeout_ms, 0),
+           AtLeast("--max-resumes", max_resumes, 0),
+           AtLeast("--prefill-timeout-ms", prefill_timeout_ms, 1),
+           AtLeast("--ejection-ms", ejection_ms, 0),
+           AtLeast("--http-timeout-ms", http_timeout_ms, 0),
+           InRange("--http-max-buffered-bytes", http_max_buffered_bytes, kMinHttpBufferedBytes,
+                   int64_t{1} << 40),
+           InRange("--http-max-connections", http_max_connections, 1, 1 << 20),
+           InRange("--http-max-connections-per-client", http_max_connections_per_client, 1,
+                   1 << 20)});
       !s.ok()) {
     return s;
   }

@@ -50,6 +50,8 @@ struct RouterConfig {
   int64_t http_threads = 64;
   int64_t http_timeout_ms = 0;                           // 0: no deadline
   int64_t http_max_buffered_bytes = int64_t{128} << 20;  // HttpServerOptions::max_buffered_bytes
+  int64_t http_max_connections = 4096;                   // HttpServerOptions::max_connections
+  int64_t http_max_connections_per_client = 4096;        // ... max_connections_per_client
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name
   bool http_metrics = false;

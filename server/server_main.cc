@@ -569,6 +569,8 @@ absl::Status TandemServer::Listen() {
     http_options.tls = {c_.common.tls_cert, c_.common.tls_key, c_.common.tls_ca};
     http_options.threads = static_cast<int>(std::min<int64_t>(rc.http_threads, 1 << 14));
     http_options.max_buffered_bytes = static_cast<size_t>(rc.http_max_buffered_bytes);
+    http_options.max_connections = static_cast<int>(rc.http_max_connections);
+    http_options.max_connections_per_client = static_cast<int>(rc.http_max_connections_per_client);
     if (rc.http_timeout_ms > 0) {
       http_options.request_timeout = absl::Milliseconds(rc.http_timeout_ms);
     }
@@ -783,6 +785,12 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
       cl.config.common.cpu_idle && ::sched_setscheduler(0, SCHED_IDLE, &param) != 0) {
     std::fprintf(stderr, "tandem-server: --cpu-idle: %s\n", std::strerror(errno));
     return 2;
+  }
+  // Every stream is a socket: the soft descriptor limit (often 1,024) would turn clients away
+  // long before the HTTP connection caps do, so it is raised to the hard limit.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
   }
   TandemServer server(std::move(cl.config));
   if (absl::Status s = server.Build(); !s.ok()) {

@@ -355,6 +355,9 @@ class HttpListenerTest : public ::testing::Test {
         o,
         [this](const HttpRequest& r, HttpResponseWriter& w) {
           ++handled_;
+          if (r.path == "/hold") {  // holds its connection and a worker until released
+            while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
           if (r.path == "/stream") {
             w.StartStream(200, "text/event-stream");
             for (int i = 0; i < 3; ++i) w.Write(absl::StrCat("data: ", i, "\n\n"));
@@ -371,6 +374,7 @@ class HttpListenerTest : public ::testing::Test {
     port_ = std::stoi(listener_->address().substr(listener_->address().rfind(':') + 1));
   }
   void TearDown() override {
+    hold_ = false;
     // The leak check: every connection is closed once its client is gone.
     for (int i = 0; i < 200 && listener_ && listener_->connections() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -381,6 +385,7 @@ class HttpListenerTest : public ::testing::Test {
   std::unique_ptr<HttpListener> listener_;
   int port_ = 0;
   std::atomic<int> handled_{0};
+  std::atomic<bool> hold_{true};
 };
 
 TEST_F(HttpListenerTest, KeepAliveChunkedStreamAndErrors) {
@@ -491,6 +496,54 @@ TEST_F(HttpListenerTest, ConnectionFloodIsCappedAndRequestsStillGetIn) {
             std::string::npos);
   for (int fd : idle) ::close(fd);
   for (int fd : more) ::close(fd);
+}
+
+// When every connection at a cap holds a request (none can make room), a new connection is still
+// read up to its request head and answered, 429 past the per-address cap and 503 past the total,
+// each with Retry-After: a client is never closed without a reply. The refused requests never
+// reach a handler, and the held ones finish normally.
+TEST_F(HttpListenerTest, ConnectionsPastTheCapsAreAnsweredWithRetryAfter) {
+  HttpListenerOptions o;
+  o.max_connections_per_client = 4;
+  o.max_connections = 6;
+  Start(o);
+  const std::string hold = "GET /hold HTTP/1.1\r\nConnection: close\r\n\r\n";
+  std::vector<int> held;
+  auto hold_from = [&](const char* address, int want_handled) {
+    const int fd = Connect(port_, address);
+    ASSERT_GE(fd, 0);
+    ::send(fd, hold.data(), hold.size(), MSG_NOSIGNAL);
+    held.push_back(fd);
+    for (int i = 0; i < 500 && handled_.load() < want_handled; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_EQ(handled_.load(), want_handled);
+  };
+  for (int i = 1; i <= 4; ++i) hold_from("127.0.0.1", i);
+  const std::string per_client =
+      Exchange(port_, "GET /more HTTP/1.1\r\nConnection: close\r\n\r\n", "127.0.0.1");
+  EXPECT_EQ(per_client.rfind("HTTP/1.1 429 ", 0), 0u) << per_client;
+  EXPECT_NE(per_client.find("Retry-After: 1\r\n"), std::string::npos) << per_client;
+  EXPECT_NE(per_client.find("--http-max-connections-per-client"), std::string::npos);
+
+  for (int i = 5; i <= 6; ++i) hold_from("127.0.0.2", i);
+  const std::string total =
+      Exchange(port_, "GET /more HTTP/1.1\r\nConnection: close\r\n\r\n", "127.0.0.3");
+  EXPECT_EQ(total.rfind("HTTP/1.1 503 ", 0), 0u) << total;
+  EXPECT_NE(total.find("Retry-After: 1\r\n"), std::string::npos) << total;
+  EXPECT_NE(total.find("--http-max-connections)"), std::string::npos) << total;
+  EXPECT_EQ(handled_.load(), 6);
+
+  hold_ = false;
+  for (int fd : held) {
+    const std::string got = ReadAll(fd);
+    ::close(fd);
+    EXPECT_EQ(got.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << got;
+  }
+  // Room again: a request from the address that was refused gets in.
+  EXPECT_NE(Exchange(port_, "GET /after HTTP/1.1\r\nConnection: close\r\n\r\n", "127.0.0.1")
+                .find("GET /after"),
+            std::string::npos);
 }
 
 // Polls until `pred` holds (true) or `timeout_ms` passes (false).
