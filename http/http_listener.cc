@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -635,6 +636,12 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     return absl::InvalidArgumentError("http port must be in [0, 65535]");
   }
   if (options.threads < 1) return absl::InvalidArgumentError("http threads must be >= 1");
+  // Every connection is a descriptor: the process's soft open-files limit (often 1,024) would
+  // turn clients away long before max_connections does, so it is raised to the hard limit.
+  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &files);
+  }
   if (options.max_connections < 1 || options.max_connections_per_client < 1 ||
       options.max_refusing_connections < 0) {
     return absl::InvalidArgumentError("http connection limits must be >= 1");

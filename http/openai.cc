@@ -501,18 +501,37 @@ absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body_text,
   return t;
 }
 
-std::string TokenizeResponseBody(const std::vector<int>& ids, bool token_strs,
-                                 const ServedModel& model) {
-  Json strs = nullptr;
-  if (token_strs) {
-    strs = Json::array();
-    for (int id : ids) strs.push_back(TokenText(*model.tokenizer, id).first);
+bool WriteTokenizeResponse(std::span<const int> ids, bool token_strs, const ServedModel& model,
+                           const std::function<bool(std::string_view)>& write) {
+  constexpr size_t kPiece = size_t{64} << 10;
+  std::string out = absl::StrFormat(R"({"count":%d,"max_model_len":%d,"tokens":[)", ids.size(),
+                                    model.max_context);
+  auto flush_if_full = [&] {
+    if (out.size() < kPiece) return true;
+    const bool ok = write(out);
+    out.clear();
+    return ok;
+  };
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    absl::StrAppend(&out, ids[i]);
+    if (!flush_if_full()) return false;
   }
-  const Json body = {{"count", ids.size()},
-                     {"max_model_len", model.max_context},
-                     {"tokens", ids},
-                     {"token_strs", std::move(strs)}};
-  return body.dump(-1, ' ', false, Json::error_handler_t::replace);
+  out += R"(],"token_strs":)";
+  if (!token_strs) {
+    out += "null}";
+    return write(out);
+  }
+  out += '[';
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i > 0) out += ',';
+    // The same escaping as the rest of the body (invalid UTF-8 replaced).
+    out += Json(TokenText(*model.tokenizer, ids[i]).first)
+               .dump(-1, ' ', false, Json::error_handler_t::replace);
+    if (!flush_if_full()) return false;
+  }
+  out += "]}";
+  return write(out);
 }
 
 absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(std::string_view body_text,

@@ -117,9 +117,11 @@ struct TokenizeRequest {
 };
 absl::StatusOr<TokenizeRequest> ParseTokenizeRequest(std::string_view body,
                                                      const ServedModel& model);
-// {"count", "max_model_len", "tokens", "token_strs"} (each token's text, or null).
-std::string TokenizeResponseBody(const std::vector<int>& ids, bool token_strs,
-                                 const ServedModel& model);
+// {"count", "max_model_len", "tokens", "token_strs"} (each token's text, or null), handed to
+// `write` in pieces of about 64 KiB as it is built: a long prompt's answer (token strings are
+// several times the prompt's bytes) is never held whole. False once `write` returns false.
+bool WriteTokenizeResponse(std::span<const int> ids, bool token_strs, const ServedModel& model,
+                           const std::function<bool(std::string_view)>& write);
 // vLLM's POST /detokenize: {"tokens": [ids]}, each in the vocabulary, at most
 // max(4 x the context, 65536) of them. The answer is {"prompt": TEXT}.
 absl::StatusOr<std::vector<int>> ParseDetokenizeRequest(std::string_view body,

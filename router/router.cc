@@ -11,6 +11,7 @@
 #include "router/request_id.h"
 #include "router/router_services.h"
 #include "rpc/grpc_util.h"
+#include "text/encode_budget.h"
 
 namespace tandem {
 namespace {
@@ -38,7 +39,7 @@ const char* RoleName(WorkerRole role) {
 Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterOptions options,
                RouterMetrics* metrics)
     : config_(std::move(config)),
-      tokenizer_(std::move(tokenizer)),
+      tokenizer_(WithEncodeBudget(std::move(tokenizer), options.encode_budget_bytes)),
       options_(options),
       metrics_(metrics),
       generation_(MakeGenerationService(this)),

@@ -56,6 +56,9 @@ struct RouterOptions {
   int max_queued = 256;
   absl::Duration queue_timeout = absl::Seconds(10);
   int retry_after_ms = 200;
+  // Bytes of long texts (64 KiB and more) the router tokenizes at once, over every request
+  // (text/encode_budget.h): tokenizing costs tens of times the text in transient memory.
+  size_t encode_budget_bytes = size_t{8} << 20;
   // Keepalive pings on the channels to workers: a peer silent this long (plus half as much for
   // the ping's answer) is declared gone, failing its calls with UNAVAILABLE.
   int keepalive_ms = 10000;

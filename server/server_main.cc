@@ -786,12 +786,6 @@ int ServerMain(int argc, char** argv, const char* fixed_role) {
     std::fprintf(stderr, "tandem-server: --cpu-idle: %s\n", std::strerror(errno));
     return 2;
   }
-  // Every stream is a socket: the soft descriptor limit (often 1,024) would turn clients away
-  // long before the HTTP connection caps do, so it is raised to the hard limit.
-  if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
-    files.rlim_cur = files.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &files);
-  }
   TandemServer server(std::move(cl.config));
   if (absl::Status s = server.Build(); !s.ok()) {
     std::fprintf(stderr, "tandem-server: %s\n", std::string(s.message()).c_str());

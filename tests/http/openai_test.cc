@@ -1096,12 +1096,43 @@ TEST_F(OpenAiTest, TokenizeAndDetokenizeBodies) {
   EXPECT_EQ(t->text, "<|user|>\nhi<|end|>\n");
   EXPECT_FALSE(t->add_special_tokens);  // the template writes them
   EXPECT_TRUE(t->return_token_strs);
-  const Json body = Json::parse(TokenizeResponseBody({1, 300}, true, model_));
+  auto written = [&](const std::vector<int>& ids, bool strs, int* pieces = nullptr) {
+    std::string out;
+    int n = 0;
+    EXPECT_TRUE(WriteTokenizeResponse(ids, strs, model_, [&](std::string_view piece) {
+      out += piece;
+      ++n;
+      return true;
+    }));
+    if (pieces != nullptr) *pieces = n;
+    return out;
+  };
+  const Json body = Json::parse(written({1, 300}, true));
   EXPECT_EQ(body["count"], 2);
   EXPECT_EQ(body["max_model_len"], 512);
   EXPECT_EQ(body["tokens"], Json::parse("[1, 300]"));
   EXPECT_EQ(body["token_strs"].size(), 2u);
-  EXPECT_TRUE(Json::parse(TokenizeResponseBody({1}, false, model_))["token_strs"].is_null());
+  EXPECT_TRUE(Json::parse(written({1}, false))["token_strs"].is_null());
+  // A long answer comes in pieces, each well under the whole, and reads as the whole: every id
+  // of the vocabulary (byte tokens, quotes and backslashes among them) many times over.
+  std::vector<int> many;
+  for (int i = 0; i < 40000; ++i) many.push_back(i % 512);
+  int pieces = 0;
+  const std::string long_text = written(many, true, &pieces);
+  EXPECT_GT(pieces, 4);
+  const Json long_body = Json::parse(long_text);
+  EXPECT_EQ(long_body["count"], 40000);
+  EXPECT_EQ(long_body["tokens"].size(), 40000u);
+  ASSERT_EQ(long_body["token_strs"].size(), 40000u);
+  EXPECT_EQ(long_body["token_strs"][300], body["token_strs"][1]);
+  EXPECT_EQ(long_body["token_strs"][512 + 300], body["token_strs"][1]);
+  // A writer that stops (the client left) stops the building.
+  int calls = 0;
+  EXPECT_FALSE(WriteTokenizeResponse(many, true, model_, [&](std::string_view) {
+    ++calls;
+    return false;
+  }));
+  EXPECT_EQ(calls, 1);
   auto ids = ParseDetokenizeRequest(R"({"tokens": [1, 300]})", model_);
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int>{1, 300}));

@@ -2,13 +2,18 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "engine/sampling/stop.h"
 #include "formats/mapped_file.h"
 #include "tests/test_util.h"
+#include "text/encode_budget.h"
 #include "text/llama2c_tokenizer.h"
 
 namespace tandem {
@@ -207,6 +212,66 @@ TEST(StopStringMatcherTest, FlushReturnsHeldText) {
   bool stopped = false;
   EXPECT_EQ(m.Add("xxab", &stopped), "xx");
   EXPECT_EQ(m.Flush(), "ab");
+}
+
+// A tokenizer whose Encode takes a while and records the bytes being encoded at once.
+class SlowTokenizer : public Tokenizer {
+ public:
+  std::vector<int> Encode(std::string_view text, bool) const override {
+    const size_t now = (in_flight_ += text.size());
+    size_t peak = peak_.load();
+    while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (text.size() >= kEncodeBudgetMinBytes && !open.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    in_flight_ -= text.size();
+    return {static_cast<int>(text.size() % 7)};
+  }
+  std::string Decode(std::span<const int>) const override { return ""; }
+  int vocab_size() const override { return 7; }
+  int bos_id() const override { return -1; }
+  std::vector<int> eos_ids() const override { return {}; }
+  size_t peak() const { return peak_.load(); }
+  size_t in_flight() const { return in_flight_.load(); }
+  std::atomic<bool> open{true};  // false: encodes in progress do not end
+
+ private:
+  mutable std::atomic<size_t> in_flight_{0};
+  mutable std::atomic<size_t> peak_{0};
+};
+
+// Long texts are encoded within the budget at once (a text larger than all of it alone); short
+// ones pass beside them without waiting; every caller gets the inner tokenizer's answer.
+TEST(EncodeBudgetTest, LongTextsWaitTheirTurnShortOnesDoNot) {
+  auto inner = std::make_unique<SlowTokenizer>();
+  const SlowTokenizer* slow = inner.get();
+  const std::unique_ptr<Tokenizer> tok = WithEncodeBudget(std::move(inner), size_t{2} << 20);
+  const std::string mib(size_t{1} << 20, 'a'), three(size_t{3} << 20, 'b');
+  std::vector<std::thread> threads;
+  std::atomic<int> right{0};
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back(
+        [&] { right += tok->Encode(mib, true) == std::vector<int>{(1 << 20) % 7}; });
+  }
+  threads.emplace_back([&] { right += tok->Encode(three, true).size() == 1; });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(right.load(), 9);
+  EXPECT_LE(slow->peak(), size_t{3} << 20);  // the 3 MiB text alone, or two of 1 MiB
+  // Short texts never wait: 20 of them finish while two long ones hold the whole budget and
+  // cannot end (a short one that waited would never return).
+  SlowTokenizer* gate = const_cast<SlowTokenizer*>(slow);
+  gate->open = false;
+  threads.clear();
+  for (int i = 0; i < 2; ++i) threads.emplace_back([&] { tok->Encode(mib, true); });
+  while (gate->in_flight() < (size_t{2} << 20)) std::this_thread::yield();
+  std::vector<std::thread> shorts;
+  for (int i = 0; i < 20; ++i) shorts.emplace_back([&] { tok->Encode("short", true); });
+  for (auto& t : shorts) t.join();
+  gate->open = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(tok->vocab_size(), 7);
 }
 
 }  // namespace
