@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/step_progress.h"
+
 namespace tandem::structured {
 namespace {
 
@@ -72,12 +74,14 @@ void TokenMask::Allowed(const JsonMatcher& state, std::span<const int> eos_ids,
   if (state.InFreeString()) {
     for (int id : plain_) (*allowed)[id] = 1;
     any = !plain_.empty();
-    for (int id : other_) {
+    for (size_t i = 0; i < other_.size(); ++i) {
+      const int id = other_[i];
       trial = state;
       if (trial.Feed(bytes_[id])) {
         (*allowed)[id] = 1;
         any = true;
       }
+      if (i % 1024 == 1023) StepProgress::NoteHere();
     }
   } else {
     JsonMatcher first = state;
@@ -93,6 +97,7 @@ void TokenMask::Allowed(const JsonMatcher& state, std::span<const int> eos_ids,
           any = true;
         }
       }
+      StepProgress::NoteHere();  // a wide pattern's mask is long work, not a wedged step
     }
   }
   // EOS ends the text: allowed where the value is complete (or nothing else can come), never

@@ -27,7 +27,9 @@ class TokenMask {
   // allowed[id] = 1 for every token that may follow `state`, 0 for the others (resized to the
   // vocabulary); eos_ids (the model's: the tokens it stops at) are allowed exactly where the
   // value is complete. Never all zero: when no token can continue (a vocabulary without some
-  // byte), the EOS tokens are allowed.
+  // byte), the EOS tokens are allowed. Notes progress to the step running on this thread as it
+  // goes (kernels/step_progress.h): a wide pattern's mask over a large vocabulary is long work,
+  // and a worker's health must not take it for a step that never returns.
   void Allowed(const JsonMatcher& state, std::span<const int> eos_ids,
                std::vector<uint8_t>* allowed) const;
 

@@ -11,11 +11,13 @@
 #include <random>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "kernels/step_progress.h"
 #include "nlohmann/json.hpp"
 #include "structured/json_matcher.h"
 #include "structured/json_parse.h"
@@ -343,6 +345,24 @@ TEST(JsonMatcherTest, RandomWalksValidateAgainstJsonschema) {
 
 // The token mask's fast paths against trying every token, over random walks through a small
 // vocabulary whose tokens cross value boundaries.
+// Computing a mask notes progress to the step running on the thread (kernels/step_progress.h), so
+// that a worker spending long on the masks of a wide pattern is not taken for a wedged one.
+TEST(TokenMaskTest, AllowedNotesStepProgress) {
+  const TokenMask mask({"{", "}", "\"a", "1", "12", " ", ""});
+  const auto schema = MustCompile(R"({"type": "object"})");
+  JsonMatcher m(schema->root());
+  StepProgress progress;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const StepProgress::Clock::duration before = progress.Since();
+  {
+    const StepProgress::Scope scope(&progress);
+    std::vector<uint8_t> allowed;
+    const std::vector<int> eos_ids = {6};
+    mask.Allowed(m, eos_ids, &allowed);
+  }
+  EXPECT_LT(progress.Since(), before);
+}
+
 TEST(TokenMaskTest, AllowedEqualsTryingEveryToken) {
   std::vector<std::string> vocab = {
       "{",       "}",  "\"",    "\"a",       "a",        "b\"",          "\":",
