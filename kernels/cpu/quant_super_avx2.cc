@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/quant_super.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_prefetch.h"
 
 namespace tandem::cpu {
 namespace {
@@ -174,18 +175,14 @@ TANDEM_AVX2 inline __m256 SuperDot2(const SuperBlock2& sb, const ActBlock* a, co
 // out[t] = row · token t for NT tokens (activation blocks a[t], factors f[t]); a token's
 // arithmetic does not depend on NT (batch invariance).
 // `ahead` (or nullptr): a row to bring towards L2 meanwhile, as the AVX-512 path does
-// (avx512_quant_super.inc's PrefetchSuper).
+// (kernels/cpu/tile_prefetch.h).
 template <DType T, int NT>
 TANDEM_AVX2 void SuperRowDots2(const uint8_t* row, const uint8_t* ahead, const ActBlock* const* a,
                                const SuperFactors* const* f, int64_t supers, float* out) {
   __m256 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t s = 0; s < supers; ++s) {
-    if (ahead != nullptr) {
-      for (int line = 0; line < BlockBytes(T); line += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead + s * BlockBytes(T) + line), _MM_HINT_T1);
-      }
-    }
+    if (ahead != nullptr) PrefetchL2(ahead + s * BlockBytes(T), BlockBytes(T));
     SuperBlock2 sb;
     DecodeSuper2<T>(row + s * BlockBytes(T), &sb);
     for (int t = 0; t < NT; ++t) acc[t] = SuperDot2<T>(sb, a[t] + 8 * s, f[t][s], acc[t]);
