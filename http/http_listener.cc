@@ -5,7 +5,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -41,121 +40,6 @@ constexpr absl::Duration kTrimEvery = absl::Milliseconds(250);
 
 }  // namespace
 
-const char* HttpReason(int status) {
-  switch (status) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 413:
-      return "Content Too Large";
-    case 422:
-      return "Unprocessable Content";
-    case 429:
-      return "Too Many Requests";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 499:
-      return "Client Closed Request";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Unknown";
-  }
-}
-
-// ---- HttpResponseWriter ---------------------------------------------------------------------
-
-std::string HttpResponseWriter::Head(
-    int status, std::string_view content_type,
-    const std::vector<std::pair<std::string, std::string>>& headers) {
-  std::string head = absl::StrFormat("HTTP/1.1 %d %s\r\n", status, HttpReason(status));
-  if (!content_type.empty()) absl::StrAppendFormat(&head, "Content-Type: %s\r\n", content_type);
-  for (const auto& [name, value] : headers) absl::StrAppendFormat(&head, "%s: %s\r\n", name, value);
-  head += keep_alive_ ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
-  return head;
-}
-
-bool HttpResponseWriter::WriteRaw(std::string_view a, std::string_view b) {
-  if (failed_) return false;
-  static const std::atomic<bool> never_stop{false};
-  if (!sock_
-           ->WriteAll(std::span<const char>(a.data(), a.size()),
-                      std::span<const char>(b.data(), b.size()), never_stop, write_timeout_)
-           .ok()) {
-    failed_ = true;
-  }
-  return !failed_;
-}
-
-bool HttpResponseWriter::Send(int status, std::string_view content_type, std::string_view body,
-                              const std::vector<std::pair<std::string, std::string>>& headers) {
-  if (started_) return false;
-  started_ = true;
-  ended_ = true;
-  std::string head = Head(status, content_type, headers);
-  absl::StrAppendFormat(&head, "Content-Length: %d\r\n\r\n", body.size());
-  return WriteRaw(head, body);
-}
-
-bool HttpResponseWriter::StartStream(
-    int status, std::string_view content_type,
-    const std::vector<std::pair<std::string, std::string>>& headers) {
-  if (started_) return false;
-  started_ = true;
-  streaming_ = true;
-  std::string head = Head(status, content_type, headers);
-  head += "Transfer-Encoding: chunked\r\n\r\n";
-  return WriteRaw(head);
-}
-
-bool HttpResponseWriter::Write(std::string_view data) {
-  if (!streaming_ || ended_) return false;
-  if (data.empty()) return !failed_;
-  const std::string size = absl::StrFormat("%x\r\n", data.size());
-  std::string framed;
-  framed.reserve(data.size() + 2);
-  framed.append(data);
-  framed += "\r\n";
-  return WriteRaw(size, framed);
-}
-
-bool HttpResponseWriter::End() {
-  if (!streaming_ || ended_) return false;
-  ended_ = true;
-  return WriteRaw("0\r\n\r\n");
-}
-
-bool HttpResponseWriter::ClientGone() const {
-  if (failed_) return true;
-  pollfd p{sock_->fd(), POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
-}
-
 // ---- HttpListener ---------------------------------------------------------------------------
 
 struct HttpListener::Impl {
@@ -163,7 +47,9 @@ struct HttpListener::Impl {
     uint64_t id = 0;
     std::unique_ptr<SecureSocket> sock;
     std::string peer;
-    enum class Phase { kHandshake, kReading, kDispatched } phase = Phase::kHandshake;
+    // kDispatched: a handler holds the request (its outbox may be written meanwhile);
+    // kFlushing: the handler is done and the loop writes the rest of the response.
+    enum class Phase { kHandshake, kReading, kDispatched, kFlushing } phase = Phase::kHandshake;
     HttpRequestParser parser;
     std::string pending;       // bytes after a whole request (pipelined), fed when it returns
     absl::Time deadline;       // of the current phase
@@ -175,6 +61,8 @@ struct HttpListener::Impl {
     // Accepted past a connection cap: answered with this once its request head arrives. Such a
     // connection counts in neither cap and is never evicted.
     std::optional<HttpRefusal> refusal;
+    std::shared_ptr<ResponseOutbox> out;  // the response being written (dispatched, flushing)
+    bool reuse = false;                   // flushing: read the next request once written
     explicit Conn(const HttpParserLimits& limits) : parser(limits, /*pause_after_head=*/true) {}
   };
   struct Work {
@@ -201,13 +89,15 @@ struct HttpListener::Impl {
   size_t buffered_now = 0;         // the sum of every connection's `charged`
   size_t released_since_trim = 0;  // bytes of large requests released since the last trim
   absl::Time last_trim = absl::InfinitePast();
-  std::atomic<size_t> buffered{0};  // buffered_now, for other threads
+  std::atomic<size_t> buffered{0};        // buffered_now, for other threads
+  std::atomic<size_t> response_bytes{0};  // unwritten, over every outbox
 
   std::mutex mu;
   std::condition_variable work_cv;
-  std::deque<Work> queue;       // whole requests for the workers
-  std::vector<Conn*> returned;  // keep-alive connections back from the workers
-  std::vector<Conn*> finished;  // connections the workers are done with, to close
+  std::deque<Work> queue;          // whole requests for the workers
+  std::vector<Conn*> returned;     // keep-alive connections back from the workers
+  std::vector<Conn*> finished;     // connections the workers are done with, to close
+  std::vector<uint64_t> to_write;  // connections whose outbox has new bytes
   bool workers_stop = false;
 
   ~Impl() {
@@ -239,6 +129,7 @@ struct HttpListener::Impl {
 
   void Close(Conn* c) {
     Unwatch(c);
+    if (c->out) c->out->Fail("the connection closed");
     if (c->refusal) {
       --refusing;
     } else if (--per_client[c->peer] == 0) {
@@ -281,7 +172,10 @@ struct HttpListener::Impl {
   Conn* LargestReader(const Conn* except) {
     Conn* largest = nullptr;
     for (auto& [id, c] : conns) {
-      if (c.get() == except || c->phase == Conn::Phase::kDispatched || c->charged == 0) continue;
+      if (c.get() == except || c->phase == Conn::Phase::kDispatched ||
+          c->phase == Conn::Phase::kFlushing || c->charged == 0) {
+        continue;
+      }
       if (largest == nullptr || c->charged > largest->charged) largest = c.get();
     }
     return largest;
@@ -338,7 +232,8 @@ struct HttpListener::Impl {
     auto evict_oldest = [&](bool same_peer) {
       Conn* oldest = nullptr;
       for (auto& [id, c] : conns) {
-        if (c->phase == Conn::Phase::kDispatched || c->refusal || (same_peer && c->peer != peer)) {
+        if (c->phase == Conn::Phase::kDispatched || c->phase == Conn::Phase::kFlushing ||
+            c->refusal || (same_peer && c->peer != peer)) {
           continue;
         }
         if (oldest == nullptr || c->waiting_since < oldest->waiting_since) oldest = c.get();
@@ -480,6 +375,19 @@ struct HttpListener::Impl {
   void Dispatch(Conn* c, HttpRequest request) {
     request.peer = c->peer;
     Unwatch(c);
+    OutboxLimits limits;
+    limits.max_bytes = options.response_buffer_bytes;
+    limits.max_total = options.max_response_bytes;
+    limits.min_bytes_per_second = options.min_write_rate;
+    limits.stall_timeout = options.write_timeout;
+    const uint64_t id = c->id;
+    c->out = std::make_shared<ResponseOutbox>(limits, &response_bytes, [this, id] {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        to_write.push_back(id);
+      }
+      Wake();
+    });
     {
       std::lock_guard<std::mutex> lock(mu);
       if (static_cast<int>(queue.size()) < options.max_queued_requests) {
@@ -516,7 +424,60 @@ struct HttpListener::Impl {
     }
   }
 
-  // A connection back from a worker: its next request, maybe already buffered.
+  // ---- Responses: written from the outbox by the loop ----
+
+  // Writes what c's outbox holds until it is empty or the socket is full (then EPOLLOUT tells
+  // when to go on). A flushing connection whose response is all written is done with it.
+  void Flush(Conn* c) {
+    ResponseOutbox& out = *c->out;
+    const bool flushing = c->phase == Conn::Phase::kFlushing;
+    for (;;) {
+      if (out.failed()) break;
+      const std::string_view next = out.Front();
+      if (next.empty()) break;
+      size_t wrote = 0;
+      switch (c->sock->TryWrite(next.data(), next.size(), &wrote)) {
+        case SecureSocket::Io::kOk: {
+          const absl::Time now = absl::Now();
+          out.Consumed(wrote, now);
+          if (flushing) c->deadline = now + options.write_timeout;
+          continue;
+        }
+        case SecureSocket::Io::kWantWrite:
+          Watch(c, EPOLLOUT);
+          return;
+        case SecureSocket::Io::kWantRead:  // TLS: the write needs the peer's bytes first
+          Watch(c, EPOLLIN);
+          return;
+        default:
+          out.Fail("the connection failed while writing the response");
+      }
+    }
+    if (!flushing) {
+      Unwatch(c);  // the handler's next bytes come with a notice (to_write)
+    } else if (out.failed()) {
+      Close(c);
+    } else {
+      c->out.reset();
+      if (c->reuse && !stop.load()) {
+        Resume(c);
+      } else {
+        Close(c);
+      }
+    }
+  }
+
+  // The handler is done with c's request; the rest of its response is written before the
+  // connection reads its next request (`reuse`) or closes.
+  void Complete(Conn* c, bool reuse) {
+    c->phase = Conn::Phase::kFlushing;
+    c->reuse = reuse;
+    c->deadline = absl::Now() + options.write_timeout;
+    Settle(c);  // the request is gone: only the parser's bytes are left
+    Flush(c);
+  }
+
+  // A connection whose response is written: its next request, maybe already buffered.
   void Resume(Conn* c) {
     c->phase = Conn::Phase::kReading;
     const absl::Time now = absl::Now();
@@ -524,7 +485,7 @@ struct HttpListener::Impl {
     c->waiting_since = now;
     std::string pending = std::move(c->pending);
     c->pending.clear();
-    Settle(c);  // the handler is done with the request: only the parser's bytes are left
+    Settle(c);
     if (!pending.empty() && !Feed(c, pending)) return;
     Watch(c, EPOLLIN | EPOLLRDHUP);
     Read(c);  // level-triggered epoll would tell too; reading now saves a wake-up
@@ -562,24 +523,38 @@ struct HttpListener::Impl {
           Handshake(c);
         } else if (c->phase == Conn::Phase::kReading) {
           Read(c);
+        } else {
+          Flush(c);
         }
       }
       std::vector<Conn*> back, done;
+      std::vector<uint64_t> writable;
       {
         std::lock_guard<std::mutex> lock(mu);
         back.swap(returned);
         done.swap(finished);
+        writable.swap(to_write);
       }
-      for (Conn* c : done) Close(c);
-      for (Conn* c : back) Resume(c);
+      for (uint64_t id : writable) {
+        auto it = conns.find(id);
+        if (it != conns.end() && it->second->phase == Conn::Phase::kDispatched) {
+          Flush(it->second.get());
+        }
+      }
+      for (Conn* c : done) Complete(c, false);
+      for (Conn* c : back) Complete(c, true);
       if (const absl::Time now = absl::Now(); now >= next_sweep) {
         SweepDeadlines();
         TrimHeap(now);
         next_sweep = now + absl::Milliseconds(100);
       }
     }
-    // Stopping: every socket is shut down, so handlers still writing fail at once.
-    for (auto& [id, c] : conns) c->sock->ShutdownBoth();
+    // Stopping: every socket is shut down and every outbox failed, so handlers still writing
+    // fail at once.
+    for (auto& [id, c] : conns) {
+      c->sock->ShutdownBoth();
+      if (c->out) c->out->Fail("the server is stopping");
+    }
   }
 
   void Worker() {
@@ -592,8 +567,8 @@ struct HttpListener::Impl {
         w = std::move(queue.front());
         queue.pop_front();
       }
-      HttpResponseWriter writer(w.conn->sock.get(), w.request.KeepAlive() && !stop.load(),
-                                options.write_timeout);
+      HttpResponseWriter writer(w.conn->out, w.conn->sock->fd(),
+                                w.request.KeepAlive() && !stop.load());
       handler(w.request, writer);
       if (!writer.started()) {
         writer.Send(500, "application/json", on_error(500, "the handler sent no response"));
@@ -629,6 +604,8 @@ int HttpListener::connections() const { return impl_->open.load(); }
 
 size_t HttpListener::buffered_bytes() const { return impl_->buffered.load(); }
 
+size_t HttpListener::response_bytes() const { return impl_->response_bytes.load(); }
+
 absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
     HttpListenerOptions options, HttpHandler handler,
     std::function<std::string(int status, const std::string& message)> on_error) {
@@ -641,6 +618,9 @@ absl::StatusOr<std::unique_ptr<HttpListener>> HttpListener::Start(
   if (rlimit files{}; ::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &files);
+  }
+  if (options.response_buffer_bytes < 1 || options.max_response_bytes < 1) {
+    return absl::InvalidArgumentError("http response buffer bytes must be >= 1");
   }
   if (options.max_connections < 1 || options.max_connections_per_client < 1 ||
       options.max_refusing_connections < 0) {

@@ -21,7 +21,12 @@
 // after large requests is given back to the system.
 //
 // Handlers write through HttpResponseWriter: a whole response, or a chunked stream (server-sent
-// events) whose every write is bounded by `write_timeout`.
+// events), into the connection's outbox; the event loop writes the socket. A stream's unwritten
+// bytes are bounded per connection and over all of them, and a client that leaves its outbox
+// full reading less than `min_write_rate` (or nothing for `write_timeout`) fails its stream,
+// which cancels the request (http/response_outbox.h); the handler's thread is never held by a
+// socket. A whole response, and a stream's tail after its handler ends, are written by the loop
+// while the thread serves another request.
 #ifndef TANDEM_HTTP_HTTP_LISTENER_H_
 #define TANDEM_HTTP_HTTP_LISTENER_H_
 
@@ -37,11 +42,11 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "http/http_parser.h"
+#include "http/response_outbox.h"
 
 namespace tandem {
 
 class SslContext;
-class SecureSocket;
 
 // A response the listener writes itself before closing the connection.
 struct HttpRefusal {
@@ -60,7 +65,7 @@ inline constexpr size_t kDefaultMaxBufferedBytes = size_t{128} << 20;
 struct HttpListenerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
-  int threads = 64;  // handlers running at once (a streaming response holds one)
+  int threads = 64;  // handlers running at once (a stream holds one while it produces)
   // Whole requests waiting for a handler; beyond it a request is answered 503 at once.
   int max_queued_requests = 1024;
   HttpParserLimits limits;
@@ -68,6 +73,12 @@ struct HttpListenerOptions {
   absl::Duration body_timeout = absl::Seconds(30);
   absl::Duration idle_timeout = absl::Seconds(60);
   absl::Duration write_timeout = absl::Seconds(30);  // a response write that makes no progress
+  // Unwritten response bytes of one connection before a streamed piece waits, and over every
+  // connection; a client whose outbox is full must read at least `min_write_rate` bytes/s
+  // (judged after a second of waiting).
+  size_t response_buffer_bytes = size_t{256} << 10;
+  size_t max_response_bytes = size_t{256} << 20;
+  size_t min_write_rate = 4096;
   int max_connections = 4096;
   // Per client address. Every client behind one ingress or load balancer shares its address, so
   // the default is the total; lower it where clients reach the server directly.
@@ -81,32 +92,35 @@ struct HttpListenerOptions {
   std::shared_ptr<SslContext> tls;  // null: plain HTTP
 };
 
-// One response, written by a handler. Not thread-safe: one handler writes it.
+// One response, written by a handler into its connection's outbox (http/response_outbox.h);
+// the event loop writes it to the socket. Not thread-safe: one handler writes it.
 class HttpResponseWriter {
  public:
-  // A whole response with Content-Length.
+  // A whole response with Content-Length (taken at once, whatever its size).
   bool Send(int status, std::string_view content_type, std::string_view body,
             const std::vector<std::pair<std::string, std::string>>& headers = {});
-  // A chunked response: Start once, then Write for each piece (sent at once), then End.
+  // A chunked response: Start once, then Write for each piece, then End. A piece waits while
+  // the connection holds its bound of unwritten bytes; false once the client is gone or reads
+  // too slowly (then the request should end).
   bool StartStream(int status, std::string_view content_type,
                    const std::vector<std::pair<std::string, std::string>>& headers = {});
   bool Write(std::string_view data);
   bool End();
-  // Whether the client closed its side or the connection failed (polls the socket).
+  // Whether the client closed its side, the connection failed or the client reads too slowly.
   bool ClientGone() const;
   bool started() const { return started_; }
 
  private:
   friend class HttpListener;
-  HttpResponseWriter(SecureSocket* sock, bool keep_alive, absl::Duration write_timeout)
-      : sock_(sock), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
-  bool WriteRaw(std::string_view a, std::string_view b = {});
+  HttpResponseWriter(std::shared_ptr<ResponseOutbox> out, int fd, bool keep_alive)
+      : out_(std::move(out)), fd_(fd), keep_alive_(keep_alive) {}
+  bool WriteRaw(std::string_view a, std::string_view b = {}, bool wait_for_room = true);
   std::string Head(int status, std::string_view content_type,
                    const std::vector<std::pair<std::string, std::string>>& headers);
 
-  SecureSocket* sock_;
+  std::shared_ptr<ResponseOutbox> out_;
+  int fd_;  // polled for the client's close
   bool keep_alive_;
-  absl::Duration write_timeout_;
   bool started_ = false;
   bool streaming_ = false;
   bool ended_ = false;
@@ -129,6 +143,8 @@ class HttpListener {
   int connections() const;
   // Bytes of requests held now (counted against max_buffered_bytes).
   size_t buffered_bytes() const;
+  // Response bytes not yet written, over every connection.
+  size_t response_bytes() const;
 
  private:
   struct Impl;

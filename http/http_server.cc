@@ -430,6 +430,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   lo.max_connections = options.max_connections;
   lo.max_connections_per_client = options.max_connections_per_client;
   lo.max_buffered_bytes = options.max_buffered_bytes;
+  lo.response_buffer_bytes = options.response_buffer_bytes;
+  lo.min_write_rate = options.min_write_rate;
   lo.check_head = [p](const HttpRequest& head) { return p->CheckHead(head); };
   if (!options.tls.cert.empty()) {
     // HTTPS with the gRPC ports' certificate; with a CA, client certificates are required.

@@ -28,7 +28,7 @@ class Router;
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
-  int threads = 64;  // requests served at once (a streaming request holds one)
+  int threads = 64;  // requests served at once (a stream holds one while it produces)
   // GET /metrics: the router's Prometheus registry on this port, as vLLM serves it (behind the
   // API keys when the router has them). Off by default: it names workers and their load.
   bool serve_metrics = false;
@@ -48,6 +48,11 @@ struct HttpServerOptions {
   // Bytes of requests held in memory over every connection (--http-max-buffered-bytes; see
   // http/http_listener.h): past it, 503 with Retry-After for the connection holding the most.
   size_t max_buffered_bytes = kDefaultMaxBufferedBytes;
+  // Unwritten response bytes per connection before a stream waits for its client, and the rate
+  // a client must read at while its buffer is full (--http-response-buffer-bytes,
+  // --http-min-write-rate; http/response_outbox.h): below it the request is cancelled.
+  size_t response_buffer_bytes = size_t{256} << 10;
+  size_t min_write_rate = 4096;
   // The process's --tls-cert/--tls-key (HTTPS) and --tls-ca (every client must then present a
   // certificate the CA signed, as on the gRPC ports); none: plain HTTP.
   TlsFlags tls;

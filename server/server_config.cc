@@ -139,6 +139,14 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
                  "Open HTTP connections per client address (past it, 429 with Retry-After); "
                  "clients behind one ingress share its address")
       ->group(g);
+  app.add_option("--http-response-buffer-bytes", c->http_response_buffer_bytes,
+                 "Unwritten response bytes per HTTP connection before a stream waits for its "
+                 "client to read")
+      ->group(g);
+  app.add_option("--http-min-write-rate", c->http_min_write_rate,
+                 "Bytes/s a client must read while its response buffer is full, or its request "
+                 "is cancelled (0: only a 30 s stall)")
+      ->group(g);
   app.add_option("--chat-template", c->chat_template,
                  "A Jinja chat template (default: the model's)")
       ->group(g);
@@ -268,7 +276,10 @@ absl::Status RouterConfig::Validate() const {
                    int64_t{1} << 40),
            InRange("--http-max-connections", http_max_connections, 1, 1 << 20),
            InRange("--http-max-connections-per-client", http_max_connections_per_client, 1,
-                   1 << 20)});
+                   1 << 20),
+           InRange("--http-response-buffer-bytes", http_response_buffer_bytes, 4096,
+                   int64_t{1} << 30),
+           InRange("--http-min-write-rate", http_min_write_rate, 0, int64_t{1} << 30)});
       !s.ok()) {
     return s;
   }

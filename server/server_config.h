@@ -52,6 +52,8 @@ struct RouterConfig {
   int64_t http_max_buffered_bytes = int64_t{128} << 20;  // HttpServerOptions::max_buffered_bytes
   int64_t http_max_connections = 4096;                   // HttpServerOptions::max_connections
   int64_t http_max_connections_per_client = 4096;        // ... max_connections_per_client
+  int64_t http_response_buffer_bytes = int64_t{256} << 10;  // ... response_buffer_bytes
+  int64_t http_min_write_rate = 4096;                       // ... min_write_rate
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name
   bool http_metrics = false;

@@ -358,6 +358,19 @@ class HttpListenerTest : public ::testing::Test {
           if (r.path == "/hold") {  // holds its connection and a worker until released
             while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
           }
+          if (r.path == "/flood") {  // streams until its client fails it
+            w.StartStream(200, "text/event-stream");
+            const std::string piece(16 << 10, 'x');
+            for (int i = 0; i < 4096 && w.Write(piece); ++i) {
+            }
+            flood_failed_ = w.ClientGone();
+            w.End();
+            return;
+          }
+          if (r.path == "/big") {  // a whole response far past the per-connection bound
+            w.Send(200, "text/plain", std::string(8 << 20, 'b'));
+            return;
+          }
           if (r.path == "/stream") {
             w.StartStream(200, "text/event-stream");
             for (int i = 0; i < 3; ++i) w.Write(absl::StrCat("data: ", i, "\n\n"));
@@ -386,6 +399,7 @@ class HttpListenerTest : public ::testing::Test {
   int port_ = 0;
   std::atomic<int> handled_{0};
   std::atomic<bool> hold_{true};
+  std::atomic<bool> flood_failed_{false};
 };
 
 TEST_F(HttpListenerTest, KeepAliveChunkedStreamAndErrors) {
@@ -465,6 +479,53 @@ TEST_F(HttpListenerTest, SlowAndIdleClientsDoNotStarveOthers) {
   for (int fd : slow) ::close(fd);
   EXPECT_EQ(closed, 150);
   EXPECT_EQ(handled_.load(), 1);
+}
+
+// A client that never reads its stream holds no serving thread: its outbox fills, it takes
+// nothing for a second (the grace) and its stream fails, which frees the one handler thread for
+// another client long before the 60 s write timeout. A whole response far larger than the
+// outbox bound is taken at once and written after its handler has gone.
+TEST_F(HttpListenerTest, ClientsThatDoNotReadHoldNoServingThread) {
+  HttpListenerOptions o;
+  o.threads = 1;
+  o.write_timeout = absl::Seconds(60);
+  o.response_buffer_bytes = 64 << 10;
+  o.min_write_rate = 1 << 20;
+  Start(o);
+  const int sleeper = Connect(port_);
+  ASSERT_GE(sleeper, 0);
+  int small = 4096;
+  ::setsockopt(sleeper, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  const std::string flood = "GET /flood HTTP/1.1\r\n\r\n";
+  ::send(sleeper, flood.data(), flood.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string got = Exchange(port_, "GET /after HTTP/1.1\r\nConnection: close\r\n\r\n");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_NE(got.find("GET /after"), std::string::npos) << got;
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_TRUE(flood_failed_.load());
+  // The server closed the sleeper's connection (its client has not).
+  for (int i = 0; i < 250 && listener_->connections() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(listener_->connections(), 0);
+  ::close(sleeper);
+
+  // The whole response: the handler is done before its client reads a byte.
+  const int reader = Connect(port_);
+  const std::string big = "GET /big HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ::send(reader, big.data(), big.size(), MSG_NOSIGNAL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_NE(Exchange(port_, "GET /other HTTP/1.1\r\nConnection: close\r\n\r\n").find("GET /other"),
+            std::string::npos);
+  EXPECT_GT(listener_->response_bytes(), 0u);
+  const std::string body = ReadAll(reader, 10000);
+  ::close(reader);
+  EXPECT_NE(body.find("Content-Length: 8388608"), std::string::npos);
+  EXPECT_EQ(body.size() - body.find("\r\n\r\n") - 4, size_t{8} << 20);
+  EXPECT_EQ(listener_->response_bytes(), 0u);
 }
 
 // Past the per-client cap, the longest-waiting idle connection of that client makes room, so
