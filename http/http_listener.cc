@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "http/fair_queue.h"
 #include "security/secure_socket.h"
 
 namespace tandem {
@@ -94,7 +95,7 @@ struct HttpListener::Impl {
 
   std::mutex mu;
   std::condition_variable work_cv;
-  std::deque<Work> queue;          // whole requests for the workers
+  FairQueue<Work> queue;           // whole requests for the workers, by tenant
   std::vector<Conn*> returned;     // keep-alive connections back from the workers
   std::vector<Conn*> finished;     // connections the workers are done with, to close
   std::vector<uint64_t> to_write;  // connections whose outbox has new bytes
@@ -282,6 +283,13 @@ struct HttpListener::Impl {
       }
       int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      // The kernel's send buffer is bounded like the outbox (Linux grows it to megabytes on
+      // its own), so that a client that stops reading is seen to stop within a few hundred
+      // KiB, not after megabytes of work done for nobody.
+      if (options.socket_send_buffer > 0) {
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &options.socket_send_buffer,
+                     sizeof(options.socket_send_buffer));
+      }
       auto c = std::make_unique<Conn>(options.limits);
       c->id = next_id++;
       c->sock = std::make_unique<SecureSocket>(fd, options.tls, /*server=*/true);
@@ -388,17 +396,39 @@ struct HttpListener::Impl {
       }
       Wake();
     });
+    const std::string tenant = options.tenant_of ? options.tenant_of(request) : c->peer;
+    std::optional<Work> bumped;
+    size_t held = 0;
     {
       std::lock_guard<std::mutex> lock(mu);
+      held = queue.Waiting(tenant);
+      // A full line makes room with the newest request of the tenant holding the most, when
+      // that tenant would still hold more than this one.
+      if (static_cast<int>(queue.size()) >= options.max_queued_requests) {
+        bumped = queue.TakeNewestOfLargest(held + 1);
+      }
       if (static_cast<int>(queue.size()) < options.max_queued_requests) {
         c->phase = Conn::Phase::kDispatched;
-        queue.push_back({c, std::move(request)});
+        queue.Push(tenant, {c, std::move(request)});
         work_cv.notify_one();
-        return;
+        c = nullptr;
       }
     }
-    Refuse(c, 503, "the server is busy: too many requests waiting; retry later",
-           {{"Retry-After", "1"}});
+    const std::string full =
+        absl::StrFormat("the server's line of %d requests waiting (--http-max-queued) is full",
+                        options.max_queued_requests);
+    const std::string most = full + " and this client holds the most of them; retry later";
+    if (bumped) {
+      Conn* other = bumped->conn;
+      bumped.reset();  // its request, freed before the connection is uncharged
+      Refuse(other, 429, most, {{"Retry-After", "1"}});
+    }
+    if (c == nullptr) return;
+    if (held > 0) {
+      Refuse(c, 429, most, {{"Retry-After", "1"}});
+    } else {
+      Refuse(c, 503, full + "; retry later", {{"Retry-After", "1"}});
+    }
   }
 
   void Read(Conn* c) {
@@ -564,8 +594,7 @@ struct HttpListener::Impl {
         std::unique_lock<std::mutex> lock(mu);
         work_cv.wait(lock, [&] { return workers_stop || !queue.empty(); });
         if (workers_stop) return;
-        w = std::move(queue.front());
-        queue.pop_front();
+        w = *queue.Pop();
       }
       HttpResponseWriter writer(w.conn->out, w.conn->sock->fd(),
                                 w.request.KeepAlive() && !stop.load());
@@ -593,7 +622,7 @@ HttpListener::~HttpListener() {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->workers_stop = true;
-    impl_->queue.clear();  // requests not started are dropped with their connections
+    impl_->queue.Clear();  // requests not started are dropped with their connections
   }
   impl_->work_cv.notify_all();
   for (std::thread& t : impl_->workers) t.join();

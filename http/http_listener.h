@@ -20,6 +20,10 @@
 // its body is read, and a refused connection is closed without reading the rest. Memory freed
 // after large requests is given back to the system.
 //
+// Whole requests wait for a serving thread in a line shared fairly by tenants (the API key, else
+// the client's address; `tenant_of`): one tenant's flood delays another's request by at most
+// one of its own.
+//
 // Handlers write through HttpResponseWriter: a whole response, or a chunked stream (server-sent
 // events), into the connection's outbox; the event loop writes the socket. A stream's unwritten
 // bytes are bounded per connection and over all of them, and a client that leaves its outbox
@@ -66,8 +70,14 @@ struct HttpListenerOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: pick a free port
   int threads = 64;  // handlers running at once (a stream holds one while it produces)
-  // Whole requests waiting for a handler; beyond it a request is answered 503 at once.
+  // Whole requests waiting for a handler, in a line the tenants share fairly (http/fair_queue.h:
+  // they take turns). When it is full, the newest request of the tenant holding the most
+  // waiting makes room (429 for it); when no tenant holds more than the newcomer's, the
+  // newcomer is refused: 429 when it has requests waiting itself, else 503. Retry-After on each.
   int max_queued_requests = 1024;
+  // A request's tenant, from its head, on the event loop (must not block); none: the client's
+  // address.
+  std::function<std::string(const HttpRequest& head)> tenant_of;
   HttpParserLimits limits;
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration body_timeout = absl::Seconds(30);
@@ -79,6 +89,8 @@ struct HttpListenerOptions {
   size_t response_buffer_bytes = size_t{256} << 10;
   size_t max_response_bytes = size_t{256} << 20;
   size_t min_write_rate = 4096;
+  // SO_SNDBUF of each connection (the kernel doubles it); 0: the system's, which grows by itself.
+  int socket_send_buffer = 64 << 10;
   int max_connections = 4096;
   // Per client address. Every client behind one ingress or load balancer shares its address, so
   // the default is the total; lower it where clients reach the server directly.

@@ -52,6 +52,10 @@ absl::Status HttpServerOptions::Validate() const {
   if (max_connections < 1 || max_connections_per_client < 1) {
     return absl::InvalidArgumentError("http connection limits must be >= 1");
   }
+  if (max_queued < 1) return absl::InvalidArgumentError("--http-max-queued must be >= 1");
+  if (absl::StatusOr<TrustedProxies> p = TrustedProxies::Parse(trusted_proxies); !p.ok()) {
+    return p.status();
+  }
   if (header_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("http header timeout must be positive");
   }
@@ -68,6 +72,7 @@ struct HttpServer::Impl {
   openai::ServedModel model;
   RouterMetrics* metrics;
   HttpServerOptions options;
+  TrustedProxies proxies;
   std::unique_ptr<HttpListener> listener;
   std::atomic<bool> stopping{false};  // the server is shutting down: cancel every request
 
@@ -433,6 +438,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(Router* router,
   lo.response_buffer_bytes = options.response_buffer_bytes;
   lo.min_write_rate = options.min_write_rate;
   lo.check_head = [p](const HttpRequest& head) { return p->CheckHead(head); };
+  lo.max_queued_requests = options.max_queued;
+  p->proxies = *TrustedProxies::Parse(options.trusted_proxies);  // checked by Validate
+  lo.tenant_of = [p](const HttpRequest& head) {
+    return TenantOf(head, p->proxies, p->router->api_keys_enabled());
+  };
   if (!options.tls.cert.empty()) {
     // HTTPS with the gRPC ports' certificate; with a CA, client certificates are required.
     auto tls = LoadServerTls(options.tls);

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "http/client_address.h"
 #include "http/http_listener.h"
 #include "http/openai.h"
 #include "metrics/metrics.h"
@@ -53,6 +54,12 @@ struct HttpServerOptions {
   // --http-min-write-rate; http/response_outbox.h): below it the request is cancelled.
   size_t response_buffer_bytes = size_t{256} << 10;
   size_t min_write_rate = 4096;
+  // Requests waiting for a serving thread, in a line the tenants (API keys, else client
+  // addresses) take turns in (--http-max-queued; http/http_listener.h).
+  int max_queued = 1024;
+  // Proxies whose X-Forwarded-For / Forwarded name the client (--trusted-proxies: addresses and
+  // CIDR ranges, comma-separated; http/client_address.h). Empty: the peer is the client.
+  std::string trusted_proxies;
   // The process's --tls-cert/--tls-key (HTTPS) and --tls-ca (every client must then present a
   // certificate the CA signed, as on the gRPC ports); none: plain HTTP.
   TlsFlags tls;

@@ -103,6 +103,9 @@ class Router {
   // tandem_requests_total, where generation calls count every outcome; other calls' do not.
   grpc::Status Authorize(std::string_view authorization, bool generation) const;
 
+  // Whether API keys guard the API (only valid keys get past Authorize).
+  bool api_keys_enabled() const { return options_.api_keys.enabled(); }
+
   // Graceful drain: new requests are UNAVAILABLE from now on; those in flight finish.
   void BeginDrain() { draining_ = true; }
 

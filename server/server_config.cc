@@ -147,6 +147,15 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
                  "Bytes/s a client must read while its response buffer is full, or its request "
                  "is cancelled (0: only a 30 s stall)")
       ->group(g);
+  app.add_option("--http-max-queued", c->http_max_queued,
+                 "HTTP requests waiting for a serving thread; tenants (API keys, else client "
+                 "addresses) take turns, and a full line refuses the tenant holding the most "
+                 "(429 with Retry-After)")
+      ->group(g);
+  app.add_option("--trusted-proxies", c->trusted_proxies,
+                 "Comma-separated addresses and CIDR ranges of proxies whose X-Forwarded-For "
+                 "or Forwarded header names the HTTP client")
+      ->group(g);
   app.add_option("--chat-template", c->chat_template,
                  "A Jinja chat template (default: the model's)")
       ->group(g);
@@ -279,7 +288,8 @@ absl::Status RouterConfig::Validate() const {
                    1 << 20),
            InRange("--http-response-buffer-bytes", http_response_buffer_bytes, 4096,
                    int64_t{1} << 30),
-           InRange("--http-min-write-rate", http_min_write_rate, 0, int64_t{1} << 30)});
+           InRange("--http-min-write-rate", http_min_write_rate, 0, int64_t{1} << 30),
+           InRange("--http-max-queued", http_max_queued, 1, 1 << 22)});
       !s.ok()) {
     return s;
   }

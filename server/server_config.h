@@ -54,6 +54,8 @@ struct RouterConfig {
   int64_t http_max_connections_per_client = 4096;        // ... max_connections_per_client
   int64_t http_response_buffer_bytes = int64_t{256} << 10;  // ... response_buffer_bytes
   int64_t http_min_write_rate = 4096;                       // ... min_write_rate
+  int64_t http_max_queued = 1024;                           // ... max_queued
+  std::string trusted_proxies;                              // ... trusted_proxies
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name
   bool http_metrics = false;

@@ -573,6 +573,8 @@ absl::Status TandemServer::Listen() {
     http_options.max_connections_per_client = static_cast<int>(rc.http_max_connections_per_client);
     http_options.response_buffer_bytes = static_cast<size_t>(rc.http_response_buffer_bytes);
     http_options.min_write_rate = static_cast<size_t>(rc.http_min_write_rate);
+    http_options.max_queued = static_cast<int>(rc.http_max_queued);
+    http_options.trusted_proxies = rc.trusted_proxies;
     if (rc.http_timeout_ms > 0) {
       http_options.request_timeout = absl::Milliseconds(rc.http_timeout_ms);
     }

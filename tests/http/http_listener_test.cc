@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -355,6 +356,10 @@ class HttpListenerTest : public ::testing::Test {
         o,
         [this](const HttpRequest& r, HttpResponseWriter& w) {
           ++handled_;
+          {
+            std::lock_guard<std::mutex> lock(order_mu_);
+            order_.push_back(r.path);
+          }
           if (r.path == "/hold") {  // holds its connection and a worker until released
             while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
           }
@@ -400,6 +405,8 @@ class HttpListenerTest : public ::testing::Test {
   std::atomic<int> handled_{0};
   std::atomic<bool> hold_{true};
   std::atomic<bool> flood_failed_{false};
+  std::mutex order_mu_;
+  std::vector<std::string> order_;  // paths, in the order handlers took them
 };
 
 TEST_F(HttpListenerTest, KeepAliveChunkedStreamAndErrors) {
@@ -526,6 +533,41 @@ TEST_F(HttpListenerTest, ClientsThatDoNotReadHoldNoServingThread) {
   EXPECT_NE(body.find("Content-Length: 8388608"), std::string::npos);
   EXPECT_EQ(body.size() - body.find("\r\n\r\n") - 4, size_t{8} << 20);
   EXPECT_EQ(listener_->response_bytes(), 0u);
+}
+
+// Requests waiting for the one serving thread take turns by client address: the quiet client's
+// request waits behind one of the flooding client's, not all of them; when the line is full,
+// the flood's newest request makes room (429), and the flood's next one is refused, never the
+// quiet client's.
+TEST_F(HttpListenerTest, TenantsTakeTurnsAndAFullLineRefusesTheLargest) {
+  HttpListenerOptions o;
+  o.threads = 1;
+  o.max_queued_requests = 4;
+  Start(o);
+  auto send = [&](const char* source, const std::string& path) {
+    const int fd = Connect(port_, source);
+    const std::string req = "GET " + path + " HTTP/1.1\r\nConnection: close\r\n\r\n";
+    ::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // in line before the next
+    return fd;
+  };
+  std::vector<int> flood;
+  flood.push_back(send("127.0.0.1", "/hold"));
+  for (int i = 1; i <= 4; ++i) flood.push_back(send("127.0.0.1", "/a" + std::to_string(i)));
+  const int quiet = send("127.0.0.2", "/quiet");  // the line is full: /a4 makes room
+  flood.push_back(send("127.0.0.1", "/a5"));      // the flood holds the most: refused
+  const std::string bumped = ReadAll(flood[4], 2000);
+  EXPECT_EQ(bumped.rfind("HTTP/1.1 429", 0), 0u) << bumped;
+  EXPECT_NE(bumped.find("Retry-After: 1"), std::string::npos) << bumped;
+  EXPECT_NE(bumped.find("holds the most"), std::string::npos) << bumped;
+  EXPECT_EQ(ReadAll(flood[5], 2000).rfind("HTTP/1.1 429", 0), 0u);
+  hold_ = false;
+  EXPECT_NE(ReadAll(quiet).find("GET /quiet"), std::string::npos);
+  for (int i = 0; i < 4; ++i) EXPECT_NE(ReadAll(flood[i]).find("200 OK"), std::string::npos);
+  for (int fd : flood) ::close(fd);
+  ::close(quiet);
+  std::lock_guard<std::mutex> lock(order_mu_);
+  EXPECT_EQ(order_, (std::vector<std::string>{"/hold", "/a1", "/quiet", "/a2", "/a3"}));
 }
 
 // Past the per-client cap, the longest-waiting idle connection of that client makes room, so
