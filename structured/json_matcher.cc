@@ -141,6 +141,23 @@ JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
   return *this;
 }
 
+void JsonMatcher::AppendKey(std::string* key) const {
+  auto put = [key](const auto& v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(depth_);
+  for (int i = 0; i < depth_; ++i) {
+    const State& s = stack_[i];  // field by field: the struct's padding is not initialized
+    put(s.node);
+    put(s.frame);
+    put(s.phase);
+    put(s.whitespace);
+    put(s.pending);
+    put(s.count);
+    put(s.a);
+    put(s.b);
+    put(s.keys);
+  }
+}
+
 bool JsonMatcher::Feed(std::string_view bytes) {
   for (char c : bytes) {
     if (!Feed(static_cast<unsigned char>(c))) return false;

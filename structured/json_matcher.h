@@ -18,6 +18,7 @@
 #define TANDEM_STRUCTURED_JSON_MATCHER_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "structured/json_schema.h"
@@ -47,6 +48,10 @@ class JsonMatcher {
   // content (no quote, backslash or control byte; UTF-8 whole characters) is accepted, whatever
   // the position. The token mask's fast path.
   bool InFreeString() const;
+  // Appends bytes that are equal for two matchers of one schema exactly when their states are:
+  // a matcher's continuations depend on its state alone, so what is computed for one state
+  // (the token mask) holds for every matcher with the same key.
+  void AppendKey(std::string* key) const;
 
   JsonMatcher(const JsonMatcher& other) { *this = other; }
   JsonMatcher& operator=(const JsonMatcher& other);

@@ -22,19 +22,59 @@ void OutputConstraint::Mask(std::span<const int> output, std::span<const int> eo
       break;
     }
   }
-  thread_local std::vector<uint8_t> allowed;
+  std::shared_ptr<const std::vector<uint8_t>> cached;
+  thread_local std::vector<uint8_t> only_eos;
   if (consistent) {
-    mask_->Allowed(matcher, eos_ids, &allowed);
+    cached = AllowedAfter(matcher, eos_ids);
   } else {
-    allowed.assign(mask_->vocab_size(), 0);
+    only_eos.assign(mask_->vocab_size(), 0);
     for (int id : eos_ids) {
-      if (id >= 0 && id < mask_->vocab_size()) allowed[id] = 1;
+      if (id >= 0 && id < mask_->vocab_size()) only_eos[id] = 1;
     }
   }
+  const std::vector<uint8_t>& allowed = cached ? *cached : only_eos;
   constexpr float kNever = -std::numeric_limits<float>::infinity();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (i >= allowed.size() || allowed[i] == 0) logits[i] = kNever;
   }
+}
+
+std::shared_ptr<const std::vector<uint8_t>> OutputConstraint::AllowedAfter(
+    const structured::JsonMatcher& matcher, std::span<const int> eos_ids) const {
+  std::string key;
+  for (int id : eos_ids) key.append(reinterpret_cast<const char*>(&id), sizeof(id));
+  key.push_back('|');
+  matcher.AppendKey(&key);
+  {
+    std::lock_guard<std::mutex> lock(cache_mu_);
+    if (auto it = masks_.find(key); it != masks_.end()) {
+      ++reused_;
+      return it->second;
+    }
+  }
+  // Computed without the lock: another sequence may compute the same mask meanwhile, and both
+  // are the same.
+  auto allowed = std::make_shared<std::vector<uint8_t>>();
+  mask_->Allowed(matcher, eos_ids, allowed.get());
+  const size_t bytes = allowed->size() + key.size();
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  ++computed_;
+  if (cached_bytes_ + bytes > kMaskCacheBytes) {
+    masks_.clear();
+    cached_bytes_ = 0;
+  }
+  if (masks_.emplace(std::move(key), allowed).second) cached_bytes_ += bytes;
+  return allowed;
+}
+
+size_t OutputConstraint::masks_computed() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return computed_;
+}
+
+size_t OutputConstraint::masks_reused() const {
+  std::lock_guard<std::mutex> lock(cache_mu_);
+  return reused_;
 }
 
 bool OutputConstraint::Completes(std::span<const int> output) const {

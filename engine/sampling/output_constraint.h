@@ -18,6 +18,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,10 +50,26 @@ class OutputConstraint {
   bool Completes(std::span<const int> output) const;
 
   const structured::JsonSchema& schema() const { return *schema_; }
+  // Token masks are kept per matcher state (structured::JsonMatcher::AppendKey), up to this
+  // many bytes per constraint, then the cache starts over: the sequences of an n=64 request, and
+  // the steps of one sequence, meet the same few states again and again (a regex's automaton, a
+  // schema's keys and punctuation), and a mask over a 50k vocabulary costs milliseconds.
+  static constexpr size_t kMaskCacheBytes = size_t{32} << 20;
+  // Masks computed, and masks found in the cache (for tests).
+  size_t masks_computed() const;
+  size_t masks_reused() const;
 
  private:
+  // The allowed tokens after `matcher` (its state reached by a consistent output).
+  std::shared_ptr<const std::vector<uint8_t>> AllowedAfter(const structured::JsonMatcher& matcher,
+                                                           std::span<const int> eos_ids) const;
+
   std::shared_ptr<const structured::JsonSchema> schema_;
   std::shared_ptr<const structured::TokenMask> mask_;
+  mutable std::mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint8_t>>> masks_;
+  mutable size_t cached_bytes_ = 0;
+  mutable size_t computed_ = 0, reused_ = 0;
 };
 
 // One per served model: the tokenizer's token bytes (computed on first use) and the schemas

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "engine/sampling/output_constraint.h"
+#include "structured/json_matcher.h"
 #include "structured/json_schema.h"
 #include "structured/token_mask.h"
 
@@ -318,6 +320,41 @@ TEST(OutputConstraintTest, CompletesOnlyWithAWholeValue) {
   EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 3, 1}));          // "a" is required
   EXPECT_FALSE(c.Completes(std::vector<int>{0, 2, 4, 5, 6, 3, 1, 1}));
   EXPECT_FALSE(c.Completes(std::vector<int>{9}));  // a token with no bytes
+}
+
+// Masks are cached per matcher state: every random output of a regex constraint masks exactly as
+// a mask computed afresh from its replayed matcher, and states met again are not recomputed.
+TEST(OutputConstraintTest, CachedMasksEqualFreshOnes) {
+  std::vector<std::string> vocab;
+  for (char c = 'a'; c <= 'e'; ++c) vocab.push_back(std::string(1, c));
+  for (const char* t : {"ab", "ba", "cde", " ", ",", ".", " a", "e.", ", b", ""})
+    vocab.push_back(t);
+  auto mask = std::make_shared<structured::TokenMask>(vocab);
+  auto schema = structured::JsonSchema::Regex("([a-e]+[ ,.]){1,6}");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const OutputConstraint c(*schema, mask);
+  const std::vector<int> eos = {static_cast<int>(vocab.size()) - 1};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int> output;
+    structured::JsonMatcher matcher(**schema);
+    for (int step = 0; step < 12; ++step) {
+      std::vector<float> logits(vocab.size(), 0.0f);
+      c.Mask(output, eos, logits);
+      std::vector<uint8_t> fresh;
+      mask->Allowed(matcher, eos, &fresh);
+      std::vector<int> allowed;
+      for (size_t i = 0; i < vocab.size(); ++i) {
+        ASSERT_EQ(logits[i] == 0.0f, fresh[i] == 1) << "trial " << trial << " token " << i;
+        if (fresh[i] && static_cast<int>(i) != eos[0]) allowed.push_back(static_cast<int>(i));
+      }
+      if (allowed.empty()) break;
+      const int next = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(mask->Advance(&matcher, next));
+      output.push_back(next);
+    }
+  }
+  EXPECT_GT(c.masks_reused(), 10 * c.masks_computed());
 }
 
 }  // namespace
