@@ -74,7 +74,7 @@ struct HttpListenerOptions {
   // they take turns). When it is full, the newest request of the tenant holding the most
   // waiting makes room (429 for it); when no tenant holds more than the newcomer's, the
   // newcomer is refused: 429 when it has requests waiting itself, else 503. Retry-After on each.
-  int max_queued_requests = 1024;
+  int max_queued_requests = 16384;
   // A request's tenant, from its head, on the event loop (must not block); none: the client's
   // address.
   std::function<std::string(const HttpRequest& head)> tenant_of;
@@ -91,10 +91,10 @@ struct HttpListenerOptions {
   size_t min_write_rate = 4096;
   // SO_SNDBUF of each connection (the kernel doubles it); 0: the system's, which grows by itself.
   int socket_send_buffer = 64 << 10;
-  int max_connections = 4096;
+  int max_connections = 16384;
   // Per client address. Every client behind one ingress or load balancer shares its address, so
   // the default is the total; lower it where clients reach the server directly.
-  int max_connections_per_client = 4096;
+  int max_connections_per_client = 16384;
   // Connections past a cap held at once until their request head arrives, to be answered.
   int max_refusing_connections = 256;
   // Bytes of requests held in memory over every connection (heads, bodies, requests waiting for

@@ -44,8 +44,8 @@ struct HttpServerOptions {
   // Open connections, in total and per client address (beyond: the longest-waiting connection
   // without a whole request is closed to make room, else the new one is answered 503 or 429 with
   // Retry-After; http/http_listener.h). Clients behind one ingress share its address.
-  int max_connections = 4096;
-  int max_connections_per_client = 4096;
+  int max_connections = 16384;
+  int max_connections_per_client = 16384;
   // Bytes of requests held in memory over every connection (--http-max-buffered-bytes; see
   // http/http_listener.h): past it, 503 with Retry-After for the connection holding the most.
   size_t max_buffered_bytes = kDefaultMaxBufferedBytes;
@@ -56,7 +56,7 @@ struct HttpServerOptions {
   size_t min_write_rate = 4096;
   // Requests waiting for a serving thread, in a line the tenants (API keys, else client
   // addresses) take turns in (--http-max-queued; http/http_listener.h).
-  int max_queued = 1024;
+  int max_queued = 16384;
   // Proxies whose X-Forwarded-For / Forwarded name the client (--trusted-proxies: addresses and
   // CIDR ranges, comma-separated; http/client_address.h). Empty: the peer is the client.
   std::string trusted_proxies;

@@ -50,11 +50,11 @@ struct RouterConfig {
   int64_t http_threads = 64;
   int64_t http_timeout_ms = 0;                           // 0: no deadline
   int64_t http_max_buffered_bytes = int64_t{128} << 20;  // HttpServerOptions::max_buffered_bytes
-  int64_t http_max_connections = 4096;                   // HttpServerOptions::max_connections
-  int64_t http_max_connections_per_client = 4096;        // ... max_connections_per_client
+  int64_t http_max_connections = 16384;                  // HttpServerOptions::max_connections
+  int64_t http_max_connections_per_client = 16384;       // ... max_connections_per_client
   int64_t http_response_buffer_bytes = int64_t{256} << 10;  // ... response_buffer_bytes
   int64_t http_min_write_rate = 4096;                       // ... min_write_rate
-  int64_t http_max_queued = 1024;                           // ... max_queued
+  int64_t http_max_queued = 16384;                          // ... max_queued
   std::string trusted_proxies;                              // ... trusted_proxies
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name

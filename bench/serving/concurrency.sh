@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The router under thousands of concurrent streams: a default `tandem up` (stories260K, one
+# prefill and one decode worker), then for each row N clients from one address (as behind an
+# ingress) open their connections at once, each sending a streaming /v1/completions of
+# max_tokens 200 (greedy, ignore_eos) and reading it to the end (bench/serving/concurrency.py).
+# Per row: requests done / refused (a status with Retry-After) / failed (anything else, a
+# closed connection included), streams in flight at once, TTFT p50/p99, inter-token p99, the
+# router's CPU seconds, its RSS and threads at idle and at peak. Prints one line per row and
+# writes bench/results/concurrency.json.
+#   bench/serving/concurrency.sh                     rows of 1000, 5000 and 10000 clients
+#   CLIENTS="1000 2000" bench/serving/concurrency.sh
+# The client needs a descriptor per connection: the shell's hard limit on open files must pass
+# the largest row (the script raises the soft limit to it).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD_DIR=${BUILD_DIR:-build}
+CLIENTS=${CLIENTS:-"1000 5000 10000"}
+MAX_TOKENS=${MAX_TOKENS:-200}
+shared="$(bash scripts/fetch_model.sh)"
+bin="$BUILD_DIR/bin"
+out="$(mktemp -d)"
+cmake --build "$BUILD_DIR" --target tandem tandem-server >/dev/null
+ulimit -n "$(ulimit -Hn)"
+
+"$bin/tandem" up --model "$shared/models/stories260K/stories260K.bin" \
+  --tokenizer "$shared/models/stories260K/tok512.bin" --prefill 1 --decode 1 \
+  >"$out/up.out" 2>"$out/up.log" &
+up=$!
+trap 'kill -INT $up 2>/dev/null || true; wait $up 2>/dev/null || true; rm -rf "$out"' EXIT
+url=""
+for _ in $(seq 1 1200); do
+  url="$(sed -n 's/^http router=\(.*\)$/http:\/\/\1/p' "$out/up.out" | head -1)"
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+[ -n "$url" ] || { echo "concurrency: tandem up did not start" >&2; cat "$out/up.log" >&2; exit 1; }
+router_pid=$(pgrep -P "$up" -f -- "--role=router" | head -1)
+sleep 1  # idle figures after startup
+
+for n in $CLIENTS; do
+  python3 bench/serving/concurrency.py --url "$url" --model stories260K --clients "$n" \
+    --max-tokens "$MAX_TOKENS" --router-pid "$router_pid" --out "$out/row-$n.json"
+done
+
+mkdir -p bench/results
+python3 - "$out" "$(date -u +%F)" "$(git rev-parse --short HEAD)" \
+  "$(lscpu | sed -n 's/^Model name: *//p')" "$(nproc)" $CLIENTS <<'PY'
+import json, sys
+out, date, commit, cpu, cores, *rows = sys.argv[1:]
+doc = {"date": date, "commit": commit, "cpu": cpu, "cores": int(cores),
+       "setup": "tandem up (stories260K, 1 prefill + 1 decode worker, default flags); every "
+                "client from 127.0.0.1; streaming /v1/completions, max_tokens 200, greedy",
+       "rows": [json.load(open(f"{out}/row-{n}.json")) for n in rows]}
+json.dump(doc, open("bench/results/concurrency.json", "w"), indent=1)
+print("wrote bench/results/concurrency.json")
+PY
