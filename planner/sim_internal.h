@@ -195,11 +195,7 @@ class Sim {
     const int bs = cluster_.block_size;
     const std::vector<int>& prompt = q.item.prompt;
     if (q.block_hashes.empty()) {
-      uint64_t parent = 0;
-      for (size_t b = 0; (b + 1) * bs <= prompt.size(); ++b) {
-        parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * bs, bs));
-        q.block_hashes.push_back(parent);
-      }
+      q.block_hashes = PrefixBlockHashes(prompt, bs, static_cast<int>(prompt.size()) / bs);
     }
     return q.block_hashes;
   }

@@ -292,11 +292,7 @@ void Sim::EnqueuePrefill(int r) {
   if (const int rbs = registry_.PrefillBlockSize(); rbs == bs) {
     hashes.assign(full.begin(), full.begin() + (len - 1) / bs);
   } else if (rbs > 0) {
-    uint64_t parent = 0;
-    for (int b = 0; (b + 1) * rbs <= len - 1; ++b) {
-      parent = HashBlockTokens(parent, std::span<const int>(prompt).subspan(b * rbs, rbs));
-      hashes.push_back(parent);
-    }
+    hashes = PrefixBlockHashes(prompt, rbs, (len - 1) / rbs);
   }
   int w = 0;
   if (cluster_.colocated) {
@@ -325,10 +321,13 @@ bool Sim::TakePrefillBlocks(int r, int w) {
   const int bs = cluster_.block_size;
   const std::vector<uint64_t>& full = BlockHashes(q);
   if (cluster_.prefix_cache) {
+    const std::span<const int> prompt(q.item.prompt);
+    BlockParent parent;
     for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-      auto hit = pw.pool->Lookup(full[b]);
+      auto hit = pw.pool->Lookup(full[b], prompt.subspan(b * bs, bs), parent);
       if (!hit) break;
       q.blocks.push_back(*hit);
+      parent = pw.pool->AsParent(*hit);
     }
     q.cached = static_cast<int>(q.blocks.size()) * bs;
   }

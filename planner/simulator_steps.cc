@@ -112,7 +112,13 @@ void Sim::StepEnd(int w) {
       // The engine's FinishLocked: full blocks become reusable prefixes, the rest are freed.
       if (cluster_.prefix_cache) {
         const std::vector<uint64_t>& full = BlockHashes(q);
-        for (size_t b = 0; b < full.size(); ++b) wk.pool->Register(q.blocks[b], full[b]);
+        const std::span<const int> prompt(q.item.prompt);
+        const int bs = cluster_.block_size;
+        BlockParent parent;
+        for (size_t b = 0; b < full.size(); ++b) {
+          wk.pool->Register(q.blocks[b], full[b], prompt.subspan(b * bs, bs), parent);
+          parent = wk.pool->AsParent(q.blocks[b]);
+        }
       }
       wk.pool->Free(q.blocks).IgnoreError();
       q.blocks.clear();

@@ -220,14 +220,16 @@ absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prom
   job.blocks.clear();
   job.cached = 0;
   // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its logits
-  // give the first token). A logical block is a hit when every layer group still holds it.
+  // give the first token). A logical block is a hit when every layer group still holds it, each
+  // after the group's block the previous hit found (BlockPool: never on the hash alone).
   if (options_.prefix_cache) {
-    uint64_t parent = 0;
-    for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-      parent = HashBlockTokens(parent, prompt.subspan(b * bs, bs));
+    const std::vector<uint64_t> hashes = PrefixBlockHashes(prompt, bs, (len - 1) / bs);
+    std::vector<BlockParent> parents(groups);
+    for (size_t b = 0; b < hashes.size(); ++b) {
+      const std::span<const int> tokens = prompt.subspan(b * bs, bs);
       std::vector<int> hits;
       for (int g = 0; g < groups; ++g) {
-        std::optional<int> hit = pool_.Lookup(GroupBlockHash(parent, g));
+        std::optional<int> hit = pool_.Lookup(GroupBlockHash(hashes[b], g), tokens, parents[g]);
         if (!hit) break;
         hits.push_back(*hit);
       }
@@ -235,6 +237,7 @@ absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prom
         pool_.Free(hits).IgnoreError();  // references Lookup took
         break;
       }
+      for (int g = 0; g < groups; ++g) parents[g] = pool_.AsParent(hits[g]);
       job.blocks.insert(job.blocks.end(), hits.begin(), hits.end());
     }
     job.cached = static_cast<int>(job.blocks.size()) / groups * bs;
@@ -272,12 +275,16 @@ void PrefillEngine::FinishLocked(Job& job) {
   // Full blocks of a completed prompt become reusable prefixes; the rest go back to the pool.
   if (job.status.ok() && options_.prefix_cache) {
     const int bs = options_.block_size;
-    uint64_t parent = 0;
     const int groups = layout_.n_groups();
-    for (int b = 0; (b + 1) * bs <= static_cast<int>(job.prompt.size()); ++b) {
-      parent = HashBlockTokens(parent, std::span<const int>(job.prompt).subspan(b * bs, bs));
+    const std::span<const int> prompt(job.prompt);
+    const std::vector<uint64_t> hashes =
+        PrefixBlockHashes(prompt, bs, static_cast<int>(prompt.size()) / bs);
+    std::vector<BlockParent> parents(groups);
+    for (size_t b = 0; b < hashes.size(); ++b) {
       for (int g = 0; g < groups; ++g) {
-        pool_.Register(job.blocks[b * groups + g], GroupBlockHash(parent, g));
+        const int block = job.blocks[b * groups + g];
+        pool_.Register(block, GroupBlockHash(hashes[b], g), prompt.subspan(b * bs, bs), parents[g]);
+        parents[g] = pool_.AsParent(block);
       }
     }
   }

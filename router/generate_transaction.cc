@@ -313,14 +313,9 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
     std::lock_guard<std::mutex> lock(r_->mu_);
     return r_->registry_.PrefillBlockSize();
   }();
-  std::vector<uint64_t> hashes;
-  if (bs > 0) {
-    uint64_t parent = 0;
-    for (int b = 0; (b + 1) * bs <= a.len - 1; ++b) {
-      parent = HashBlockTokens(parent, std::span<const int>(a.prompt).subspan(b * bs, bs));
-      hashes.push_back(parent);
-    }
-  }
+  const std::vector<uint64_t> hashes =
+      bs > 0 ? PrefixBlockHashes(std::span<const int>(a.prompt).first(a.len), bs, (a.len - 1) / bs)
+             : std::vector<uint64_t>();
   std::optional<std::string> prefill_id;
   {
     std::lock_guard<std::mutex> lock(r_->mu_);

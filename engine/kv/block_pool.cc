@@ -25,6 +25,19 @@ uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens) {
   return h;
 }
 
+std::vector<uint64_t> PrefixBlockHashes(std::span<const int> tokens, int block_size,
+                                        int max_blocks) {
+  std::vector<uint64_t> hashes;
+  if (block_size <= 0) return hashes;
+  uint64_t parent = 0;
+  for (int b = 0; b < max_blocks && static_cast<size_t>(b + 1) * block_size <= tokens.size(); ++b) {
+    parent =
+        HashBlockTokens(parent, tokens.subspan(static_cast<size_t>(b) * block_size, block_size));
+    hashes.push_back(parent);
+  }
+  return hashes;
+}
+
 BlockPool::BlockPool(int num_blocks) : num_blocks_(std::max(0, num_blocks)) {}
 
 absl::StatusOr<std::vector<int>> BlockPool::Allocate(int n) {
@@ -82,21 +95,29 @@ absl::Status BlockPool::AddRef(int id) {
   return absl::OkStatus();
 }
 
-std::optional<int> BlockPool::Lookup(uint64_t hash) {
+std::optional<int> BlockPool::Lookup(uint64_t hash, std::span<const int> tokens,
+                                     BlockParent parent) {
   auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return std::nullopt;
   const int id = it->second;
   Block& b = blocks_[id];
+  if (!(b.parent == parent) ||
+      !std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin(), tokens.end())) {
+    ++hash_mismatches_;
+    return std::nullopt;
+  }
   if (b.ref_count == 0) lru_.erase(b.lru_pos);  // revive from the cache
   ++b.ref_count;
   return id;
 }
 
-void BlockPool::Register(int id, uint64_t hash) {
+void BlockPool::Register(int id, uint64_t hash, std::span<const int> tokens, BlockParent parent) {
   if (!Touched(id)) return;  // never handed out: not in use
   Block& b = blocks_[id];
   if (b.hash || by_hash_.contains(hash)) return;
   b.hash = hash;
+  b.tokens.assign(tokens.begin(), tokens.end());
+  b.parent = parent;
   by_hash_[hash] = id;
 }
 
@@ -105,6 +126,8 @@ void BlockPool::DropHash(int id) {
   if (!b.hash) return;
   by_hash_.erase(*b.hash);
   b.hash.reset();
+  b.tokens = {};
+  b.parent = {};
 }
 
 }  // namespace tandem

@@ -4,7 +4,13 @@
 // A block is free, in use (reference count > 0), or cached (count 0 but still holding the KV of
 // a full block whose content hash is registered, reusable by a later request with the same
 // prefix, evicted in LRU order when a fresh block is needed). Every allocation bumps the block's
-// generation, so a writer holding an old (block, generation) pair can be refused.
+// generation, so a (block, generation) pair names one content for the block's whole life.
+//
+// A prefix hit is never trusted on the hash alone: the hash (64 bits, public constants) only
+// finds a candidate, which is a hit when it holds the same tokens and was computed after the
+// very block (id and generation) the lookup's previous block hit. By induction from the first
+// block, a hit holds the KV of exactly the prompt's prefix, whatever hashes collide: a client who
+// finds two token blocks of one hash cannot plant KV that another prompt reuses.
 #ifndef TANDEM_ENGINE_KV_BLOCK_POOL_H_
 #define TANDEM_ENGINE_KV_BLOCK_POOL_H_
 
@@ -20,8 +26,20 @@
 namespace tandem {
 
 // Content hash of a full block of token ids, chained over the hash of the block before it (0
-// for the first block), so equal hashes mean equal prefixes.
+// for the first block): equal prefixes give equal hashes (the converse is checked, BlockPool).
 uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens);
+
+// The chained hashes of `tokens`' full blocks of `block_size`, the first `max_blocks` at most.
+std::vector<uint64_t> PrefixBlockHashes(std::span<const int> tokens, int block_size,
+                                        int max_blocks);
+
+// What a full block's KV was computed after: the block holding the tokens before it, as it was
+// then (its id and generation); {-1, 0} for a prompt's first block.
+struct BlockParent {
+  int block = -1;
+  uint32_t generation = 0;
+  bool operator==(const BlockParent&) const = default;
+};
 
 class BlockPool {
  public:
@@ -48,11 +66,17 @@ class BlockPool {
   // Adds a reference to a block in use.
   absl::Status AddRef(int block);
 
-  // Prefix caching. Lookup finds a block holding `hash` and takes a reference to it (reviving
-  // it from the cache if unreferenced). Register records that `block` (in use) now holds the
-  // full-block content `hash`; a hash already held by another block is left as it is.
-  std::optional<int> Lookup(uint64_t hash);
-  void Register(int block, uint64_t hash);
+  // Prefix caching. Lookup finds the block registered under `hash` and, when it holds `tokens`
+  // computed after `parent`, takes a reference to it (reviving it from the cache if
+  // unreferenced); a block under the hash that holds other content is a miss (and counted).
+  // Register records that `block` (in use) now holds the full block `tokens` computed after
+  // `parent`, under `hash`; a hash already held by another block is left as it is.
+  std::optional<int> Lookup(uint64_t hash, std::span<const int> tokens, BlockParent parent);
+  void Register(int block, uint64_t hash, std::span<const int> tokens, BlockParent parent);
+  // The parent a block's successor names: this block, as it is now.
+  BlockParent AsParent(int block) const { return {block, generation(block)}; }
+  // Lookups whose hash matched a block of other content (a collision, or a forgery).
+  uint64_t hash_mismatches() const { return hash_mismatches_; }
 
   int ref_count(int block) const { return Touched(block) ? blocks_[block].ref_count : 0; }
   uint32_t generation(int block) const { return Touched(block) ? blocks_[block].generation : 0; }
@@ -65,6 +89,8 @@ class BlockPool {
     int ref_count = 0;
     uint32_t generation = 0;
     std::optional<uint64_t> hash;
+    std::vector<int> tokens;  // what the registered block holds, and after what
+    BlockParent parent;
     std::list<int>::iterator lru_pos;  // valid while cached
   };
   void DropHash(int block);
@@ -79,6 +105,7 @@ class BlockPool {
   std::vector<int> free_;  // stack of freed blocks that hold no hash, and evicted ones
   std::list<int> lru_;     // cached blocks, least recently used first
   absl::flat_hash_map<uint64_t, int> by_hash_;
+  uint64_t hash_mismatches_ = 0;
 };
 
 }  // namespace tandem

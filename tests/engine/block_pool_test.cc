@@ -92,15 +92,18 @@ TEST(BlockPoolTest, PrefixCacheHitAndLruEviction) {
   const uint64_t h1 = HashBlockTokens(0, t1);
   const uint64_t h2 = HashBlockTokens(h1, t2);
   EXPECT_NE(HashBlockTokens(0, t2), h2);  // chained: same tokens, different prefix
+  const std::vector<int> both = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  EXPECT_EQ(PrefixBlockHashes(both, 4, 8), (std::vector<uint64_t>{h1, h2}));
+  EXPECT_EQ(PrefixBlockHashes(both, 4, 1), (std::vector<uint64_t>{h1}));
   auto a = pool.Allocate(2);
-  pool.Register((*a)[0], h1);
-  pool.Register((*a)[1], h2);
+  pool.Register((*a)[0], h1, t1, {});
+  pool.Register((*a)[1], h2, t2, pool.AsParent((*a)[0]));
   ASSERT_TRUE(pool.Free(*a).ok());
   EXPECT_EQ(pool.num_cached(), 2);
   EXPECT_EQ(pool.num_available(), 3);
   EXPECT_TRUE(pool.NoneInUse());
   // A hit revives the block.
-  auto hit = pool.Lookup(h1);
+  auto hit = pool.Lookup(h1, t1, {});
   ASSERT_TRUE(hit.has_value());
   EXPECT_EQ(*hit, (*a)[0]);
   EXPECT_EQ(pool.ref_count(*hit), 1);
@@ -108,10 +111,49 @@ TEST(BlockPoolTest, PrefixCacheHitAndLruEviction) {
   // Fresh allocations take the free block, then evict the cached one (h2).
   auto b = pool.Allocate(2);
   ASSERT_TRUE(b.ok());
-  EXPECT_FALSE(pool.Lookup(h2).has_value());
+  EXPECT_FALSE(pool.Lookup(h2, t2, pool.AsParent(*hit)).has_value());
+  EXPECT_EQ(pool.hash_mismatches(), 0u);
   std::vector<int> h = {*hit};
   ASSERT_TRUE(pool.Free(h).ok());
   ASSERT_TRUE(pool.Free(*b).ok());
+  EXPECT_TRUE(pool.NoneInUse());
+}
+
+// The hash only finds a candidate. A forger who registers other tokens under a victim's block
+// hash, or a block computed after another prefix under the victim's chained hash, plants
+// nothing: the victim's lookups miss (and are counted), and its own blocks hit.
+TEST(BlockPoolTest, PrefixHitsNeedTheSameTokensAfterTheSameBlock) {
+  BlockPool pool(4);
+  const std::vector<int> victim0 = {1, 2, 3, 4}, forged0 = {9, 9, 9, 9}, shared1 = {5, 6, 7, 8};
+  const uint64_t h0 = 1234, h1 = 5678;  // as if forged0 collided with victim0, block by block
+  auto forged = pool.Allocate(2);
+  pool.Register((*forged)[0], h0, forged0, {});
+  pool.Register((*forged)[1], h1, shared1, pool.AsParent((*forged)[0]));
+  ASSERT_TRUE(pool.Free(*forged).ok());
+
+  // Same hash, other tokens: a miss.
+  EXPECT_FALSE(pool.Lookup(h0, victim0, {}).has_value());
+  EXPECT_EQ(pool.hash_mismatches(), 1u);
+
+  // The forger's first block is evicted and the victim's own first block takes its hash (and
+  // maybe its very slot, at a new generation); the forger's second block, computed after
+  // forged0, still sits under the chained hash the victim looks up next: a miss too.
+  auto fill = pool.Allocate(3);  // two free blocks, then the least recently used cached one
+  ASSERT_TRUE(fill.ok());
+  EXPECT_EQ(pool.num_cached(), 1);
+  const int mine = (*fill)[2];
+  EXPECT_EQ(mine, (*forged)[0]);
+  pool.Register(mine, h0, victim0, {});
+  EXPECT_FALSE(pool.Lookup(h1, shared1, pool.AsParent(mine)).has_value());
+  EXPECT_EQ(pool.hash_mismatches(), 2u);
+
+  // The victim's own chain hits.
+  ASSERT_TRUE(pool.Free(*fill).ok());
+  auto first = pool.Lookup(h0, victim0, {});
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, mine);
+  std::vector<int> held = {*first};
+  ASSERT_TRUE(pool.Free(held).ok());
   EXPECT_TRUE(pool.NoneInUse());
 }
 
