@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -116,6 +117,83 @@ bool WaitForWorkers(const std::string& router_internal, int n, const InternalAut
   return false;
 }
 
+namespace {
+
+// How a reaped child ended, for the operator.
+std::string HowItEnded(int status) {
+  if (WIFSIGNALED(status)) {
+    return absl::StrFormat("was killed by signal %d (%s)", WTERMSIG(status),
+                           strsignal(WTERMSIG(status)));
+  }
+  return absl::StrFormat("exited with status %d", WEXITSTATUS(status));
+}
+
+// A worker of the local cluster: how to start it again.
+struct Member {
+  std::string role;  // "prefill" or "decode"
+  int index = 0;
+  std::vector<std::string> args;
+  pid_t pid = -1;
+  std::vector<std::chrono::steady_clock::time_point> restarts;  // within the last minute
+};
+
+constexpr int kMaxRestartsPerMinute = 5;
+
+// After the cluster is ready: waits for Ctrl-C or SIGTERM (0), or the router's exit (1). A
+// worker that exits or is killed is started again with the same flags (it registers anew, and
+// requests in flight on it resume elsewhere), at most kMaxRestartsPerMinute times a minute; past
+// that it stays down and the rest go on. A stopped worker (SIGSTOP, a debugger) is no exit: its
+// SIGCHLD reaps nothing.
+int Supervise(const sigset_t& signals, const std::string& bin, pid_t router,
+              std::vector<Member>& members, std::vector<pid_t>& children) {
+  auto forget = [&](pid_t p) { std::erase(children, p); };
+  for (;;) {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (sig != SIGCHLD) return 0;
+    int status = 0;
+    for (pid_t p; (p = ::waitpid(-1, &status, WNOHANG)) > 0;) {
+      forget(p);
+      if (p == router) {
+        std::fprintf(stderr, "tandem up: the router (pid %d) %s; stopping the cluster\n", p,
+                     HowItEnded(status).c_str());
+        return 1;
+      }
+      auto m =
+          std::find_if(members.begin(), members.end(), [p](const Member& w) { return w.pid == p; });
+      if (m == members.end()) continue;
+      m->pid = -1;
+      const auto now = std::chrono::steady_clock::now();
+      std::erase_if(m->restarts, [&](auto t) { return now - t > std::chrono::minutes(1); });
+      if (static_cast<int>(m->restarts.size()) >= kMaxRestartsPerMinute) {
+        std::fprintf(stderr,
+                     "tandem up: %s worker %d (pid %d) %s, its %dth exit within a minute; it "
+                     "stays down and the cluster goes on without it\n",
+                     m->role.c_str(), m->index, p, HowItEnded(status).c_str(),
+                     kMaxRestartsPerMinute + 1);
+        continue;
+      }
+      m->restarts.push_back(now);
+      std::fprintf(stderr, "tandem up: %s worker %d (pid %d) %s; starting it again\n",
+                   m->role.c_str(), m->index, p, HowItEnded(status).c_str());
+      ServerProcess w = StartServerProcess(bin, m->args);
+      if (w.pid > 0) {
+        children.push_back(w.pid);
+        m->pid = w.pid;
+      }
+      if (w.address.empty()) {
+        std::fprintf(stderr, "tandem up: %s worker %d did not start again\n", m->role.c_str(),
+                     m->index);
+      } else {
+        std::printf("metrics %s=%s\n", m->role.c_str(), w.metrics.c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 int RunLocalCluster(const ClusterOptions& o) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -168,6 +246,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   const std::string router_internal = r.internal;
   // "ROLE=HOST:PORT" of each process's /metrics, printed once the cluster is ready.
   std::vector<std::string> metrics = {"router=" + r.metrics};
+  std::vector<Member> members;
   for (int i = 0; i < o.prefill + o.decode; ++i) {
     std::vector<std::string> args = {i < o.prefill ? "--role=prefill" : "--role=decode", "--router",
                                      router_internal};
@@ -185,6 +264,11 @@ int RunLocalCluster(const ClusterOptions& o) {
       return stop_all(1);
     }
     metrics.push_back((i < o.prefill ? "prefill=" : "decode=") + w.metrics);
+    members.push_back({i < o.prefill ? "prefill" : "decode",
+                       i < o.prefill ? i : i - o.prefill,
+                       std::move(args),
+                       w.pid,
+                       {}});
   }
   // Ready when every worker is registered and healthy. The probe's channel is closed before
   // waiting: an open client channel holds up the router's graceful shutdown.
@@ -198,10 +282,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
   std::printf("http router=%s\n", r.http.c_str());
   std::fflush(stdout);
-  int sig = 0;
-  sigwait(&signals, &sig);
-  if (sig == SIGCHLD) std::fprintf(stderr, "tandem up: a process exited; stopping the cluster\n");
-  return stop_all(sig == SIGCHLD ? 1 : 0);
+  return stop_all(Supervise(signals, bin, r.pid, members, children));
 }
 
 }  // namespace tandem

@@ -205,7 +205,9 @@ Flags::Command UpCommand() {
           "router=HOST:PORT\" when all are registered, \"internal router=HOST:PORT "
           "secret=FILE\" (where more workers register, and the secret they need), then "
           "\"metrics ROLE=HOST:PORT\" lines and \"http router=HOST:PORT\" (the "
-          "OpenAI-compatible API); Ctrl-C stops them. TLS flags go to every process; the API "
+          "OpenAI-compatible API); Ctrl-C stops them. A worker that exits is started again (at "
+          "most 5 times a minute); the router's exit stops the cluster. TLS flags go to every "
+          "process; the API "
           "keys, chat template, served model name and --http-metrics to the router.",
           std::move(flags), "", kPathHelp};
 }

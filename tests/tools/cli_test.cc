@@ -312,6 +312,43 @@ TEST(CliTest, UpPrefillIdleRunsThePrefillWorkerAtSchedIdle) {
   EXPECT_TRUE(up.Stop());
 }
 
+// `tandem up` supervises: a prefill worker stopped for 2 s (as by a debugger) leaves the cluster
+// up, and a decode worker killed with SIGKILL is started again, after which requests succeed.
+TEST(CliTest, UpRestartsAKilledWorkerAndSurvivesAStoppedOne) {
+  testing::TempDir dir;
+  testing::UpCluster up(dir.path() + "/up.log", {});
+  ASSERT_GT(up.pid(), 0);
+  const std::string http = up.WaitForHttp();
+  ASSERT_FALSE(http.empty()) << up.Log();
+  pid_t prefill = -1, decode = -1;
+  for (pid_t child : Children(up.pid())) {
+    const std::string cmd = CommandLine(child);
+    if (cmd.find("--role=prefill") != std::string::npos) prefill = child;
+    if (cmd.find("--role=decode") != std::string::npos) decode = child;
+  }
+  ASSERT_GT(prefill, 0);
+  ASSERT_GT(decode, 0);
+  const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})";
+
+  ::kill(prefill, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(::waitpid(up.pid(), nullptr, WNOHANG), 0) << up.Log();  // still running
+  ::kill(prefill, SIGCONT);
+
+  ::kill(decode, SIGKILL);
+  bool restarted = false, served = false;
+  for (int i = 0; i < 300 && !served; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    restarted = up.Log().find("decode worker 0 (pid " + std::to_string(decode) +
+                              ") was killed by signal 9") != std::string::npos;
+    served = restarted && testing::Curl(http, "/v1/completions", body).status == 200;
+  }
+  EXPECT_TRUE(restarted) << up.Log();
+  EXPECT_TRUE(served) << up.Log();
+  EXPECT_EQ(Children(up.pid()).size(), 3u);
+  EXPECT_TRUE(up.Stop());
+}
+
 TEST(CliTest, ModelConvertAndRandom) {
   testing::TempDir dir;
   Result r =
