@@ -306,10 +306,20 @@ void ClusterTest::ExpectTinyModelOnEveryPath(const std::string& dir, const std::
     SCOPED_TRACE(absl::StrFormat("%s, %d prefill + %d decode, %d blocks", s.files.model, s.prefill,
                                  s.decode, s.flags.empty() ? 0 : blocks));
     Cluster c(s.prefill, s.decode, s.flags, {}, s.files.Flags());
-    CheckCases(c, s.concurrency, cases, Expected(cases, DType::kF32, s.files));
+    const std::vector<std::vector<int>> expected = Expected(cases, DType::kF32, s.files);
+    CheckCases(c, s.concurrency, cases, expected);
     if (!s.flags.empty()) {
-      EXPECT_GT(
-          testing::MetricValue(testing::Scrape(c.metrics()[2]), "tandem_num_preemptions_total"), 0);
+      // The load must have made the decode worker preempt. How far requests overlap depends on
+      // the machine's pace, so a round that happened not to is run again (at most twice more),
+      // each round held to the same tokens.
+      auto preemptions = [&] {
+        return testing::MetricValue(testing::Scrape(c.metrics()[2]),
+                                    "tandem_num_preemptions_total");
+      };
+      for (int round = 0; round < 2 && preemptions() == 0; ++round) {
+        CheckCases(c, s.concurrency, cases, expected);
+      }
+      EXPECT_GT(preemptions(), 0);
     }
   }
 }
