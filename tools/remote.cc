@@ -141,10 +141,11 @@ constexpr int kMaxRestartsPerMinute = 5;
 
 // After the cluster is ready: waits for Ctrl-C or SIGTERM (0), or the router's exit (1). A
 // worker that exits or is killed is started again with the same flags (it registers anew, and
-// requests in flight on it resume elsewhere), at most kMaxRestartsPerMinute times a minute; past
-// that it stays down and the rest go on. A stopped worker (SIGSTOP, a debugger) is no exit: its
-// SIGCHLD reaps nothing.
-int Supervise(const sigset_t& signals, const std::string& bin, pid_t router,
+// requests in flight on it resume elsewhere), after a delay growing with its restarts in the
+// last minute, at most kMaxRestartsPerMinute times a minute; past that it stays down and the
+// rest go on. Without `restart`, a worker's exit stops the cluster (1). A stopped worker (SIGSTOP,
+// a debugger) is no exit: its SIGCHLD reaps nothing.
+int Supervise(const sigset_t& signals, const std::string& bin, pid_t router, bool restart,
               std::vector<Member>& members, std::vector<pid_t>& children) {
   auto forget = [&](pid_t p) { std::erase(children, p); };
   for (;;) {
@@ -163,6 +164,11 @@ int Supervise(const sigset_t& signals, const std::string& bin, pid_t router,
           std::find_if(members.begin(), members.end(), [p](const Member& w) { return w.pid == p; });
       if (m == members.end()) continue;
       m->pid = -1;
+      if (!restart) {
+        std::fprintf(stderr, "tandem up: %s worker %d (pid %d) %s; stopping the cluster\n",
+                     m->role.c_str(), m->index, p, HowItEnded(status).c_str());
+        return 1;
+      }
       const auto now = std::chrono::steady_clock::now();
       std::erase_if(m->restarts, [&](auto t) { return now - t > std::chrono::minutes(1); });
       if (static_cast<int>(m->restarts.size()) >= kMaxRestartsPerMinute) {
@@ -173,9 +179,12 @@ int Supervise(const sigset_t& signals, const std::string& bin, pid_t router,
                      kMaxRestartsPerMinute + 1);
         continue;
       }
-      m->restarts.push_back(now);
-      std::fprintf(stderr, "tandem up: %s worker %d (pid %d) %s; starting it again\n",
-                   m->role.c_str(), m->index, p, HowItEnded(status).c_str());
+      // Back-off: at once the first time in a minute, then 1, 2, 4, 8 s.
+      const int delay_s = m->restarts.empty() ? 0 : 1 << (m->restarts.size() - 1);
+      std::fprintf(stderr, "tandem up: %s worker %d (pid %d) %s; starting it again in %d s\n",
+                   m->role.c_str(), m->index, p, HowItEnded(status).c_str(), delay_s);
+      std::this_thread::sleep_for(std::chrono::seconds(delay_s));
+      m->restarts.push_back(std::chrono::steady_clock::now());
       ServerProcess w = StartServerProcess(bin, m->args);
       if (w.pid > 0) {
         children.push_back(w.pid);
@@ -282,7 +291,7 @@ int RunLocalCluster(const ClusterOptions& o) {
   for (const std::string& m : metrics) std::printf("metrics %s\n", m.c_str());
   std::printf("http router=%s\n", r.http.c_str());
   std::fflush(stdout);
-  return stop_all(Supervise(signals, bin, r.pid, members, children));
+  return stop_all(Supervise(signals, bin, r.pid, o.restart_workers, members, children));
 }
 
 }  // namespace tandem

@@ -54,6 +54,9 @@ struct ClusterOptions {
   // Instead: the prefill workers at SCHED_IDLE (--cpu-idle), computing only on CPU time the
   // decode workers and the router leave (tandem up --prefill-idle).
   bool prefill_idle = false;
+  // A worker that exits is started again (with a growing delay, 5 times a minute at most);
+  // false: any exit stops the cluster.
+  bool restart_workers = true;
   TlsFlags tls;               // passed to every process; the readiness probe uses them too
   std::string api_keys_file;  // passed to the router
   // The cluster's secret for every process; empty: a new one in a private temporary folder,

@@ -199,6 +199,9 @@ Flags::Command UpCommand() {
               "prefill-idle",
               "Run the prefill workers at SCHED_IDLE instead (CPU only when nothing else wants "
               "it: the steadiest decode pace, and more time to first token)"),
+          ValueFlag("restart", "always|never", "always",
+                    "A worker that exits is started again (always: after 0, 1, 2, 4, 8 s within "
+                    "a minute, then no more) or the whole cluster stops (never)"),
       });
   return {"tandem up",
           "Starts a router, N prefill and M decode workers on 127.0.0.1; prints \"ready "
@@ -629,6 +632,11 @@ int Up(const std::vector<std::string>& args) {
   if (!f->Has("model")) return Fail(absl::InvalidArgumentError("--model is required"));
   ClusterOptions o;
   o.prefill_idle = f->Has("prefill-idle");
+  if (f->Get("restart") != "always" && f->Get("restart") != "never") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrFormat("--restart: must be always or never, got \"%s\"", f->Get("restart"))));
+  }
+  o.restart_workers = f->Get("restart") == "always";
   o.model = f->Get("model");
   o.tokenizer = f->Get("tokenizer");
   auto p = f->GetInt("prefill");

@@ -349,6 +349,24 @@ TEST(CliTest, UpRestartsAKilledWorkerAndSurvivesAStoppedOne) {
   EXPECT_TRUE(up.Stop());
 }
 
+// `tandem up --restart never`: a worker's exit stops the whole cluster, as tests may want.
+TEST(CliTest, UpRestartNeverStopsTheClusterAtAWorkersExit) {
+  testing::TempDir dir;
+  testing::UpCluster up(dir.path() + "/up.log", {"--restart", "never"});
+  ASSERT_GT(up.pid(), 0);
+  ASSERT_FALSE(up.WaitForHttp().empty()) << up.Log();
+  for (pid_t child : Children(up.pid())) {
+    if (CommandLine(child).find("--role=decode") != std::string::npos) ::kill(child, SIGKILL);
+  }
+  int status = 0;
+  for (int i = 0; i < 300 && ::waitpid(up.pid(), &status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << up.Log();
+  EXPECT_NE(up.Log().find("stopping the cluster"), std::string::npos) << up.Log();
+  up.Forget();
+}
+
 TEST(CliTest, ModelConvertAndRandom) {
   testing::TempDir dir;
   Result r =

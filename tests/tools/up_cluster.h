@@ -61,6 +61,8 @@ class UpCluster {
     return http;
   }
   std::string Log() const { return ReadFileToString(log_).value_or(""); }
+  // The process was reaped by the test itself: nothing to stop.
+  void Forget() { pid_ = -1; }
   // SIGINT, then waits; whether it exited (rather than died of a signal).
   bool Stop() {
     ::kill(pid_, SIGINT);
