@@ -1,5 +1,6 @@
 #include "metrics/metrics.h"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -237,12 +238,68 @@ void MetricsRegistry::RemoveCollectHook(int id) {
   hooks_.erase(id);
 }
 
+const std::vector<VllmAlias>& VllmAliases() {
+  // Request-level counts come from the router alone (the workers count their own parts of the
+  // same requests under the same Tandem names): a vLLM dashboard's sum over the cluster then
+  // counts each request once.
+  static const auto* kAliases = new std::vector<VllmAlias>{
+      {"tandem_num_requests_running", "vllm:num_requests_running", "router"},
+      {"tandem_num_requests_waiting", "vllm:num_requests_waiting", "router"},
+      {"tandem_prompt_tokens_total", "vllm:prompt_tokens_total", "router"},
+      {"tandem_generation_tokens_total", "vllm:generation_tokens_total", "router"},
+      {"tandem_request_success_total", "vllm:request_success_total", ""},
+      {"tandem_time_to_first_token_seconds", "vllm:time_to_first_token_seconds", ""},
+      {"tandem_inter_token_latency_seconds", "vllm:inter_token_latency_seconds", ""},
+      {"tandem_inter_token_latency_seconds", "vllm:time_per_output_token_seconds", ""},
+      {"tandem_request_time_per_output_token_seconds", "vllm:request_time_per_output_token_seconds",
+       ""},
+      {"tandem_e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds", ""},
+      {"tandem_request_queue_time_seconds", "vllm:request_queue_time_seconds", "router"},
+      {"tandem_request_inference_time_seconds", "vllm:request_inference_time_seconds", ""},
+      {"tandem_request_prefill_time_seconds", "vllm:request_prefill_time_seconds", ""},
+      {"tandem_request_decode_time_seconds", "vllm:request_decode_time_seconds", ""},
+      {"tandem_request_prompt_tokens", "vllm:request_prompt_tokens", ""},
+      {"tandem_request_generation_tokens", "vllm:request_generation_tokens", ""},
+      {"tandem_request_params_n", "vllm:request_params_n", ""},
+      {"tandem_request_params_max_tokens", "vllm:request_params_max_tokens", ""},
+      {"tandem_iteration_tokens_total", "vllm:iteration_tokens_total", ""},
+      {"tandem_kv_cache_usage_perc", "vllm:kv_cache_usage_perc", ""},
+      {"tandem_kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", ""},
+      {"tandem_num_preemptions_total", "vllm:num_preemptions_total", ""},
+      {"tandem_prefix_cache_queries_total", "vllm:prefix_cache_queries_total", ""},
+      {"tandem_prefix_cache_hits_total", "vllm:prefix_cache_hits_total", ""},
+      {"tandem_cache_config_info", "vllm:cache_config_info", ""},
+      {"tandem_spec_decode_num_drafts_total", "vllm:spec_decode_num_drafts_total", ""},
+      {"tandem_spec_decode_num_draft_tokens_total", "vllm:spec_decode_num_draft_tokens_total", ""},
+      {"tandem_spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_accepted_tokens_total",
+       ""},
+  };
+  return *kAliases;
+}
+
 std::vector<prometheus::MetricFamily> MetricsRegistry::Collect() const {
   {
     std::lock_guard<std::mutex> lock(hooks_mu_);
     for (const auto& [id, hook] : hooks_) hook();
   }
-  return registry_->Collect();
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  const size_t own = families.size();
+  for (size_t i = 0; i < own; ++i) {
+    for (const VllmAlias& alias : VllmAliases()) {
+      if (families[i].name != alias.tandem) continue;
+      prometheus::MetricFamily copy = families[i];
+      copy.name = alias.vllm;
+      if (!alias.role.empty()) {
+        std::erase_if(copy.metric, [&](const prometheus::ClientMetric& m) {
+          return std::none_of(m.label.begin(), m.label.end(), [&](const auto& l) {
+            return l.name == "role" && l.value == alias.role;
+          });
+        });
+      }
+      if (!copy.metric.empty()) families.push_back(std::move(copy));
+    }
+  }
+  return families;
 }
 
 std::string MetricsRegistry::Serialize() const {

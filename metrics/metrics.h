@@ -1,8 +1,8 @@
 // Tandem's Prometheus metrics. One MetricsRegistry per process; each role the process plays
 // (router, prefill, decode; all three for --role=all) builds its metric struct on it. Every
-// series carries the labels `model` and `role`. Names mirror vLLM's (vllm:foo is tandem_foo),
-// so existing dashboards translate; the disaggregated parts (queues on both sides, the KV
-// transfer) have their own names. Latencies are histograms in seconds.
+// series carries the labels `model`, `model_name` and `role`. Names mirror vLLM's (vllm:foo is
+// tandem_foo), and a scrape carries vLLM's names too (VllmAliases); the disaggregated parts (queues
+// on both sides, the KV transfer) have their own names. Latencies are histograms in seconds.
 //
 // The structs hold references into the registry: observe through them from any thread
 // (prometheus-cpp metrics are thread-safe). Components take a nullable pointer to their struct,
@@ -45,6 +45,17 @@ const std::vector<double>& MaxTokensBuckets();
 // a model file ("/m/stories260K/stories260K.bin" -> "stories260K", "/m/Llama-3.2-1B/" ->
 // "Llama-3.2-1B").
 std::string ModelLabel(std::string_view model_path);
+
+// vLLM's name for a Tandem metric: every scrape carries `vllm` beside `tandem` (the same series,
+// help and buckets), restricted to the series of `role` when it is set (request-level counts the
+// router and the workers both keep), so that vLLM's dashboards, alerts and autoscaler queries
+// resolve against a Tandem cluster unchanged.
+struct VllmAlias {
+  std::string tandem;
+  std::string vllm;
+  std::string role;  // empty: every role's series
+};
+const std::vector<VllmAlias>& VllmAliases();
 
 // The registry of one process, and what a scrape collects: runs the collect hooks (which set
 // gauges whose value is computed when read, e.g. worker health) and then the metrics.

@@ -269,9 +269,20 @@ TEST(MetricsRegistryTest, RolesShareFamiliesAndEverySeriesHasModelAndRole) {
   EXPECT_EQ(MetricValue(samples, "tandem_time_to_first_token_seconds_count"), 0);
   for (const auto& s : samples) {
     EXPECT_EQ(s.labels.count("model"), 1u) << s.name;
+    EXPECT_EQ(s.labels.count("model_name"), 1u) << s.name;
     EXPECT_EQ(s.labels.count("role"), 1u) << s.name;
-    EXPECT_EQ(s.name.rfind("tandem_", 0), 0u) << s.name;
+    EXPECT_TRUE(s.name.rfind("tandem_", 0) == 0 || s.name.rfind("vllm:", 0) == 0) << s.name;
   }
+  // vLLM's names beside Tandem's: request-level counts from the router only, the rest as they
+  // are, histograms with their buckets.
+  EXPECT_EQ(MetricValue(samples, "vllm:generation_tokens_total"), 5);
+  EXPECT_EQ(MetricValue(samples, "vllm:generation_tokens_total", {{"role", "decode"}}), -1);  // none
+  EXPECT_EQ(MetricValue(samples, "vllm:request_success_total", {{"finished_reason", "length"}}), 1);
+  EXPECT_EQ(MetricValue(samples, "vllm:time_to_first_token_seconds_count"), 0);
+  EXPECT_EQ(MetricValue(samples, "vllm:kv_cache_usage_perc"), 0);
+  EXPECT_NE(text.find("vllm:time_to_first_token_seconds_bucket{"), std::string::npos);
+  EXPECT_NE(text.find("# TYPE vllm:num_requests_waiting gauge"), std::string::npos);
+  EXPECT_EQ(text.find("vllm:worker_healthy"), std::string::npos);  // no vLLM counterpart
   // Request latency buckets run from a millisecond to minutes.
   EXPECT_EQ(RequestLatencyBuckets().front(), 0.001);
   EXPECT_GE(RequestLatencyBuckets().back(), 300.0);
