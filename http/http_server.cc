@@ -100,7 +100,7 @@ struct HttpServer::Impl {
     // /tokenize and /detokenize as gRPC's Tokenize and Detokenize (vLLM leaves them open);
     // /health, /ping and /version stay open.
     if (!path.starts_with("/v1/") && path != "/metrics" && path != "/tokenize" &&
-        path != "/detokenize") {
+        path != "/detokenize" && path != "/tokenizer_info") {
       return std::nullopt;
     }
     const bool generation = path.starts_with("/v1/") && !path.starts_with("/v1/models");
@@ -129,6 +129,8 @@ struct HttpServer::Impl {
       if (method("POST")) Tokenize(req, w);
     } else if (path == "/detokenize") {
       if (method("POST")) Detokenize(req, w);
+    } else if (path == "/tokenizer_info") {
+      if (method("GET")) TokenizerInfo(w);
     } else if (path == "/metrics" && (!options.serve_metrics || metrics == nullptr)) {
       Reply(w, Error(404,
                      "GET /metrics: off on this port (start the router with --http-metrics, "
@@ -208,6 +210,13 @@ struct HttpServer::Impl {
             t->return_token_strs, model, [&](std::string_view piece) { return w.Write(piece); })) {
       w.End();
     }
+  }
+
+  // vLLM's /tokenizer_info (openai::TokenizerInfoBody).
+  void TokenizerInfo(HttpResponseWriter& w) {
+    w.Send(200, "application/json",
+           openai::TokenizerInfoBody(model).dump(-1, ' ', false,
+                                                 nlohmann::ordered_json::error_handler_t::replace));
   }
 
   void Detokenize(const HttpRequest& req, HttpResponseWriter& w) {

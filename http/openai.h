@@ -41,6 +41,12 @@ struct ServedModel {
   absl::StatusOr<TokenizerChatTemplate> chat_template = absl::NotFoundError("no chat template");
 };
 
+// vLLM's GET /tokenizer_info: the tokenizer's configuration as tokenizer_config.json has it
+// (tokenizer_class, model_max_length, bos/eos/pad tokens as text, add_bos_token, chat_template as
+// written), what a client needs to tokenize through /tokenize and render chat prompts itself
+// (lm_eval's tokenizer_backend=remote). A special token with no text is null.
+nlohmann::ordered_json TokenizerInfoBody(const ServedModel& model);
+
 // Choices one request may ask for: prompts x n.
 inline constexpr int kMaxChoices = 64;
 

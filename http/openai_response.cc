@@ -412,4 +412,36 @@ std::string ResponseBuilder::Body() const {
   return body.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
+nlohmann::ordered_json TokenizerInfoBody(const ServedModel& model) {
+  const Tokenizer& tok = *model.tokenizer;
+  nlohmann::ordered_json info = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                                 {"model_max_length", model.max_context},
+                                 {"vocab_size", tok.vocab_size()}};
+  auto text_of = [&](int id) -> nlohmann::ordered_json {
+    if (id < 0 || id >= tok.vocab_size()) return nullptr;
+    const int ids[1] = {id};
+    std::string text = tok.Decode(ids);
+    if (text.empty()) return nullptr;
+    return text;
+  };
+  const std::vector<int> eos = tok.eos_ids();
+  info["bos_token"] = text_of(tok.bos_id());
+  info["eos_token"] = eos.empty() ? nlohmann::ordered_json(nullptr) : text_of(eos.front());
+  info["pad_token"] = nullptr;
+  bool adds_bos = false;
+  if (tok.bos_id() >= 0) {
+    const std::vector<int> with = tok.Encode("a", /*add_special_tokens=*/true);
+    adds_bos = !with.empty() && with.front() == tok.bos_id();
+  }
+  info["add_bos_token"] = adds_bos;
+  if (model.chat_template.ok()) {
+    // The config's own special tokens win over the ids' texts.
+    for (const auto& [name, value] : model.chat_template->special_tokens().items()) {
+      info[name] = value;
+    }
+    info["chat_template"] = model.chat_template->source();
+  }
+  return info;
+}
+
 }  // namespace tandem::openai

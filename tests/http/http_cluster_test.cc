@@ -941,6 +941,16 @@ TEST(HttpClusterTest, TokenizeDetokenizeVersionAndPing) {
   EXPECT_EQ(r.Json()["error"]["param"], "prompt");
   EXPECT_EQ(Curl(c.http(), "/tokenize").status, 405);  // GET
 
+  // vLLM's /tokenizer_info (its body is openai_test's): the chat template as given; llama2.c's
+  // BOS and EOS have no text, so they are null.
+  r = Curl(c.http(), "/tokenizer_info");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["model_max_length"], 512);
+  EXPECT_EQ(r.Json()["chat_template"], kTemplate);
+  EXPECT_TRUE(r.Json()["eos_token"].is_null()) << r.body;
+  EXPECT_EQ(r.Json()["add_bos_token"], true);
+  EXPECT_EQ(Curl(c.http(), "/tokenizer_info", "{}").status, 405);  // POST
+
   r = Curl(c.http(), "/version");
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_TRUE(r.Json()["version"].is_string()) << r.body;

@@ -90,6 +90,7 @@ absl::StatusOr<TokenizerChatTemplate> TokenizerChatTemplate::FromConfig(
   if (it == config.end() || it->is_null()) {
     return absl::NotFoundError("tokenizer_config.json has no chat_template");
   }
+  out.source_ = *it;
   if (it->is_string()) {
     out.templates_.emplace("default", ChatTemplate::Parse(it->get<std::string>()));
   } else if (it->is_array()) {

@@ -86,6 +86,8 @@ class TokenizerChatTemplate {
 
   // The special tokens found in the config, e.g. {"bos_token": "<s>", "eos_token": "</s>"}.
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
+  // The config's chat_template as written: a string, or the list of named templates.
+  const nlohmann::ordered_json& source() const { return source_; }
 
   ChatTemplateLimits limits;
 
@@ -96,6 +98,7 @@ class TokenizerChatTemplate {
   // reported when it is chosen.
   std::map<std::string, absl::StatusOr<ChatTemplate>, std::less<>> templates_;
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
+  nlohmann::ordered_json source_;
 };
 
 // Whether a Render/Apply error came from the template's raise_exception(); its message is then the
