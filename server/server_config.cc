@@ -275,6 +275,8 @@ absl::Status CommonConfig::Validate() const {
 absl::Status RouterConfig::Validate() const {
   if (absl::Status s = FirstError(
           {InRange("--internal-port", internal_port, 0, 65535),
+           InRange("--http-port", http_port, 0, 65535),
+           InRange("--http-threads", http_threads, 1, 1 << 14),
            AtLeast("--max-inflight", max_inflight, 1), AtLeast("--max-queued", max_queued, 0),
            AtLeast("--queue-timeout-ms", queue_timeout_ms, 0),
            AtLeast("--max-resumes", max_resumes, 0),

@@ -50,6 +50,7 @@
 #include "rpc/server_reflection.h"
 #include "rpc/tls.h"
 #include "security/cluster_secret.h"
+#include "server/port_check.h"
 #include "server/server_config.h"
 #include "text/load_tokenizer.h"
 
@@ -87,6 +88,8 @@ class TandemServer {
 
  private:
   absl::Status SetUpSecurity();
+  // Every port flag checked before the model loads (server/port_check.h).
+  absl::Status CheckPorts();
   absl::Status ResolveAdvertiseHost();
   absl::Status LoadModel();
   absl::Status BuildRouter();
@@ -157,9 +160,10 @@ class TandemServer {
 
 absl::Status TandemServer::Build() {
   for (absl::Status (TandemServer::*phase)() :
-       {&TandemServer::SetUpSecurity, &TandemServer::ResolveAdvertiseHost, &TandemServer::LoadModel,
-        &TandemServer::BuildRouter, &TandemServer::BuildConstraints, &TandemServer::BuildPrefill,
-        &TandemServer::BuildDecode, &TandemServer::Listen}) {
+       {&TandemServer::SetUpSecurity, &TandemServer::CheckPorts,
+        &TandemServer::ResolveAdvertiseHost, &TandemServer::LoadModel, &TandemServer::BuildRouter,
+        &TandemServer::BuildConstraints, &TandemServer::BuildPrefill, &TandemServer::BuildDecode,
+        &TandemServer::Listen}) {
     if (absl::Status s = (this->*phase)(); !s.ok()) return s;
   }
   StartHealthMonitor();
@@ -172,6 +176,21 @@ absl::Status TandemServer::Build() {
     RegisterWorker(v1::WORKER_ROLE_DECODE, "decode", [d = decode_.get()] { return d->Load(); });
     const WorkerLoadSnapshot l = decode_->Load();
     SetCacheConfigInfo(*metrics_, "decode", DTypeName(kv_dtype_), l.block_size, l.total_blocks);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TandemServer::CheckPorts() {
+  const std::string& host = c_.common.host;
+  const bool router = c_.common.role == "router" || c_.common.role == "all";
+  std::vector<std::pair<const char*, int64_t>> ports = {{"--port", c_.common.port},
+                                                        {"--metrics-port", c_.common.metrics_port}};
+  if (router) {
+    ports.push_back({"--internal-port", c_.router.internal_port});
+    ports.push_back({"--http-port", c_.router.http_port});
+  }
+  for (const auto& [flag, port] : ports) {
+    if (absl::Status s = CheckPortFree(flag, host, static_cast<int>(port)); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

@@ -1,9 +1,12 @@
 // The `tandem` binary as a user runs it: the oracle's text on stdout, clean errors and non-zero
 // exits for bad input.
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -211,6 +214,39 @@ TEST(CliTest, ServerSpeculativeFlagsAreChecked) {
     EXPECT_EQ(WEXITSTATUS(status), 2) << c.flags << "\n" << Stderr();
     EXPECT_NE(Stderr().find(c.message), std::string::npos) << c.flags << "\n" << Stderr();
   }
+}
+
+// tandem-server checks every port flag before it loads the model (the model here does not even
+// exist): a port another process holds is named with its flag, and so is one out of range.
+TEST(CliTest, ServerPortsAreCheckedBeforeTheModelLoads) {
+  const int held = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(held, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(held, reinterpret_cast<sockaddr*>(&addr), &len);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  const std::string server = testing::BinDir() +
+                             "/tandem-server --role router --host 127.0.0.1 --model "
+                             "/nonexistent/model.bin --cluster-secret-file " +
+                             testing::TestClusterSecretFile();
+  for (const char* flag : {"--port", "--internal-port", "--metrics-port", "--http-port"}) {
+    const std::string cmd = server + " " + flag + " " + port + " 2>" + StderrPath();
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << flag << " crashed";
+    EXPECT_NE(WEXITSTATUS(status), 0) << flag;
+    EXPECT_NE(
+        Stderr().find(std::string(flag) + ": 127.0.0.1:" + port + " is in use by another process"),
+        std::string::npos)
+        << flag << "\n"
+        << Stderr();
+  }
+  ::close(held);
+  const int status = std::system((server + " --http-port 99999 2>" + StderrPath()).c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(Stderr().find("--http-port must be in [0, 65535]"), std::string::npos) << Stderr();
 }
 
 // The fields of a /proc stat file after the command's closing parenthesis: field 3 (the state)
