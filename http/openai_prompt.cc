@@ -221,8 +221,10 @@ absl::Status StructuredOutputs(const Json& v, std::vector<Guide>* guides) {
                key == "disable_additional_properties") {
       auto b = GetBool(value, param);
       if (!b.ok()) return b.status();
-      // A backend's fallback changes nothing here; the other two would change the output.
-      if (*b && key != "disable_fallback") return Invalid(param, "is not supported");
+      // A backend's fallback changes nothing here, and JSON output is compact whatever
+      // disable_any_whitespace says (structured/json_matcher.h); closing every object would
+      // change the output.
+      if (*b && key == "disable_additional_properties") return Invalid(param, "is not supported");
     } else {
       return Invalid(param, "is not a structured_outputs field Tandem knows");
     }

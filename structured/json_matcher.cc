@@ -103,14 +103,14 @@ const SchemaNode* AnyOf(unsigned char c) {
 
 }  // namespace
 
-JsonMatcher::JsonMatcher(const SchemaNode* root) {
+JsonMatcher::JsonMatcher(const SchemaNode* root, Whitespace ws) : whitespace_(ws) {
   stack_[0] = NewFrame(root);
   depth_ = 1;
 }
 
 // The suffix waits under the value and the prefix sits on top: literal frames, each closed
 // once its one literal is matched.
-JsonMatcher::JsonMatcher(const JsonSchema& schema) {
+JsonMatcher::JsonMatcher(const JsonSchema& schema, Whitespace ws) : whitespace_(ws) {
   depth_ = 0;
   if (schema.suffix() != nullptr) {
     stack_[depth_++] = LiteralFrame(schema.suffix());
@@ -137,6 +137,7 @@ JsonMatcher::State JsonMatcher::LiteralFrame(const SchemaNode* node) {
 
 JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
   depth_ = other.depth_;
+  whitespace_ = other.whitespace_;
   for (int i = 0; i < depth_; ++i) stack_[i] = other.stack_[i];
   return *this;
 }
@@ -144,6 +145,7 @@ JsonMatcher& JsonMatcher::operator=(const JsonMatcher& other) {
 void JsonMatcher::AppendKey(std::string* key) const {
   auto put = [key](const auto& v) { key->append(reinterpret_cast<const char*>(&v), sizeof(v)); };
   put(depth_);
+  put(whitespace_);
   for (int i = 0; i < depth_; ++i) {
     const State& s = stack_[i];  // field by field: the struct's padding is not initialized
     put(s.node);
@@ -243,7 +245,7 @@ bool JsonMatcher::Push(const State& s) {
   return true;
 }
 
-JsonMatcher::Step JsonMatcher::Whitespace(State& s, unsigned char c) {
+JsonMatcher::Step JsonMatcher::FeedWhitespace(State& s, unsigned char c) {
   if (!IsSpace(c)) {
     s.whitespace = 0;
     return Step::kEnded;  // not whitespace: the caller goes on with c
@@ -256,6 +258,9 @@ JsonMatcher::Step JsonMatcher::Whitespace(State& s, unsigned char c) {
     enclosing += f->frame == Frame::kObject || f->frame == Frame::kArray ? 1 : 0;
   }
   if (enclosing == 0 || c == '\t' || c == '\r') return Step::kRejected;
+  if (whitespace_ == Whitespace::kCompact && (c != ' ' || s.whitespace != 0)) {
+    return Step::kRejected;  // compact: one space at most
+  }
   if (s.whitespace == 0) {
     s.whitespace = c == ' ' ? (kSpaceRun | 1) : 1;
     return Step::kTaken;
@@ -270,7 +275,7 @@ JsonMatcher::Step JsonMatcher::Whitespace(State& s, unsigned char c) {
 
 JsonMatcher::Step JsonMatcher::FeedValue(State& s, unsigned char c) {
   if (s.node->kind == Kind::kRegex) return Begin(s, s.node, c);  // raw text: its own spaces
-  if (Step w = Whitespace(s, c); w != Step::kEnded) return w;
+  if (Step w = FeedWhitespace(s, c); w != Step::kEnded) return w;
   return Begin(s, s.node, c);
 }
 
@@ -380,7 +385,7 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
     }
     return Step::kTaken;
   }
-  if (Step w = Whitespace(s, c); w != Step::kEnded) return w;
+  if (Step w = FeedWhitespace(s, c); w != Step::kEnded) return w;
   switch (s.phase) {
     case kObjOpen:
       if (c == '}' && can_close()) {
@@ -413,7 +418,7 @@ JsonMatcher::Step JsonMatcher::FeedObject(State& s, unsigned char c) {
 
 JsonMatcher::Step JsonMatcher::FeedArray(State& s, unsigned char c) {
   const SchemaNode& n = *s.node;
-  if (Step w = Whitespace(s, c); w != Step::kEnded) return w;
+  if (Step w = FeedWhitespace(s, c); w != Step::kEnded) return w;
   auto start_item = [&]() -> Step {
     if (n.max_items == 0 || !CanStartWith(*n.items, c) || !Fits(n.items, depth_)) {
       return Step::kRejected;

@@ -4,9 +4,11 @@
 // and calls complete parses as JSON and validates against the schema.
 //
 // What it generates within the schema: no whitespace before or after the value, and between
-// tokens either one space or a newline and an indent of at most four spaces per enclosing
-// container (kMaxWhitespace bytes at most), so that a model can indent but cannot stall in
-// whitespace; object keys in the
+// tokens at most one space (compact JSON, the default: every newline and indent a model would
+// write costs a token, and agent code often allows only 40-60), or with Whitespace::kIndent
+// either one space or a newline and an indent of at most four spaces per enclosing container
+// (kMaxWhitespace bytes at most), so that a model can indent but cannot stall in whitespace;
+// object keys in the
 // schema's order, numbers of at most 15 integer digits, 15 fraction digits and 2 exponent digits,
 // strings of valid UTF-8 with no raw control characters and no \u escapes of surrogates, and values
 // nested at most kMaxDepth deep. A value is begun only where its smallest form fits within
@@ -29,11 +31,12 @@ class JsonMatcher {
  public:
   static constexpr int kMaxDepth = JsonSchema::kMaxDepth;
   static constexpr int kMaxWhitespace = 24;
+  enum class Whitespace : uint8_t { kCompact, kIndent };
 
   // Expecting one value of `root` (which must outlive the matcher).
-  explicit JsonMatcher(const SchemaNode* root);
+  explicit JsonMatcher(const SchemaNode* root, Whitespace ws = Whitespace::kCompact);
   // Expecting the schema's prefix, one value of its root, then its suffix.
-  explicit JsonMatcher(const JsonSchema& schema);
+  explicit JsonMatcher(const JsonSchema& schema, Whitespace ws = Whitespace::kCompact);
 
   // Consumes `byte` if it can come next and returns true; returns false (and the matcher is then
   // in an unspecified state: copy it first to try a byte) if it cannot.
@@ -90,7 +93,7 @@ class JsonMatcher {
   static bool PatternDone(const State& s);
   static ByteRegex::Mask RegexState(const State& s);
   static void SetRegexState(State& s, ByteRegex::Mask m);
-  Step Whitespace(State& s, unsigned char c);
+  Step FeedWhitespace(State& s, unsigned char c);
   // Replaces frame `s` (a kValue) by the value `node` begun with byte c.
   Step Begin(State& s, const SchemaNode* node, unsigned char c);
   bool Push(const State& s);
@@ -103,6 +106,7 @@ class JsonMatcher {
 
   State stack_[kMaxDepth];
   int depth_ = 0;
+  Whitespace whitespace_ = Whitespace::kCompact;
 };
 
 }  // namespace tandem::structured

@@ -35,9 +35,13 @@ std::shared_ptr<const JsonSchema> MustCompile(const std::string& s) {
   return c.ok() ? *c : nullptr;
 }
 
-bool Accepts(const JsonSchema& schema, const std::string& text) {
-  JsonMatcher m(schema.root());
+bool Accepts(const JsonSchema& schema, const std::string& text,
+             JsonMatcher::Whitespace ws = JsonMatcher::Whitespace::kCompact) {
+  JsonMatcher m(schema.root(), ws);
   return m.Feed(text) && m.Complete();
+}
+bool AcceptsIndented(const JsonSchema& schema, const std::string& text) {
+  return Accepts(schema, text, JsonMatcher::Whitespace::kIndent);
 }
 
 // Several tools' call shapes (what a forced call over several tools compiles to): a union of
@@ -231,10 +235,15 @@ TEST(JsonParseTest, StopsWhenCancelled) {
 TEST(JsonMatcherTest, AcceptsValidTextsAndRejectsInvalidOnes) {
   const auto person = MustCompile(Schemas()[2]);
   EXPECT_TRUE(Accepts(*person, R"({"name": "Bo", "age": 7})"));
-  EXPECT_TRUE(Accepts(*person, "{\n    \"name\" : \"B\xc3\xa9\",\n    \"age\": -12\n}"));
-  EXPECT_FALSE(Accepts(*person, "{\n      \"name\": \"Bo\", \"age\": 7}"));  // indent 6
-  EXPECT_FALSE(Accepts(*person, "{  \"name\": \"Bo\", \"age\": 7}"));        // two spaces
-  EXPECT_FALSE(Accepts(*person, "{\n\n\"name\": \"Bo\", \"age\": 7}"));      // two newlines
+  EXPECT_TRUE(Accepts(*person, R"({"name":"Bo","age":7})"));
+  // Compact by default: no newline, one space at most.
+  const std::string indented = "{\n    \"name\" : \"B\xc3\xa9\",\n    \"age\": -12\n}";
+  EXPECT_FALSE(Accepts(*person, indented));
+  EXPECT_TRUE(AcceptsIndented(*person, indented));
+  EXPECT_FALSE(AcceptsIndented(*person, "{\n      \"name\": \"Bo\", \"age\": 7}"));  // indent 6
+  EXPECT_FALSE(Accepts(*person, "{  \"name\": \"Bo\", \"age\": 7}"));                // two spaces
+  EXPECT_FALSE(AcceptsIndented(*person, "{  \"name\": \"Bo\", \"age\": 7}"));
+  EXPECT_FALSE(AcceptsIndented(*person, "{\n\n\"name\": \"Bo\", \"age\": 7}"));  // two newlines
   EXPECT_FALSE(Accepts(*person, "{\t\"name\": \"Bo\", \"age\": 7}"));
   EXPECT_FALSE(Accepts(*person, R"({"name": "Bo"})"));                    // age is required
   EXPECT_FALSE(Accepts(*person, R"({"name": "Bo", "age": 7, "z": 1})"));  // closed
@@ -302,11 +311,16 @@ TEST(JsonMatcherTest, NestingAndWhitespaceAreBounded) {
   EXPECT_EQ(opened, JsonMatcher::kMaxDepth);
   JsonMatcher w(any->root());
   EXPECT_FALSE(w.Feed(' ')) << "no whitespace before the value";
-  JsonMatcher inside(any->root());
+  JsonMatcher inside(any->root(), JsonMatcher::Whitespace::kIndent);
   ASSERT_TRUE(inside.Feed("[[\n"));
   int spaces = 0;
   while (inside.Feed(' ')) ++spaces;
   EXPECT_EQ(spaces, 8) << "a newline and 4 spaces per enclosing container";
+  JsonMatcher compact(any->root());
+  EXPECT_FALSE(compact.Feed("[[\n"));
+  JsonMatcher one(any->root());
+  ASSERT_TRUE(one.Feed("[[ "));
+  EXPECT_FALSE(one.Feed(' ')) << "compact: one space";
 }
 
 // Every case ({"schema", "text"}) through the `jsonschema` package (validate_json.py), which
@@ -410,9 +424,10 @@ TEST(JsonSchemaTest, TaggedUnionsChooseTheObjectByItsTag) {
   EXPECT_EQ(calls->root()->kind, Kind::kUnion);  // the objects' tagged union, and null
   for (const char* text : {R"({"name": "get_weather", "arguments": {"city": "Paris"}})",
                            R"({"name": "get", "arguments": {"n": 3}})",
-                           "{\n  \"name\": \"now\",\n  \"arguments\": {\"n\": -1}\n}", "null"}) {
+                           R"({"name":"now","arguments":{"n":-1}})", "null"}) {
     EXPECT_TRUE(Accepts(*calls, text)) << text;
   }
+  EXPECT_TRUE(AcceptsIndented(*calls, "{\n  \"name\": \"now\",\n  \"arguments\": {\"n\": -1}\n}"));
   for (const char* text : {
            R"({"name": "get", "arguments": {"city": "Paris"}})",  // get's arguments
            R"({"name": "get_weather", "arguments": {"n": 1}})",   // get_weather's
