@@ -73,6 +73,7 @@ struct HttpServer::Impl {
   RouterMetrics* metrics;
   HttpServerOptions options;
   TrustedProxies proxies;
+  openai::ResponseStore responses{openai::ResponseStore::Limits{}};
   std::unique_ptr<HttpListener> listener;
   std::atomic<bool> stopping{false};  // the server is shutting down: cancel every request
 
@@ -150,10 +151,9 @@ struct HttpServer::Impl {
       if (method("POST")) Generate(Endpoint::kChatCompletions, req, w);
     } else if (path == "/v1/responses") {
       if (method("POST")) Generate(Endpoint::kResponses, req, w);
-    } else if (path.starts_with("/v1/responses/")) {
-      Reply(w, Error(404, absl::StrFormat("%s %s: responses are not stored (each answer is "
-                                          "returned whole, or streamed, by POST /v1/responses)",
-                                          req.method, path)));
+    } else if (path.starts_with("/v1/responses/") && path.size() > 14 &&
+               path.find('/', 14) == std::string::npos) {
+      if (req.method == "DELETE" || method("GET")) StoredResponse(req, path.substr(14), w);
     } else {
       Reply(w, Error(404, absl::StrFormat("no such endpoint: %s %s", req.method, path)));
     }
@@ -210,6 +210,32 @@ struct HttpServer::Impl {
             t->return_token_strs, model, [&](std::string_view piece) { return w.Write(piece); })) {
       w.End();
     }
+  }
+
+  // Whose stored responses a request may read: its API key's where keys are checked, else
+  // everyone's (the API is open; response ids are unguessable).
+  std::string StoreScope(const HttpRequest& req) const {
+    return router->api_keys_enabled() ? TenantOf(req, proxies, true) : "";
+  }
+
+  // GET and DELETE /v1/responses/{id}: a stored response, or 404.
+  void StoredResponse(const HttpRequest& req, const std::string& id, HttpResponseWriter& w) {
+    const std::string scope = StoreScope(req);
+    auto not_found = [&] {
+      Reply(w, Error(404, absl::StrFormat("no stored response \"%s\" (the router keeps "
+                                          "responses made with store for an hour, in memory)",
+                                          id)));
+    };
+    if (req.method == "DELETE") {
+      if (!responses.Delete(scope, id)) return not_found();
+      w.Send(200, "application/json",
+             nlohmann::ordered_json{{"id", id}, {"object", "response"}, {"deleted", true}}.dump());
+      return;
+    }
+    std::optional<openai::StoredResponse> r = responses.Get(scope, id, absl::Now());
+    if (!r) return not_found();
+    w.Send(200, "application/json",
+           r->object.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   }
 
   // vLLM's /tokenizer_info (openai::TokenizerInfoBody).
@@ -325,8 +351,14 @@ struct HttpServer::Impl {
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     // A client that left while its request waited or was parsed costs no more work.
     auto gone = [&w] { return w.ClientGone(); };
+    const std::string scope = StoreScope(req);
+    auto previous = [&](const std::string& id) -> std::optional<nlohmann::ordered_json> {
+      std::optional<openai::StoredResponse> r = responses.Get(scope, id, absl::Now());
+      if (!r) return std::nullopt;
+      return std::move(r->messages);
+    };
     auto parsed = endpoint == Endpoint::kResponses
-                      ? openai::ParseResponsesRequest(req.body, model, RandomSeed(), gone)
+                      ? openai::ParseResponsesRequest(req.body, model, RandomSeed(), gone, previous)
                       : openai::ParseRequest(endpoint, req.body, model, RandomSeed(), gone);
     if (!parsed.ok()) {
       Count(static_cast<grpc::StatusCode>(parsed.status().code()));
@@ -336,8 +368,11 @@ struct HttpServer::Impl {
     const openai::Request& request = *parsed;
     const int64_t created = absl::ToUnixSeconds(absl::Now());
     std::unique_ptr<openai::AnswerBuilder> answer;
+    openai::ResponsesBuilder* responses_answer = nullptr;
     if (endpoint == Endpoint::kResponses) {
-      answer = std::make_unique<openai::ResponsesBuilder>(request, model, created);
+      auto r = std::make_unique<openai::ResponsesBuilder>(request, model, created);
+      responses_answer = r.get();
+      answer = std::move(r);
     } else {
       auto completions = std::make_unique<openai::ResponseBuilder>(request, model, created);
       if (request.echo_logprobs || request.prompt_logprobs >= 0 || request.score_only) {
@@ -396,6 +431,9 @@ struct HttpServer::Impl {
                      st.error_code() != grpc::StatusCode::CANCELLED)) {
         s = st;
       }
+    }
+    if (s.ok() && responses_answer != nullptr && request.store) {
+      responses.Put(scope, responses_answer->id(), responses_answer->ToStore(), absl::Now());
     }
     if (s.ok() && metrics) {
       // vLLM's request_params_n: once per prompt (vLLM makes a request of each).

@@ -86,6 +86,10 @@ struct Request {
   // kResponses: the request's fields that the response object repeats (instructions, tools,
   // tool_choice, temperature, ...), as the response shows them.
   nlohmann::ordered_json response_fields = nlohmann::ordered_json::object();
+  // The Responses API: keep the answer (store), and the conversation it answers as chat
+  // messages (the stored one it continues, then its input; the instructions left out).
+  bool store = false;
+  nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
 };
 
 // Parses and type-checks a body. Errors are statuses whose message starts with the OpenAI

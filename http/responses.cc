@@ -51,22 +51,19 @@ constexpr std::string_view kKnownFields[] = {"model",
                                              "top_k"};
 
 constexpr char kNotStored[] =
-    "is not supported: Tandem does not store responses (send the whole conversation as input)";
+    "is not supported: Tandem keeps stored responses only (previous_response_id), not "
+    "conversations or background runs";
 
 // The fields that would change the answer and are not supported, each a 400 naming it.
 absl::Status CheckUnsupported(const Json& body) {
-  for (const char* key : {"previous_response_id", "conversation"}) {
-    if (Field(body, key) != nullptr) return Invalid(key, kNotStored);
-  }
+  if (Field(body, "conversation") != nullptr) return Invalid("conversation", kNotStored);
   if (Field(body, "prompt") != nullptr) {
     return Invalid("prompt", "is not supported: stored prompt templates are OpenAI's");
   }
-  for (const char* key : {"store", "background"}) {
-    if (const Json* v = Field(body, key)) {
-      auto b = GetBool(*v, key);
-      if (!b.ok()) return b.status();
-      if (*b) return Invalid(key, kNotStored);
-    }
+  if (const Json* v = Field(body, "background")) {
+    auto b = GetBool(*v, "background");
+    if (!b.ok()) return b.status();
+    if (*b) return Invalid("background", kNotStored);
   }
   if (const Json* v = Field(body, "truncation")) {
     if (!v->is_string() || (*v != "disabled" && *v != "auto")) {
@@ -141,11 +138,22 @@ absl::StatusOr<std::string> RequiredString(const Json& item, const char* key,
 // with their role (developer as system) and text; function_call items the assistant's
 // tool_calls (consecutive ones, and one right after an assistant message, join that turn);
 // function_call_output items tool messages naming the call.
-absl::StatusOr<Json> Messages(const Json& body) {
+// The chat messages of the request: its instructions (a system message), the stored
+// conversation it continues (`previous`: chat messages, whose calls its function_call_output
+// items may answer), then its input.
+absl::StatusOr<Json> Messages(const Json& body, const Json& previous) {
   Json messages = Json::array();
   if (const Json* v = Field(body, "instructions")) {
     if (!v->is_string()) return Invalid("instructions", "must be a string");
     messages.push_back({{"role", "system"}, {"content", *v}});
+  }
+  std::map<std::string, std::string> call_names;  // call_id -> the function's name
+  for (const Json& m : previous) {
+    messages.push_back(m);
+    if (!m.contains("tool_calls")) continue;
+    for (const Json& call : m["tool_calls"]) {
+      call_names[call["id"].get<std::string>()] = call["function"]["name"].get<std::string>();
+    }
   }
   const Json* input = Field(body, "input");
   if (input == nullptr) return Invalid("input", "is required");
@@ -156,7 +164,6 @@ absl::StatusOr<Json> Messages(const Json& body) {
   if (!input->is_array() || input->empty()) {
     return Invalid("input", "must be a string or a non-empty list of items");
   }
-  std::map<std::string, std::string> call_names;  // call_id -> the function's name
   bool assistant_turn = false;  // the last message is an assistant's, open to more calls
   for (size_t i = 0; i < input->size(); ++i) {
     const Json& item = (*input)[i];
@@ -326,7 +333,8 @@ absl::Status Rename(const absl::Status& status) {
 
 absl::StatusOr<Request> ParseResponsesRequest(std::string_view body_text, const ServedModel& model,
                                               uint64_t random_seed,
-                                              const std::function<bool()>& cancelled) {
+                                              const std::function<bool()>& cancelled,
+                                              const PreviousConversation& previous) {
   absl::StatusOr<Json> parsed = ParseJsonBody(body_text, cancelled);
   if (!parsed.ok()) return parsed.status();
   const Json& body = *parsed;
@@ -338,8 +346,28 @@ absl::StatusOr<Request> ParseResponsesRequest(std::string_view body_text, const 
     if (body.contains(key)) chat[key] = body[key];
   }
   if (const Json* v = Field(body, "max_output_tokens")) chat["max_completion_tokens"] = *v;
-  auto messages = Messages(body);
+  Json before = Json::array();
+  if (const Json* v = Field(body, "previous_response_id")) {
+    if (!v->is_string()) return Invalid("previous_response_id", "must be a string");
+    std::optional<Json> found = previous ? previous(v->get<std::string>()) : std::optional<Json>();
+    if (!found) {
+      return absl::NotFoundError(absl::StrFormat(
+          "previous_response_id: no stored response \"%s\" (the router keeps responses made "
+          "with store in its memory for a while; they are lost when it restarts)",
+          v->get<std::string>()));
+    }
+    before = *std::move(found);
+  }
+  bool store = true;  // OpenAI's default
+  if (const Json* v = Field(body, "store")) {
+    auto b = GetBool(*v, "store");
+    if (!b.ok()) return b.status();
+    store = *b;
+  }
+  auto messages = Messages(body, before);
   if (!messages.ok()) return messages.status();
+  Json conversation = *messages;
+  if (Field(body, "instructions") != nullptr) conversation.erase(conversation.begin());
   chat["messages"] = *std::move(messages);
   if (const Json* v = Field(body, "tools")) {
     auto tools = Tools(*v);
@@ -377,6 +405,8 @@ absl::StatusOr<Request> ParseResponsesRequest(std::string_view body_text, const 
                    "function), which makes exactly one call");
   }
   r->endpoint = Endpoint::kResponses;
+  r->store = store;
+  r->conversation = std::move(conversation);
   r->max_tokens_param = "max_output_tokens";
   r->schema_param = forced ? "tool_choice" : "text.format";
   auto given = [&](const char* key, Json fallback) {
@@ -386,6 +416,7 @@ absl::StatusOr<Request> ParseResponsesRequest(std::string_view body_text, const 
   r->response_fields = {{"instructions", given("instructions", nullptr)},
                         {"max_output_tokens", given("max_output_tokens", nullptr)},
                         {"metadata", given("metadata", Json::object())},
+                        {"previous_response_id", given("previous_response_id", nullptr)},
                         {"parallel_tool_calls", parallel},
                         {"temperature", given("temperature", 1.0)},
                         {"text", {{"format", format}}},
@@ -424,10 +455,10 @@ Json ResponsesBuilder::Object(std::string_view status) const {
             {"model", model_.id},
             {"output", output_},
             {"parallel_tool_calls", echoed("parallel_tool_calls")},
-            {"previous_response_id", nullptr},
+            {"previous_response_id", echoed("previous_response_id")},
             {"reasoning", {{"effort", nullptr}, {"summary", nullptr}}},
             {"service_tier", "default"},
-            {"store", false},
+            {"store", request_.store},
             {"temperature", echoed("temperature")},
             {"text", echoed("text")},
             {"tool_choice", echoed("tool_choice")},
@@ -603,6 +634,28 @@ std::string ResponsesBuilder::StreamFailure(const ApiError& error) {
 std::string ResponsesBuilder::Body() const {
   return Object(finish_ == "length" ? "incomplete" : "completed")
       .dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+StoredResponse ResponsesBuilder::ToStore() const {
+  StoredResponse out;
+  out.object = Object(finish_ == "length" ? "incomplete" : "completed");
+  std::string text;
+  Json calls = Json::array();
+  for (const Json& item : output_) {
+    if (item["type"] == "message") {
+      for (const Json& part : item["content"]) text += part["text"].get<std::string>();
+    } else if (item["type"] == "function_call") {
+      calls.push_back({{"id", item["call_id"]},
+                       {"type", "function"},
+                       {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}});
+    }
+  }
+  if (message_open_) text += message_text_;
+  Json answer = {{"role", "assistant"}, {"content", text.empty() ? Json(nullptr) : Json(text)}};
+  if (!calls.empty()) answer["tool_calls"] = std::move(calls);
+  out.messages = request_.conversation;
+  out.messages.push_back(std::move(answer));
+  return out;
 }
 
 }  // namespace tandem::openai

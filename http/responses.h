@@ -3,20 +3,23 @@
 // messages for the same chat template, the function tools chat tools (so tool_choice, the forced
 // calls' structured output and the tool-call parser are chat's own), text.format becomes
 // response_format. The answer is a response object, or the Responses API's stream of typed
-// server-sent events. Nothing is stored: a request that needs a stored response
-// (previous_response_id, store: true, background, ...) is a 400 naming the field, as are
-// built-in tools and anything else that would change the answer and is not supported.
+// server-sent events. A response made with `store` (the default) is kept in the router's memory
+// (http/response_store.h), read back by GET /v1/responses/{id} and continued by a request naming
+// it as previous_response_id; conversations, background runs, built-in tools and anything else
+// that would change the answer and is not supported are a 400 naming the field.
 #ifndef TANDEM_HTTP_RESPONSES_H_
 #define TANDEM_HTTP_RESPONSES_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "http/openai.h"
+#include "http/response_store.h"
 #include "nlohmann/json.hpp"
 
 namespace tandem::openai {
@@ -35,9 +38,16 @@ namespace tandem::openai {
 //   max_output_tokens, temperature, top_p, stream, tools (function tools), tool_choice,
 //   text.format ({"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"})
 //   seed, top_k      vLLM's extensions, as on chat completions
+//   store            keep the answer (default true, as OpenAI's)
+//   previous_response_id  continue a stored response: its conversation (chat messages, from
+//                    `previous`) comes before this input, after this request's instructions;
+//                    NOT_FOUND naming the field when there is none
+using PreviousConversation =
+    std::function<std::optional<nlohmann::ordered_json>(const std::string& id)>;
 absl::StatusOr<Request> ParseResponsesRequest(std::string_view body, const ServedModel& model,
                                               uint64_t random_seed,
-                                              const std::function<bool()>& cancelled = {});
+                                              const std::function<bool()>& cancelled = {},
+                                              const PreviousConversation& previous = {});
 
 // The answer of a Responses request (one choice): the response object ({"id": "resp_...",
 // "object": "response", "status", "output": [message and function_call items], "usage":
@@ -59,6 +69,11 @@ class ResponsesBuilder : public AnswerBuilder {
   // An "error" event, then response.failed.
   std::string StreamFailure(const ApiError& error) override;
   std::string Body() const override;
+
+  const std::string& id() const { return id_; }
+  // What the store keeps once the answer is whole: the response object, and the request's
+  // conversation followed by the answer as an assistant message (its text and its calls).
+  StoredResponse ToStore() const;
 
  private:
   // "event: TYPE\ndata: JSON\n\n", numbered.

@@ -27,12 +27,14 @@ struct HttpReply {
   nlohmann::json Json() const { return nlohmann::json::parse(body, nullptr, false); }
 };
 
-// `curl` to http://`host_port``path`: POST `body` when not empty, else GET; `headers` as
-// "Name: value".
-inline HttpReply Curl(const std::string& host_port, const std::string& path,
-                      const std::string& body = "", const std::vector<std::string>& headers = {}) {
+// `curl -X method` to http://`host_port``path` (method empty: POST `body` when not empty, else
+// GET); `headers` as "Name: value".
+inline HttpReply CurlMethod(const std::string& host_port, const std::string& method,
+                            const std::string& path, const std::string& body = "",
+                            const std::vector<std::string>& headers = {}) {
   TempDir dir;
   std::string cmd = "curl -s -S -N --max-time 120 -w '\\n%{http_code}'";
+  if (!method.empty()) cmd += " -X " + method;
   for (const std::string& h : headers) cmd += " -H '" + h + "'";
   if (!body.empty()) {
     const std::string file = dir.path() + "/body.json";
@@ -53,6 +55,11 @@ inline HttpReply Curl(const std::string& host_port, const std::string& path,
   reply.status = std::atoi(out.c_str() + nl + 1);
   reply.body = out.substr(0, nl);
   return reply;
+}
+
+inline HttpReply Curl(const std::string& host_port, const std::string& path,
+                      const std::string& body = "", const std::vector<std::string>& headers = {}) {
+  return CurlMethod(host_port, "", path, body, headers);
 }
 
 // The `data:` payloads of a server-sent-event body: JSON objects, and "[DONE]" as a string.

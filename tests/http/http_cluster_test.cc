@@ -32,6 +32,7 @@ namespace {
 using nlohmann::json;
 using testing::Cluster;
 using testing::Curl;
+using testing::CurlMethod;
 using testing::HttpReply;
 using testing::SseEvents;
 
@@ -670,8 +671,7 @@ TEST(HttpClusterTest, ResponsesApiIsChatCompletions) {
 
   // What it cannot honour, named.
   for (const auto& [body, param] : std::vector<std::pair<std::string, std::string>>{
-           {R"({"input": "a", "previous_response_id": "resp_1"})", "previous_response_id"},
-           {R"({"input": "a", "store": true})", "store"},
+           {R"({"input": "a", "background": true})", "background"},
            {R"({"input": "a", "tools": [{"type": "web_search"}]})", "tools[0].type"},
            {R"({"input": "a", "max_output_tokens": 100000})", "max_output_tokens"},
            {R"({"input": [{"type": "function_call_output", "call_id": "x", "output": "1"}]})",
@@ -682,6 +682,34 @@ TEST(HttpClusterTest, ResponsesApiIsChatCompletions) {
   }
   r = Curl(c.http(), "/v1/responses/resp_1");
   EXPECT_EQ(r.status, 404) << r.body;
+  r = Curl(c.http(), "/v1/responses", R"({"input": "a", "previous_response_id": "resp_1"})");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("previous_response_id"), std::string::npos) << r.body;
+
+  // Stored by default: read back, continued (the second turn's prompt holds the first turn and
+  // its answer), deleted.
+  const HttpReply turn1 =
+      Curl(c.http(), "/v1/responses", R"({"input": "Tell me a story.", "max_output_tokens": 8})");
+  ASSERT_EQ(turn1.status, 200) << turn1.body;
+  const std::string id = turn1.Json()["id"];
+  EXPECT_EQ(turn1.Json()["store"], true);
+  r = Curl(c.http(), "/v1/responses/" + id);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["output"], turn1.Json()["output"]);
+  const json next = {
+      {"input", "And then?"}, {"previous_response_id", id}, {"max_output_tokens", 4}};
+  const HttpReply second = Curl(c.http(), "/v1/responses", next.dump());
+  ASSERT_EQ(second.status, 200) << second.body;
+  EXPECT_EQ(second.Json()["previous_response_id"], id);
+  const json alone = {{"input", "And then?"}, {"max_output_tokens", 4}, {"store", false}};
+  const HttpReply fresh = Curl(c.http(), "/v1/responses", alone.dump());
+  ASSERT_EQ(fresh.status, 200) << fresh.body;
+  EXPECT_GT(second.Json()["usage"]["input_tokens"].get<int>(),
+            fresh.Json()["usage"]["input_tokens"].get<int>() +
+                turn1.Json()["usage"]["output_tokens"].get<int>());
+  EXPECT_EQ(Curl(c.http(), "/v1/responses/" + fresh.Json()["id"].get<std::string>()).status, 404);
+  EXPECT_EQ(CurlMethod(c.http(), "DELETE", "/v1/responses/" + id).status, 200);
+  EXPECT_EQ(Curl(c.http(), "/v1/responses/" + id).status, 404);
   EXPECT_TRUE(c.AllBlocksFree());
 }
 

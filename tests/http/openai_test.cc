@@ -1365,10 +1365,10 @@ TEST_F(OpenAiTest, ResponsesBadFieldsAreNamed) {
       {R"({"input": [{"type": "reasoning", "summary": []}]})", "input[0].type"},
       {R"({"input": [{"type": "item_reference", "id": "msg_1"}]})", "input[0].type"},
       {R"({"input": "a", "instructions": 5})", "instructions"},
-      {R"({"input": "a", "previous_response_id": "resp_1"})", "previous_response_id"},
+      {R"({"input": "a", "previous_response_id": 5})", "previous_response_id"},
       {R"({"input": "a", "conversation": "conv_1"})", "conversation"},
       {R"({"input": "a", "prompt": {"id": "pmpt_1"}})", "prompt"},
-      {R"({"input": "a", "store": true})", "store"},
+      {R"({"input": "a", "store": "yes"})", "store"},
       {R"({"input": "a", "background": true})", "background"},
       {R"({"input": "a", "truncation": "auto"})", "truncation"},
       {R"({"input": "a", "reasoning": {"effort": "high"}})", "reasoning.effort"},
@@ -1497,8 +1497,81 @@ TEST_F(OpenAiTest, ResponsesAnswersInBothShapes) {
   EXPECT_EQ(message["status"], "completed");
   EXPECT_EQ(message["content"][0]["type"], "output_text");
   EXPECT_EQ(message["content"][0]["text"], "Hello");
-  EXPECT_EQ(body["store"], false);
+  EXPECT_EQ(body["store"], true);  // OpenAI's default
+  EXPECT_TRUE(body["previous_response_id"].is_null());
   EXPECT_EQ(body["tool_choice"], "auto");
+}
+
+// previous_response_id: the stored conversation comes after this request's instructions and
+// before its input, and a call it made can be answered by a function_call_output item; the
+// conversation kept for the next turn leaves the instructions out. An unknown id is NOT_FOUND.
+TEST_F(OpenAiTest, ResponsesContinueAStoredConversation) {
+  const Json stored = Json::parse(R"([{"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}])");
+  PreviousConversation previous = [&](const std::string& id) -> std::optional<Json> {
+    if (id == "resp_1") return stored;
+    return std::nullopt;
+  };
+  auto r = ParseResponsesRequest(R"({"input": [{"type": "function_call_output",
+      "call_id": "call_7", "output": "sunny"}], "previous_response_id": "resp_1",
+      "instructions": "Be brief."})",
+                                 model_, 1, {}, previous);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->store);
+  ASSERT_EQ(r->conversation.size(), 3u) << r->conversation.dump();
+  EXPECT_EQ(r->conversation[0], stored[0]);
+  EXPECT_EQ(r->conversation[1], stored[1]);
+  EXPECT_EQ(r->conversation[2]["role"], "tool");
+  EXPECT_EQ(r->conversation[2]["name"], "get_weather");
+  EXPECT_EQ(r->conversation[2]["content"], "sunny");
+  EXPECT_EQ(r->response_fields["previous_response_id"], "resp_1");
+
+  auto unknown = ParseResponsesRequest(R"({"input": "a", "previous_response_id": "resp_2"})",
+                                       model_, 1, {}, previous);
+  EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown.status().message().find("previous_response_id"), std::string::npos);
+  auto off = ParseResponsesRequest(R"({"input": "a", "store": false})", model_, 1);
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->store);
+
+  // What the store keeps: the conversation, then the answer as an assistant message.
+  auto plain = ParseResponsesRequest(R"({"input": "hi", "instructions": "x"})", model_, 1);
+  ASSERT_TRUE(plain.ok());
+  ResponsesBuilder b(*plain, model_, 1700000000);
+  b.Add(0, Message({300}, "Hello", true));
+  const StoredResponse kept = b.ToStore();
+  EXPECT_EQ(kept.object["id"], b.id());
+  EXPECT_EQ(kept.object, Json::parse(b.Body()));  // as the answer said
+  ASSERT_EQ(kept.messages.size(), 2u) << kept.messages.dump();
+  EXPECT_EQ(kept.messages[0], Json({{"role", "user"}, {"content", "hi"}}));
+  EXPECT_EQ(kept.messages[1], Json({{"role", "assistant"}, {"content", "Hello"}}));
+}
+
+// The store: scoped, bounded in bytes (oldest out first), expired after its TTL, deletable.
+TEST(ResponseStoreTest, ScopedBoundedExpiringAndDeletable) {
+  ResponseStore::Limits limits;
+  limits.max_bytes = 400;
+  limits.ttl = absl::Minutes(10);
+  ResponseStore store(limits);
+  const absl::Time t0 = absl::UnixEpoch() + absl::Hours(1000);
+  auto response = [](int n) {
+    return StoredResponse{Json{{"id", n}}, Json::array({Json{{"content", std::string(80, 'x')}}})};
+  };
+  store.Put("key:a", "resp_1", response(1), t0);
+  store.Put("key:a", "resp_2", response(2), t0 + absl::Minutes(1));
+  EXPECT_TRUE(store.Get("key:a", "resp_1", t0).has_value());
+  EXPECT_FALSE(store.Get("key:b", "resp_1", t0).has_value());  // another tenant's
+  EXPECT_LE(store.bytes(), limits.max_bytes);
+  for (int i = 3; i <= 6; ++i) store.Put("key:a", "resp_" + std::to_string(i), response(i), t0);
+  EXPECT_LE(store.bytes(), limits.max_bytes);
+  EXPECT_FALSE(store.Get("key:a", "resp_1", t0).has_value());  // the oldest made room
+  EXPECT_TRUE(store.Get("key:a", "resp_6", t0).has_value());
+  EXPECT_TRUE(store.Delete("key:a", "resp_6"));
+  EXPECT_FALSE(store.Delete("key:a", "resp_6"));
+  EXPECT_FALSE(store.Get("key:a", "resp_6", t0).has_value());
+  EXPECT_FALSE(store.Get("key:a", "resp_5", t0 + absl::Minutes(11)).has_value());  // expired
+  EXPECT_EQ(store.size(), 0u);
 }
 
 // Tool calls among the text: items in the order they came (a message, each call), whitespace
