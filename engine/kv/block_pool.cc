@@ -1,13 +1,23 @@
 #include "engine/kv/block_pool.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
 namespace tandem {
 
+namespace {
+std::atomic<BlockHashFunction> g_hash_for_testing{nullptr};
+}  // namespace
+
+void SetBlockHashForTesting(BlockHashFunction hash) { g_hash_for_testing.store(hash); }
+
 uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens) {
+  if (BlockHashFunction f = g_hash_for_testing.load(std::memory_order_relaxed)) {
+    return f(parent_hash, tokens);
+  }
   // FNV-1a over the parent hash and the token ids, then a final avalanche.
   uint64_t h = 0xcbf29ce484222325ull ^ parent_hash;
   auto mix = [&h](uint64_t v) {

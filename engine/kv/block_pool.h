@@ -29,6 +29,11 @@ namespace tandem {
 // for the first block): equal prefixes give equal hashes (the converse is checked, BlockPool).
 uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens);
 
+// Tests only: HashBlockTokens becomes `hash` (nullptr: the real one again), e.g. one that makes
+// chosen blocks collide, to show a forged collision plants nothing.
+using BlockHashFunction = uint64_t (*)(uint64_t parent_hash, std::span<const int> tokens);
+void SetBlockHashForTesting(BlockHashFunction hash);
+
 // The chained hashes of `tokens`' full blocks of `block_size`, the first `max_blocks` at most.
 std::vector<uint64_t> PrefixBlockHashes(std::span<const int> tokens, int block_size,
                                         int max_blocks);

@@ -129,6 +129,37 @@ TEST_P(EnginesTest, PrefixCacheHitGivesTheSameTokens) {
   EXPECT_GT(prefill_->prefix_cache_hits(), 0);
 }
 
+// A forged collision plants nothing. With a block hash that ignores the blocks before (as a
+// forger who found colliding chains would make it), an attacker's prompt computes the KV of a
+// block that the victim's prompt also has, after another first block; the victim's prompt, run
+// twice (the second time its own first block hits), still gives the engine alone's tokens.
+TEST_P(EnginesTest, ForgedPrefixCollisionsPlantNothing) {
+  SetBlockHashForTesting([](uint64_t, std::span<const int> tokens) {
+    uint64_t h = 1469598103934665603ull;
+    for (int t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+    return h;  // the same block after any prefix: the same hash
+  });
+  const std::vector<int> shared = tok_->Encode(
+      " park with her big red ball and her friend Tom. They played all day long.", false);
+  GenerationRequest attacker, victim;
+  attacker.prompt = tok_->Encode("Yesterday a dragon flew over the old castle near town.", true);
+  victim.prompt = tok_->Encode("Once upon a time, there was a little girl named Lily who", true);
+  attacker.prompt.resize(16);  // one whole block (the prefill's block size) each
+  victim.prompt.resize(16);
+  attacker.prompt.insert(attacker.prompt.end(), shared.begin(), shared.end());
+  victim.prompt.insert(victim.prompt.end(), shared.begin(), shared.end());
+  for (GenerationRequest* r : {&attacker, &victim}) {
+    r->max_tokens = 12;
+    r->sampling.temperature = 0;
+  }
+  ASSERT_TRUE(RunDisaggregated(attacker).ok());  // plants the shared block after its own first
+  for (int round = 0; round < 2; ++round) {
+    testing::ExpectTokensOfTheEngineAlone(model_.get(), prefill_.get(), decode_.get(), {victim});
+  }
+  EXPECT_GT(prefill_->prefix_cache_hits(), 0);  // the victim's own first block, the second time
+  SetBlockHashForTesting(nullptr);
+}
+
 TEST_P(EnginesTest, LeaseThatNeverCompletesExpiresAndFreesItsBlocks) {
   DecodeEngineOptions dopt;
   dopt.num_blocks = 64;
