@@ -351,6 +351,7 @@ struct HttpServer::Impl {
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     // A client that left while its request waited or was parsed costs no more work.
     auto gone = [&w] { return w.ClientGone(); };
+    const std::string tenant = TenantOf(req, proxies, router->api_keys_enabled());
     const std::string scope = StoreScope(req);
     auto previous = [&](const std::string& id) -> std::optional<nlohmann::ordered_json> {
       std::optional<openai::StoredResponse> r = responses.Get(scope, id, absl::Now());
@@ -395,6 +396,7 @@ struct HttpServer::Impl {
     std::atomic<bool> failed{false};
     auto run = [&](int index) -> grpc::Status {
       StreamCall call = MakeCall();
+      call.tenant = tenant;
       call.cancelled = [&] {
         std::lock_guard<std::recursive_mutex> lock(mu);
         return stopping.load() || failed.load() || w.ClientGone();

@@ -6,20 +6,34 @@
 
 namespace tandem {
 
-std::optional<uint64_t> AdmissionLine::Join() {
+std::optional<uint64_t> AdmissionLine::Join(const std::string& tenant) {
   if (waiting() >= max_queued_) return std::nullopt;
-  order_.push_back(next_ticket_);
+  std::deque<uint64_t>& mine = by_tenant_[tenant];
+  if (mine.empty()) turns_.push_back(tenant);
+  mine.push_back(next_ticket_);
+  tenant_of_[next_ticket_] = tenant;
   return next_ticket_++;
 }
 
 bool AdmissionLine::MayLook(uint64_t ticket) const {
-  return order_.empty() || (ticket != 0 && order_.front() == ticket);
+  return turns_.empty() || (ticket != 0 && front() == ticket);
 }
 
 void AdmissionLine::Leave(uint64_t ticket) {
-  if (ticket == 0) return;
-  auto it = std::find(order_.begin(), order_.end(), ticket);
-  if (it != order_.end()) order_.erase(it);
+  auto it = tenant_of_.find(ticket);
+  if (it == tenant_of_.end()) return;
+  const std::string tenant = std::move(it->second);
+  tenant_of_.erase(it);
+  const bool was_front = front() == ticket;
+  std::deque<uint64_t>& mine = by_tenant_.at(tenant);
+  mine.erase(std::find(mine.begin(), mine.end(), ticket));
+  if (mine.empty()) {
+    by_tenant_.erase(tenant);
+    turns_.erase(std::find(turns_.begin(), turns_.end(), tenant));
+  } else if (was_front) {
+    turns_.pop_front();  // the turn passes; this tenant's next waits for the others'
+    turns_.push_back(tenant);
+  }
 }
 
 std::optional<std::string> NeverFits(int64_t largest_tokens, int64_t total_tokens) {

@@ -1,16 +1,18 @@
 // Decode admission as a pure data structure: the line that requests wait in for KV room on a
-// decode worker (first come, first admitted, bounded), and the refusal of a request no worker's
-// whole cache can ever hold. No locks, clocks or RPCs: the router holds it under its mutex and
-// looks for room as workers report it (router/generate_transaction.cc); the planner's simulator
-// runs the same line in its event loop (planner/simulator.cc), so that the planner predicts the
-// router that runs.
+// decode worker (bounded; fair across tenants, first come first admitted within one), and the
+// refusal of a request no worker's whole cache can ever hold. No locks, clocks or RPCs: the router
+// holds it under its mutex and looks for room as workers report it
+// (router/generate_transaction.cc); the planner's simulator runs the same line in its event loop
+// (planner/simulator.cc), so that the planner predicts the router that runs.
 #ifndef TANDEM_ROUTER_ADMISSION_H_
 #define TANDEM_ROUTER_ADMISSION_H_
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 namespace tandem {
 
@@ -19,25 +21,30 @@ class AdmissionLine {
   // At most `max_queued` requests wait at once.
   explicit AdmissionLine(int max_queued) : max_queued_(max_queued) {}
 
-  // A place at the back of the line: its ticket (never 0), or nullopt when `max_queued` requests
-  // already wait (the caller answers RESOURCE_EXHAUSTED).
-  std::optional<uint64_t> Join();
+  // A place at the back of `tenant`'s part of the line: its ticket (never 0), or nullopt when
+  // `max_queued` requests already wait (the caller answers RESOURCE_EXHAUSTED). Tenants (API
+  // keys, client addresses; "" for all when the caller does not tell them apart) take turns at
+  // the front: a tenant's next request looks for room after one of every other waiting tenant's,
+  // so one tenant's thousand waiting requests put another's behind one of them.
+  std::optional<uint64_t> Join(const std::string& tenant = "");
   // Whether the holder of `ticket` may look for room now: the line is empty, or the ticket is
   // at its front. A request not in line (ticket 0) may look only when nobody waits.
   bool MayLook(uint64_t ticket) const;
-  // Leaves the line (admitted, refused or gone): the next in line may look. Unknown tickets and
-  // 0 are ignored.
+  // Leaves the line (admitted, refused or gone): the next in line may look; the front's leaving
+  // passes the turn to the next tenant. Unknown tickets and 0 are ignored.
   void Leave(uint64_t ticket);
 
-  int waiting() const { return static_cast<int>(order_.size()); }
+  int waiting() const { return static_cast<int>(tenant_of_.size()); }
   int max_queued() const { return max_queued_; }
   // The ticket at the front, 0 when nobody waits.
-  uint64_t front() const { return order_.empty() ? 0 : order_.front(); }
+  uint64_t front() const { return turns_.empty() ? 0 : by_tenant_.at(turns_.front()).front(); }
 
  private:
   int max_queued_;
   uint64_t next_ticket_ = 1;
-  std::deque<uint64_t> order_;  // oldest first
+  std::map<std::string, std::deque<uint64_t>> by_tenant_;  // oldest first; never empty
+  std::deque<std::string> turns_;                          // tenants waiting, next turn first
+  std::unordered_map<uint64_t, std::string> tenant_of_;
 };
 
 // Why a request that may reach `total_tokens` (prompt and max_tokens, within the context) can

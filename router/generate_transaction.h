@@ -78,7 +78,8 @@ class GenerateTransaction {
     int total_tokens = 0;    // what the request may reach: prompt + remaining, within the context
     absl::Time queue_until;  // waiting for a healthy worker of a role, until then
     absl::Time room_until;   // waiting for KV room on a decode worker, until then
-    // A place in the router's wait queue (first come, first admitted), taken while the request
+    // A place in the router's wait queue (tenants in turn, first come first admitted within
+    // one), taken while the request
     // waits for workers or for KV room, given back when it is admitted or gives up.
     struct QueueSlot {
       Router* r;

@@ -154,6 +154,24 @@ absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
 }
 }  // namespace
 
+namespace {
+
+// A gRPC caller's tenant, as HTTP's (http/client_address.h): a digest of its API key (never the
+// key), else its address without the port ("ipv4:10.0.0.5:41234" -> "addr:10.0.0.5").
+std::string GrpcTenant(std::string_view key, const std::string& peer) {
+  if (!key.empty()) return absl::StrFormat("key:%016x", std::hash<std::string_view>()(key));
+  std::string_view host = peer;
+  if (const size_t scheme = host.find(':'); scheme != std::string_view::npos) {
+    host.remove_prefix(scheme + 1);  // "ipv4:" / "ipv6:"
+  }
+  if (const size_t port = host.rfind(':'); port != std::string_view::npos) {
+    host = host.substr(0, port);
+  }
+  return "addr:" + std::string(host);
+}
+
+}  // namespace
+
 grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                               grpc::ServerWriter<v1::GenerateResponse>* writer) {
   StreamCall call;
@@ -169,6 +187,7 @@ grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateReques
           ? ApiKeys::BearerToken(absl::string_view(auth->second.data(), auth->second.size()))
           : absl::string_view();
   call.caller = CallerNamespace(std::string_view(key.data(), key.size()), ctx->peer());
+  call.tenant = GrpcTenant(std::string_view(key.data(), key.size()), ctx->peer());
   grpc::Status s = GenerateStream(*req, call);
   // A Generate call is one sequence: n = 1 (HttpServer counts the HTTP API's n).
   if (s.ok() && metrics_) metrics_->request_params_n.Observe(1);

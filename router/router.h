@@ -83,6 +83,9 @@ struct StreamCall {
   // request_id is unique among the caller's requests in flight only, and never collides with
   // another caller's. Empty: "local".
   std::string caller;
+  // Who the request counts for in the line for KV room (router/admission.h): its API key, else
+  // its client's address. Empty: one tenant with every other empty one.
+  std::string tenant;
 };
 
 class Router {

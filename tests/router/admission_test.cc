@@ -42,6 +42,31 @@ TEST(AdmissionLineTest, TheBoundRefusesAndLeavingMakesRoom) {
   EXPECT_EQ(line.waiting(), 1);
 }
 
+// Tenants take turns at the front: a quiet tenant's request waits behind one of the flood's,
+// and within a tenant the order is first come, first looked.
+TEST(AdmissionLineTest, TenantsTakeTurns) {
+  AdmissionLine line(10);
+  const auto f1 = line.Join("flood"), f2 = line.Join("flood"), f3 = line.Join("flood");
+  const auto q1 = line.Join("quiet"), q2 = line.Join("quiet");
+  ASSERT_TRUE(f1 && f2 && f3 && q1 && q2);
+  EXPECT_EQ(line.front(), *f1);
+  line.Leave(*f1);  // admitted: the turn passes
+  EXPECT_EQ(line.front(), *q1);
+  EXPECT_FALSE(line.MayLook(*f2));
+  line.Leave(*q1);
+  EXPECT_EQ(line.front(), *f2);
+  line.Leave(*q2);  // gave up from behind: the order holds
+  EXPECT_EQ(line.front(), *f2);
+  line.Leave(*f2);
+  EXPECT_EQ(line.front(), *f3);
+  const auto q3 = line.Join("quiet");
+  line.Leave(*f3);
+  EXPECT_EQ(line.front(), *q3);
+  line.Leave(*q3);
+  EXPECT_EQ(line.waiting(), 0);
+  EXPECT_TRUE(line.MayLook(0));
+}
+
 TEST(AdmissionLineTest, ALineOfZeroRefusesEveryWait) {
   AdmissionLine line(0);
   EXPECT_FALSE(line.Join());
