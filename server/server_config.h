@@ -48,10 +48,10 @@ struct RouterConfig {
   int64_t ejection_ms = 5000;
   int64_t http_port = 0;
   int64_t http_threads = 64;
-  int64_t http_timeout_ms = 0;                           // 0: no deadline
-  int64_t http_max_buffered_bytes = int64_t{128} << 20;  // HttpServerOptions::max_buffered_bytes
-  int64_t http_max_connections = 16384;                  // HttpServerOptions::max_connections
-  int64_t http_max_connections_per_client = 16384;       // ... max_connections_per_client
+  int64_t http_timeout_ms = 0;                              // 0: no deadline
+  int64_t http_max_buffered_bytes = int64_t{128} << 20;     // HttpServerOptions::max_buffered_bytes
+  int64_t http_max_connections = 16384;                     // HttpServerOptions::max_connections
+  int64_t http_max_connections_per_client = 16384;          // ... max_connections_per_client
   int64_t http_response_buffer_bytes = int64_t{256} << 10;  // ... response_buffer_bytes
   int64_t http_min_write_rate = 4096;                       // ... min_write_rate
   int64_t http_max_queued = 16384;                          // ... max_queued

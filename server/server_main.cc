@@ -50,7 +50,7 @@
 #include "rpc/server_reflection.h"
 #include "rpc/tls.h"
 #include "security/cluster_secret.h"
-#include "server/port_check.h"
+#include "server/listen_options.h"
 #include "server/server_config.h"
 #include "text/load_tokenizer.h"
 
@@ -180,20 +180,7 @@ absl::Status TandemServer::Build() {
   return absl::OkStatus();
 }
 
-absl::Status TandemServer::CheckPorts() {
-  const std::string& host = c_.common.host;
-  const bool router = c_.common.role == "router" || c_.common.role == "all";
-  std::vector<std::pair<const char*, int64_t>> ports = {{"--port", c_.common.port},
-                                                        {"--metrics-port", c_.common.metrics_port}};
-  if (router) {
-    ports.push_back({"--internal-port", c_.router.internal_port});
-    ports.push_back({"--http-port", c_.router.http_port});
-  }
-  for (const auto& [flag, port] : ports) {
-    if (absl::Status s = CheckPortFree(flag, host, static_cast<int>(port)); !s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
+absl::Status TandemServer::CheckPorts() { return CheckServerPorts(c_); }
 
 // The cluster's credentials. Internal surfaces never run open: a secret, or mutual TLS whose
 // certificate names this process's roles. The colocated process talks to itself only, so it
@@ -581,25 +568,9 @@ void TandemServer::ConfigureBuilder(grpc::ServerBuilder& builder, const std::str
 absl::Status TandemServer::Listen() {
   HttpServerOptions http_options;
   if (router_) {
-    const RouterConfig& rc = c_.router;
-    http_options.host = c_.common.host;
-    http_options.port = static_cast<int>(rc.http_port);
-    http_options.serve_metrics = rc.http_metrics;
-    http_options.tls = {c_.common.tls_cert, c_.common.tls_key, c_.common.tls_ca};
-    http_options.threads = static_cast<int>(std::min<int64_t>(rc.http_threads, 1 << 14));
-    http_options.max_buffered_bytes = static_cast<size_t>(rc.http_max_buffered_bytes);
-    http_options.max_connections = static_cast<int>(rc.http_max_connections);
-    http_options.max_connections_per_client = static_cast<int>(rc.http_max_connections_per_client);
-    http_options.response_buffer_bytes = static_cast<size_t>(rc.http_response_buffer_bytes);
-    http_options.min_write_rate = static_cast<size_t>(rc.http_min_write_rate);
-    http_options.max_queued = static_cast<int>(rc.http_max_queued);
-    http_options.trusted_proxies = rc.trusted_proxies;
-    if (rc.http_timeout_ms > 0) {
-      http_options.request_timeout = absl::Milliseconds(rc.http_timeout_ms);
-    }
-    if (absl::Status s = http_options.Validate(); !s.ok()) {
-      return absl::InvalidArgumentError("--http-port/--http-threads: " + std::string(s.message()));
-    }
+    absl::StatusOr<HttpServerOptions> o = RouterHttpOptions(c_);
+    if (!o.ok()) return o.status();
+    http_options = *std::move(o);
   }
   grpc::EnableDefaultHealthCheckService(true);
   // The synchronous server runs each call on a thread: bound them, so a burst of thousands of
