@@ -276,7 +276,8 @@ TEST(MetricsRegistryTest, RolesShareFamiliesAndEverySeriesHasModelAndRole) {
   // vLLM's names beside Tandem's: request-level counts from the router only, the rest as they
   // are, histograms with their buckets.
   EXPECT_EQ(MetricValue(samples, "vllm:generation_tokens_total"), 5);
-  EXPECT_EQ(MetricValue(samples, "vllm:generation_tokens_total", {{"role", "decode"}}), -1);  // none
+  EXPECT_EQ(MetricValue(samples, "vllm:generation_tokens_total", {{"role", "decode"}}),
+            -1);  // none
   EXPECT_EQ(MetricValue(samples, "vllm:request_success_total", {{"finished_reason", "length"}}), 1);
   EXPECT_EQ(MetricValue(samples, "vllm:time_to_first_token_seconds_count"), 0);
   EXPECT_EQ(MetricValue(samples, "vllm:kv_cache_usage_perc"), 0);
