@@ -164,12 +164,13 @@ class KvRelay {
           const std::string ack = EncodeKvAckFrame(h.seq, h.chunk, absl::OkStatus());
           const std::string head = ack.substr(0, kKvFrameHeaderBytes);
           const std::string message = ack.substr(kKvFrameHeaderBytes);
-          // No key: the best it can do for the tags is guess.
+          // No key: the best it can do for the tags is guess. Counted before it is written: the
+          // sender may refuse it, and the test look, before this thread goes on.
+          ++forged_acks_;
           if (!WriteAll(client, head + RandomBytes(kKvFrameTagBytes) + message +
                                     RandomBytes(kKvFrameTagBytes))) {
             return;
           }
-          ++forged_acks_;
           break;
         }
         case Mode::kTamperPayload: {
