@@ -8,6 +8,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "router/request_id.h"
+#include "rpc/api_keys.h"
 
 namespace tandem {
 namespace {
@@ -128,7 +130,8 @@ std::string ClientAddress(const HttpRequest& head, const TrustedProxies& proxies
 
 std::string TenantOf(const HttpRequest& head, const TrustedProxies& proxies, bool by_key) {
   if (std::string_view auth = head.Header("authorization"); by_key && !auth.empty()) {
-    return absl::StrFormat("key:%016x", std::hash<std::string_view>()(auth));
+    const absl::string_view key = ApiKeys::BearerToken(absl::string_view(auth.data(), auth.size()));
+    return CallerNamespace(std::string_view(key.data(), key.size()), "");
   }
   return "addr:" + ClientAddress(head, proxies);
 }

@@ -156,10 +156,10 @@ absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
 
 namespace {
 
-// A gRPC caller's tenant, as HTTP's (http/client_address.h): a digest of its API key (never the
-// key), else its address without the port ("ipv4:10.0.0.5:41234" -> "addr:10.0.0.5").
+// A gRPC caller's tenant, as HTTP's (http/client_address.h): its API key's namespace, else its
+// address without the port ("ipv4:10.0.0.5:41234" -> "addr:10.0.0.5").
 std::string GrpcTenant(std::string_view key, const std::string& peer) {
-  if (!key.empty()) return absl::StrFormat("key:%016x", std::hash<std::string_view>()(key));
+  if (!key.empty()) return CallerNamespace(key, "");
   std::string_view host = peer;
   if (const size_t scheme = host.find(':'); scheme != std::string_view::npos) {
     host.remove_prefix(scheme + 1);  // "ipv4:" / "ipv6:"
