@@ -396,7 +396,8 @@ struct HttpListener::Impl {
       }
       Wake();
     });
-    const std::string tenant = options.tenant_of ? options.tenant_of(request) : c->peer;
+    request.tenant = options.tenant_of ? options.tenant_of(request) : c->peer;
+    const std::string tenant = request.tenant;
     std::optional<Work> bumped;
     size_t held = 0;
     {

@@ -22,7 +22,8 @@ struct HttpRequest {
   // Names lowercased, values trimmed, in order.
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
-  std::string peer;  // the client's IP address (set by the server)
+  std::string peer;    // the client's IP address (set by the server)
+  std::string tenant;  // who it counts for in the server's lines (set by the server)
 
   // The first header named `name` (lowercase), or "".
   std::string_view Header(std::string_view name) const;

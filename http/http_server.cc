@@ -212,10 +212,11 @@ struct HttpServer::Impl {
     }
   }
 
-  // Whose stored responses a request may read: its API key's where keys are checked, else
-  // everyone's (the API is open; response ids are unguessable).
+  // Whose stored responses a request may read: its API key's where keys are checked (its
+  // tenant, as the listener found it), else everyone's (the API is open; response ids are
+  // unguessable).
   std::string StoreScope(const HttpRequest& req) const {
-    return router->api_keys_enabled() ? TenantOf(req, proxies, true) : "";
+    return router->api_keys_enabled() ? req.tenant : "";
   }
 
   // GET and DELETE /v1/responses/{id}: a stored response, or 404.
@@ -351,7 +352,6 @@ struct HttpServer::Impl {
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     // A client that left while its request waited or was parsed costs no more work.
     auto gone = [&w] { return w.ClientGone(); };
-    const std::string tenant = TenantOf(req, proxies, router->api_keys_enabled());
     const std::string scope = StoreScope(req);
     auto previous = [&](const std::string& id) -> std::optional<nlohmann::ordered_json> {
       std::optional<openai::StoredResponse> r = responses.Get(scope, id, absl::Now());
@@ -396,7 +396,7 @@ struct HttpServer::Impl {
     std::atomic<bool> failed{false};
     auto run = [&](int index) -> grpc::Status {
       StreamCall call = MakeCall();
-      call.tenant = tenant;
+      call.tenant = req.tenant;
       call.cancelled = [&] {
         std::lock_guard<std::recursive_mutex> lock(mu);
         return stopping.load() || failed.load() || w.ClientGone();
