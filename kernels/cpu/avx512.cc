@@ -61,6 +61,10 @@ namespace tandem::cpu {
 namespace {
 
 #include "kernels/cpu/avx512_kernels.inc"
+#if defined(TANDEM_AVX512_PRAGMA) && defined(__x86_64__)
+#define TANDEM_HAS_AMX_KERNELS 1
+#include "kernels/cpu/amx_panels.inc"
+#endif
 
 }  // namespace
 
@@ -73,6 +77,15 @@ namespace {
 const Avx512Kernels& NativeAvx512Kernels() {
   static const Avx512Kernels kernels{"avx512", &MatmulRows, &QuantRows, &QuantGemmRows};
   return kernels;
+}
+
+const Avx512Kernels* NativeAmxKernels() {
+#if defined(TANDEM_HAS_AMX_KERNELS)
+  static const Avx512Kernels kernels{"amx", &MatmulRows, &QuantRows, &amx_detail::AmxQuantGemmRows};
+  return &kernels;
+#else
+  return nullptr;
+#endif
 }
 
 }  // namespace tandem::cpu

@@ -35,6 +35,9 @@ struct Avx512Kernels {
 // The kernels compiled for AVX-512 F, BW, VL, DQ and VNNI (avx512.cc); callable only where
 // CpuHasAvx512().
 const Avx512Kernels& NativeAvx512Kernels();
+// The same with quant_gemm_rows on AMX tiles (kernels/cpu/amx_panels.inc); callable only where
+// CpuHasAmx(). nullptr where the compiler cannot build them.
+const Avx512Kernels* NativeAmxKernels();
 
 }  // namespace tandem::cpu
 

@@ -3,6 +3,8 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +27,7 @@ const Avx512Kernels* g_test_avx512 = nullptr;  // SetAvx512KernelsForTesting
 
 // The best ISA up to `isa` that can run here.
 Isa Supported(Isa isa) {
+  if (isa == Isa::kAmx && (!CpuHasAmx() || g_test_avx512 != nullptr)) isa = Isa::kAvx512;
   if (isa == Isa::kAvx512 && !CpuHasAvx512() && g_test_avx512 == nullptr) isa = Isa::kAvx2;
   if (isa >= Isa::kAvx2 && !CpuHasAvx2()) isa = Isa::kScalar;
   return isa;
@@ -157,6 +160,29 @@ bool CpuHasAvx512() {
   return has;
 }
 
+bool CpuHasAmx() {
+  static const bool has = [] {
+#if defined(__x86_64__) && defined(__linux__) && defined(SYS_arch_prctl)
+    if (NativeAmxKernels() == nullptr || !CpuHasAvx512()) return false;
+    unsigned a, b, c, d;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
+    constexpr unsigned kAmxTile = 1u << 24, kAmxInt8 = 1u << 25;
+    if ((d & kAmxTile) == 0 || (d & kAmxInt8) == 0) return false;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    constexpr unsigned kTileState = 3u << 17;  // XTILECFG and XTILEDATA
+    if ((lo & kTileState) != kTileState) return false;
+    // Linux hands out the 8 KB of tile state only to processes that ask (ARCH_REQ_XCOMP_PERM
+    // for XFEATURE_XTILEDATA); the grant covers every thread of the process.
+    constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+#else
+    return false;
+#endif
+  }();
+  return has;
+}
+
 const char* IsaName(Isa isa) {
   switch (isa) {
     case Isa::kScalar:
@@ -165,13 +191,15 @@ const char* IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAmx:
+      return "amx";
   }
   return "?";
 }
 
 bool ParseIsa(const char* name, Isa* isa) {
   if (name == nullptr) return false;
-  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+  for (Isa candidate : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAmx}) {
     if (std::strcmp(name, IsaName(candidate)) == 0) {
       *isa = candidate;
       return true;
@@ -180,7 +208,7 @@ bool ParseIsa(const char* name, Isa* isa) {
   return false;
 }
 
-Isa BestIsa() { return Supported(Isa::kAvx512); }
+Isa BestIsa() { return Supported(Isa::kAmx); }
 
 Isa ActiveIsa() { return IsaSetting().load(std::memory_order_relaxed); }
 
@@ -191,7 +219,8 @@ Isa SetIsa(Isa isa) {
 }
 
 const Avx512Kernels& ActiveAvx512Kernels() {
-  return g_test_avx512 != nullptr ? *g_test_avx512 : NativeAvx512Kernels();
+  if (g_test_avx512 != nullptr) return *g_test_avx512;
+  return ActiveIsa() == Isa::kAmx ? *NativeAmxKernels() : NativeAvx512Kernels();
 }
 
 void SetAvx512KernelsForTesting(const Avx512Kernels* kernels) {

@@ -17,21 +17,25 @@
 namespace tandem::cpu {
 
 // Ordered: each ISA includes the ones before it.
-enum class Isa : uint8_t { kScalar, kAvx2, kAvx512 };
+// kAmx: the AVX-512 kernels, with the batched quantized matmuls on AMX-INT8 tiles.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512, kAmx };
 
 struct Avx512Kernels;
 
-// "scalar", "avx2", "avx512", and back (false for any other name).
+// "scalar", "avx2", "avx512", "amx", and back (false for any other name).
 const char* IsaName(Isa isa);
 bool ParseIsa(const char* name, Isa* isa);
 // Whether this CPU has AVX2, FMA and F16C.
 bool CpuHasAvx2();
 // Whether it also has AVX-512 F, BW, VL, DQ and VNNI (and the OS saves the AVX-512 registers).
 bool CpuHasAvx512();
+// Whether it also has AMX-TILE and AMX-INT8, the OS saves the tile state, and this process was
+// granted its use (the first call asks Linux for it).
+bool CpuHasAmx();
 // The best instruction set this CPU has.
 Isa BestIsa();
 // The instruction set the kernels use: BestIsa(), unless the environment sets TANDEM_CPU_ISA to
-// scalar, avx2 or avx512 (capped at what the CPU has).
+// scalar, avx2, avx512 or amx (capped at what the CPU has).
 Isa ActiveIsa();
 // Forces the kernels onto `isa` (tests use it to cover every path). An ISA the CPU lacks
 // selects the best one below it. Returns the ISA now active. Not to be called while kernels run.
@@ -51,10 +55,10 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
 // Matmul with block-quantized weights (w.cols a multiple of 32; kernels/cpu/quant_matmul.cc).
 // Decode (n < kQuantGemmTokens, or the scalar ISA): activations quantized per 32 into two int8
 // parts, integer dot products. Prefill and batched decode: with AVX-512, panels of 16 rows packed
-// per call with the rows across the lanes and the same int8 products; with AVX2, each thread
-// dequantizes a tile of rows into float32 and runs the float32 GEMM on it (the weights stay
-// quantized in memory; each is decoded once per call instead of once per token group). Matmul
-// calls it.
+// per call with the rows across the lanes and the same int8 products (on AMX tiles with kAmx);
+// with AVX2, each thread dequantizes a tile of rows into float32 and runs the float32 GEMM on it
+// (the weights stay quantized in memory; each is decoded once per call instead of once per token
+// group). Matmul calls it.
 inline constexpr int kQuantGemmTokens = 8;
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool = nullptr);

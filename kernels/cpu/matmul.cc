@@ -218,7 +218,7 @@ void MatmulAvx2(const float* x, const WeightRef& w, const float* bias, float* y,
 void GemmF32Tile(const float* x, const float* w, int64_t rows, int64_t cols, const float* bias,
                  float* y, int64_t ldy, int n) {
   const WeightRef tile{DType::kF32, w, rows, cols};
-  if (ActiveIsa() == Isa::kAvx512) {
+  if (ActiveIsa() >= Isa::kAvx512) {
     return ActiveAvx512Kernels().matmul_rows(x, tile, bias, y, ldy, n, 0, rows);
   }
   GemmRowsAvx2<DType::kF32>(x, tile, bias, y, ldy, n, 0, rows);
@@ -234,7 +234,7 @@ void Matmul(const float* x, const WeightRef& w, const float* bias, float* y, int
   if (IsQuantized(w.dtype)) return QuantizedMatmul(x, w, bias, y, n, pool);
   const Isa isa = ActiveIsa();
   const bool floats = w.dtype == DType::kF32 || w.dtype == DType::kF16 || w.dtype == DType::kBF16;
-  if (isa == Isa::kAvx512 && floats) {
+  if (isa >= Isa::kAvx512 && floats) {
     const Avx512Kernels& k = ActiveAvx512Kernels();
     return ParallelFor(pool, w.rows, RowChunk(n, w.rows, pool), [&](int64_t r0, int64_t r1) {
       k.matmul_rows(x, w, bias, y, w.rows, n, r0, r1);

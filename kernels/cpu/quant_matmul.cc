@@ -21,6 +21,7 @@
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/quant_super.h"
 #include "kernels/cpu/simd.h"
+#include "kernels/cpu/tile_prefetch.h"
 #include "kernels/quant.h"
 
 namespace tandem::cpu {
@@ -30,8 +31,10 @@ constexpr int kGroupTokens = 4;
 constexpr int kTokenBlock = 64;  // tokens whose activations a chunk of rows goes through at once
 // Decode reads rows of a few hundred bytes one after another (576 Q4_0 columns: 324 bytes);
 // the hardware prefetcher, restarting at each short row, leaves the block loads waiting on
-// memory. Prefetching the row this many rows ahead measured about 10% more decode tokens/s
-// (SmolLM2 Q4_0, 2 threads); towards L2 (prefetcht1), as the AVX-512 paths do, a little more.
+// memory. The row this many rows ahead is prefetched towards L2 (prefetcht1), a chunk's share
+// while each chunk computes, as the AVX-512 paths do: all of it at each row's start stalled on
+// the fill buffers (Qwen2.5 1.5B re-typed to Q4_0, 2 threads: 0.57 of the bandwidth roofline
+// against 0.72).
 constexpr int kPrefetchRows = 4;
 
 using quant_blocks::BlockScales;
@@ -112,8 +115,11 @@ TANDEM_AVX2 inline __m256i BytesOf(const uint8_t* row, int64_t k) {
     const bool offset = T == DType::kQ4_1 || T == DType::kQ5_1;
     const bool five = T == DType::kQ5_0 || T == DType::kQ5_1;
     const uint8_t* qs = b + (offset ? 4 : 2) + (five ? 4 : 0);
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-    __m256i q = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(v, 4), v), low4);
+    // The 16 bytes in both halves, the upper half shifted down 4 bits (a 64-bit shift: each
+    // byte's high nibble lands in its low one, and the mask drops what came from the next).
+    const __m256i v =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+    __m256i q = _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), low4);
     if constexpr (five) {
       uint32_t qh;
       std::memcpy(&qh, b + (offset ? 4 : 2), 4);
@@ -149,56 +155,6 @@ TANDEM_AVX2 inline __m256i BytesOf(const uint8_t* row, int64_t k) {
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(h, 2 * quarter), _mm256_set1_epi8(3));
     return _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
   }
-}
-
-// sum(q * qa) as 8 int32 lanes (lanes 0-3: elements [0, 16), 4-7: [16, 32)).
-template <DType T>
-TANDEM_AVX2 inline __m256i IntDot(__m256i q, __m256i qa) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  if constexpr (T == DType::kQ8_0) {  // signed x signed: move the sign onto the activation
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qa, q)),
-                             ones);
-  } else {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, qa), ones);
-  }
-}
-
-// out[t] = row · token t, for NT tokens whose activation blocks start at a[t].
-template <DType T, int NT>
-TANDEM_AVX2 void RowDotsAvx2(const uint8_t* row, const ActBlock* const* a, int64_t blocks,
-                             float* out) {
-  __m256 acc[NT];
-  float offset[NT];
-  for (int t = 0; t < NT; ++t) {
-    acc[t] = _mm256_setzero_ps();
-    offset[t] = 0;
-  }
-  for (int64_t k = 0; k < blocks; ++k) {
-    const __m256i q = BytesOf<T>(row, k);
-    const RawScales r = RawScalesOf<T>(row, k);
-    const BlockScales s = ScalesFrom(r, _cvtsh_ss(r.h0), _cvtsh_ss(r.h1));
-    // One scale for the whole block except Q6_K's two halves.
-    const __m256 scale = T == DType::kQ6_K
-                             ? _mm256_setr_ps(s.s0, s.s0, s.s0, s.s0, s.s1, s.s1, s.s1, s.s1)
-                             : _mm256_set1_ps(s.s0);
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; ++t) {
-      const ActBlock& ab = a[t][k];
-      const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
-      const __m256i ra = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.r));
-      const __m256i dot =
-          _mm256_add_epi32(_mm256_slli_epi32(IntDot<T>(q, qa), 7), IntDot<T>(q, ra));
-      const __m256 scaled = T == DType::kQ6_K ? _mm256_mul_ps(scale, _mm256_set1_ps(ab.unit))
-                                              : _mm256_set1_ps(s.s0 * ab.unit);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scaled, acc[t]);
-      if constexpr (T == DType::kQ6_K) {
-        offset[t] += s.c0 * ab.sum16 + s.c1 * (ab.sum - ab.sum16);
-      } else if constexpr (T != DType::kQ8_0) {
-        offset[t] += s.c0 * ab.sum;
-      }
-    }
-  }
-  for (int t = 0; t < NT; ++t) out[t] = simd::HorizontalSum(acc[t]) + offset[t];
 }
 
 // 32 int32 values (4 vectors, in order) saturated to int8, in order.
@@ -255,35 +211,170 @@ TANDEM_AVX2 void QuantizeActivationsAvx2(const float* x, ActBlock* out, int64_t 
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// AVX2 decode of the 32-element types, eight blocks at a time: each block's two integer dot
+// products are summed to one int32 per block while still integers (a tree of hadds folds eight
+// blocks into one vector), and one conversion and two multiply-adds then scale the eight blocks
+// together, with their weight scales fetched by one gather. Per block, that leaves the byte
+// products and a share of the fold: about two thirds of the instructions of a block scaled on
+// its own.
+
+constexpr int kChunkBlocks = 8;
+
+// A token's activation units and sums, block by block (ActBlock's, gathered once per call so
+// that eight blocks' are one load).
+struct TokenScales {
+  const float* unit;
+  const float* sum;
+};
+
+// 128 * sum(q * qa) + sum(q * ra) of block k as 8 int32 partial sums.
+template <DType T>
+TANDEM_AVX2 inline __m256i BlockIntDot(__m256i q, const ActBlock& ab) {
+  __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.q));
+  __m256i ra = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.r));
+  if constexpr (T == DType::kQ8_0) {  // signed x signed: move the sign onto the activations
+    qa = _mm256_sign_epi8(qa, q);
+    ra = _mm256_sign_epi8(ra, q);
+    q = _mm256_sign_epi8(q, q);
+  }
+  const __m256i hi = _mm256_maddubs_epi16(q, qa), lo = _mm256_maddubs_epi16(q, ra);
+  return _mm256_add_epi32(_mm256_madd_epi16(hi, _mm256_set1_epi16(128)),
+                          _mm256_madd_epi16(lo, _mm256_set1_epi16(1)));
+}
+
+// The sums of v[0..7]'s lanes, in order.
+TANDEM_AVX2 inline __m256i FoldEight(const __m256i v[kChunkBlocks]) {
+  const __m256i g0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i g1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(g0, g1, 0x20),
+                          _mm256_permute2x128_si256(g0, g1, 0x31));
+}
+
+// The weight scales d (and for Q4_1/Q5_1 the minimums m) of blocks [k, k + 8) of a row.
+template <DType T>
+TANDEM_AVX2 inline void ChunkScales(const uint8_t* row, int64_t k, __m256* d, __m256* m) {
+  constexpr int kBytes = static_cast<int>(BlockBytes(T));
+  const __m256i offsets =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(kBytes));
+  // Each block's first 4 bytes: d, then (Q4_1, Q5_1) m, as float16.
+  const __m256i raw =
+      _mm256_i32gather_epi32(reinterpret_cast<const int*>(row + k * kBytes), offsets, 1);
+  const __m256i split = _mm256_permute4x64_epi64(
+      _mm256_shuffle_epi8(
+          raw, _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8,
+                                9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15)),
+      0xD8);
+  *d = _mm256_cvtph_ps(_mm256_castsi256_si128(split));
+  *m = _mm256_cvtph_ps(_mm256_extracti128_si256(split, 1));
+}
+
+// acc[t] += blocks [k, k + 8) of row · token t.
+template <DType T, int NT>
+TANDEM_AVX2 inline void ChunkDots(const uint8_t* row, int64_t k, const ActBlock* const* a,
+                                  const TokenScales* ts, __m256* acc) {
+  __m256i v[NT][kChunkBlocks];
+#pragma GCC unroll 8
+  for (int b = 0; b < kChunkBlocks; ++b) {
+    const __m256i q = BytesOf<T>(row, k + b);
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; ++t) v[t][b] = BlockIntDot<T>(q, a[t][k + b]);
+  }
+  __m256 d, m;
+  ChunkScales<T>(row, k, &d, &m);
+  for (int t = 0; t < NT; ++t) {
+    const __m256 dots = _mm256_cvtepi32_ps(FoldEight(v[t]));
+    const __m256 unit = _mm256_loadu_ps(ts[t].unit + k), sum = _mm256_loadu_ps(ts[t].sum + k);
+    if constexpr (T == DType::kQ4_1 || T == DType::kQ5_1) {  // w = d q + m
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dots, unit), d, _mm256_fmadd_ps(m, sum, acc[t]));
+    } else if constexpr (T == DType::kQ8_0) {
+      acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(dots, unit), d, acc[t]);
+    } else {  // w = d (q - 8) or d (q - 16)
+      const __m256 bias = _mm256_set1_ps(T == DType::kQ4_0 ? -8.0f : -16.0f);
+      acc[t] = _mm256_fmadd_ps(_mm256_fmadd_ps(dots, unit, _mm256_mul_ps(bias, sum)), d, acc[t]);
+    }
+  }
+}
+
+// out[t] = row · token t for NT tokens: whole chunks of 8 blocks, then the last blocks one at a
+// time. A token's result has the same bits whatever NT. `ahead` (or nullptr): a row to bring
+// towards L2 meanwhile, a chunk's share at a time (kernels/cpu/tile_prefetch.h).
+template <DType T, int NT>
+TANDEM_AVX2 void ChunkRowDotsAvx2(const uint8_t* row, const uint8_t* ahead,
+                                  const ActBlock* const* a, const TokenScales* ts, int64_t blocks,
+                                  float* out) {
+  constexpr int64_t kChunkBytes = kChunkBlocks * BlockBytes(T);
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + kChunkBlocks <= blocks; k += kChunkBlocks) {
+    if (ahead != nullptr) PrefetchL2(ahead + k * BlockBytes(T), kChunkBytes);
+    ChunkDots<T, NT>(row, k, a, ts, acc);
+  }
+  if (ahead != nullptr && k < blocks) {
+    PrefetchL2(ahead + k * BlockBytes(T), (blocks - k) * BlockBytes(T));
+  }
+  float tail[NT] = {};
+  for (; k < blocks; ++k) {
+    const __m256i q = BytesOf<T>(row, k);
+    const BlockScales sc = ScalesOf<T>(row, k);
+    for (int t = 0; t < NT; ++t) {
+      const ActBlock& ab = a[t][k];
+      const float dot = static_cast<float>(SumI32(BlockIntDot<T>(q, ab)));
+      tail[t] += sc.s0 * ab.unit * dot + sc.c0 * ab.sum;
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t] = simd::HorizontalSum(acc[t]) + tail[t];
+}
+
 template <DType T>
 TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBlock* acts,
                           const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1) {
+  // The tokens' units and sums, block by block (this thread's copy).
+  thread_local std::vector<float> scales;
+  scales.resize(static_cast<size_t>(2 * n * blocks));
+  std::vector<TokenScales> token_scales(static_cast<size_t>(n));
+  for (int t = 0; t < n; ++t) {
+    float* unit = scales.data() + 2 * t * blocks;
+    float* sum = unit + blocks;
+    for (int64_t k = 0; k < blocks; ++k) {
+      unit[k] = acts[t * blocks + k].unit;
+      sum[k] = acts[t * blocks + k].sum;
+    }
+    token_scales[t] = {unit, sum};
+  }
   for (int tb = 0; tb < n; tb += kTokenBlock) {
     const int te = std::min(n, tb + kTokenBlock);
     for (int64_t r = r0; r < r1; ++r) {
       const uint8_t* row = w + r * row_bytes;
       const float b = bias ? bias[r] : 0.0f;
-      if (r + kPrefetchRows < r1) {
-        const uint8_t* ahead = row + kPrefetchRows * row_bytes;
-        for (int64_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(ahead + off, 0, 2);
-      }
+      // The row kPrefetchRows ahead is brought in while this one computes.
+      const uint8_t* ahead = r + kPrefetchRows < r1 ? row + kPrefetchRows * row_bytes : nullptr;
       for (int t = tb; t < te; t += kGroupTokens) {
         const int nt = std::min(kGroupTokens, te - t);
+        const uint8_t* next = t == tb ? ahead : nullptr;
         const ActBlock* a[kGroupTokens];
-        for (int i = 0; i < kGroupTokens; ++i) a[i] = acts + (t + std::min(i, nt - 1)) * blocks;
+        TokenScales ts[kGroupTokens];
+        for (int i = 0; i < kGroupTokens; ++i) {
+          const int token = t + std::min(i, nt - 1);
+          a[i] = acts + token * blocks;
+          ts[i] = token_scales[token];
+        }
         float out[kGroupTokens];
         switch (nt) {
           case 4:
-            RowDotsAvx2<T, 4>(row, a, blocks, out);
+            ChunkRowDotsAvx2<T, 4>(row, next, a, ts, blocks, out);
             break;
           case 3:
-            RowDotsAvx2<T, 3>(row, a, blocks, out);
+            ChunkRowDotsAvx2<T, 3>(row, next, a, ts, blocks, out);
             break;
           case 2:
-            RowDotsAvx2<T, 2>(row, a, blocks, out);
+            ChunkRowDotsAvx2<T, 2>(row, next, a, ts, blocks, out);
             break;
           default:
-            RowDotsAvx2<T, 1>(row, a, blocks, out);
+            ChunkRowDotsAvx2<T, 1>(row, next, a, ts, blocks, out);
             break;
         }
         for (int i = 0; i < nt; ++i) y[(t + i) * ldy + r] = out[i] + b;
@@ -312,12 +403,14 @@ void RunRows(Isa isa, const WeightRef& w, const ActBlock* acts, const float* bia
   const int threads = pool != nullptr ? pool->num_threads() : 1;
   const int64_t grain = std::max<int64_t>(16, w.rows / (4 * threads));
   ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
-    if (isa == Isa::kAvx512) {
+    if (isa >= Isa::kAvx512) {
       ActiveAvx512Kernels().quant_rows(w, acts, bias, y, w.rows, n, r0, r1);
-    } else if (isa == Isa::kAvx2 && BlockElems(T) == 256) {  // K-quants: a super-block at a time
-      SuperRowsAvx2(data, T, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
     } else if (isa == Isa::kAvx2) {
-      RowsAvx2<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
+      if constexpr (BlockElems(T) == 256) {  // K-quants: a super-block at a time
+        SuperRowsAvx2(data, T, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
+      } else {
+        RowsAvx2<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
+      }
     } else {
       RowsScalar<T>(data, row_bytes, blocks, acts, bias, y, w.rows, n, r0, r1);
     }
@@ -387,7 +480,8 @@ const ActBlock* QuantizeTokens(Isa isa, const float* x, int64_t cols, int n, Thr
   return acts;
 }
 
-// Batched on AVX-512: int8 products, panels of 16 rows (avx512_kernels.inc).
+// Batched on AVX-512: int8 products, panels of 16 rows (avx512_kernels.inc; on AMX tiles with
+// Isa::kAmx, amx_panels.inc).
 void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
   const int64_t blocks = w.cols / kActBlock;
@@ -416,7 +510,7 @@ bool QuantizedMatmulIsInteger(int n) {
 void QuantizedMatmul(const float* x, const WeightRef& w, const float* bias, float* y, int n,
                      ThreadPool* pool) {
   const Isa isa = ActiveIsa();
-  if (n >= kQuantGemmTokens && isa == Isa::kAvx512) {
+  if (n >= kQuantGemmTokens && isa >= Isa::kAvx512) {
     return PanelGemmAvx512(x, w, bias, y, n, pool);
   }
   if (n >= kQuantGemmTokens && isa != Isa::kScalar) {

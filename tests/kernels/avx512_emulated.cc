@@ -38,13 +38,16 @@ std::vector<IsaPath> TestablePaths() {
   // compiled either way (it is what machines without AVX-512 test).
   if (cpu::CpuHasAvx512()) out.push_back({cpu::Isa::kAvx512, false});
   out.push_back({cpu::Isa::kAvx512, true});
+  // AMX tiles (the batched quantized matmuls) have no emulation: natively, where the CPU has them.
+  if (cpu::CpuHasAmx()) out.push_back({cpu::Isa::kAmx, false});
   return out;
 }
 
 std::string PathName(const IsaPath& path) {
-  return std::string(path.isa == cpu::Isa::kScalar ? "Scalar"
-                     : path.isa == cpu::Isa::kAvx2 ? "Avx2"
-                                                   : "Avx512") +
+  return std::string(path.isa == cpu::Isa::kScalar   ? "Scalar"
+                     : path.isa == cpu::Isa::kAvx2   ? "Avx2"
+                     : path.isa == cpu::Isa::kAvx512 ? "Avx512"
+                                                     : "Amx") +
          (path.emulated ? "Emulated" : "");
 }
 

@@ -83,30 +83,39 @@ TEST(IsaTest, SetIsaFallsBackToWhatTheCpuHas) {
   EXPECT_EQ(cpu::SetIsa(cpu::Isa::kScalar), cpu::Isa::kScalar);
   EXPECT_EQ(cpu::ActiveIsa(), cpu::Isa::kScalar);
   EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx2), cpu::CpuHasAvx2() ? cpu::Isa::kAvx2 : cpu::Isa::kScalar);
-  const cpu::Isa best = cpu::CpuHasAvx512() ? cpu::Isa::kAvx512
-                        : cpu::CpuHasAvx2() ? cpu::Isa::kAvx2
-                                            : cpu::Isa::kScalar;
-  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx512), best);
+  const cpu::Isa avx512 = cpu::CpuHasAvx512() ? cpu::Isa::kAvx512
+                          : cpu::CpuHasAvx2() ? cpu::Isa::kAvx2
+                                              : cpu::Isa::kScalar;
+  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx512), avx512);
+  const cpu::Isa best = cpu::CpuHasAmx() ? cpu::Isa::kAmx : avx512;
+  EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAmx), best);
   EXPECT_EQ(cpu::BestIsa(), best);
   EXPECT_TRUE(!cpu::CpuHasAvx512() || cpu::CpuHasAvx2());
-  // With test kernels installed, AVX-512 is selectable on any AVX2 CPU; removing them falls back.
+  EXPECT_TRUE(!cpu::CpuHasAmx() || cpu::CpuHasAvx512());
+  // With test kernels installed, AVX-512 is selectable on any AVX2 CPU (AMX is not: it has no
+  // emulation); removing them falls back.
   if (cpu::CpuHasAvx2()) {
     cpu::SetAvx512KernelsForTesting(&testing_isa::EmulatedAvx512Kernels());
-    EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAvx512), cpu::Isa::kAvx512);
+    EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAmx), cpu::Isa::kAvx512);
     EXPECT_STREQ(cpu::ActiveAvx512Kernels().name, "avx512-emulated");
     cpu::SetAvx512KernelsForTesting(nullptr);
-    EXPECT_EQ(cpu::ActiveIsa(), best);
+    EXPECT_EQ(cpu::ActiveIsa(), avx512);
+  }
+  if (cpu::CpuHasAmx()) {
+    EXPECT_EQ(cpu::SetIsa(cpu::Isa::kAmx), cpu::Isa::kAmx);
+    EXPECT_STREQ(cpu::ActiveAvx512Kernels().name, "amx");
   }
   cpu::SetIsa(saved);
 }
 
 TEST(IsaTest, NamesParse) {
-  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+  for (cpu::Isa isa : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512, cpu::Isa::kAmx}) {
     cpu::Isa parsed = cpu::Isa::kScalar;
     ASSERT_TRUE(cpu::ParseIsa(cpu::IsaName(isa), &parsed));
     EXPECT_EQ(parsed, isa);
   }
   EXPECT_STREQ(cpu::IsaName(cpu::Isa::kAvx512), "avx512");
+  EXPECT_STREQ(cpu::IsaName(cpu::Isa::kAmx), "amx");
   cpu::Isa parsed = cpu::Isa::kAvx2;
   EXPECT_FALSE(cpu::ParseIsa("avx1024", &parsed));
   EXPECT_FALSE(cpu::ParseIsa(nullptr, &parsed));

@@ -149,7 +149,7 @@ TEST_P(QuantMatmulTest, MatchesDequantizedF32AndTheScalarTwin) {
   const bool k_quant = t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
   const std::pair<int64_t, int64_t> shapes[] = {{40, 512}, {42, 512}, {43, k_quant ? 768 : 544}};
   for (const auto& [rows, cols] : shapes)
-    for (int n : {1, 2, 3, 4, 7, 70}) {
+    for (int n : {1, 2, 3, 4, 7, 12, 16, 70}) {
       SCOPED_TRACE(GgmlName(t) + " n=" + std::to_string(n) + " cols=" + std::to_string(cols));
       const std::vector<float> w = Random(rows * cols, 11 + n, 0.05f);
       const std::vector<float> x = Random(n * cols, 19 + n);
