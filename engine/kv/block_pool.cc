@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -14,25 +15,108 @@ std::atomic<BlockHashFunction> g_hash_for_testing{nullptr};
 
 void SetBlockHashForTesting(BlockHashFunction hash) { g_hash_for_testing.store(hash); }
 
+namespace {
+
+// SipHash-2-4 (Aumasson and Bernstein), fed 64-bit little-endian words.
+class SipHash {
+ public:
+  explicit SipHash(const BlockHashKey& key)
+      : v0_(key.k0 ^ 0x736f6d6570736575ull),
+        v1_(key.k1 ^ 0x646f72616e646f6dull),
+        v2_(key.k0 ^ 0x6c7967656e657261ull),
+        v3_(key.k1 ^ 0x7465646279746573ull) {}
+
+  void Word(uint64_t m) {
+    v3_ ^= m;
+    Round();
+    Round();
+    v0_ ^= m;
+    bytes_ += 8;
+  }
+
+  // The last 0-7 bytes (`tail`, little-endian, `n` of them), then the finalization.
+  uint64_t Finish(uint64_t tail, int n) {
+    const uint64_t b = ((bytes_ + static_cast<uint64_t>(n)) << 56) | tail;
+    v3_ ^= b;
+    Round();
+    Round();
+    v0_ ^= b;
+    v2_ ^= 0xff;
+    for (int i = 0; i < 4; ++i) Round();
+    return v0_ ^ v1_ ^ v2_ ^ v3_;
+  }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+  void Round() {
+    v0_ += v1_;
+    v1_ = Rotl(v1_, 13);
+    v1_ ^= v0_;
+    v0_ = Rotl(v0_, 32);
+    v2_ += v3_;
+    v3_ = Rotl(v3_, 16);
+    v3_ ^= v2_;
+    v0_ += v3_;
+    v3_ = Rotl(v3_, 21);
+    v3_ ^= v0_;
+    v2_ += v1_;
+    v1_ = Rotl(v1_, 17);
+    v1_ ^= v2_;
+    v2_ = Rotl(v2_, 32);
+  }
+
+  uint64_t v0_, v1_, v2_, v3_;
+  uint64_t bytes_ = 0;
+};
+
+BlockHashKey RandomKey() {
+  std::random_device rd;
+  auto word = [&rd] { return static_cast<uint64_t>(rd()) << 32 | rd(); };
+  BlockHashKey key;
+  key.k0 = word();
+  key.k1 = word();
+  return key;
+}
+
+}  // namespace
+
+uint64_t SipHash24(const BlockHashKey& key, std::span<const uint8_t> bytes) {
+  SipHash h(key);
+  size_t i = 0;
+  auto le = [&](size_t at, int n) {
+    uint64_t v = 0;
+    for (int j = 0; j < n; ++j) v |= static_cast<uint64_t>(bytes[at + j]) << (8 * j);
+    return v;
+  };
+  for (; i + 8 <= bytes.size(); i += 8) h.Word(le(i, 8));
+  const int rest = static_cast<int>(bytes.size() - i);
+  return h.Finish(le(i, rest), rest);
+}
+
+const BlockHashKey& ProcessBlockHashKey() {
+  static const BlockHashKey key = RandomKey();
+  return key;
+}
+
+uint64_t HashBlockTokens(const BlockHashKey& key, uint64_t parent_hash,
+                         std::span<const int> tokens) {
+  // The message: the parent hash, the token count, then the ids as 32-bit little-endian words.
+  SipHash h(key);
+  h.Word(parent_hash);
+  h.Word(tokens.size());
+  size_t i = 0;
+  for (; i + 2 <= tokens.size(); i += 2) {
+    h.Word(static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) |
+           static_cast<uint64_t>(static_cast<uint32_t>(tokens[i + 1])) << 32);
+  }
+  return i < tokens.size() ? h.Finish(static_cast<uint32_t>(tokens[i]), 4) : h.Finish(0, 0);
+}
+
 uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens) {
   if (BlockHashFunction f = g_hash_for_testing.load(std::memory_order_relaxed)) {
     return f(parent_hash, tokens);
   }
-  // FNV-1a over the parent hash and the token ids, then a final avalanche.
-  uint64_t h = 0xcbf29ce484222325ull ^ parent_hash;
-  auto mix = [&h](uint64_t v) {
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 0x100000001b3ull;
-    }
-  };
-  mix(parent_hash);
-  mix(tokens.size());
-  for (int t : tokens) mix(static_cast<uint32_t>(t));
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
+  return HashBlockTokens(ProcessBlockHashKey(), parent_hash, tokens);
 }
 
 std::vector<uint64_t> PrefixBlockHashes(std::span<const int> tokens, int block_size,

@@ -27,7 +27,20 @@ namespace tandem {
 
 // Content hash of a full block of token ids, chained over the hash of the block before it (0
 // for the first block): equal prefixes give equal hashes (the converse is checked, BlockPool).
+// Keyed: SipHash-2-4 under a key drawn at random when the process starts, so nobody outside it
+// can compute a block's hash, let alone search for two blocks of one hash; no hash leaves the
+// process (the router's prefix routing and each worker's cache hash for themselves).
 uint64_t HashBlockTokens(uint64_t parent_hash, std::span<const int> tokens);
+
+// The key, and the hash under a given one (tests: different keys give different hashes).
+struct BlockHashKey {
+  uint64_t k0 = 0, k1 = 0;
+};
+const BlockHashKey& ProcessBlockHashKey();
+uint64_t HashBlockTokens(const BlockHashKey& key, uint64_t parent_hash,
+                         std::span<const int> tokens);
+// SipHash-2-4 of a byte string (for its reference vectors).
+uint64_t SipHash24(const BlockHashKey& key, std::span<const uint8_t> bytes);
 
 // Tests only: HashBlockTokens becomes `hash` (nullptr: the real one again), e.g. one that makes
 // chosen blocks collide, to show a forged collision plants nothing.

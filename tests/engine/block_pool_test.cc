@@ -86,6 +86,41 @@ TEST(BlockPoolTest, RefCounts) {
   EXPECT_TRUE(pool.NoneInUse());
 }
 
+// The block hash is SipHash-2-4: the reference vectors of its authors' implementation (key
+// 00..0f; the empty message and 00..0e).
+TEST(BlockHashTest, IsSipHash24) {
+  const BlockHashKey key{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
+  EXPECT_EQ(SipHash24(key, {}), 0x726fdb47dd0e0e31ull);
+  std::vector<uint8_t> message(15);
+  for (int i = 0; i < 15; ++i) message[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(SipHash24(key, message), 0xa129ca6149be45e5ull);
+  // A block's message: the parent hash, the count, the ids as 32-bit little-endian words.
+  for (const std::vector<int>& tokens :
+       {std::vector<int>{}, std::vector<int>{7}, std::vector<int>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+    std::vector<uint8_t> bytes;
+    auto put = [&bytes](uint64_t v, int n) {
+      for (int i = 0; i < n; ++i) bytes.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    };
+    put(0x1234567890abcdefull, 8);
+    put(tokens.size(), 8);
+    for (int t : tokens) put(static_cast<uint32_t>(t), 4);
+    EXPECT_EQ(HashBlockTokens(key, 0x1234567890abcdefull, tokens), SipHash24(key, bytes));
+  }
+}
+
+// Keyed: another cluster (another process, another key) hashes the same blocks differently, and
+// this process's key is its own.
+TEST(BlockHashTest, HashesDifferBetweenKeys) {
+  const std::vector<int> tokens = {1, 2, 3, 4};
+  const BlockHashKey a{1, 2}, b{1, 3};
+  EXPECT_EQ(HashBlockTokens(a, 0, tokens), HashBlockTokens(a, 0, tokens));
+  EXPECT_NE(HashBlockTokens(a, 0, tokens), HashBlockTokens(b, 0, tokens));
+  const BlockHashKey& mine = ProcessBlockHashKey();
+  EXPECT_FALSE(mine.k0 == 0 && mine.k1 == 0);
+  EXPECT_EQ(HashBlockTokens(0, tokens), HashBlockTokens(mine, 0, tokens));
+  EXPECT_NE(HashBlockTokens(0, tokens), HashBlockTokens(a, 0, tokens));
+}
+
 TEST(BlockPoolTest, PrefixCacheHitAndLruEviction) {
   BlockPool pool(3);
   const std::vector<int> t1 = {1, 2, 3, 4}, t2 = {5, 6, 7, 8};
