@@ -77,6 +77,50 @@ absl::Status CheckStructuredOutput(const v1::GenerateRequest& req, const Samplin
 
 }  // namespace
 
+absl::StatusOr<std::vector<int>> ValidatePrompt(const std::string* text, const v1::TokenIds* tokens,
+                                                const ModelConfig& config,
+                                                const Tokenizer& tokenizer,
+                                                const IngressLimits& limits,
+                                                const PromptBounds& bounds) {
+  std::vector<int> prompt;
+  if (text != nullptr) {
+    if (text->empty()) return Invalid("text", "must not be empty");
+    if (static_cast<int64_t>(text->size()) > limits.max_text_bytes) {
+      return Invalid("text", absl::StrFormat("%d bytes, more than the %d-byte limit", text->size(),
+                                             limits.max_text_bytes));
+    }
+    if (!ValidUtf8(*text)) return Invalid("text", "is not valid UTF-8");
+    prompt = tokenizer.Encode(*text, /*add_special_tokens=*/true);
+  } else if (tokens != nullptr) {
+    if (tokens->ids().empty()) return Invalid("tokens.ids", "must not be empty");
+    if (tokens->ids_size() > bounds.max_tokens) {
+      return Invalid("tokens.ids", absl::StrFormat("%d tokens; at most %d fit the context",
+                                                   tokens->ids_size(), bounds.max_tokens));
+    }
+    prompt.assign(tokens->ids().begin(), tokens->ids().end());
+    for (int i = 0; i < static_cast<int>(prompt.size()); ++i) {
+      if (prompt[i] < 0 || prompt[i] >= config.vocab_size) {
+        return Invalid("tokens.ids", absl::StrFormat("id %d at index %d is outside [0, %d)",
+                                                     prompt[i], i, config.vocab_size));
+      }
+    }
+  } else {
+    return Invalid("input", "one of text or tokens is required");
+  }
+  const char* field = text != nullptr ? "text" : "tokens.ids";
+  if (static_cast<int>(prompt.size()) < bounds.min_tokens) {
+    return Invalid(field, absl::StrFormat("%d tokens; at least %d are needed", prompt.size(),
+                                          bounds.min_tokens));
+  }
+  if (static_cast<int64_t>(prompt.size()) > bounds.max_tokens) {
+    return Invalid(field,
+                   absl::StrFormat("the prompt is %d tokens; the context length is %d, of which "
+                                   "%d may be prompt",
+                                   prompt.size(), config.max_seq_len, bounds.max_tokens));
+  }
+  return prompt;
+}
+
 absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequest& req,
                                                           const ModelConfig& config,
                                                           const Tokenizer& tokenizer,
@@ -86,36 +130,12 @@ absl::StatusOr<GenerationRequest> ValidateGenerateRequest(const v1::GenerateRequ
                    absl::StrFormat("longer than %d bytes", limits.max_request_id_bytes));
   }
   GenerationRequest out;
-  switch (req.input_case()) {
-    case v1::GenerateRequest::kText: {
-      const std::string& text = req.text();
-      if (text.empty()) return Invalid("text", "must not be empty");
-      if (static_cast<int>(text.size()) > limits.max_text_bytes) {
-        return Invalid("text", absl::StrFormat("longer than %d bytes", limits.max_text_bytes));
-      }
-      if (!ValidUtf8(text)) return Invalid("text", "is not valid UTF-8");
-      out.prompt = tokenizer.Encode(text, /*add_special_tokens=*/true);
-      break;
-    }
-    case v1::GenerateRequest::kTokens:
-      if (req.tokens().ids().empty()) return Invalid("tokens.ids", "must not be empty");
-      out.prompt.assign(req.tokens().ids().begin(), req.tokens().ids().end());
-      for (int i = 0; i < static_cast<int>(out.prompt.size()); ++i) {
-        if (out.prompt[i] < 0 || out.prompt[i] >= config.vocab_size) {
-          return Invalid("tokens.ids", absl::StrFormat("id %d at index %d is outside [0, %d)",
-                                                       out.prompt[i], i, config.vocab_size));
-        }
-      }
-      break;
-    default:
-      return Invalid("input", "one of text or tokens is required");
-  }
-  if (out.prompt.empty()) return Invalid("text", "tokenizes to no tokens");
-  if (static_cast<int64_t>(out.prompt.size()) >= config.max_seq_len) {
-    return Invalid(req.has_tokens() ? "tokens.ids" : "text",
-                   absl::StrFormat("the prompt is %d tokens; the context length is %d",
-                                   out.prompt.size(), config.max_seq_len));
-  }
+  // Room for at least one generated token.
+  absl::StatusOr<std::vector<int>> prompt = ValidatePrompt(
+      req.has_text() ? &req.text() : nullptr, req.has_tokens() ? &req.tokens() : nullptr, config,
+      tokenizer, limits, {.min_tokens = 1, .max_tokens = config.max_seq_len - 1});
+  if (!prompt.ok()) return prompt.status();
+  out.prompt = *std::move(prompt);
   out.sampling = FromProto(req.sampling());
   const SamplingParams& s = out.sampling;
   if (!std::isfinite(s.temperature) || s.temperature < 0) {

@@ -223,38 +223,15 @@ grpc::Status Router::Score(const v1::ScoreRequest& request, absl::Time deadline,
                         absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs,
                                         req->top_logprobs()));
   }
-  std::vector<int> ids;
-  if (req->has_text()) {
-    if (req->text().empty())
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text: must not be empty");
-    if (req->text().size() > static_cast<size_t>(options_.limits.max_text_bytes)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrFormat("text: %d bytes, more than the %d-byte limit",
-                                          req->text().size(), options_.limits.max_text_bytes));
-    }
-    ids = tokenizer_->Encode(req->text(), true);
-  } else if (req->has_tokens()) {
-    if (req->tokens().ids_size() > config_.max_seq_len) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "tokens.ids: longer than the context length");
-    }
-    ids.assign(req->tokens().ids().begin(), req->tokens().ids().end());
-  } else {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "input: one of text or tokens is required");
+  // A score needs a token to predict and one to predict it from.
+  absl::StatusOr<std::vector<int>> prompt = ValidatePrompt(
+      req->has_text() ? &req->text() : nullptr, req->has_tokens() ? &req->tokens() : nullptr,
+      config_, *tokenizer_, options_.limits, {.min_tokens = 2, .max_tokens = config_.max_seq_len});
+  if (!prompt.ok()) {
+    return grpc::Status(static_cast<grpc::StatusCode>(prompt.status().code()),
+                        std::string(prompt.status().message()));
   }
-  if (ids.size() < 2)
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "input: needs at least 2 tokens");
-  if (static_cast<int64_t>(ids.size()) > config_.max_seq_len) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "input: longer than the context length");
-  }
-  for (int t : ids) {
-    if (t < 0 || t >= config_.vocab_size) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          "tokens.ids: id outside the vocabulary");
-    }
-  }
+  const std::vector<int>& ids = *prompt;
   std::optional<std::string> pick;
   {
     std::lock_guard<std::mutex> lock(mu_);

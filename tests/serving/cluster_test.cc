@@ -659,6 +659,28 @@ TEST_F(ClusterTest, TokenizeDetokenizeModelInfoScore) {
   ASSERT_TRUE(c.generation()->Score(&c4, sr, &sresp).ok());
   EXPECT_EQ(sresp.logprobs_size(), 4);
   EXPECT_GT(sresp.perplexity(), 1.0);
+
+  // Score's prompt goes through Generate's validation: the same fields, the same messages.
+  const std::pair<std::function<void(v1::ScoreRequest&)>, std::string> bad[] = {
+      {[](v1::ScoreRequest& r) { r.clear_input(); }, "input: one of text or tokens is required"},
+      {[](v1::ScoreRequest& r) { r.set_text(""); }, "text: must not be empty"},
+      {[](v1::ScoreRequest& r) { r.mutable_tokens()->add_ids(1); },
+       "tokens.ids: 1 tokens; at least 2 are needed"},
+      {[](v1::ScoreRequest& r) {
+         r.mutable_tokens()->add_ids(1);
+         r.mutable_tokens()->add_ids(1 << 20);
+       },
+       "tokens.ids: id 1048576 at index 1 is outside [0, "},
+  };
+  for (const auto& [mutate, message] : bad) {
+    v1::ScoreRequest r;
+    mutate(r);
+    grpc::ClientContext ctx;
+    v1::ScoreResponse out;
+    const grpc::Status st = c.generation()->Score(&ctx, r, &out);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << message;
+    EXPECT_EQ(st.error_message().rfind(message, 0), 0u) << st.error_message();
+  }
 }
 
 }  // namespace
