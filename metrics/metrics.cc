@@ -1,6 +1,7 @@
 #include "metrics/metrics.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <utility>
 
@@ -218,8 +219,28 @@ std::string ModelLabel(std::string_view model_path) {
   return std::string(base);
 }
 
+namespace {
+
+// When this process started, in seconds since the epoch (read once, at the first registry).
+double ProcessStartSeconds() {
+  static const double start =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return start;
+}
+
+}  // namespace
+
 MetricsRegistry::MetricsRegistry(std::string model)
-    : model_(std::move(model)), registry_(std::make_shared<prometheus::Registry>()) {}
+    : model_(std::move(model)), registry_(std::make_shared<prometheus::Registry>()) {
+  // The Prometheus client libraries' own name: a worker restarted (by `tandem up`, Kubernetes
+  // or anything else) is a change of it, which changes(process_start_time_seconds[1h]) counts.
+  prometheus::BuildGauge()
+      .Name("process_start_time_seconds")
+      .Help("Start time of the process since unix epoch in seconds.")
+      .Register(*registry_)
+      .Add({})
+      .Set(ProcessStartSeconds());
+}
 
 prometheus::Labels MetricsRegistry::Labels(const std::string& role) const {
   // model_name: vLLM's label for the same value, so its dashboards' queries select these series.

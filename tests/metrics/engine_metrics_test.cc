@@ -4,6 +4,7 @@
 // from the registry's text exposition, exactly what /metrics serves.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -267,7 +268,15 @@ TEST(MetricsRegistryTest, RolesShareFamiliesAndEverySeriesHasModelAndRole) {
       MetricValue(samples, "tandem_worker_healthy", {{"worker", "w1"}, {"worker_role", "decode"}}),
       1);
   EXPECT_EQ(MetricValue(samples, "tandem_time_to_first_token_seconds_count"), 0);
+  // The process's start time, under the client libraries' name and with no labels (a restart
+  // is a change of it).
+  const double start = MetricValue(samples, "process_start_time_seconds");
+  EXPECT_GT(start, 1.7e9);
+  EXPECT_LE(
+      start,
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   for (const auto& s : samples) {
+    if (s.name == "process_start_time_seconds") continue;
     EXPECT_EQ(s.labels.count("model"), 1u) << s.name;
     EXPECT_EQ(s.labels.count("model_name"), 1u) << s.name;
     EXPECT_EQ(s.labels.count("role"), 1u) << s.name;
