@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -382,6 +383,78 @@ TEST(CliTest, UpRestartsAKilledWorkerAndSurvivesAStoppedOne) {
   EXPECT_TRUE(restarted) << up.Log();
   EXPECT_TRUE(served) << up.Log();
   EXPECT_EQ(Children(up.pid()).size(), 3u);
+  EXPECT_TRUE(up.Stop());
+}
+
+// kill -9 of each worker in turn under `tandem up`, with 20 clients sending greedy completions
+// throughout: every answer is the quiet cluster's, word for word; each worker is back (its
+// restart logged, a request served after it) within 10 s; and clients keep being served.
+TEST(CliTest, UpKeepsTwentyClientsServedThroughKilledWorkers) {
+  testing::TempDir dir;
+  testing::UpCluster up(dir.path() + "/up.log", {});
+  ASSERT_GT(up.pid(), 0);
+  const std::string http = up.WaitForHttp();
+  ASSERT_FALSE(http.empty()) << up.Log();
+  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat", "Lily and Tom",
+                                            "One day a big"};
+  auto body = [](const std::string& prompt) {
+    return R"({"prompt": ")" + prompt + R"(", "max_tokens": 24, "temperature": 0})";
+  };
+  std::vector<std::string> want;
+  for (const std::string& p : prompts) {
+    const testing::HttpReply r = testing::Curl(http, "/v1/completions", body(p));
+    ASSERT_EQ(r.status, 200) << r.body;
+    want.push_back(r.Json()["choices"][0]["text"].get<std::string>());
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> served{0}, wrong{0}, failed{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 20; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = c; !stop.load(); ++i) {
+        const size_t k = static_cast<size_t>(i) % prompts.size();
+        const testing::HttpReply r = testing::Curl(http, "/v1/completions", body(prompts[k]));
+        const nlohmann::json j = r.Json();
+        if (r.status != 200 || !j.is_object()) {
+          ++failed;
+        } else if (j["choices"][0]["text"] != want[k]) {
+          ++wrong;
+        } else {
+          ++served;
+        }
+      }
+    });
+  }
+  for (const std::string role : {"decode", "prefill"}) {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    pid_t victim = -1;
+    for (pid_t child : Children(up.pid())) {
+      if (CommandLine(child).find("--role=" + role) != std::string::npos) victim = child;
+    }
+    ASSERT_GT(victim, 0) << role;
+    const int before = served.load();
+    const auto killed = std::chrono::steady_clock::now();
+    ::kill(victim, SIGKILL);
+    const std::string logged = " (pid " + std::to_string(victim) + ") was killed by signal 9";
+    bool back = false;
+    while (!back && std::chrono::steady_clock::now() - killed < std::chrono::seconds(10)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      back = up.Log().find(logged) != std::string::npos &&
+             testing::Curl(http, "/v1/completions", body(prompts[0])).status == 200;
+    }
+    EXPECT_TRUE(back) << role << " worker not back within 10 s\n" << up.Log();
+    std::printf("%s worker killed: back after %.1f s; %d answers meanwhile\n", role.c_str(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(),
+                served.load() - before);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  std::printf("20 clients: %d answers, %d wrong, %d failed\n", served.load(), wrong.load(),
+              failed.load());
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(served.load(), 40);
+  EXPECT_EQ(Children(up.pid()).size(), 3u) << up.Log();
   EXPECT_TRUE(up.Stop());
 }
 
