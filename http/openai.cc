@@ -69,6 +69,7 @@ constexpr std::string_view kKnownFields[] = {"model",
                                              "logprobs",
                                              "top_logprobs",
                                              "ignore_eos",
+                                             "priority",
                                              "speculative",
                                              "add_generation_prompt",
                                              "chat_template_kwargs",
@@ -273,8 +274,9 @@ absl::Status SetLogprobs(const Json& body, bool chat, v1::SamplingParams* s) {
   return absl::OkStatus();
 }
 
-// stop (one string or a list), ignore_eos and speculative (false: the request opts out of the
-// decode workers' speculative decoding).
+// stop (one string or a list), ignore_eos, speculative (false: the request opts out of the
+// decode workers' speculative decoding) and priority (vLLM's: its place among its tenant's
+// requests waiting for KV room).
 absl::Status SetStop(const Json& body, v1::GenerateRequest* g) {
   if (const Json* v = Field(body, "stop")) {
     if (v->is_string()) {
@@ -297,6 +299,12 @@ absl::Status SetStop(const Json& body, v1::GenerateRequest* g) {
     auto b = GetBool(*v, "speculative");
     if (!b.ok()) return b.status();
     g->set_disable_speculation(!*b);
+  }
+  if (const Json* v = Field(body, "priority")) {
+    auto p = GetInt(*v, "priority", std::numeric_limits<int32_t>::min(),
+                    std::numeric_limits<int32_t>::max());
+    if (!p.ok()) return p.status();
+    g->set_priority(static_cast<int32_t>(*p));
   }
   return absl::OkStatus();
 }

@@ -6,11 +6,14 @@
 
 namespace tandem {
 
-std::optional<uint64_t> AdmissionLine::Join(const std::string& tenant) {
+std::optional<uint64_t> AdmissionLine::Join(const std::string& tenant, int priority) {
   if (waiting() >= max_queued_) return std::nullopt;
-  std::deque<uint64_t>& mine = by_tenant_[tenant];
+  std::deque<Place>& mine = by_tenant_[tenant];
   if (mine.empty()) turns_.push_back(tenant);
-  mine.push_back(next_ticket_);
+  // After every place of the same or a lower priority (tickets only grow: first come first).
+  const auto at = std::upper_bound(mine.begin(), mine.end(), priority,
+                                   [](int p, const Place& q) { return p < q.priority; });
+  mine.insert(at, Place{priority, next_ticket_});
   tenant_of_[next_ticket_] = tenant;
   return next_ticket_++;
 }
@@ -25,8 +28,9 @@ void AdmissionLine::Leave(uint64_t ticket) {
   const std::string tenant = std::move(it->second);
   tenant_of_.erase(it);
   const bool was_front = front() == ticket;
-  std::deque<uint64_t>& mine = by_tenant_.at(tenant);
-  mine.erase(std::find(mine.begin(), mine.end(), ticket));
+  std::deque<Place>& mine = by_tenant_.at(tenant);
+  mine.erase(std::find_if(mine.begin(), mine.end(),
+                          [ticket](const Place& q) { return q.ticket == ticket; }));
   if (mine.empty()) {
     by_tenant_.erase(tenant);
     turns_.erase(std::find(turns_.begin(), turns_.end(), tenant));

@@ -1,5 +1,6 @@
 // Decode admission as a pure data structure: the line that requests wait in for KV room on a
-// decode worker (bounded; fair across tenants, first come first admitted within one), and the
+// decode worker (bounded; fair across tenants, by priority then first come first admitted
+// within one), and the
 // refusal of a request no worker's whole cache can ever hold. No locks, clocks or RPCs: the router
 // holds it under its mutex and looks for room as workers report it
 // (router/generate_transaction.cc); the planner's simulator runs the same line in its event loop
@@ -25,8 +26,9 @@ class AdmissionLine {
   // `max_queued` requests already wait (the caller answers RESOURCE_EXHAUSTED). Tenants (API
   // keys, client addresses; "" for all when the caller does not tell them apart) take turns at
   // the front: a tenant's next request looks for room after one of every other waiting tenant's,
-  // so one tenant's thousand waiting requests put another's behind one of them.
-  std::optional<uint64_t> Join(const std::string& tenant = "");
+  // so one tenant's thousand waiting requests put another's behind one of them. Within a
+  // tenant, a lower `priority` goes first (vLLM's field), then first come first.
+  std::optional<uint64_t> Join(const std::string& tenant = "", int priority = 0);
   // Whether the holder of `ticket` may look for room now: the line is empty, or the ticket is
   // at its front. A request not in line (ticket 0) may look only when nobody waits.
   bool MayLook(uint64_t ticket) const;
@@ -37,13 +39,20 @@ class AdmissionLine {
   int waiting() const { return static_cast<int>(tenant_of_.size()); }
   int max_queued() const { return max_queued_; }
   // The ticket at the front, 0 when nobody waits.
-  uint64_t front() const { return turns_.empty() ? 0 : by_tenant_.at(turns_.front()).front(); }
+  uint64_t front() const {
+    return turns_.empty() ? 0 : by_tenant_.at(turns_.front()).front().ticket;
+  }
 
  private:
+  struct Place {
+    int priority;
+    uint64_t ticket;
+  };
   int max_queued_;
   uint64_t next_ticket_ = 1;
-  std::map<std::string, std::deque<uint64_t>> by_tenant_;  // oldest first; never empty
-  std::deque<std::string> turns_;                          // tenants waiting, next turn first
+  // Per tenant, by priority then age (tickets grow); never empty.
+  std::map<std::string, std::deque<Place>> by_tenant_;
+  std::deque<std::string> turns_;  // tenants waiting, next turn first
   std::unordered_map<uint64_t, std::string> tenant_of_;
 };
 

@@ -126,7 +126,7 @@ grpc::Status GenerateTransaction::RunAttempt() {
 
 grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
   if (a.queued.ticket != 0) return grpc::Status::OK;
-  const std::optional<uint64_t> ticket = r_->line_.Join(call_.tenant);
+  const std::optional<uint64_t> ticket = r_->line_.Join(call_.tenant, req_.priority());
   if (!ticket) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrFormat("no decode worker has room and %d requests are queued "

@@ -103,6 +103,18 @@ TEST_F(OpenAiTest, CompletionFieldsBecomeAGenerateRequest) {
   r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "speculative": false})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->generate.disable_speculation());
+  // vLLM's "priority": the request's place among its tenant's waiting requests.
+  EXPECT_EQ(r->generate.priority(), 0);
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "priority": -5})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.priority(), -5);
+  r = Parse(Endpoint::kChatCompletions,
+            R"({"messages": [{"role": "user", "content": "a"}], "priority": 3})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.priority(), 3);
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "a", "priority": "high"})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("priority"), std::string::npos) << r.status();
   r = Parse(Endpoint::kCompletions, R"({"prompt": ["one"]})");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->generate.text(), "one");

@@ -67,6 +67,28 @@ TEST(AdmissionLineTest, TenantsTakeTurns) {
   EXPECT_TRUE(line.MayLook(0));
 }
 
+// vLLM's priority orders a tenant's own requests (lower first, then first come), never one
+// tenant's ahead of another's turn.
+TEST(AdmissionLineTest, PriorityOrdersWithinATenant) {
+  AdmissionLine line(10);
+  const auto a0 = line.Join("a", 0), a1 = line.Join("a", 5), b0 = line.Join("b", 9);
+  const auto a2 = line.Join("a", -1), a3 = line.Join("a", 5), a4 = line.Join("a", 0);
+  ASSERT_TRUE(a0 && a1 && b0 && a2 && a3 && a4);
+  EXPECT_EQ(line.front(), *a2);  // ahead of its own tenant's older requests
+  line.Leave(*a2);
+  EXPECT_EQ(line.front(), *b0);  // the turn passes to the other tenant whatever the priorities
+  line.Leave(*b0);
+  EXPECT_EQ(line.front(), *a0);
+  line.Leave(*a0);
+  EXPECT_EQ(line.front(), *a4);  // priority 0 after the older priority 0
+  line.Leave(*a4);
+  EXPECT_EQ(line.front(), *a1);  // equal priorities: first come first
+  line.Leave(*a1);
+  EXPECT_EQ(line.front(), *a3);
+  line.Leave(*a3);
+  EXPECT_EQ(line.waiting(), 0);
+}
+
 TEST(AdmissionLineTest, ALineOfZeroRefusesEveryWait) {
   AdmissionLine line(0);
   EXPECT_FALSE(line.Join());
