@@ -494,7 +494,10 @@ void PanelGemmAvx512(const float* x, const WeightRef& w, const float* bias, floa
     bb = buffer.data();
   }
   const int threads = pool != nullptr ? pool->num_threads() : 1;
-  const int64_t grain = std::max<int64_t>(1, w.rows / (4 * threads) / 16) * 16;
+  // On tiles, each call repacks all the tokens' activations (amx_panels.inc): one share of rows
+  // per thread, so that each thread packs them once.
+  const int shares = ActiveIsa() == Isa::kAmx && n >= 16 ? threads : 4 * threads;
+  const int64_t grain = std::max<int64_t>(1, w.rows / shares / 16) * 16;
   ParallelFor(pool, w.rows, grain, [&](int64_t r0, int64_t r1) {
     ActiveAvx512Kernels().quant_gemm_rows(w, acts, bb, bias, y, w.rows, n, r0, r1);
   });
