@@ -332,18 +332,16 @@ TANDEM_AVX2 void ChunkRowDotsAvx2(const uint8_t* row, const uint8_t* ahead,
 template <DType T>
 TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, const ActBlock* acts,
                           const float* bias, float* y, int64_t ldy, int n, int64_t r0, int64_t r1) {
-  // The tokens' units and sums, block by block (this thread's copy).
+  // The tokens' units and sums, block by block (this thread's copy): token t's units at
+  // scales[2 t blocks], its sums right after.
   thread_local std::vector<float> scales;
   scales.resize(static_cast<size_t>(2 * n * blocks));
-  std::vector<TokenScales> token_scales(static_cast<size_t>(n));
   for (int t = 0; t < n; ++t) {
     float* unit = scales.data() + 2 * t * blocks;
-    float* sum = unit + blocks;
     for (int64_t k = 0; k < blocks; ++k) {
       unit[k] = acts[t * blocks + k].unit;
-      sum[k] = acts[t * blocks + k].sum;
+      unit[blocks + k] = acts[t * blocks + k].sum;
     }
-    token_scales[t] = {unit, sum};
   }
   for (int tb = 0; tb < n; tb += kTokenBlock) {
     const int te = std::min(n, tb + kTokenBlock);
@@ -360,7 +358,7 @@ TANDEM_AVX2 void RowsAvx2(const uint8_t* w, int64_t row_bytes, int64_t blocks, c
         for (int i = 0; i < kGroupTokens; ++i) {
           const int token = t + std::min(i, nt - 1);
           a[i] = acts + token * blocks;
-          ts[i] = token_scales[token];
+          ts[i] = {scales.data() + 2 * token * blocks, scales.data() + (2 * token + 1) * blocks};
         }
         float out[kGroupTokens];
         switch (nt) {
