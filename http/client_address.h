@@ -39,8 +39,9 @@ std::string ClientAddress(const HttpRequest& head, const TrustedProxies& proxies
 
 // The tenant a request counts for: with `by_key` (the server checks API keys, so only valid
 // ones get this far) its key's namespace (router/request_id.h CallerNamespace: "key:" and a
-// digest, the same a gRPC call with the key counts for; the key itself is not kept); else, or without the header, "addr:" and ClientAddress. Without API keys a client could
-// name itself a new tenant with every request, so keys count only when they are checked.
+// digest, the same a gRPC call with the key counts for; the key itself is not kept); else, or
+// without the header, "addr:" and ClientAddress. Without API keys a client could name itself a new
+// tenant with every request, so keys count only when they are checked.
 std::string TenantOf(const HttpRequest& head, const TrustedProxies& proxies, bool by_key);
 
 }  // namespace tandem

@@ -10,12 +10,8 @@
 namespace tandem {
 
 namespace {
+
 std::atomic<BlockHashFunction> g_hash_for_testing{nullptr};
-}  // namespace
-
-void SetBlockHashForTesting(BlockHashFunction hash) { g_hash_for_testing.store(hash); }
-
-namespace {
 
 // SipHash-2-4 (Aumasson and Bernstein), fed 64-bit little-endian words.
 class SipHash {
@@ -79,6 +75,8 @@ BlockHashKey RandomKey() {
 }
 
 }  // namespace
+
+void SetBlockHashForTesting(BlockHashFunction hash) { g_hash_for_testing.store(hash); }
 
 uint64_t SipHash24(const BlockHashKey& key, std::span<const uint8_t> bytes) {
   SipHash h(key);
