@@ -151,9 +151,12 @@ struct HttpServer::Impl {
       if (method("POST")) Generate(Endpoint::kChatCompletions, req, w);
     } else if (path == "/v1/responses") {
       if (method("POST")) Generate(Endpoint::kResponses, req, w);
-    } else if (path.starts_with("/v1/responses/") && path.size() > 14 &&
-               path.find('/', 14) == std::string::npos) {
-      if (req.method == "DELETE" || method("GET")) StoredResponse(req, path.substr(14), w);
+    } else if (constexpr std::string_view kStored = "/v1/responses/";
+               path.starts_with(kStored) && path.size() > kStored.size() &&
+               path.find('/', kStored.size()) == std::string::npos) {
+      if (req.method == "DELETE" || method("GET")) {
+        StoredResponse(req, path.substr(kStored.size()), w);
+      }
     } else {
       Reply(w, Error(404, absl::StrFormat("no such endpoint: %s %s", req.method, path)));
     }

@@ -134,13 +134,11 @@ absl::StatusOr<std::string> RequiredString(const Json& item, const char* key,
   return v->get<std::string>();
 }
 
-// `instructions` and `input` as chat messages: the instructions a system message; message items
-// with their role (developer as system) and text; function_call items the assistant's
-// tool_calls (consecutive ones, and one right after an assistant message, join that turn);
-// function_call_output items tool messages naming the call.
-// The chat messages of the request: its instructions (a system message), the stored
-// conversation it continues (`previous`: chat messages, whose calls its function_call_output
-// items may answer), then its input.
+// The request as chat messages: `instructions` a system message; then the stored conversation
+// it continues (`previous`: chat messages, whose calls its function_call_output items may
+// answer); then `input`: message items with their role (developer as system) and text,
+// function_call items the assistant's tool_calls (consecutive ones, and one right after an
+// assistant message, join that turn), function_call_output items tool messages naming the call.
 absl::StatusOr<Json> Messages(const Json& body, const Json& previous) {
   Json messages = Json::array();
   if (const Json* v = Field(body, "instructions")) {
