@@ -100,6 +100,9 @@ struct HttpListener::Impl {
   std::vector<Conn*> finished;     // connections the workers are done with, to close
   std::vector<uint64_t> to_write;  // connections whose outbox has new bytes
   bool workers_stop = false;
+  // Responses begun and not finished (by their handlers or, when held, their holders).
+  int open_responses = 0;
+  std::condition_variable responses_cv;
 
   ~Impl() {
     if (listen_fd >= 0) ::close(listen_fd);
@@ -382,7 +385,7 @@ struct HttpListener::Impl {
 
   void Dispatch(Conn* c, HttpRequest request) {
     request.peer = c->peer;
-    Unwatch(c);
+    Watch(c, EPOLLRDHUP);  // a client that leaves fails its outbox: its request is cancelled
     OutboxLimits limits;
     limits.max_bytes = options.response_buffer_bytes;
     limits.max_total = options.max_response_bytes;
@@ -475,7 +478,7 @@ struct HttpListener::Impl {
           continue;
         }
         case SecureSocket::Io::kWantWrite:
-          Watch(c, EPOLLOUT);
+          Watch(c, flushing ? EPOLLOUT : EPOLLOUT | EPOLLRDHUP);
           return;
         case SecureSocket::Io::kWantRead:  // TLS: the write needs the peer's bytes first
           Watch(c, EPOLLIN);
@@ -485,7 +488,8 @@ struct HttpListener::Impl {
       }
     }
     if (!flushing) {
-      Unwatch(c);  // the handler's next bytes come with a notice (to_write)
+      // The handler's next bytes come with a notice (to_write); meanwhile a close is watched.
+      if (!out.failed()) Watch(c, EPOLLRDHUP);
     } else if (out.failed()) {
       Close(c);
     } else {
@@ -527,6 +531,7 @@ struct HttpListener::Impl {
     std::vector<Conn*> late;
     for (auto& [id, c] : conns) {
       if (c->phase != Conn::Phase::kDispatched && now > c->deadline) late.push_back(c.get());
+      if (c->phase == Conn::Phase::kDispatched) c->out->Judge(now);
     }
     for (Conn* c : late) Close(c);
   }
@@ -554,6 +559,11 @@ struct HttpListener::Impl {
           Handshake(c);
         } else if (c->phase == Conn::Phase::kReading) {
           Read(c);
+        } else if (c->phase == Conn::Phase::kDispatched &&
+                   (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+          // The client left while its request is served: the handler hears it as an event.
+          Unwatch(c);
+          c->out->Fail("the client closed its connection");
         } else {
           Flush(c);
         }
@@ -597,20 +607,32 @@ struct HttpListener::Impl {
         if (workers_stop) return;
         w = *queue.Pop();
       }
-      HttpResponseWriter writer(w.conn->out, w.conn->sock->fd(),
-                                w.request.KeepAlive() && !stop.load());
-      handler(w.request, writer);
-      if (!writer.started()) {
-        writer.Send(500, "application/json", on_error(500, "the handler sent no response"));
-      }
-      w.request = HttpRequest();  // freed before the loop uncharges it
-      const bool reuse = writer.keep_alive_ && !writer.failed_ && writer.ended_;
+      std::shared_ptr<HttpResponseWriter> writer(new HttpResponseWriter(
+          w.conn->out, w.conn->sock->fd(), w.request.KeepAlive() && !stop.load()));
+      Conn* conn = w.conn;
+      writer->finish_ = [this, conn](HttpResponseWriter& done) { Finish(conn, done); };
       {
         std::lock_guard<std::mutex> lock(mu);
-        (reuse ? returned : finished).push_back(w.conn);
+        ++open_responses;
       }
-      Wake();
+      handler(w.request, *writer);
+      w.request = HttpRequest();             // freed before the loop uncharges it
+      if (!writer->held_) writer->Finish();  // else its holder finishes it
     }
+  }
+
+  // The end of a response: the connection goes back to the loop.
+  void Finish(Conn* conn, HttpResponseWriter& w) {
+    if (!w.started()) {
+      w.Send(500, "application/json", on_error(500, "the handler sent no response"));
+    }
+    const bool reuse = w.keep_alive_ && !w.failed_ && w.ended_;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      (reuse ? returned : finished).push_back(conn);
+      if (--open_responses == 0) responses_cv.notify_all();
+    }
+    Wake();
   }
 };
 
@@ -627,6 +649,11 @@ HttpListener::~HttpListener() {
   }
   impl_->work_cv.notify_all();
   for (std::thread& t : impl_->workers) t.join();
+  {
+    // Held responses end once their outboxes failed (every one did as the loop stopped).
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->responses_cv.wait(lock, [&] { return impl_->open_responses == 0; });
+  }
   impl_->conns.clear();
 }
 

@@ -34,6 +34,7 @@
 #ifndef TANDEM_HTTP_HTTP_LISTENER_H_
 #define TANDEM_HTTP_HTTP_LISTENER_H_
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -105,8 +106,9 @@ struct HttpListenerOptions {
 };
 
 // One response, written by a handler into its connection's outbox (http/response_outbox.h);
-// the event loop writes it to the socket. Not thread-safe: one handler writes it.
-class HttpResponseWriter {
+// the event loop writes it to the socket. Not thread-safe: one writer at a time (a handler, or
+// whoever holds it after the handler returned).
+class HttpResponseWriter : public std::enable_shared_from_this<HttpResponseWriter> {
  public:
   // A whole response with Content-Length (taken at once, whatever its size).
   bool Send(int status, std::string_view content_type, std::string_view body,
@@ -117,7 +119,18 @@ class HttpResponseWriter {
   bool StartStream(int status, std::string_view content_type,
                    const std::vector<std::pair<std::string, std::string>>& headers = {});
   bool Write(std::string_view data);
+  // Write without waiting: the piece is taken, then `room(true)` runs when the next may be
+  // written (at once if it may), `room(false)` once the client is gone or reads too slowly.
+  // False, taking nothing, when the stream has failed or was not started.
+  bool WriteThen(std::string_view data, std::function<void(bool)> room);
   bool End();
+  // Runs `fn` once if the client goes away while the response is made (its connection closes
+  // or fails, or it reads too slowly): an event, for a response made without a thread.
+  void OnClientGone(std::function<void()> fn);
+  // Keeps the response open after the handler returns, without its thread: it is finished when
+  // the holder calls Release (from any thread), as if the handler had returned then.
+  std::shared_ptr<HttpResponseWriter> Hold();
+  void Release();
   // Whether the client closed its side, the connection failed or the client reads too slowly.
   bool ClientGone() const;
   bool started() const { return started_; }
@@ -126,6 +139,8 @@ class HttpResponseWriter {
   friend class HttpListener;
   HttpResponseWriter(std::shared_ptr<ResponseOutbox> out, int fd, bool keep_alive)
       : out_(std::move(out)), fd_(fd), keep_alive_(keep_alive) {}
+  // The listener's end of the response (once): a 500 if nothing was sent, the connection back.
+  void Finish();
   bool WriteRaw(std::string_view a, std::string_view b = {}, bool wait_for_room = true);
   std::string Head(int status, std::string_view content_type,
                    const std::vector<std::pair<std::string, std::string>>& headers);
@@ -137,6 +152,9 @@ class HttpResponseWriter {
   bool streaming_ = false;
   bool ended_ = false;
   bool failed_ = false;
+  bool held_ = false;
+  std::function<void(HttpResponseWriter&)> finish_;  // set by the listener
+  std::atomic<bool> finished_{false};
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponseWriter&)>;

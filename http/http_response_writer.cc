@@ -105,6 +105,34 @@ bool HttpResponseWriter::Write(std::string_view data) {
   return WriteRaw(framed);
 }
 
+bool HttpResponseWriter::WriteThen(std::string_view data, std::function<void(bool)> room) {
+  if (!streaming_ || ended_ || failed_) return false;
+  std::string framed = absl::StrFormat("%x\r\n", data.size());
+  framed.append(data);
+  framed += "\r\n";
+  if (data.empty()) framed.clear();
+  if (!out_->PushThen(framed, {}, std::move(room))) {
+    failed_ = true;
+    return false;
+  }
+  return true;
+}
+
+void HttpResponseWriter::OnClientGone(std::function<void()> fn) { out_->OnFail(std::move(fn)); }
+
+std::shared_ptr<HttpResponseWriter> HttpResponseWriter::Hold() {
+  held_ = true;
+  return shared_from_this();
+}
+
+void HttpResponseWriter::Release() { Finish(); }
+
+void HttpResponseWriter::Finish() {
+  if (finished_.exchange(true)) return;
+  out_->OnFail(nullptr);
+  if (finish_) finish_(*this);
+}
+
 bool HttpResponseWriter::End() {
   if (!streaming_ || ended_) return false;
   ended_ = true;

@@ -4,7 +4,6 @@
 #include <mutex>
 #include <optional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -12,6 +11,7 @@
 #include "formats/mapped_file.h"
 #include "http/http_listener.h"
 #include "http/responses.h"
+#include "router/async.h"
 #include "router/request_id.h"
 #include "router/router.h"
 #include "security/secure_socket.h"
@@ -350,14 +350,115 @@ struct HttpServer::Impl {
     }
   }
 
-  // The generation runs on this handler's thread: the client's bytes are already all here,
-  // and a streaming answer is written as the router produces it.
+  // One generation request once its choices run: held without a thread (the response outlives
+  // the handler, HttpResponseWriter::Hold), each choice its own request through the router (a
+  // coroutine, Router::StartGenerate). Their messages meet in the builder (and the stream) under
+  // `mu`. A client that goes away, and one failing choice, fire `gone`, which cancels them all:
+  // the request fails as a whole.
+  struct Generation {
+    Impl* impl = nullptr;
+    openai::Request request;
+    std::unique_ptr<openai::AnswerBuilder> answer;
+    openai::ResponsesBuilder* responses_answer = nullptr;
+    std::string scope;
+    std::shared_ptr<HttpResponseWriter> w;
+    std::shared_ptr<async::Signal> gone = std::make_shared<async::Signal>();
+    std::mutex mu;
+    std::vector<grpc::Status> statuses;
+    int running = 0;
+
+    // Choice `index`'s message: its events into the stream (or the whole answer).
+    void Write(int index, const v1::GenerateResponse& m, std::function<void(bool)> done) {
+      std::lock_guard<std::mutex> lock(mu);
+      std::string events;
+      try {
+        events = answer->Add(index, m);
+      } catch (const std::exception& e) {
+        // A bug, not the client's fault: this request fails, the server keeps serving.
+        statuses[index] = grpc::Status(grpc::StatusCode::INTERNAL,
+                                       absl::StrFormat("internal error: %s", e.what()));
+        done(false);
+        return;
+      }
+      if (!request.stream) return done(true);
+      // Errors before the first token (validation, no capacity, ...) get their HTTP status;
+      // once the stream has started they end it as an error event.
+      if (!w->started() &&
+          !w->StartStream(200, "text/event-stream",
+                          {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
+        return done(false);
+      }
+      if (events.empty()) return done(true);
+      if (!w->WriteThen(events, done)) done(false);
+    }
+
+    void Done(int index, const grpc::Status& s) {
+      bool last;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (statuses[index].ok()) statuses[index] = s;
+        last = --running == 0;
+      }
+      if (!s.ok()) gone->Fire();  // the others are cancelled
+      if (last) Finish();
+    }
+
+    // Every choice has ended: the response's end, then the connection goes back.
+    void Finish() {
+      // The error to report: the first choice that failed for its own reason (the others were
+      // cancelled because of it).
+      grpc::Status s = grpc::Status::OK;
+      for (const grpc::Status& st : statuses) {
+        if (st.ok()) continue;
+        if (s.ok() || (s.error_code() == grpc::StatusCode::CANCELLED &&
+                       st.error_code() != grpc::StatusCode::CANCELLED)) {
+          s = st;
+        }
+      }
+      const int total = static_cast<int>(statuses.size());
+      if (s.ok() && responses_answer != nullptr && request.store) {
+        impl->responses.Put(scope, responses_answer->id(), responses_answer->ToStore(),
+                            absl::Now());
+      }
+      if (s.ok() && impl->metrics) {
+        // vLLM's request_params_n: once per prompt (vLLM makes a request of each).
+        for (int p = 0; p * request.best_of < total; ++p) {
+          impl->metrics->request_params_n.Observe(request.n);
+        }
+      }
+      if (!request.stream) {
+        if (!s.ok()) {
+          Reply(*w, openai::ToApiError(s, &request));
+        } else {
+          w->Send(200, "application/json", answer->Body());
+        }
+      } else if (!w->started()) {
+        Reply(*w, openai::ToApiError(s, &request));
+      } else {
+        const std::string tail =
+            s.ok() ? answer->StreamEnd() : answer->StreamFailure(openai::ToApiError(s, &request));
+        // The stream's end, without waiting for a slow client's room on this thread.
+        auto end = [w = w](bool room) {
+          if (room) w->End();
+          w->Release();
+        };
+        if (!w->WriteThen(tail, end)) w->Release();
+        return;
+      }
+      w->Release();
+    }
+  };
+
+  // Parsing, tokenizing and prompt scoring run on this handler's thread (the client's bytes are
+  // already all here); the choices then run without it, and the thread serves the next request.
   void Generate(Endpoint endpoint, const HttpRequest& req, HttpResponseWriter& w) {
     // A client that left while its request waited or was parsed costs no more work.
     auto gone = [&w] { return w.ClientGone(); };
-    const std::string scope = StoreScope(req);
+    auto gen = std::make_shared<Generation>();
+    gen->impl = this;
+    gen->scope = StoreScope(req);
     auto previous = [&](const std::string& id) -> std::optional<nlohmann::ordered_json> {
-      std::optional<openai::StoredResponse> r = responses.Get(scope, id, absl::Now());
+      std::optional<openai::StoredResponse> r = responses.Get(gen->scope, id, absl::Now());
       if (!r) return std::nullopt;
       return std::move(r->messages);
     };
@@ -369,14 +470,13 @@ struct HttpServer::Impl {
       Reply(w, openai::ToApiError(parsed.status(), nullptr));
       return;
     }
-    const openai::Request& request = *parsed;
+    gen->request = *std::move(parsed);
+    const openai::Request& request = gen->request;
     const int64_t created = absl::ToUnixSeconds(absl::Now());
-    std::unique_ptr<openai::AnswerBuilder> answer;
-    openai::ResponsesBuilder* responses_answer = nullptr;
     if (endpoint == Endpoint::kResponses) {
       auto r = std::make_unique<openai::ResponsesBuilder>(request, model, created);
-      responses_answer = r.get();
-      answer = std::move(r);
+      gen->responses_answer = r.get();
+      gen->answer = std::move(r);
     } else {
       auto completions = std::make_unique<openai::ResponseBuilder>(request, model, created);
       if (request.echo_logprobs || request.prompt_logprobs >= 0 || request.score_only) {
@@ -389,72 +489,25 @@ struct HttpServer::Impl {
           return AnswerPromptOnly(request, prompt_tokens, *completions, w);
         }
       }
-      answer = std::move(completions);
+      gen->answer = std::move(completions);
     }
-    openai::AnswerBuilder& builder = *answer;
-    // Every choice is its own generation through the router, the first on this thread and the
-    // others on their own; their messages meet in the builder (and the stream) under `mu`. One
-    // failing choice cancels the others: the request fails as a whole.
-    std::recursive_mutex mu;
-    std::atomic<bool> failed{false};
-    auto run = [&](int index) -> grpc::Status {
-      StreamCall call = MakeCall();
-      call.tenant = req.tenant;
-      call.cancelled = [&] {
-        std::lock_guard<std::recursive_mutex> lock(mu);
-        return stopping.load() || failed.load() || w.ClientGone();
-      };
-      call.write = [&, index](const v1::GenerateResponse& m) {
-        std::lock_guard<std::recursive_mutex> lock(mu);
-        const std::string events = builder.Add(index, m);
-        if (!request.stream) return true;
-        // Errors before the first token (validation, no capacity, ...) get their HTTP status;
-        // once the stream has started they end it as an error event.
-        if (!w.started() &&
-            !w.StartStream(200, "text/event-stream",
-                           {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}})) {
-          return false;
-        }
-        return events.empty() || w.Write(events);
-      };
-      grpc::Status s = router->GenerateStream(request.choices[index], call);
-      if (!s.ok()) failed = true;
-      return s;
-    };
     const int total = static_cast<int>(request.choices.size());
-    std::vector<grpc::Status> statuses(total);
-    std::vector<std::thread> others;
-    for (int i = 1; i < total; ++i) others.emplace_back([&, i] { statuses[i] = run(i); });
-    statuses[0] = run(0);
-    for (std::thread& t : others) t.join();
-    // The error to report: the first choice that failed for its own reason (the others were
-    // cancelled because of it).
-    grpc::Status s = grpc::Status::OK;
-    for (const grpc::Status& st : statuses) {
-      if (st.ok()) continue;
-      if (s.ok() || (s.error_code() == grpc::StatusCode::CANCELLED &&
-                     st.error_code() != grpc::StatusCode::CANCELLED)) {
-        s = st;
-      }
+    gen->statuses.assign(total, grpc::Status::OK);
+    gen->running = total;
+    gen->w = w.Hold();
+    if (stopping) gen->gone->Fire();
+    w.OnClientGone([g = gen->gone] { g->Fire(); });
+    for (int i = 0; i < total; ++i) {
+      AsyncCall call;
+      call.deadline = MakeCall().deadline;
+      call.tenant = req.tenant;
+      call.gone = gen->gone;
+      call.write = [gen, i](const v1::GenerateResponse& m, std::function<void(bool)> done) {
+        gen->Write(i, m, std::move(done));
+      };
+      router->StartGenerate(request.choices[i], std::move(call),
+                            [gen, i](grpc::Status s) { gen->Done(i, s); });
     }
-    if (s.ok() && responses_answer != nullptr && request.store) {
-      responses.Put(scope, responses_answer->id(), responses_answer->ToStore(), absl::Now());
-    }
-    if (s.ok() && metrics) {
-      // vLLM's request_params_n: once per prompt (vLLM makes a request of each).
-      for (int p = 0; p * request.best_of < total; ++p) {
-        metrics->request_params_n.Observe(request.n);
-      }
-    }
-    if (!request.stream) {
-      if (!s.ok()) return Reply(w, openai::ToApiError(s, &request));
-      w.Send(200, "application/json", builder.Body());
-      return;
-    }
-    if (!w.started()) return Reply(w, openai::ToApiError(s, &request));
-    const std::string tail =
-        s.ok() ? builder.StreamEnd() : builder.StreamFailure(openai::ToApiError(s, &request));
-    if (w.Write(tail)) w.End();
   }
 };
 

@@ -28,8 +28,8 @@ class Router;
 
 struct HttpServerOptions {
   std::string host = "127.0.0.1";
-  int port = 0;      // 0: pick a free port
-  int threads = 64;  // requests served at once (a stream holds one while it produces)
+  int port = 0;     // 0: pick a free port
+  int threads = 8;  // requests parsed and tokenized at once (a generation's stream holds none)
   // GET /metrics: the router's Prometheus registry on this port, as vLLM serves it (behind the
   // API keys when the router has them). Off by default: it names workers and their load.
   bool serve_metrics = false;

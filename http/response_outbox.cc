@@ -18,9 +18,40 @@ bool ResponseOutbox::FullLocked() const {
          (unwritten_ > 0 && total_->load(std::memory_order_relaxed) > limits_.max_total);
 }
 
-void ResponseOutbox::FailLocked(std::string why) {
-  if (failure_.empty()) failure_ = std::move(why);
+std::function<void()> ResponseOutbox::FailLocked(std::string why) {
+  if (!failure_.empty()) return nullptr;
+  failure_ = std::move(why);
   room_.notify_all();
+  std::function<void()> wake = WakeWaitersLocked(false);
+  std::function<void()> hook = std::exchange(on_fail_, nullptr);
+  return [wake = std::move(wake), hook = std::move(hook)] {
+    if (wake) wake();
+    if (hook) hook();
+  };
+}
+
+std::function<void()> ResponseOutbox::WakeWaitersLocked(bool ok) {
+  if (waiters_.empty()) return nullptr;
+  return [waiters = std::exchange(waiters_, {}), ok] {
+    for (const auto& w : waiters) w(ok);
+  };
+}
+
+std::string ResponseOutbox::JudgeLocked(absl::Time start, size_t taken_before,
+                                        absl::Time now) const {
+  if (now - last_progress_ >= limits_.stall_timeout) {
+    return absl::StrFormat("the client took no byte of its response for %s",
+                           absl::FormatDuration(limits_.stall_timeout));
+  }
+  const absl::Duration waited = now - start;
+  if (waited >= limits_.grace &&
+      static_cast<double>(taken_ - taken_before) <
+          static_cast<double>(limits_.min_bytes_per_second) * absl::ToDoubleSeconds(waited)) {
+    return absl::StrFormat(
+        "the client read its response slower than %d bytes/s with %d bytes waiting",
+        limits_.min_bytes_per_second, unwritten_);
+  }
+  return "";
 }
 
 bool ResponseOutbox::Push(std::string_view a, std::string_view b, bool wait_for_room) {
@@ -31,19 +62,10 @@ bool ResponseOutbox::Push(std::string_view a, std::string_view b, bool wait_for_
     const size_t taken_before = taken_;
     while (FullLocked()) {
       if (!failure_.empty()) return false;
-      const absl::Time now = absl::Now();
-      if (now - last_progress_ >= limits_.stall_timeout) {
-        FailLocked(absl::StrFormat("the client took no byte of its response for %s",
-                                   absl::FormatDuration(limits_.stall_timeout)));
-        return false;
-      }
-      const absl::Duration waited = now - start;
-      if (waited >= limits_.grace &&
-          static_cast<double>(taken_ - taken_before) <
-              static_cast<double>(limits_.min_bytes_per_second) * absl::ToDoubleSeconds(waited)) {
-        FailLocked(absl::StrFormat(
-            "the client read its response slower than %d bytes/s with %d bytes waiting",
-            limits_.min_bytes_per_second, unwritten_));
+      if (std::string why = JudgeLocked(start, taken_before, absl::Now()); !why.empty()) {
+        std::function<void()> after = FailLocked(std::move(why));
+        lock.unlock();
+        if (after) after();
         return false;
       }
       room_.wait_for(lock, std::chrono::milliseconds(50));
@@ -65,6 +87,52 @@ bool ResponseOutbox::Push(std::string_view a, std::string_view b, bool wait_for_
   return true;
 }
 
+bool ResponseOutbox::PushThen(std::string_view a, std::string_view b,
+                              std::function<void(bool)> room) {
+  if (!Push(a, b, /*wait_for_room=*/false)) return false;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!failure_.empty()) {
+    lock.unlock();
+    room(false);
+    return true;
+  }
+  if (!FullLocked()) {
+    lock.unlock();
+    room(true);
+    return true;
+  }
+  if (waiters_.empty()) {
+    wait_start_ = absl::Now();
+    taken_at_wait_ = taken_;
+  }
+  waiters_.push_back(std::move(room));
+  return true;
+}
+
+void ResponseOutbox::OnFail(std::function<void()> fn) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (failure_.empty() || !fn) {
+    on_fail_ = std::move(fn);
+    return;
+  }
+  lock.unlock();
+  fn();
+}
+
+void ResponseOutbox::Judge(absl::Time now) {
+  std::function<void()> after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (waiters_.empty() || !failure_.empty()) return;
+    if (!FullLocked()) {
+      after = WakeWaitersLocked(true);  // room made by other connections' bytes leaving
+    } else if (std::string why = JudgeLocked(wait_start_, taken_at_wait_, now); !why.empty()) {
+      after = FailLocked(std::move(why));
+    }
+  }
+  if (after) after();
+}
+
 std::string ResponseOutbox::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;
@@ -84,22 +152,31 @@ std::string_view ResponseOutbox::Front() {
 
 void ResponseOutbox::Consumed(size_t n, absl::Time now) {
   if (n == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  front_offset_ += n;
-  unwritten_ -= n;
-  taken_ += n;
-  total_->fetch_sub(n, std::memory_order_relaxed);
-  last_progress_ = now;
-  if (front_offset_ >= pieces_.front().size()) {
-    pieces_.pop_front();
-    front_offset_ = 0;
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    front_offset_ += n;
+    unwritten_ -= n;
+    taken_ += n;
+    total_->fetch_sub(n, std::memory_order_relaxed);
+    last_progress_ = now;
+    if (front_offset_ >= pieces_.front().size()) {
+      pieces_.pop_front();
+      front_offset_ = 0;
+    }
+    room_.notify_all();
+    if (!FullLocked()) wake = WakeWaitersLocked(true);
   }
-  room_.notify_all();
+  if (wake) wake();
 }
 
 void ResponseOutbox::Fail(std::string why) {
-  std::lock_guard<std::mutex> lock(mu_);
-  FailLocked(std::move(why));
+  std::function<void()> after;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    after = FailLocked(std::move(why));
+  }
+  if (after) after();
 }
 
 size_t ResponseOutbox::unwritten() const {

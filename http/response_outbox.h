@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -46,6 +47,14 @@ class ResponseOutbox {
   // Appends `a` then `b`. A streamed piece (`wait_for_room`) first waits for room as above.
   // False, taking nothing, once the outbox has failed.
   bool Push(std::string_view a, std::string_view b, bool wait_for_room);
+  // Appends `a` then `b` without waiting (false, taking nothing, once failed), then calls
+  // `room(true)` when the outbox has room for another piece (at once if it has) or `room(false)`
+  // once it fails: a producer that holds no thread sends its next piece after `room`. A waiting
+  // producer is judged by the same rate rule (Judge, from the consumer).
+  bool PushThen(std::string_view a, std::string_view b, std::function<void(bool)> room);
+  // Runs `fn` once when the outbox fails (at once if it has), e.g. to cancel the request whose
+  // response it carries; nullptr clears it.
+  void OnFail(std::function<void()> fn);
   // Why the outbox failed ("" while it has not): the client went away or read too slowly.
   std::string failure() const;
   bool failed() const;
@@ -57,11 +66,19 @@ class ResponseOutbox {
   void Consumed(size_t n, absl::Time now);
   // The connection failed or closed: every waiting and later Push fails.
   void Fail(std::string why);
+  // The rate rule for producers waiting on PushThen, judged at `now` (the consumer calls it a few
+  // times a second): the outbox fails when they waited past the grace with too few bytes taken.
+  void Judge(absl::Time now);
   size_t unwritten() const;
 
  private:
   bool FullLocked() const;
-  void FailLocked(std::string why);
+  // Fails the outbox; returns what must run without the lock (the waiters and the fail hook).
+  [[nodiscard]] std::function<void()> FailLocked(std::string why);
+  // Whether a wait that began at `start` with `taken_before` bytes taken breaks the rate rule at
+  // `now`: why, or "".
+  std::string JudgeLocked(absl::Time start, size_t taken_before, absl::Time now) const;
+  std::function<void()> WakeWaitersLocked(bool ok);
 
   const OutboxLimits limits_;
   std::atomic<size_t>* const total_;
@@ -74,6 +91,10 @@ class ResponseOutbox {
   size_t taken_ = 0;  // bytes written over the outbox's life
   absl::Time last_progress_;
   std::string failure_;
+  std::vector<std::function<void(bool)>> waiters_;  // PushThen's, until room or failure
+  absl::Time wait_start_;                           // since when waiters_ wait
+  size_t taken_at_wait_ = 0;
+  std::function<void()> on_fail_;
 };
 
 }  // namespace tandem

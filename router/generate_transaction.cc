@@ -13,6 +13,10 @@ namespace {
 
 double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 
+// A waiter for workers, and the front of the line waiting for room, look again at least this
+// often: an ejected worker comes back, and a silent one turns unhealthy, by the clock alone.
+constexpr absl::Duration kRecheck = absl::Milliseconds(100);
+
 // Whether a failed attempt may be resumed on other workers: the fault was a worker's or the
 // KV transfer's, not the request's.
 bool Resumable(const grpc::Status& s) {
@@ -53,20 +57,22 @@ GenerateTransaction::~GenerateTransaction() {
   {
     std::lock_guard<std::mutex> lock(r_->mu_);
     r_->in_flight_.erase(request_id_);
+    r_->NotifyLocked();  // its room is free
   }
-  r_->room_cv_.notify_all();
+  if (watch_) r_->Unwatch(&*watch_);
 }
 
-grpc::Status GenerateTransaction::Run() {
-  if (grpc::Status s = Begin(); !s.ok()) return s;
+async::Task<grpc::Status> GenerateTransaction::Run() {
+  if (grpc::Status s = Begin(); !s.ok()) co_return s;
   for (int resumes = 0;; ++resumes) {
-    grpc::Status s = RunAttempt();
+    grpc::Status s = co_await RunAttempt();
     if (s.ok()) {
       RecordSuccess();
-      return s;
+      co_return s;
     }
     grpc::Status final_status;
-    if (!PrepareResume(s, resumes, &final_status)) return final_status;
+    const bool resume = co_await PrepareResume(s, resumes, &final_status);
+    if (!resume) co_return final_status;
   }
 }
 
@@ -101,15 +107,16 @@ grpc::Status GenerateTransaction::Begin() {
     in_flight_ = true;
   }
   phase_.emplace(r_->metrics_);
-  watcher_.emplace(r_->cancel_hub_.get(), call_.cancelled);
+  watch_.emplace(call_.gone);
+  r_->Watch(&*watch_);
   detok_.emplace(r_->tokenizer_.get(), greq_->prompt);
   stop_.emplace(greq_->stop_strings);
   resp_.set_request_id(client_id_);
   return grpc::Status::OK;
 }
 
-grpc::Status GenerateTransaction::RunAttempt() {
-  Attempt a(r_);
+async::Task<grpc::Status> GenerateTransaction::RunAttempt() {
+  Attempt a(this);
   a.prompt = greq_->prompt;
   a.prompt.insert(a.prompt.end(), generated_.begin(), generated_.end());
   a.len = static_cast<int>(a.prompt.size());
@@ -118,10 +125,11 @@ grpc::Status GenerateTransaction::RunAttempt() {
       static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
   a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
   a.room_until = call_.deadline;
-  if (grpc::Status s = WaitForWorkers(a); !s.ok()) return s;
-  if (grpc::Status s = Admit(a); !s.ok()) return s;
-  if (grpc::Status s = Prefill(a); !s.ok()) return s;
-  return Stream(a);
+  grpc::Status s = co_await WaitForWorkers(a);
+  if (s.ok()) s = co_await Admit(a);
+  if (s.ok()) s = co_await Prefill(a);
+  if (s.ok()) s = co_await Stream(a);
+  co_return s;
 }
 
 grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
@@ -147,25 +155,62 @@ bool GenerateTransaction::MyTurnLocked(const Attempt& a) const {
   return r_->line_.MayLook(a.queued.ticket);
 }
 
+async::Task<bool> GenerateTransaction::Wait(WaitKind kind, uint64_t ticket, uint64_t epoch,
+                                            absl::Time until) {
+  wait_ = WaitRegistration();
+  co_await async::Callback<bool>(r_->executor_.get(), [&](std::function<void(bool)> done) {
+    auto wake = async::FirstOf<bool>(std::move(done));
+    if (until < absl::InfiniteFuture()) {
+      wait_.timer = r_->timer_->At(until, [wake] { wake(true); });
+    }
+    if (call_.gone) wait_.subscription = call_.gone->Subscribe([wake] { wake(true); });
+    if (kind == WaitKind::kTime) return;
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    if (r_->epoch_ != epoch) {
+      wake(true);  // something changed since the caller looked
+    } else if (kind == WaitKind::kTurn) {
+      wait_.ticket = ticket;
+      r_->turn_waiters_[ticket] = wake;
+    } else {
+      wait_.change = r_->next_waiter_++;
+      r_->change_waiters_[wait_.change] = wake;
+    }
+  });
+  if (wait_.timer != 0) r_->timer_->Cancel(wait_.timer);
+  if (wait_.subscription != 0) call_.gone->Unsubscribe(wait_.subscription);
+  if (wait_.ticket != 0 || wait_.change != 0) {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    if (wait_.ticket != 0) r_->turn_waiters_.erase(wait_.ticket);
+    if (wait_.change != 0) r_->change_waiters_.erase(wait_.change);
+  }
+  co_return !IsGone();
+}
+
 // A role with no healthy worker (one stalled or restarting) is waited for, in the same bounded
 // queue as requests waiting for room: a stall delays requests, it does not fail them.
-grpc::Status GenerateTransaction::WaitForWorkers(Attempt& a) {
-  std::unique_lock<std::mutex> lock(r_->mu_);
+async::Task<grpc::Status> GenerateTransaction::WaitForWorkers(Attempt& a) {
   for (;;) {
-    const absl::Time now = absl::Now();
-    const bool prefill = r_->registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
-    const bool decode = r_->registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
-    if (prefill && decode) return grpc::Status::OK;
-    if (grpc::Status s = Enqueue(a); !s.ok()) return s;
-    if (IsGone()) return ClientGone();
-    if (now >= a.queue_until) {
-      final_ = true;
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
-                                          prefill ? "decode" : "prefill",
-                                          absl::FormatDuration(r_->options_.queue_timeout)));
+    uint64_t epoch;
+    {
+      std::lock_guard<std::mutex> lock(r_->mu_);
+      const absl::Time now = absl::Now();
+      const bool prefill = r_->registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
+      const bool decode = r_->registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
+      if (prefill && decode) co_return grpc::Status::OK;
+      if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+      if (IsGone()) co_return ClientGone();
+      if (now >= a.queue_until) {
+        final_ = true;
+        co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                               absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
+                                               prefill ? "decode" : "prefill",
+                                               absl::FormatDuration(r_->options_.queue_timeout)));
+      }
+      epoch = r_->epoch_;
     }
-    r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
+    // A worker registering or sending a heartbeat wakes the wait; a worker turning healthy by
+    // the clock alone is seen within the health period.
+    co_await Wait(WaitKind::kChange, 0, epoch, std::min(a.queue_until, absl::Now() + kRecheck));
   }
 }
 
@@ -173,69 +218,78 @@ grpc::Status GenerateTransaction::WaitForWorkers(Attempt& a) {
 // room anywhere the request waits in line (first come, first admitted; the queue's places are
 // bounded) for room to free up, until its own deadline or until its client leaves: a full cache
 // delays requests, it does not fail them.
-grpc::Status GenerateTransaction::Admit(Attempt& a) {
+async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
   std::set<std::string> tried = failed_decode_;
   grpc::Status last_error(grpc::StatusCode::UNAVAILABLE, "no healthy decode worker");
   int unavailable = 0;  // workers that failed in this round
   bool widened = false;
-  while (!a.d_stream) {
+  while (!a.decode) {
     std::optional<std::string> pick;
+    // Set when the request waits: for its turn (not first in line) or for room (first).
+    std::optional<absl::Time> wait_until;
+    uint64_t epoch = 0;
     {
-      std::unique_lock<std::mutex> lock(r_->mu_);
+      std::lock_guard<std::mutex> lock(r_->mu_);
       const absl::Time now = absl::Now();
       if (!MyTurnLocked(a)) {
         // Requests that came first are waiting for room: wait behind them.
-        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
-        if (IsGone()) return ClientGone();
-        if (now >= a.room_until) return NoRoom();
-        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
-        continue;
-      }
-      // A request that could not fit in any decode worker's whole cache never will.
-      if (std::optional<std::string> why =
-              NeverFits(r_->registry_.LargestDecodeTokens(now), a.total_tokens)) {
+        if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+        if (IsGone()) co_return ClientGone();
+        if (now >= a.room_until) co_return NoRoom();
+        if (MyTurnLocked(a)) continue;  // it joined at the front
+        wait_until = a.room_until;
+        epoch = r_->epoch_;
+      } else if (std::optional<std::string> why =
+                     NeverFits(r_->registry_.LargestDecodeTokens(now), a.total_tokens)) {
+        // A request that could not fit in any decode worker's whole cache never will.
         final_ = true;
-        return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, *why);
-      }
-      pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
-      if (!pick && !widened && !failed_decode_.empty()) {
-        // Every worker with room failed this request once: a transient fault is retried
-        // anywhere (the registry ejects a worker that keeps failing).
-        widened = true;
-        tried.clear();
+        co_return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, *why);
+      } else {
         pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
-      }
-      if (!pick) {
-        // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
-        // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
-        // queue.
-        const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
-        if (grpc::Status s = Enqueue(a); !s.ok()) return s;
-        if (IsGone()) return ClientGone();
-        if (none_healthy && now >= a.queue_until) {
-          final_ = true;
-          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              "no healthy decode worker within the queue timeout");
+        if (!pick && !widened && !failed_decode_.empty()) {
+          // Every worker with room failed this request once: a transient fault is retried
+          // anywhere (the registry ejects a worker that keeps failing).
+          widened = true;
+          tried.clear();
+          pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
         }
-        if (now >= a.room_until) return NoRoom();
-        r_->room_cv_.wait_for(lock, std::chrono::milliseconds(20));
-        tried = failed_decode_;
-        continue;
+        if (!pick) {
+          // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
+          // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
+          // queue.
+          const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
+          if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+          if (IsGone()) co_return ClientGone();
+          if (none_healthy && now >= a.queue_until) {
+            final_ = true;
+            co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                   "no healthy decode worker within the queue timeout");
+          }
+          if (now >= a.room_until) co_return NoRoom();
+          wait_until = std::min(a.room_until, now + kRecheck);
+          if (none_healthy) wait_until = std::min(*wait_until, a.queue_until);
+          epoch = r_->epoch_;
+          tried = failed_decode_;
+        }
       }
+    }
+    if (wait_until) {
+      co_await Wait(WaitKind::kTurn, a.queued.ticket, epoch, *wait_until);
+      continue;
     }
     tried.insert(*pick);
     bool vanished = false;
-    grpc::Status s = TryAdmit(a, *pick, &vanished);
-    if (a.d_stream) break;
+    grpc::Status s = co_await TryAdmit(a, *pick, &vanished);
+    if (a.decode) break;
     if (vanished) continue;
-    if (IsGone()) return ClientGone();
+    if (IsGone()) co_return ClientGone();
     last_error =
         s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
     if (s.ok() || WorkerFault(s)) {
       Report(*pick, &failed_decode_);
-      if (++unavailable >= r_->options_.decode_attempts) return last_error;
+      if (++unavailable >= r_->options_.decode_attempts) co_return last_error;
     } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
-      return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
+      co_return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
     }
   }
   {
@@ -248,23 +302,19 @@ grpc::Status GenerateTransaction::Admit(Attempt& a) {
       r_->metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
     }
   }
-  a.closer.emplace(a.d_ctx.get(), a.d_stream.get(), &*watcher_);
   // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
   // abandoned: its stream is cancelled and the request resumed elsewhere.
-  watcher_->WatchWorker(a.d_ctx.get(), [r = r_, id = a.decode_id] {
-    std::lock_guard<std::mutex> lock(r->mu_);
-    const WorkerEntry* w = r->registry_.Find(id);
-    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
-  });
-  return grpc::Status::OK;
+  watch_->WatchWorker(a.decode->context(), a.decode_id);
+  co_return grpc::Status::OK;
 }
 
-grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, bool* vanished) {
+async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string pick,
+                                                        bool* vanished) {
   if (r_->metrics_) r_->metrics_->routing_decisions(pick, "decode").Increment();
   auto address = r_->AddressOf(pick);
   if (!address) {
     *vanished = true;
-    return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
+    co_return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
   }
   v1::DecodeClientMessage admit;
   v1::DecodeAdmit* m = admit.mutable_admit();
@@ -278,37 +328,35 @@ grpc::Status GenerateTransaction::TryAdmit(Attempt& a, const std::string& pick, 
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(absl::ToChronoTime(call_.deadline));
   r_->Prove(c.get(), internal_method::kDecode, *address, admit);
-  watcher_->Watch(c.get());
-  auto stream = v1::DecodeWorker::NewStub(r_->ChannelFor(*address))->Decode(c.get());
+  watch_->Watch(c.get());
+  std::shared_ptr<DecodeCall> stream = r_->OpenDecode(*address, std::move(c));
   v1::DecodeServerMessage reply;
   grpc::Status refused;
-  if (stream->Write(admit) && stream->Read(&reply) && reply.has_admitted()) {
+  bool ok = co_await stream->Write(admit);
+  if (ok) ok = co_await stream->Read(&reply);
+  if (ok && reply.has_admitted()) {
     KvTarget target = tandem::FromProto(reply.admitted().kv_target());
     // A prefill worker sends the prompt's KV where the target says: only to the KV endpoint
     // this decode worker registered, never to an address of its choosing.
     refused = r_->CheckKvTarget(pick, target);
     if (refused.ok()) {
       a.target = target;
-      a.d_ctx = std::move(c);
-      a.d_stream = std::move(stream);
+      a.decode = std::move(stream);
       a.decode_id = pick;
       std::lock_guard<std::mutex> lock(r_->mu_);
       r_->registry_.ReportSuccess(pick);
-      return grpc::Status::OK;
+      co_return grpc::Status::OK;
     }
-    c->TryCancel();
   }
-  stream->WritesDone();
-  grpc::Status s = stream->Finish();
-  r_->Learn(*address, *c);
+  grpc::Status s = co_await stream->Finish(/*cancel=*/!refused.ok());
   if (!refused.ok()) s = refused;
-  watcher_->Unwatch(c.get());
-  return s;
+  watch_->Unwatch(stream->context());
+  co_return s;
 }
 
 // Prefill into the lease: the prompt's KV is sent to the decode worker, the first token comes
 // back.
-grpc::Status GenerateTransaction::Prefill(Attempt& a) {
+async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
   const int bs = [&] {
     std::lock_guard<std::mutex> lock(r_->mu_);
     return r_->registry_.PrefillBlockSize();
@@ -322,10 +370,14 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
     prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), failed_prefill_);
     if (!prefill_id) prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), {});
   }
-  if (!prefill_id) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+  if (!prefill_id) {
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
+  }
   if (r_->metrics_) r_->metrics_->routing_decisions(*prefill_id, "prefill").Increment();
   auto p_address = r_->AddressOf(*prefill_id);
-  if (!p_address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
+  if (!p_address) {
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
+  }
   v1::PrefillRequest preq;
   preq.set_request_id(request_id_);
   preq.mutable_prompt_ids()->Add(a.prompt.begin(), a.prompt.end());
@@ -341,21 +393,18 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
   grpc::ClientContext p_ctx;
   p_ctx.set_deadline(absl::ToChronoTime(call_.deadline));
   r_->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
-  watcher_->Watch(&p_ctx);
-  watcher_->WatchWorker(&p_ctx, [r = r_, id = *prefill_id] {
-    std::lock_guard<std::mutex> lock(r->mu_);
-    const WorkerEntry* w = r->registry_.Find(id);
-    return w == nullptr || (!r->registry_.Healthy(*w, absl::Now()) && !w->draining());
-  });
-  grpc::Status ps =
-      v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address))->Prefill(&p_ctx, preq, &a.presp);
-  watcher_->Unwatch(&p_ctx);
+  watch_->Watch(&p_ctx);
+  watch_->WatchWorker(&p_ctx, *prefill_id);
+  auto stub = v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address));
+  grpc::Status ps = co_await CallPrefill(stub.get(), &p_ctx, &preq, &a.presp, r_->executor_.get());
+  const bool abandoned = watch_->abandoned(&p_ctx);
+  watch_->Unwatch(&p_ctx);
   r_->Learn(*p_address, p_ctx);
-  if (IsGone()) return ClientGone();
-  if (!ps.ok() && watcher_->abandoned(&p_ctx)) {
+  if (IsGone()) co_return ClientGone();
+  if (!ps.ok() && abandoned) {
     Report(*prefill_id, &failed_prefill_);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrFormat("prefill worker %s turned unhealthy", *prefill_id));
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrFormat("prefill worker %s turned unhealthy", *prefill_id));
   }
   if (!ps.ok()) {
     // UNAVAILABLE / DEADLINE_EXCEEDED: the prefill worker died or stalled; DATA_LOSS: what it
@@ -369,14 +418,14 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
       // first, without counting it against the worker.
       failed_decode_.insert(a.decode_id);
     }
-    return ps;
+    co_return ps;
   }
   if (a.presp.first_token() < 0 || a.presp.first_token() >= r_->config_.vocab_size) {
     Report(*prefill_id, &failed_prefill_);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrFormat("prefill worker %s answered token id %d, outside the "
-                                        "vocabulary",
-                                        *prefill_id, a.presp.first_token()));
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrFormat("prefill worker %s answered token id %d, outside the "
+                                           "vocabulary",
+                                           *prefill_id, a.presp.first_token()));
   }
   {
     std::lock_guard<std::mutex> lock(r_->mu_);
@@ -386,11 +435,11 @@ grpc::Status GenerateTransaction::Prefill(Attempt& a) {
     first_presp_ = a.presp;
     if (r_->metrics_) r_->metrics_->prompt_tokens.Increment(prompt_len_);
   }
-  return grpc::Status::OK;
+  co_return grpc::Status::OK;
 }
 
 // The first token from the prefill, the rest from the decode worker.
-grpc::Status GenerateTransaction::Stream(Attempt& a) {
+async::Task<grpc::Status> GenerateTransaction::Stream(Attempt& a) {
   const bool first_ever = generated_.empty();
   const bool done_at_first = AddToken(a.presp.first_token(), &a.presp.first_logprobs());
   if (first_ever) {
@@ -398,20 +447,20 @@ grpc::Status GenerateTransaction::Stream(Attempt& a) {
     resp_.mutable_timings()->set_ttft_seconds(ttft_);
   }
   if (done_at_first) {
-    if (grpc::Status s = EndsWhole(); !s.ok()) return s;
+    if (grpc::Status s = EndsWhole(); !s.ok()) co_return s;
     FinishResponse();
-    if (!Write()) return ClientGone();
-    return grpc::Status::OK;  // the closer cancels the decode stream: blocks freed there
+    const bool written = co_await Write();
+    if (!written) co_return ClientGone();
+    co_return grpc::Status::OK;  // the attempt's end cancels the decode stream: blocks freed
   }
-  if (!Write()) return ClientGone();
+  if (!(co_await Write())) co_return ClientGone();
   v1::DecodeClientMessage start;
   start.mutable_start()->set_first_token(a.presp.first_token());
-  if (!a.d_stream->Write(start)) {
-    a.closer->finished = true;
-    return DecodeBroke(a, a.d_stream->Finish());
-  }
+  if (!(co_await a.decode->Write(start))) co_return co_await DecodeBroke(a);
   v1::DecodeServerMessage msg;
-  while (a.d_stream->Read(&msg)) {
+  for (;;) {
+    const bool got = co_await a.decode->Read(&msg);
+    if (!got) break;
     bool ended = false;
     if (msg.has_tokens()) {
       const v1::DecodeTokens& t = msg.tokens();
@@ -420,7 +469,7 @@ grpc::Status GenerateTransaction::Stream(Attempt& a) {
           // Nothing of this message was sent: the request resumes after what the client has.
           ClearResponse();
           Report(a.decode_id, &failed_decode_);
-          return grpc::Status(
+          co_return grpc::Status(
               grpc::StatusCode::UNAVAILABLE,
               absl::StrFormat("decode worker %s sent token id %d, outside the vocabulary",
                               a.decode_id, id));
@@ -436,45 +485,45 @@ grpc::Status GenerateTransaction::Stream(Attempt& a) {
       ended = true;
     }
     if (ended) {
-      if (grpc::Status s = EndsWhole(); !s.ok()) return s;
+      if (grpc::Status s = EndsWhole(); !s.ok()) co_return s;
       FinishResponse();
-      if (!Write()) return ClientGone();
-      return grpc::Status::OK;
+      if (!(co_await Write())) co_return ClientGone();
+      co_return grpc::Status::OK;
     }
-    if (resp_.token_ids_size() > 0 && !Write()) return ClientGone();
+    if (resp_.token_ids_size() > 0 && !(co_await Write())) co_return ClientGone();
   }
-  a.closer->finished = true;
-  return DecodeBroke(a, a.d_stream->Finish());
+  co_return co_await DecodeBroke(a);
 }
 
-grpc::Status GenerateTransaction::DecodeBroke(Attempt& a, grpc::Status s) {
-  if (IsGone()) return ClientGone();
-  if (watcher_->abandoned(a.d_ctx.get())) {
+async::Task<grpc::Status> GenerateTransaction::DecodeBroke(Attempt& a) {
+  grpc::Status s = co_await a.decode->Finish(/*cancel=*/false);
+  if (IsGone()) co_return ClientGone();
+  if (watch_->abandoned(a.decode->context())) {
     Report(a.decode_id, &failed_decode_);
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrFormat("decode worker %s turned unhealthy", a.decode_id));
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           absl::StrFormat("decode worker %s turned unhealthy", a.decode_id));
   }
   if (s.ok()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE, "decode stream ended without Finished");
   }
   if (WorkerFault(s)) Report(a.decode_id, &failed_decode_);
-  return s;
+  co_return s;
 }
 
-bool GenerateTransaction::PrepareResume(const grpc::Status& s, int resumes,
-                                        grpc::Status* final_status) {
+async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes,
+                                                     grpc::Status* final_status) {
   if (IsGone()) {
     *final_status = ClientGone();
-    return false;
+    co_return false;
   }
   if (!Resumable(s) || final_) {
     *final_status = s;
-    return false;
+    co_return false;
   }
   if (resumes >= r_->options_.max_resumes) {
     *final_status = grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
                                                                  s.error_message(), resumes));
-    return false;
+    co_return false;
   }
   // An attempt fails only between writes: every token in `generated_` reached the client, and
   // the resumed prompt ends with the last of them.
@@ -485,14 +534,14 @@ bool GenerateTransaction::PrepareResume(const grpc::Status& s, int resumes,
   // heartbeat to be routable again.
   const absl::Time resume_at =
       std::min(call_.deadline, absl::Now() + absl::Milliseconds(100 << std::min(resumes, 3)));
-  while (absl::Now() < resume_at && !IsGone()) absl::SleepFor(absl::Milliseconds(10));
+  co_await Wait(WaitKind::kTime, 0, 0, resume_at);
   if (IsGone()) {
     *final_status = ClientGone();
-    return false;
+    co_return false;
   }
   std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id_.c_str(),
                static_cast<int>(generated_.size()), s.error_message().c_str());
-  return true;
+  co_return true;
 }
 
 void GenerateTransaction::RecordSuccess() {
@@ -561,12 +610,15 @@ void GenerateTransaction::FinishResponse() {
   t->set_e2e_seconds(Since(t0_));
 }
 
-bool GenerateTransaction::Write() {
-  if (!call_.write(resp_)) return false;
+async::Task<bool> GenerateTransaction::Write() {
+  const bool sent = co_await async::Callback<bool>(
+      r_->executor_.get(),
+      [this](std::function<void(bool)> done) { call_.write(resp_, std::move(done)); });
+  if (!sent) co_return false;
   const int n = resp_.token_ids_size();
   ClearResponse();
   RouterMetrics* m = r_->metrics_;
-  if (m == nullptr || n == 0) return true;
+  if (m == nullptr || n == 0) co_return true;
   const absl::Time now = absl::Now();
   if (last_token_at_ == absl::Time()) {
     m->time_to_first_token.Observe(ttft_);
@@ -577,7 +629,7 @@ bool GenerateTransaction::Write() {
   }
   last_token_at_ = now;
   m->generation_tokens.Increment(n);
-  return true;
+  co_return true;
 }
 
 void GenerateTransaction::ClearResponse() {
@@ -593,8 +645,7 @@ grpc::Status GenerateTransaction::ClientGone() const {
 }
 
 bool GenerateTransaction::IsGone() {
-  return watcher_->cancelled() || (call_.cancelled && call_.cancelled()) ||
-         absl::Now() >= call_.deadline;
+  return (call_.gone && call_.gone->fired()) || absl::Now() >= call_.deadline;
 }
 
 void GenerateTransaction::Report(const std::string& worker, std::set<std::string>* failed) {

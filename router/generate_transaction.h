@@ -15,8 +15,10 @@
 #include "absl/time/time.h"
 #include "engine/request.h"
 #include "engine/sampling/stop.h"
-#include "router/cancel_hub.h"
+#include "router/async.h"
+#include "router/call_watch.h"
 #include "router/router.h"
+#include "router/worker_calls.h"
 #include "tandem/v1/generation.grpc.pb.h"
 #include "tandem/v1/worker.grpc.pb.h"
 #include "text/tokenizer.h"
@@ -45,10 +47,8 @@ class PhaseGauges {
   bool running_ = false;
 };
 
-using DecodeStream = grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::DecodeServerMessage>;
-
-// One request, over as many attempts as faults require, as a transaction whose phases are the
-// steps of RunAttempt and Run:
+// One request, over as many attempts as faults require, as a coroutine (router/async.h) whose
+// phases are the steps of RunAttempt and Run; it holds no thread while it waits:
 //   admit     wait (bounded) for healthy workers, then admit `prompt + tokens streamed so far` on
 //             a decode worker, which leases KV blocks for it;
 //   prefill   a prefill worker computes the prompt's KV into that lease and the first token;
@@ -58,29 +58,37 @@ using DecodeStream = grpc::ClientReaderWriter<v1::DecodeClientMessage, v1::Decod
 //             request (sampling is keyed by (seed, position), so the resumed tokens are the
 //             ones the failed worker would have produced);
 //   finish    the last message written, the metrics recorded.
-// The router's lock is taken only around registry and queue bookkeeping.
+// A wait for room or workers is woken by the router (Router::NotifyLocked: the front of the line
+// when room may have freed, every waiter for workers when the registry changed), by its own
+// deadline or by its client going away. The router's lock is taken only around registry and
+// queue bookkeeping, never across a wait.
 class GenerateTransaction {
  public:
-  GenerateTransaction(Router* router, const v1::GenerateRequest& req, const StreamCall& call)
-      : r_(router), req_(req), call_(call), t0_(absl::Now()) {}
+  GenerateTransaction(Router* router, v1::GenerateRequest req, AsyncCall call)
+      : r_(router), req_(std::move(req)), call_(std::move(call)), t0_(absl::Now()) {}
   ~GenerateTransaction();
 
-  grpc::Status Run();
+  async::Task<grpc::Status> Run();
 
  private:
   // What one attempt holds; destroyed (the decode stream closed, the queue place given back)
   // when the attempt ends.
   struct Attempt {
-    explicit Attempt(Router* r) : queued{r} {}
+    explicit Attempt(GenerateTransaction* t) : queued{t->r_}, watch(&*t->watch_) {}
+    ~Attempt() {
+      if (!decode) return;
+      watch->Unwatch(decode->context());
+      decode->Drop();  // cancelling the stream frees the blocks there
+    }
     std::vector<int> prompt;  // the request's prompt + the tokens already streamed
     int len = 0;
     int remaining = 0;       // tokens still allowed
     int total_tokens = 0;    // what the request may reach: prompt + remaining, within the context
     absl::Time queue_until;  // waiting for a healthy worker of a role, until then
     absl::Time room_until;   // waiting for KV room on a decode worker, until then
-    // A place in the router's wait queue (tenants in turn, first come first admitted within
-    // one), taken while the request
-    // waits for workers or for KV room, given back when it is admitted or gives up.
+    // A place in the router's wait queue (tenants in turn, by priority then first come within
+    // one), taken while the request waits for workers or for KV room, given back when it is
+    // admitted or gives up.
     struct QueueSlot {
       Router* r;
       uint64_t ticket = 0;  // 0: not in line
@@ -88,56 +96,54 @@ class GenerateTransaction {
         if (ticket == 0) return;
         r->line_.Leave(ticket);
         ticket = 0;
-        r->room_cv_.notify_all();  // the next in line may try
+        r->NotifyLocked();  // the next in line may try
       }
       ~QueueSlot() {
         std::lock_guard<std::mutex> lock(r->mu_);
         ReleaseLocked();
       }
     } queued;
-    std::unique_ptr<grpc::ClientContext> d_ctx;
-    std::unique_ptr<DecodeStream> d_stream;
+    CallWatch* watch;
+    std::shared_ptr<DecodeCall> decode;  // the admitted stream
     std::string decode_id;
     KvTarget target;
     v1::PrefillResponse presp;
-    // Closes the decode stream on every exit once admitted; cancelling it frees the blocks
-    // there.
-    struct StreamCloser {
-      StreamCloser(grpc::ClientContext* c, DecodeStream* s, CancelWatcher* w) : c(c), s(s), w(w) {}
-      StreamCloser(const StreamCloser&) = delete;
-      StreamCloser& operator=(const StreamCloser&) = delete;
-      grpc::ClientContext* c;
-      DecodeStream* s;
-      CancelWatcher* w;
-      bool finished = false;
-      ~StreamCloser() {
-        if (!finished) {
-          c->TryCancel();
-          s->Finish().ok();
-        }
-        w->Unwatch(c);
-      }
-    };
-    std::optional<StreamCloser> closer;
+  };
+  // How a wait is registered, to be undone when it ends.
+  struct WaitRegistration {
+    uint64_t timer = 0;
+    uint64_t subscription = 0;
+    uint64_t ticket = 0;  // a turn waiter's
+    uint64_t change = 0;  // a change waiter's id
+  };
+  enum class WaitKind {
+    kTurn,    // for the front of the line (`ticket`): room may have freed
+    kChange,  // for any change of the registry (workers joining, heartbeats)
+    kTime,    // for `until` only (a back-off)
   };
 
   grpc::Status Begin();
-  grpc::Status RunAttempt();
+  async::Task<grpc::Status> RunAttempt();
   grpc::Status Enqueue(Attempt& a);  // under r_->mu_
   // Under r_->mu_: whether `a` may look for room now (no one waits, or it is first in line).
   bool MyTurnLocked(const Attempt& a) const;
+  // Waits until woken (per `kind`; `epoch` is the router's when the caller last looked: a
+  // change since wakes at once), `until`, or the client going away.
+  async::Task<bool> Wait(WaitKind kind, uint64_t ticket, uint64_t epoch, absl::Time until);
   // The request's deadline passed while it waited for KV room.
   grpc::Status NoRoom();
-  grpc::Status WaitForWorkers(Attempt& a);
-  grpc::Status Admit(Attempt& a);
+  async::Task<grpc::Status> WaitForWorkers(Attempt& a);
+  async::Task<grpc::Status> Admit(Attempt& a);
   // One admission try on decode worker `pick`: OK and the stream in `a`, or why not (*vanished:
   // the worker left the registry).
-  grpc::Status TryAdmit(Attempt& a, const std::string& pick, bool* vanished);
-  grpc::Status Prefill(Attempt& a);
-  grpc::Status Stream(Attempt& a);
-  grpc::Status DecodeBroke(Attempt& a, grpc::Status s);
-  // The next state after a failed attempt: kResume, or the final status in *final_status.
-  bool PrepareResume(const grpc::Status& s, int resumes, grpc::Status* final_status);
+  async::Task<grpc::Status> TryAdmit(Attempt& a, std::string pick, bool* vanished);
+  async::Task<grpc::Status> Prefill(Attempt& a);
+  async::Task<grpc::Status> Stream(Attempt& a);
+  // The decode stream ended before the request did: why, as the attempt's status.
+  async::Task<grpc::Status> DecodeBroke(Attempt& a);
+  // The next state after a failed attempt: true to resume (after the back-off), or false with
+  // the final status in *final_status.
+  async::Task<bool> PrepareResume(grpc::Status s, int resumes, grpc::Status* final_status);
   void RecordSuccess();
 
   // Adds one token (and its logprobs, when asked for) to the pending response; true when the
@@ -149,7 +155,7 @@ class GenerateTransaction {
   void FinishResponse();
   // Sends the pending response and counts its tokens: the first one for TTFT, every later one
   // for the inter-token latency (a message of k tokens spreads its wait over the k).
-  bool Write();
+  async::Task<bool> Write();
   void ClearResponse();
   // The client's own timer fires first and cancels the stream; our copy of its deadline (sent as
   // a relative timeout) lands a little later. A cancel that close to the deadline is the
@@ -160,8 +166,8 @@ class GenerateTransaction {
   void Report(const std::string& worker, std::set<std::string>* failed);
 
   Router* const r_;
-  const v1::GenerateRequest& req_;
-  const StreamCall& call_;
+  const v1::GenerateRequest req_;
+  const AsyncCall call_;
   const absl::Time t0_;
   std::optional<GenerationRequest> greq_;
   int prompt_len_ = 0;
@@ -169,7 +175,8 @@ class GenerateTransaction {
   std::string client_id_;   // what the client sees: its own id, or the one the router drew
   bool in_flight_ = false;
   std::optional<PhaseGauges> phase_;
-  std::optional<CancelWatcher> watcher_;
+  std::optional<CallWatch> watch_;
+  WaitRegistration wait_;
   // What the client has been sent (or is about to be): it survives the attempts.
   std::optional<IncrementalDecoder> detok_;
   std::optional<StopStringMatcher> stop_;

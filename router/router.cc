@@ -6,10 +6,12 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "router/cancel_hub.h"
+#include "router/async.h"
+#include "router/call_watch.h"
 #include "router/generate_transaction.h"
 #include "router/request_id.h"
 #include "router/router_services.h"
+#include "router/worker_calls.h"
 #include "rpc/grpc_util.h"
 #include "text/encode_budget.h"
 
@@ -30,6 +32,9 @@ WorkerLoadSnapshot FromProto(const v1::WorkerLoad& p) {
   return l;
 }
 
+// How often the open requests' worker calls are checked against the workers' health.
+constexpr absl::Duration kSweepEvery = absl::Milliseconds(100);
+
 const char* RoleName(WorkerRole role) {
   return role == WorkerRole::kPrefill ? "prefill" : "decode";
 }
@@ -44,16 +49,93 @@ Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterO
       metrics_(metrics),
       generation_(MakeGenerationService(this)),
       registry_service_(MakeRegistryService(this, options.internal_auth.get())),
-      cancel_hub_(std::make_unique<router_internal::CancelHub>()),
+      executor_(std::make_unique<async::Executor>(options.event_threads)),
+      timer_(std::make_unique<async::Timer>()),
       registry_(options.registry),
       line_(options.max_queued) {
   if (metrics_) {
     metrics_hook_ = metrics_->registry.AddCollectHook([this] { UpdateWorkerMetrics(); });
   }
+  ScheduleSweep();
 }
 
 Router::~Router() {
+  {
+    std::lock_guard<std::mutex> lock(sweep_mu_);
+    stopping_ = true;
+  }
+  {
+    std::unique_lock<std::mutex> lock(calls_mu_);
+    calls_cv_.wait(lock, [&] { return live_calls_ == 0; });
+  }
+  timer_.reset();
+  executor_.reset();
   if (metrics_) metrics_->registry.RemoveCollectHook(metrics_hook_);
+}
+
+void Router::ScheduleSweep() {
+  std::lock_guard<std::mutex> lock(sweep_mu_);
+  if (stopping_) return;
+  timer_->At(absl::Now() + kSweepEvery, [this] {
+    executor_->Post([this] {
+      SweepCalls();
+      ScheduleSweep();
+    });
+  });
+}
+
+void Router::NotifyLocked() {
+  ++epoch_;
+  if (const uint64_t front = line_.front(); front != 0) {
+    if (auto it = turn_waiters_.find(front); it != turn_waiters_.end()) {
+      std::function<void(bool)> wake = std::move(it->second);
+      turn_waiters_.erase(it);
+      wake(true);
+    }
+  }
+  std::map<uint64_t, std::function<void(bool)>> changes;
+  changes.swap(change_waiters_);
+  for (auto& [id, wake] : changes) wake(true);
+}
+
+void Router::Watch(router_internal::CallWatch* w) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  watches_.insert(w);
+}
+
+void Router::Unwatch(router_internal::CallWatch* w) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  watches_.erase(w);
+}
+
+void Router::SweepCalls() {
+  // Workers a call may stay on: healthy, or draining (finishing what they hold).
+  std::set<std::string> fine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = absl::Now();
+    for (const WorkerEntry* w : registry_.List()) {
+      if (registry_.Healthy(*w, now) || w->draining()) fine.insert(w->id);
+    }
+  }
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  for (router_internal::CallWatch* w : watches_) {
+    w->Sweep([&](const std::string& worker) { return fine.count(worker) > 0; });
+  }
+}
+
+std::shared_ptr<router_internal::DecodeCall> Router::OpenDecode(
+    const std::string& address, std::unique_ptr<grpc::ClientContext> c) {
+  {
+    std::lock_guard<std::mutex> lock(calls_mu_);
+    ++live_calls_;
+  }
+  return router_internal::DecodeCall::Start(ChannelFor(address), std::move(c), executor_.get(),
+                                            [this, address](const grpc::ClientContext& ctx) {
+                                              Learn(address, ctx);
+                                              std::lock_guard<std::mutex> lock(calls_mu_);
+                                              if (--live_calls_ == 0) calls_cv_.notify_all();
+                                            });
 }
 
 void Router::ForgetSilentWorkersLocked(absl::Time now) {
@@ -147,7 +229,7 @@ int Router::InFlight() {
 }
 
 namespace {
-absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
+absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) {
   const auto d = ctx->deadline();
   if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
   return absl::FromChrono(d);
@@ -172,40 +254,119 @@ std::string GrpcTenant(std::string_view key, const std::string& peer) {
 
 }  // namespace
 
-grpc::Status Router::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                              grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  StreamCall call;
+namespace {
+
+// One gRPC Generate stream: the request runs as a coroutine (Router::StartGenerate); its
+// messages are written one at a time, and a client's cancel or deadline (OnCancel) fires the
+// request's `gone` signal, which cancels its worker calls.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(grpc::CallbackServerContext* ctx, int retry_after_ms, RouterMetrics* metrics)
+      : ctx_(ctx), retry_after_ms_(retry_after_ms), metrics_(metrics) {}
+
+  void Run(Router* r, const v1::GenerateRequest& req, AsyncCall call) {
+    call.gone = gone_;
+    call.write = [this](const v1::GenerateResponse& m, std::function<void(bool)> done) {
+      out_ = m;
+      write_done_ = std::move(done);
+      StartWrite(&out_);
+    };
+    r->StartGenerate(req, std::move(call), [this](grpc::Status s) { End(s); });
+  }
+
+  void End(const grpc::Status& s) {
+    // A Generate call is one sequence: n = 1 (HttpServer counts the HTTP API's n).
+    if (s.ok() && metrics_) metrics_->request_params_n.Observe(1);
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // gRPC's retry pushback: a well-behaved client waits this long before trying again.
+      ctx_->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(retry_after_ms_));
+    }
+    Finish(s);
+  }
+
+  void OnWriteDone(bool ok) override { std::exchange(write_done_, nullptr)(ok); }
+  void OnCancel() override { gone_->Fire(); }
+  void OnDone() override { delete this; }
+
+ private:
+  grpc::CallbackServerContext* ctx_;
+  const int retry_after_ms_;
+  RouterMetrics* metrics_;
+  std::shared_ptr<async::Signal> gone_ = std::make_shared<async::Signal>();
+  v1::GenerateResponse out_;
+  std::function<void(bool)> write_done_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* Router::Generate(grpc::CallbackServerContext* ctx,
+                                                                 const v1::GenerateRequest* req,
+                                                                 grpc::Status auth) {
+  auto* reactor = new GenerateReactor(ctx, options_.retry_after_ms, metrics_);
+  if (!auth.ok()) {
+    reactor->End(auth);
+    return reactor;
+  }
+  AsyncCall call;
   call.deadline = DeadlineOf(ctx);
-  call.cancelled = [ctx] { return ctx->IsCancelled(); };
-  call.write = [writer](const v1::GenerateResponse& r) { return writer->Write(r); };
   // The caller's ids live in its key's namespace (any connection presenting it), else in its
   // connection's.
   const auto& md = ctx->client_metadata();
-  const auto auth = md.find("authorization");
-  const absl::string_view key =
-      options_.api_keys.enabled() && auth != md.end()
-          ? ApiKeys::BearerToken(absl::string_view(auth->second.data(), auth->second.size()))
-          : absl::string_view();
+  const auto auth_header = md.find("authorization");
+  const absl::string_view key = options_.api_keys.enabled() && auth_header != md.end()
+                                    ? ApiKeys::BearerToken(absl::string_view(
+                                          auth_header->second.data(), auth_header->second.size()))
+                                    : absl::string_view();
   call.caller = CallerNamespace(std::string_view(key.data(), key.size()), ctx->peer());
   call.tenant = GrpcTenant(std::string_view(key.data(), key.size()), ctx->peer());
-  grpc::Status s = GenerateStream(*req, call);
-  // A Generate call is one sequence: n = 1 (HttpServer counts the HTTP API's n).
-  if (s.ok() && metrics_) metrics_->request_params_n.Observe(1);
-  if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
-    // gRPC's retry pushback: a well-behaved client waits this long before trying again.
-    ctx->AddTrailingMetadata("grpc-retry-pushback-ms", std::to_string(options_.retry_after_ms));
-  }
-  return s;
+  reactor->Run(this, *req, std::move(call));
+  return reactor;
+}
+
+void Router::StartGenerate(const v1::GenerateRequest& req, AsyncCall call,
+                           std::function<void(grpc::Status)> done) {
+  auto txn = std::make_shared<router_internal::GenerateTransaction>(this, req, std::move(call));
+  async::Task<grpc::Status> run = txn->Run();
+  async::Spawn<grpc::Status>(
+      std::move(run),
+      [this, txn = std::move(txn), done = std::move(done)](grpc::Status s) mutable {
+        txn.reset();  // off the books before the caller hears of the end
+        if (metrics_) metrics_->requests(s.error_code()).Increment();
+        done(s);
+      },
+      [](const std::exception& e) {
+        // A bug, not the client's fault: this request fails, the router keeps serving.
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            absl::StrFormat("internal error: %s", e.what()));
+      });
 }
 
 grpc::Status Router::GenerateStream(const v1::GenerateRequest& req, const StreamCall& call) {
-  grpc::Status s = RunGenerate(req, call);
-  if (metrics_) metrics_->requests(s.error_code()).Increment();
-  return s;
-}
-
-grpc::Status Router::RunGenerate(const v1::GenerateRequest& req, const StreamCall& call) {
-  return router_internal::GenerateTransaction(this, req, call).Run();
+  AsyncCall ac;
+  ac.deadline = call.deadline;
+  ac.caller = call.caller;
+  ac.tenant = call.tenant;
+  ac.gone = std::make_shared<async::Signal>();
+  ac.write = [&call](const v1::GenerateResponse& m, std::function<void(bool)> done) {
+    done(call.write(m));
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<grpc::Status> result;
+  StartGenerate(req, ac, [&](grpc::Status s) {
+    std::lock_guard<std::mutex> lock(mu);
+    result = s;
+    cv.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu);
+  while (!cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return result.has_value(); })) {
+    if (call.cancelled && !ac.gone->fired()) {
+      lock.unlock();
+      if (call.cancelled()) ac.gone->Fire();
+      lock.lock();
+    }
+  }
+  return *result;
 }
 
 grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
@@ -345,6 +506,7 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
       return ToGrpc(s);
     }
     registry_.SetKvSettings(req->worker_id(), req->kv_transport(), req->kv_dtype());
+    NotifyLocked();  // requests waiting for a worker of this role look again
   }
   // The router's calls to this worker prove themselves for this process alone.
   if (options_.internal_auth)
@@ -360,8 +522,8 @@ grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, const std::strin
     ForgetSilentWorkersLocked(absl::Now());
     resp->set_known(registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(),
                                         absl::Now(), req->draining(), identity));
+    NotifyLocked();  // fresh load: queued requests look for room again
   }
-  room_cv_.notify_all();  // fresh load: queued requests look for room again
   return grpc::Status::OK;
 }
 

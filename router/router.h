@@ -17,6 +17,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "absl/time/time.h"
 #include "engine/model_config.h"
@@ -34,8 +35,15 @@
 
 namespace tandem {
 
+namespace async {
+class Executor;
+class Signal;
+class Timer;
+}  // namespace async
+
 namespace router_internal {
-class CancelHub;
+class CallWatch;
+class DecodeCall;
 class GenerateTransaction;
 }  // namespace router_internal
 
@@ -52,8 +60,8 @@ struct RouterOptions {
   absl::Duration prefill_timeout = absl::Seconds(30);
   // Overload: requests in flight at once; requests waiting for decode room, and how long.
   // Beyond either: RESOURCE_EXHAUSTED with a retry hint of `retry_after_ms`.
-  int max_in_flight = 1024;
-  int max_queued = 256;
+  int max_in_flight = 16384;
+  int max_queued = 16384;
   absl::Duration queue_timeout = absl::Seconds(10);
   int retry_after_ms = 200;
   // Bytes of long texts (64 KiB and more) the router tokenizes at once, over every request
@@ -70,9 +78,24 @@ struct RouterOptions {
   // The cluster's credentials: checked on every registry call, proven on every call to a
   // worker. Required for the registry to answer.
   std::shared_ptr<InternalAuth> internal_auth;
+  // Threads that run the requests' steps between their waits (validation, tokenizing, token
+  // relay and detokenizing); a request holds none while it waits.
+  int event_threads = 2;
 };
 
-// A Generate call independent of the front end (the gRPC stream or the HTTP API).
+// A Generate call as the event-driven front ends make it (the gRPC reactor, the HTTP API).
+struct AsyncCall {
+  absl::Time deadline = absl::InfiniteFuture();  // the client's deadline
+  // Fired by the front end when the client goes away (cancel, disconnect); null: never.
+  std::shared_ptr<async::Signal> gone;
+  // Sends one message to the client and calls `done(sent)` once it is taken (false: the client
+  // is gone), possibly before returning. The next write comes after `done`.
+  std::function<void(const v1::GenerateResponse&, std::function<void(bool)> done)> write;
+  std::string caller;  // as StreamCall's
+  std::string tenant;
+};
+
+// A Generate call made by a caller that waits for it (GenerateStream: tests, tools).
 struct StreamCall {
   absl::Time deadline = absl::InfiniteFuture();  // the client's deadline
   // Polled every few ms: true once the client went away (cancel, disconnect).
@@ -120,13 +143,20 @@ class Router {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ModelConfig& config() const { return config_; }
 
-  // The whole request: validation, admission, prefill, the token stream, resumes. Written
-  // messages are the gRPC API's; the status is final (metrics count it).
+  // The whole request: validation, admission, prefill, the token stream, resumes, as a coroutine
+  // that holds no thread while it waits. Written messages are the gRPC API's; `done` gets the
+  // final status (metrics count it), after the request has left the router's books.
+  void StartGenerate(const v1::GenerateRequest& req, AsyncCall call,
+                     std::function<void(grpc::Status)> done);
+  // StartGenerate, waited for on the calling thread (`call.cancelled` polled every few ms).
   grpc::Status GenerateStream(const v1::GenerateRequest& req, const StreamCall& call);
 
-  // RPC bodies (public for the service adaptors).
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer);
+  // RPC bodies (public for the service adaptors). Generate is the gRPC stream's reactor (it
+  // deletes itself when the call is done); `auth` is the API keys' verdict, refused at once
+  // when not OK.
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(grpc::CallbackServerContext* ctx,
+                                                           const v1::GenerateRequest* req,
+                                                           grpc::Status auth);
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                      v1::ScoreResponse* resp);
   // Score with a deadline (the HTTP API's prompt log-probabilities).
@@ -143,8 +173,18 @@ class Router {
 
  private:
   friend class router_internal::GenerateTransaction;
-  // Generate without the per-status count: one GenerateTransaction.
-  grpc::Status RunGenerate(const v1::GenerateRequest& req, const StreamCall& call);
+  // Wakes the requests waiting (router_internal::GenerateTransaction::Wait): the front of the
+  // line (room may have freed) and every waiter for any change (workers joining).
+  void NotifyLocked();
+  // The open requests' worker calls, for the health sweep: every 100 ms, a call to a worker
+  // that turned unhealthy (and is not draining) is cancelled.
+  void Watch(router_internal::CallWatch* w);
+  void Unwatch(router_internal::CallWatch* w);
+  void SweepCalls();
+  void ScheduleSweep();  // the next sweep, unless the router is stopping
+  // A decode stream to the worker at `address`, counted as live until gRPC is done with it.
+  std::shared_ptr<router_internal::DecodeCall> OpenDecode(const std::string& address,
+                                                          std::unique_ptr<grpc::ClientContext> c);
   // Sets the per-worker health gauges (a collect hook: health changes with time).
   void UpdateWorkerMetrics();
   // Drops workers silent for longer than options_.registry.forget_after (and their channels).
@@ -166,7 +206,12 @@ class Router {
   int metrics_hook_ = 0;
   std::unique_ptr<grpc::Service> generation_;
   std::unique_ptr<grpc::Service> registry_service_;
-  std::unique_ptr<router_internal::CancelHub> cancel_hub_;
+  // Stopped first in the destructor: the timer (it posts), then the pool (it runs what was
+  // posted).
+  std::unique_ptr<async::Executor> executor_;
+  std::unique_ptr<async::Timer> timer_;
+  std::mutex sweep_mu_;
+  bool stopping_ = false;  // under sweep_mu_
   // Constrained requests' schemas for this vocabulary: a request that ends at EOS is checked to
   // hold a whole value. Borrows tokenizer_ (initialized before it).
   std::unique_ptr<OutputConstraints> constraints_ = std::make_unique<OutputConstraints>(
@@ -176,9 +221,19 @@ class Router {
   WorkerRegistry registry_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> in_flight_;
-  std::condition_variable room_cv_;  // a request ended or a heartbeat came: look for room
   // Requests waiting for workers or KV room, oldest first: only the first looks for room.
   AdmissionLine line_;
+  // Waiting requests' wake-ups: the line's front by its ticket, waiters for workers by id.
+  std::unordered_map<uint64_t, std::function<void(bool)>> turn_waiters_;
+  std::map<uint64_t, std::function<void(bool)>> change_waiters_;
+  uint64_t next_waiter_ = 1;
+  uint64_t epoch_ = 0;  // bumped by every NotifyLocked
+  std::mutex watch_mu_;
+  std::set<router_internal::CallWatch*> watches_;
+  // Decode streams gRPC still holds (they call Learn when done): the destructor waits for them.
+  std::mutex calls_mu_;
+  std::condition_variable calls_cv_;
+  int live_calls_ = 0;
   std::atomic<bool> draining_{false};
 };
 

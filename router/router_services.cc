@@ -9,14 +9,15 @@
 namespace tandem {
 namespace {
 
-// The public API; every call passes the API keys first.
-class GenerationAdaptor final : public v1::Generation::Service {
+// The public API; every call passes the API keys first. Generate is on gRPC's callback API (a
+// stream holds no thread); the short unary calls are served by the synchronous pool.
+class GenerationAdaptor final
+    : public v1::Generation::WithCallbackMethod_Generate<v1::Generation::Service> {
  public:
   explicit GenerationAdaptor(Router* r) : r_(r) {}
-  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
-                        grpc::ServerWriter<v1::GenerateResponse>* writer) override {
-    if (grpc::Status s = Auth(ctx, /*generation=*/true); !s.ok()) return s;
-    return r_->Generate(ctx, req, writer);
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const v1::GenerateRequest* req) override {
+    return r_->Generate(ctx, req, Auth(ctx, /*generation=*/true));
   }
   grpc::Status Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                      v1::ScoreResponse* resp) override {
@@ -40,7 +41,7 @@ class GenerationAdaptor final : public v1::Generation::Service {
   }
 
  private:
-  grpc::Status Auth(grpc::ServerContext* ctx, bool generation) {
+  grpc::Status Auth(grpc::ServerContextBase* ctx, bool generation) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
     const std::string_view value = it == md.end()

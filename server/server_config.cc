@@ -82,8 +82,9 @@ void AddCommonFlags(CLI::App& app, CommonConfig* c) {
                  "else --host; required for workers when --host is a wildcard)")
       ->group(g);
   app.add_option("--keepalive-ms", c->keepalive_ms, "gRPC keepalive ping interval")->group(g);
-  app.add_option("--max-threads", c->max_threads,
-                 "gRPC call threads (0: max(512, 2 * --max-inflight + 128))")
+  app.add_option(
+         "--max-threads", c->max_threads,
+         "Threads for synchronous gRPC calls (0: 2048; the router's Generate streams hold none)")
       ->group(g);
   app.add_option("--drain-timeout-ms", c->drain_timeout_ms,
                  "SIGTERM: how long in-flight work may take to finish")
@@ -124,7 +125,12 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
   app.add_option("--ejection-ms", c->ejection_ms, "Outlier ejection back-off (doubling)")->group(g);
   app.add_option("--http-port", c->http_port, "OpenAI-compatible HTTP API on --host (0: pick)")
       ->group(g);
-  app.add_option("--http-threads", c->http_threads, "HTTP worker threads")->group(g);
+  app.add_option("--http-threads", c->http_threads,
+                 "HTTP threads that parse and tokenize requests (a stream holds none)")
+      ->group(g);
+  app.add_option("--event-threads", c->event_threads,
+                 "Router threads running requests' steps between their waits")
+      ->group(g);
   app.add_option("--http-timeout-ms", c->http_timeout_ms, "HTTP request deadline (0: none)")
       ->group(g);
   app.add_option("--http-max-buffered-bytes", c->http_max_buffered_bytes,
@@ -277,6 +283,7 @@ absl::Status RouterConfig::Validate() const {
           {InRange("--internal-port", internal_port, 0, 65535),
            InRange("--http-port", http_port, 0, 65535),
            InRange("--http-threads", http_threads, 1, 1 << 14),
+           InRange("--event-threads", event_threads, 1, 256),
            AtLeast("--max-inflight", max_inflight, 1), AtLeast("--max-queued", max_queued, 0),
            AtLeast("--queue-timeout-ms", queue_timeout_ms, 0),
            AtLeast("--max-resumes", max_resumes, 0),

@@ -26,7 +26,7 @@ struct CommonConfig {
   int64_t max_message_bytes = 16 << 20;
   std::string advertise_host;  // empty: $TANDEM_ADVERTISE_HOST, else --host
   int64_t keepalive_ms = 10000;
-  int64_t max_threads = 0;  // 0: max(512, 2 * max-inflight + 128)
+  int64_t max_threads = 0;  // 0: 2048
   int64_t drain_timeout_ms = 30000;
   int64_t cpu_nice = 0;   // the process's CPU niceness, 0..19 (tandem up: 10 for prefill workers)
   bool cpu_idle = false;  // every thread at SCHED_IDLE: CPU only when nothing else wants it
@@ -40,14 +40,15 @@ struct RouterConfig {
   int64_t heartbeat_ms = 500;
   int64_t forget_after_ms = 30000;
   std::string api_keys_file;
-  int64_t max_inflight = 1024;
-  int64_t max_queued = 256;
+  int64_t max_inflight = 16384;
+  int64_t max_queued = 16384;
   int64_t queue_timeout_ms = 10000;
   int64_t max_resumes = 3;
   int64_t prefill_timeout_ms = 30000;
   int64_t ejection_ms = 5000;
   int64_t http_port = 0;
-  int64_t http_threads = 64;
+  int64_t http_threads = 8;
+  int64_t event_threads = 2;
   int64_t http_timeout_ms = 0;                              // 0: no deadline
   int64_t http_max_buffered_bytes = int64_t{128} << 20;     // HttpServerOptions::max_buffered_bytes
   int64_t http_max_connections = 16384;                     // HttpServerOptions::max_connections

@@ -319,6 +319,7 @@ absl::Status TandemServer::BuildRouter() {
   ro.registry.heartbeat_timeout = absl::Milliseconds(std::max<int64_t>(3 * rc.heartbeat_ms, 1000));
   ro.registry.forget_after = absl::Milliseconds(rc.forget_after_ms);
   ro.max_in_flight = static_cast<int>(rc.max_inflight);
+  ro.event_threads = static_cast<int>(rc.event_threads);
   ro.max_queued = static_cast<int>(rc.max_queued);
   ro.queue_timeout = absl::Milliseconds(rc.queue_timeout_ms);
   ro.max_resumes = static_cast<int>(rc.max_resumes);
@@ -573,11 +574,11 @@ absl::Status TandemServer::Listen() {
     http_options = *std::move(o);
   }
   grpc::EnableDefaultHealthCheckService(true);
-  // The synchronous server runs each call on a thread: bound them, so a burst of thousands of
-  // calls is refused (RESOURCE_EXHAUSTED) instead of growing memory without limit.
+  // The synchronous server runs each unary call (and each worker's stream) on a thread: bound
+  // them, so a burst of thousands of calls is refused (RESOURCE_EXHAUSTED) instead of growing
+  // memory without limit. The router's Generate streams are on the callback API and hold none.
   const int64_t max_threads = c_.common.max_threads;
-  quota_.SetMaxThreads(static_cast<int>(
-      max_threads > 0 ? max_threads : std::max<int64_t>(512, 2 * c_.router.max_inflight + 128)));
+  quota_.SetMaxThreads(static_cast<int>(max_threads > 0 ? max_threads : 2048));
   const std::string& host = c_.common.host;
   // Workers serve only the internal port, on --port; a router's internal port is
   // --internal-port.

@@ -372,6 +372,29 @@ class HttpListenerTest : public ::testing::Test {
             w.End();
             return;
           }
+          if (r.path == "/held") {
+            // Answered after the handler returned, from another thread, without waiting.
+            std::shared_ptr<HttpResponseWriter> held = w.Hold();
+            std::thread([held] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(100));
+              held->StartStream(200, "text/event-stream");
+              held->WriteThen("data: held\n\n", [held](bool room) {
+                if (room) held->End();
+                held->Release();
+              });
+            }).detach();
+            return;
+          }
+          if (r.path == "/until-gone") {
+            // Held until its client leaves, which arrives as an event.
+            std::shared_ptr<HttpResponseWriter> held = w.Hold();
+            held->StartStream(200, "text/event-stream");
+            w.OnClientGone([this, held] {
+              ++gone_events_;
+              held->Release();
+            });
+            return;
+          }
           if (r.path == "/big") {  // a whole response far past the per-connection bound
             w.Send(200, "text/plain", std::string(8 << 20, 'b'));
             return;
@@ -397,7 +420,9 @@ class HttpListenerTest : public ::testing::Test {
     for (int i = 0; i < 200 && listener_ && listener_->connections() > 0; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    if (listener_) EXPECT_EQ(listener_->connections(), 0);
+    if (listener_) {
+      EXPECT_EQ(listener_->connections(), 0);
+    }
   }
 
   std::unique_ptr<HttpListener> listener_;
@@ -405,6 +430,7 @@ class HttpListenerTest : public ::testing::Test {
   std::atomic<int> handled_{0};
   std::atomic<bool> hold_{true};
   std::atomic<bool> flood_failed_{false};
+  std::atomic<int> gone_events_{0};
   std::mutex order_mu_;
   std::vector<std::string> order_;  // paths, in the order handlers took them
 };
@@ -533,6 +559,35 @@ TEST_F(HttpListenerTest, ClientsThatDoNotReadHoldNoServingThread) {
   EXPECT_NE(body.find("Content-Length: 8388608"), std::string::npos);
   EXPECT_EQ(body.size() - body.find("\r\n\r\n") - 4, size_t{8} << 20);
   EXPECT_EQ(listener_->response_bytes(), 0u);
+}
+
+// A held response needs no serving thread: with one thread, a request held until its client
+// leaves and one answered later from elsewhere do not delay a third; the leaving client's close
+// reaches its holder as an event, and its connection is closed.
+TEST_F(HttpListenerTest, HeldResponsesNeedNoThreadAndHearTheirClientLeave) {
+  HttpListenerOptions o;
+  o.threads = 1;
+  Start(o);
+  const int waiter = Connect(port_);
+  ASSERT_GE(waiter, 0);
+  const std::string until_gone = "GET /until-gone HTTP/1.1\r\n\r\n";
+  ::send(waiter, until_gone.data(), until_gone.size(), MSG_NOSIGNAL);
+  const int later = Connect(port_);
+  ASSERT_GE(later, 0);
+  const std::string held = "GET /held HTTP/1.1\r\nConnection: close\r\n\r\n";
+  ::send(later, held.data(), held.size(), MSG_NOSIGNAL);
+  EXPECT_NE(Exchange(port_, "GET /now HTTP/1.1\r\nConnection: close\r\n\r\n").find("GET /now"),
+            std::string::npos);
+  const std::string got = ReadAll(later);
+  ::close(later);
+  EXPECT_NE(got.find("data: held"), std::string::npos) << got;
+  EXPECT_NE(got.find("0\r\n\r\n"), std::string::npos) << "the stream's end";
+  EXPECT_EQ(gone_events_.load(), 0);
+  ::close(waiter);
+  for (int i = 0; i < 250 && gone_events_.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(gone_events_.load(), 1);
 }
 
 // Requests waiting for the one serving thread take turns by client address: the quiet client's

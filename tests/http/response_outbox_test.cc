@@ -9,6 +9,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/time/clock.h"
 
@@ -127,6 +128,41 @@ TEST(ResponseOutboxTest, FailureWakesAWaitingProducer) {
   producer.join();
   EXPECT_TRUE(done.load());
   EXPECT_EQ(out.failure(), "the connection closed");
+}
+
+// A producer without a thread: its piece is taken at once, and it hears when the next may come
+// (room freed by the consumer), or that the client failed the rate rule (judged by the consumer)
+// or left; the fail hook runs once.
+TEST(ResponseOutboxTest, PushThenHearsOfRoomOrFailureWithoutWaiting) {
+  std::atomic<size_t> total{0};
+  ResponseOutbox out(Small(), &total, nullptr);
+  std::vector<int> heard;  // 1: room, 0: failed
+  auto room = [&](bool ok) { heard.push_back(ok ? 1 : 0); };
+  EXPECT_TRUE(out.PushThen("01234", "", room));
+  EXPECT_EQ(heard, (std::vector<int>{1})) << "room left: told at once";
+  EXPECT_TRUE(out.PushThen("5678901234", "", room));  // taken past the bound, then waits
+  EXPECT_EQ(heard.size(), 1u);
+  EXPECT_EQ(out.unwritten(), 15u);
+  out.Judge(absl::Now());  // within the grace
+  EXPECT_EQ(heard.size(), 1u);
+  out.Consumed(10, absl::Now());
+  EXPECT_EQ(heard, (std::vector<int>{1, 1})) << "room freed by the consumer";
+
+  int hooks = 0;
+  out.OnFail([&] { ++hooks; });
+  EXPECT_TRUE(out.PushThen("0123456789", "", room));
+  EXPECT_EQ(heard.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));  // past the grace, nothing read
+  out.Judge(absl::Now());
+  EXPECT_EQ(heard, (std::vector<int>{1, 1, 0}));
+  EXPECT_TRUE(out.failed());
+  EXPECT_EQ(hooks, 1);
+  EXPECT_FALSE(out.PushThen("x", "", room));
+  out.Fail("again");
+  EXPECT_EQ(hooks, 1);
+  int late = 0;
+  out.OnFail([&] { ++late; });  // set after the failure: runs at once
+  EXPECT_EQ(late, 1);
 }
 
 }  // namespace
