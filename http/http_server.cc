@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "formats/mapped_file.h"
@@ -22,8 +23,21 @@ namespace {
 using openai::ApiError;
 using openai::Endpoint;
 
+// An error response; a 429 or 503 (overload, quotas, no worker) also says when to come back:
+// Retry-After in whole seconds, from the "retry after N ms" its message carries (else 1).
 void Reply(HttpResponseWriter& w, const ApiError& e) {
-  w.Send(e.http_status, "application/json", openai::ErrorBody(e));
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (e.http_status == 429 || e.http_status == 503) {
+    int64_t ms = 1000;
+    constexpr absl::string_view kHint = "retry after ";
+    if (const size_t at = absl::string_view(e.message).find(kHint); at != absl::string_view::npos) {
+      const absl::string_view rest = absl::string_view(e.message).substr(at + kHint.size());
+      int64_t v = 0;
+      if (absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &v) && v > 0) ms = v;
+    }
+    headers.emplace_back("Retry-After", std::to_string(std::max<int64_t>(1, (ms + 999) / 1000)));
+  }
+  w.Send(e.http_status, "application/json", openai::ErrorBody(e), headers);
 }
 
 ApiError Error(int status, std::string message) {
@@ -472,6 +486,18 @@ struct HttpServer::Impl {
     }
     gen->request = *std::move(parsed);
     const openai::Request& request = gen->request;
+    // The API key's limits: choices per request here, the rest in the router.
+    const KeyLimits limits = router->LimitsOf(req.Header("authorization"));
+    if (const int asked = std::max(request.n, request.best_of);
+        limits.max_n > 0 && asked > limits.max_n) {
+      const grpc::Status s(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrFormat("%s: %d choices asked; this API key allows at most %d "
+                          "(its max_n)",
+                          request.best_of > request.n ? "best_of" : "n", asked, limits.max_n));
+      Count(s.error_code());
+      return Reply(w, openai::ToApiError(s, &request));
+    }
     const int64_t created = absl::ToUnixSeconds(absl::Now());
     if (endpoint == Endpoint::kResponses) {
       auto r = std::make_unique<openai::ResponsesBuilder>(request, model, created);
@@ -501,6 +527,7 @@ struct HttpServer::Impl {
       AsyncCall call;
       call.deadline = MakeCall().deadline;
       call.tenant = req.tenant;
+      call.limits = limits;
       call.gone = gen->gone;
       call.write = [gen, i](const v1::GenerateResponse& m, std::function<void(bool)> done) {
         gen->Write(i, m, std::move(done));

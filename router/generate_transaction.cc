@@ -57,6 +57,7 @@ GenerateTransaction::~GenerateTransaction() {
   {
     std::lock_guard<std::mutex> lock(r_->mu_);
     r_->in_flight_.erase(request_id_);
+    if (quota_) r_->quotas_.End(call_.tenant, absl::Now());
     r_->NotifyLocked();  // its room is free
   }
   if (watch_) r_->Unwatch(&*watch_);
@@ -100,10 +101,17 @@ grpc::Status GenerateTransaction::Begin() {
                                           "%d ms",
                                           r_->options_.max_in_flight, r_->options_.retry_after_ms));
     }
-    if (!r_->in_flight_.insert(request_id_).second) {
+    if (r_->in_flight_.count(request_id_) > 0) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           absl::StrFormat("request_id: \"%s\" is already in flight", client_id_));
     }
+    // The API key's limits: generations in flight, tokens per minute.
+    if (std::optional<TenantQuotas::Refusal> no = r_->quotas_.Start(
+            call_.tenant, call_.limits, prompt_len_, absl::Now(), r_->options_.retry_after_ms)) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, no->why);
+    }
+    quota_ = call_.limits.any();
+    r_->in_flight_.insert(request_id_);
     in_flight_ = true;
   }
   phase_.emplace(r_->metrics_);
@@ -616,6 +624,10 @@ async::Task<bool> GenerateTransaction::Write() {
       [this](std::function<void(bool)> done) { call_.write(resp_, std::move(done)); });
   if (!sent) co_return false;
   const int n = resp_.token_ids_size();
+  if (quota_ && n > 0) {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    r_->quotas_.Charge(call_.tenant, n, absl::Now());
+  }
   ClearResponse();
   RouterMetrics* m = r_->metrics_;
   if (m == nullptr || n == 0) co_return true;

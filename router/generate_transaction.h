@@ -174,6 +174,7 @@ class GenerateTransaction {
   std::string request_id_;  // scoped to the caller (router/request_id.h): logs, workers
   std::string client_id_;   // what the client sees: its own id, or the one the router drew
   bool in_flight_ = false;
+  bool quota_ = false;  // counted in the tenant's quota (Router::quotas_)
   std::optional<PhaseGauges> phase_;
   std::optional<CallWatch> watch_;
   WaitRegistration wait_;

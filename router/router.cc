@@ -319,6 +319,10 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* Router::Generate(grpc::CallbackS
                                     : absl::string_view();
   call.caller = CallerNamespace(std::string_view(key.data(), key.size()), ctx->peer());
   call.tenant = GrpcTenant(std::string_view(key.data(), key.size()), ctx->peer());
+  if (auth_header != md.end()) {
+    call.limits =
+        LimitsOf(std::string_view(auth_header->second.data(), auth_header->second.size()));
+  }
   reactor->Run(this, *req, std::move(call));
   return reactor;
 }

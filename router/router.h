@@ -27,6 +27,7 @@
 #include "router/admission.h"
 #include "router/ingress.h"
 #include "router/registry.h"
+#include "router/tenant_quota.h"
 #include "rpc/api_keys.h"
 #include "rpc/internal_auth.h"
 #include "tandem/v1/generation.grpc.pb.h"
@@ -93,6 +94,8 @@ struct AsyncCall {
   std::function<void(const v1::GenerateResponse&, std::function<void(bool)> done)> write;
   std::string caller;  // as StreamCall's
   std::string tenant;
+  // The caller's API key's limits (Router::LimitsOf), kept per tenant (router/tenant_quota.h).
+  KeyLimits limits;
 };
 
 // A Generate call made by a caller that waits for it (GenerateStream: tests, tools).
@@ -131,6 +134,11 @@ class Router {
 
   // Whether API keys guard the API (only valid keys get past Authorize).
   bool api_keys_enabled() const { return options_.api_keys.enabled(); }
+  // The limits of the key an `authorization` header presents (none without keys).
+  KeyLimits LimitsOf(std::string_view authorization) const {
+    return options_.api_keys.LimitsOf(
+        absl::string_view(authorization.data(), authorization.size()));
+  }
 
   // Graceful drain: new requests are UNAVAILABLE from now on; those in flight finish.
   void BeginDrain() { draining_ = true; }
@@ -221,6 +229,7 @@ class Router {
   WorkerRegistry registry_;
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> in_flight_;
+  TenantQuotas quotas_;  // per API key with limits
   // Requests waiting for workers or KV room, oldest first: only the first looks for room.
   AdmissionLine line_;
   // Waiting requests' wake-ups: the line's front by its ticket, waiters for workers by id.

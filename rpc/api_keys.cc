@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
@@ -35,18 +36,43 @@ absl::StatusOr<ApiKeys> ApiKeys::Parse(absl::string_view text) {
     }
     line = absl::StripAsciiWhitespace(line);
     if (line.empty()) continue;
-    for (char c : line) {
-      if (absl::ascii_isspace(static_cast<unsigned char>(c)) ||
-          !absl::ascii_isprint(static_cast<unsigned char>(c))) {
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    const absl::string_view key = fields[0];
+    for (char c : key) {
+      if (!absl::ascii_isgraph(static_cast<unsigned char>(c))) {
         return absl::InvalidArgumentError(
             absl::StrFormat("api keys line %d: a key must be printable, without spaces", line_no));
       }
     }
-    if (line.size() < 16) {
+    if (key.size() < 16) {
       return absl::InvalidArgumentError(
           absl::StrFormat("api keys line %d: a key must have at least 16 characters", line_no));
     }
-    keys.keys_.emplace_back(line);
+    KeyLimits limits;
+    for (size_t i = 1; i < fields.size(); ++i) {
+      const std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(fields[i], absl::MaxSplits('=', 1));
+      int64_t value = 0;
+      const bool number = absl::SimpleAtoi(kv.second, &value) && value > 0;
+      if (!number || (kv.first != "tokens_per_minute" && value > INT32_MAX)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "api keys line %d: %s: the value must be a positive number", line_no, kv.first));
+      }
+      if (kv.first == "max_concurrent") {
+        limits.max_concurrent = static_cast<int>(value);
+      } else if (kv.first == "max_n") {
+        limits.max_n = static_cast<int>(value);
+      } else if (kv.first == "tokens_per_minute") {
+        limits.tokens_per_minute = value;
+      } else {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "api keys line %d: unknown limit \"%s\" (max_concurrent, max_n, tokens_per_minute)",
+            line_no, kv.first));
+      }
+    }
+    keys.keys_.emplace_back(key);
+    keys.limits_.push_back(limits);
   }
   if (keys.keys_.empty()) return absl::InvalidArgumentError("api keys: the file holds no key");
   return keys;
@@ -75,13 +101,24 @@ absl::string_view ApiKeys::BearerToken(absl::string_view authorization) {
   return absl::StripLeadingAsciiWhitespace(authorization.substr(kScheme.size()));
 }
 
-bool ApiKeys::Allows(absl::string_view authorization) const {
-  if (keys_.empty()) return true;
+int ApiKeys::Find(absl::string_view authorization) const {
   const absl::string_view presented = BearerToken(authorization);
-  if (presented.empty()) return false;
-  bool allowed = false;
-  for (const std::string& k : keys_) allowed |= ConstantTimeEquals(presented, k);
-  return allowed;
+  if (presented.empty()) return -1;
+  int found = -1;
+  for (size_t i = 0; i < keys_.size(); ++i) {
+    if (ConstantTimeEquals(presented, keys_[i])) found = static_cast<int>(i);
+  }
+  return found;
+}
+
+bool ApiKeys::Allows(absl::string_view authorization) const {
+  return keys_.empty() || Find(authorization) >= 0;
+}
+
+KeyLimits ApiKeys::LimitsOf(absl::string_view authorization) const {
+  if (keys_.empty()) return {};
+  const int i = Find(authorization);
+  return i < 0 ? KeyLimits() : limits_[i];
 }
 
 }  // namespace tandem

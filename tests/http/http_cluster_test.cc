@@ -1245,6 +1245,62 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
             4);
 }
 
+// An API key's limits (rpc/api_keys.h): choices per request are refused 400 naming the field,
+// a second generation in flight past max_concurrent and a request past the minute's
+// tokens_per_minute are refused 429 with Retry-After; another key is not touched.
+TEST(HttpClusterTest, ApiKeyLimitsHoldPerKey) {
+  testing::TempDir dir;
+  const std::string limited = "sk-tandem-limited-0123456789";
+  const std::string free_key = "sk-tandem-free-0123456789abc";
+  const std::string keys =
+      WriteFile(dir, "keys.txt",
+                limited + " max_concurrent=1 max_n=2 tokens_per_minute=60\n" + free_key + "\n");
+  Cluster c(1, 1, {"--fault", "step_delay_ms=20"}, {"--api-keys-file", keys});
+  ASSERT_TRUE(c.ready());
+  const std::vector<std::string> as_limited = {"Authorization: Bearer " + limited};
+  const std::vector<std::string> as_free = {"Authorization: Bearer " + free_key};
+  HttpReply r = Curl(c.http(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 2, "n": 3})",
+                     as_limited);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("max_n"), std::string::npos) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "n") << r.body;
+  // One long generation in flight (40 tokens at 20 ms a step); a second is refused.
+  std::thread first([&] {
+    HttpReply long_one =
+        Curl(c.http(), "/v1/completions",
+             R"({"prompt": "Once", "max_tokens": 40, "ignore_eos": true})", as_limited);
+    EXPECT_EQ(long_one.status, 200) << long_one.body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r = Curl(c.http(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", as_limited);
+  EXPECT_EQ(r.status, 429) << r.body;
+  EXPECT_NE(r.body.find("max_concurrent"), std::string::npos) << r.body;
+  r = Curl(c.http(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", as_free);
+  EXPECT_EQ(r.status, 200) << r.body;
+  first.join();
+  // The first generation used its prompt and 40 tokens, then a second prompt tips the minute
+  // past 60: the next is refused until the minute has passed, with Retry-After saying when.
+  r = Curl(c.http(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 20})", as_limited);
+  EXPECT_EQ(r.status, 200) << r.body;
+  const std::string cmd = "curl -s -i --max-time 30 -H 'Authorization: Bearer " + limited +
+                          "' -H 'Content-Type: application/json' -d '{\"prompt\": \"Once\", "
+                          "\"max_tokens\": 2}' http://" +
+                          c.http() + "/v1/completions";
+  std::string head;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) head.append(buf, n);
+    ::pclose(f);
+  }
+  EXPECT_NE(head.find("HTTP/1.1 429"), std::string::npos) << head;
+  EXPECT_NE(head.find("tokens_per_minute"), std::string::npos) << head;
+  EXPECT_NE(head.find("Retry-After: "), std::string::npos) << head;
+  EXPECT_EQ(
+      Curl(c.http(), "/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", as_free).status,
+      200);
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
 // A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in
 // chat_template_test.cc) in a real router: the template writes <s> and [INST] as text, and they
 // become the special tokens once (tokenized without adding special tokens, as transformers does).

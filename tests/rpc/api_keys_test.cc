@@ -49,5 +49,29 @@ TEST(ApiKeysTest, BadFilesNameTheLine) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST(ApiKeysTest, LimitsFollowTheirKey) {
+  auto keys = ApiKeys::Parse(
+      "key-0123456789abcdef max_concurrent=4 max_n=2 tokens_per_minute=60000\n"
+      "key-fedcba9876543210\n"
+      "key-aaaaaaaaaaaaaaaa\ttokens_per_minute=10 # a comment\n");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  const KeyLimits a = keys->LimitsOf("Bearer key-0123456789abcdef");
+  EXPECT_EQ(a.max_concurrent, 4);
+  EXPECT_EQ(a.max_n, 2);
+  EXPECT_EQ(a.tokens_per_minute, 60000);
+  EXPECT_FALSE(keys->LimitsOf("Bearer key-fedcba9876543210").any());
+  EXPECT_EQ(keys->LimitsOf("Bearer key-aaaaaaaaaaaaaaaa").tokens_per_minute, 10);
+  EXPECT_FALSE(keys->LimitsOf("Bearer key-unknown-000000000").any());
+  EXPECT_TRUE(keys->Allows("Bearer key-aaaaaaaaaaaaaaaa"));
+  for (const char* bad :
+       {"key-0123456789abcdef max_concurrent=0\n", "key-0123456789abcdef max_n=-1\n",
+        "key-0123456789abcdef max_n=two\n", "key-0123456789abcdef burst=3\n",
+        "key-0123456789abcdef max_concurrent=99999999999\n"}) {
+    auto k = ApiKeys::Parse(bad);
+    ASSERT_FALSE(k.ok()) << bad;
+    EXPECT_NE(k.status().message().find("line 1"), std::string::npos) << k.status();
+  }
+}
+
 }  // namespace
 }  // namespace tandem
