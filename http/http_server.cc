@@ -49,6 +49,11 @@ ApiError Error(int status, std::string message) {
   return e;
 }
 
+// What a whole response holds per generated token, as built (http/openai.h): its text and id,
+// and each log-probability entry (the token's and every top alternative's).
+constexpr size_t kBytesPerToken = 64;
+constexpr size_t kBytesPerLogprob = 160;
+
 uint64_t RandomSeed() {
   thread_local std::mt19937_64 gen(std::random_device{}());
   return gen();
@@ -90,6 +95,7 @@ struct HttpServer::Impl {
   openai::ResponseStore responses{openai::ResponseStore::Limits{}};
   std::unique_ptr<HttpListener> listener;
   std::atomic<bool> stopping{false};  // the server is shutting down: cancel every request
+  std::atomic<size_t> building{0};    // reserved by whole responses being built
 
   // Counts a generation request that ended before reaching the router (which counts its own).
   void Count(grpc::StatusCode code) {
@@ -380,6 +386,9 @@ struct HttpServer::Impl {
     std::mutex mu;
     std::vector<grpc::Status> statuses;
     int running = 0;
+    size_t reserved = 0;  // of Impl::building, given back once the response is sent
+
+    ~Generation() { impl->building -= reserved; }
 
     // Choice `index`'s message: its events into the stream (or the whole answer).
     void Write(int index, const v1::GenerateResponse& m, std::function<void(bool)> done) {
@@ -518,6 +527,30 @@ struct HttpServer::Impl {
       gen->answer = std::move(completions);
     }
     const int total = static_cast<int>(request.choices.size());
+    if (!request.stream) {
+      // The most a whole response may reach, reserved until it is sent.
+      const int top = request.generate.sampling().top_logprobs();
+      const bool logprobs = request.want_logprobs || request.best_of > request.n;
+      const size_t per_token = kBytesPerToken + (logprobs ? (top + 1) * kBytesPerLogprob : 0);
+      size_t most = 0;
+      for (const v1::GenerateRequest& g : request.choices) {
+        most += static_cast<size_t>(std::max(0, g.max_tokens())) * per_token;
+      }
+      const size_t before = building.fetch_add(most);
+      gen->reserved = most;
+      if (before + most > options.max_building_bytes && most > 0) {
+        const grpc::Status s(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrFormat("stream: this whole response may reach %d MiB and the server is "
+                            "building %d MiB of them (--http-max-building-bytes %d MiB); send "
+                            "it with \"stream\": true, or retry after 1000 ms",
+                            most >> 20, before >> 20, options.max_building_bytes >> 20));
+        Count(s.error_code());
+        openai::ApiError e = openai::ToApiError(s, &request);
+        e.param = "stream";  // the field that would have it served
+        return Reply(w, e);
+      }
+    }
     gen->statuses.assign(total, grpc::Status::OK);
     gen->running = total;
     gen->w = w.Hold();

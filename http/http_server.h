@@ -54,6 +54,11 @@ struct HttpServerOptions {
   // --http-min-write-rate; http/response_outbox.h): below it the request is cancelled.
   size_t response_buffer_bytes = size_t{256} << 10;
   size_t min_write_rate = 4096;
+  // Whole (non-streamed) generation responses are built in memory before they are sent: the
+  // most they may reach (choices x max_tokens, with their logprobs) is reserved against this
+  // budget over every request (--http-max-building-bytes); past it, 503 with Retry-After, the
+  // message naming `stream` (a streamed response is bounded by its outbox instead).
+  size_t max_building_bytes = size_t{512} << 20;
   // Requests waiting for a serving thread, in a line the tenants (API keys, else client
   // addresses) take turns in (--http-max-queued; http/http_listener.h).
   int max_queued = 16384;

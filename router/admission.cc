@@ -40,6 +40,37 @@ void AdmissionLine::Leave(uint64_t ticket) {
   }
 }
 
+void RunningShares::Add(const std::string& tenant, uint64_t id) { by_tenant_[tenant].insert(id); }
+
+void RunningShares::Remove(const std::string& tenant, uint64_t id) {
+  auto it = by_tenant_.find(tenant);
+  if (it == by_tenant_.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) by_tenant_.erase(it);
+}
+
+int RunningShares::running(const std::string& tenant) const {
+  auto it = by_tenant_.find(tenant);
+  return it == by_tenant_.end() ? 0 : static_cast<int>(it->second.size());
+}
+
+std::optional<uint64_t> RunningShares::VictimFor(const std::string& tenant) const {
+  const int mine = running(tenant);
+  const std::set<uint64_t>* most = nullptr;
+  for (const auto& [t, ids] : by_tenant_) {
+    if (t == tenant) continue;
+    if (most == nullptr || ids.size() > most->size()) most = &ids;
+  }
+  if (most == nullptr || static_cast<int>(most->size()) < mine + 2) return std::nullopt;
+  return *most->rbegin();
+}
+
+void AdmissionLine::PassTurn() {
+  if (turns_.size() < 2) return;
+  turns_.push_back(std::move(turns_.front()));
+  turns_.pop_front();
+}
+
 std::optional<std::string> NeverFits(int64_t largest_tokens, int64_t total_tokens) {
   if (largest_tokens <= 0 || largest_tokens >= total_tokens) return std::nullopt;
   return absl::StrFormat(

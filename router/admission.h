@@ -12,6 +12,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -36,6 +37,12 @@ class AdmissionLine {
   // passes the turn to the next tenant. Unknown tickets and 0 are ignored.
   void Leave(uint64_t ticket);
 
+  // The front's tenant passes its turn to the next tenant waiting (none: nothing changes); its
+  // request keeps its place at the front of its own part of the line.
+  void PassTurn();
+  // Tenants waiting, the one whose turn it is first.
+  const std::deque<std::string>& turns() const { return turns_; }
+
   int waiting() const { return static_cast<int>(tenant_of_.size()); }
   int max_queued() const { return max_queued_; }
   // The ticket at the front, 0 when nobody waits.
@@ -54,6 +61,25 @@ class AdmissionLine {
   std::map<std::string, std::deque<Place>> by_tenant_;
   std::deque<std::string> turns_;  // tenants waiting, next turn first
   std::unordered_map<uint64_t, std::string> tenant_of_;
+};
+
+// The sequences each tenant has streaming on the decode workers, and whose place a waiting
+// tenant may take: fair shares with no room held idle. A tenant first in line with no room
+// anywhere takes the place of the tenant streaming the most, when that one streams at least two
+// more than it (shares converge, and never flip back and forth); the place taken is that
+// tenant's newest sequence, the least work to redo. The taken sequence is resumed after its
+// tokens so far (the router's resume), in line behind the others.
+class RunningShares {
+ public:
+  // `id`s grow with time (the newest is the largest).
+  void Add(const std::string& tenant, uint64_t id);
+  void Remove(const std::string& tenant, uint64_t id);
+  int running(const std::string& tenant) const;
+  // The sequence `tenant` may take the place of, if any.
+  std::optional<uint64_t> VictimFor(const std::string& tenant) const;
+
+ private:
+  std::map<std::string, std::set<uint64_t>> by_tenant_;
 };
 
 // Why a request that may reach `total_tokens` (prompt and max_tokens, within the context) can

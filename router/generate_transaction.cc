@@ -16,6 +16,7 @@ double Since(absl::Time t) { return absl::ToDoubleSeconds(absl::Now() - t); }
 // A waiter for workers, and the front of the line waiting for room, look again at least this
 // often: an ejected worker comes back, and a silent one turns unhealthy, by the clock alone.
 constexpr absl::Duration kRecheck = absl::Milliseconds(100);
+constexpr absl::Duration kRecheckTaken = absl::Milliseconds(5);
 
 // Whether a failed attempt may be resumed on other workers: the fault was a worker's or the
 // KV transfer's, not the request's.
@@ -65,14 +66,18 @@ GenerateTransaction::~GenerateTransaction() {
 
 async::Task<grpc::Status> GenerateTransaction::Run() {
   if (grpc::Status s = Begin(); !s.ok()) co_return s;
-  for (int resumes = 0;; ++resumes) {
+  for (int resumes = 0;;) {
     grpc::Status s = co_await RunAttempt();
     if (s.ok()) {
       RecordSuccess();
       co_return s;
     }
     grpc::Status final_status;
-    const bool resume = co_await PrepareResume(s, resumes, &final_status);
+    if (std::exchange(preempted_attempt_, false)) {
+      if (!ResumeAfterPreemption(&final_status)) co_return final_status;
+      continue;
+    }
+    const bool resume = co_await PrepareResume(s, resumes++, &final_status);
     if (!resume) co_return final_status;
   }
 }
@@ -274,7 +279,10 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
                                    "no healthy decode worker within the queue timeout");
           }
           if (now >= a.room_until) co_return NoRoom();
-          wait_until = std::min(a.room_until, now + kRecheck);
+          if (a.queued.ticket != 0 && MyTurnLocked(a)) TakeFairShareLocked();
+          // A place taken from another tenant frees as soon as its worker lets it go: look
+          // again soon.
+          wait_until = std::min(a.room_until, now + (preempting_ != 0 ? kRecheckTaken : kRecheck));
           if (none_healthy) wait_until = std::min(*wait_until, a.queue_until);
           epoch = r_->epoch_;
           tried = failed_decode_;
@@ -310,6 +318,7 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
       r_->metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
     }
   }
+  preempting_ = 0;
   // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
   // abandoned: its stream is cancelled and the request resumed elsewhere.
   watch_->WatchWorker(a.decode->context(), a.decode_id);
@@ -448,6 +457,15 @@ async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
 
 // The first token from the prefill, the rest from the decode worker.
 async::Task<grpc::Status> GenerateTransaction::Stream(Attempt& a) {
+  {
+    std::lock_guard<std::mutex> lock(r_->mu_);
+    JoinSharesLocked(a);
+  }
+  // Out of the shares on every exit (the attempt's end frees its room: the line looks again).
+  struct Unshare {
+    GenerateTransaction* t;
+    ~Unshare() { t->LeaveShares(); }
+  } unshare{this};
   const bool first_ever = generated_.empty();
   const bool done_at_first = AddToken(a.presp.first_token(), &a.presp.first_logprobs());
   if (first_ever) {
@@ -506,6 +524,11 @@ async::Task<grpc::Status> GenerateTransaction::Stream(Attempt& a) {
 async::Task<grpc::Status> GenerateTransaction::DecodeBroke(Attempt& a) {
   grpc::Status s = co_await a.decode->Finish(/*cancel=*/false);
   if (IsGone()) co_return ClientGone();
+  if (preempted_.exchange(false)) {
+    preempted_attempt_ = true;
+    co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           "another tenant took this request's place on the decode worker");
+  }
   if (watch_->abandoned(a.decode->context())) {
     Report(a.decode_id, &failed_decode_);
     co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -550,6 +573,54 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
   std::fprintf(stderr, "[tandem-router] %s: resuming after %d tokens (%s)\n", request_id_.c_str(),
                static_cast<int>(generated_.size()), s.error_message().c_str());
   co_return true;
+}
+
+void GenerateTransaction::TakeFairShareLocked() {
+  const int mine = r_->shares_.running(call_.tenant);
+  for (const std::string& t : r_->line_.turns()) {
+    if (t != call_.tenant && r_->shares_.running(t) + 2 <= mine) {
+      r_->line_.PassTurn();  // the poorer tenant looks first (and may take one of ours)
+      r_->NotifyLocked();
+      return;
+    }
+  }
+  if (preempting_ != 0 && r_->streaming_.count(preempting_) > 0) return;  // asked already
+  preempting_ = 0;
+  const std::optional<uint64_t> victim = r_->shares_.VictimFor(call_.tenant);
+  if (!victim) return;
+  auto it = r_->streaming_.find(*victim);
+  if (it == r_->streaming_.end() || it->second->share_ctx_ == nullptr) return;
+  preempting_ = *victim;
+  it->second->preempted_ = true;
+  it->second->share_ctx_->TryCancel();
+}
+
+void GenerateTransaction::JoinSharesLocked(Attempt& a) {
+  share_id_ = r_->next_share_id_++;
+  share_ctx_ = a.decode->context();
+  preempted_ = false;
+  r_->shares_.Add(call_.tenant, share_id_);
+  r_->streaming_[share_id_] = this;
+}
+
+void GenerateTransaction::LeaveShares() {
+  std::lock_guard<std::mutex> lock(r_->mu_);
+  if (share_id_ == 0) return;
+  r_->shares_.Remove(call_.tenant, share_id_);
+  r_->streaming_.erase(share_id_);
+  share_id_ = 0;
+  share_ctx_ = nullptr;
+  r_->NotifyLocked();  // its room frees: the front of the line looks again
+}
+
+bool GenerateTransaction::ResumeAfterPreemption(grpc::Status* final_status) {
+  if (IsGone()) {
+    *final_status = ClientGone();
+    return false;
+  }
+  ClearResponse();
+  finish_.reset();
+  return true;
 }
 
 void GenerateTransaction::RecordSuccess() {

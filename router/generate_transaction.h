@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <set>
@@ -127,6 +128,13 @@ class GenerateTransaction {
   grpc::Status Enqueue(Attempt& a);  // under r_->mu_
   // Under r_->mu_: whether `a` may look for room now (no one waits, or it is first in line).
   bool MyTurnLocked(const Attempt& a) const;
+  // Under r_->mu_, first in line with no room: passes the turn to a tenant waiting behind that
+  // streams fewer (by two or more), or else takes the place of the tenant streaming the most when
+  // fair shares allow (RunningShares), one place at a time.
+  void TakeFairShareLocked();
+  // A place in the fair shares for as long as the attempt streams.
+  void JoinSharesLocked(Attempt& a);
+  void LeaveShares();
   // Waits until woken (per `kind`; `epoch` is the router's when the caller last looked: a
   // change since wakes at once), `until`, or the client going away.
   async::Task<bool> Wait(WaitKind kind, uint64_t ticket, uint64_t epoch, absl::Time until);
@@ -144,6 +152,8 @@ class GenerateTransaction {
   // The next state after a failed attempt: true to resume (after the back-off), or false with
   // the final status in *final_status.
   async::Task<bool> PrepareResume(grpc::Status s, int resumes, grpc::Status* final_status);
+  // A resume after another tenant took this request's place: at once, not counted.
+  bool ResumeAfterPreemption(grpc::Status* final_status);
   void RecordSuccess();
 
   // Adds one token (and its logprobs, when asked for) to the pending response; true when the
@@ -175,6 +185,14 @@ class GenerateTransaction {
   std::string client_id_;   // what the client sees: its own id, or the one the router drew
   bool in_flight_ = false;
   bool quota_ = false;  // counted in the tenant's quota (Router::quotas_)
+  // Fair shares (Router::shares_): this request's place while it streams (0: none), the decode
+  // stream's context there (under r_->mu_), and whether another tenant took its place (its
+  // stream is cancelled; the attempt resumes, not counted as a fault).
+  uint64_t share_id_ = 0;
+  grpc::ClientContext* share_ctx_ = nullptr;
+  std::atomic<bool> preempted_{false};
+  bool preempted_attempt_ = false;
+  uint64_t preempting_ = 0;  // the place this request asked for, while it waits
   std::optional<PhaseGauges> phase_;
   std::optional<CallWatch> watch_;
   WaitRegistration wait_;

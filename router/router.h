@@ -230,6 +230,11 @@ class Router {
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
   std::set<std::string> in_flight_;
   TenantQuotas quotas_;  // per API key with limits
+  // Sequences streaming from decode workers, by tenant (fair shares: a waiting tenant may take
+  // the place of the one streaming the most) and by id.
+  RunningShares shares_;
+  std::unordered_map<uint64_t, router_internal::GenerateTransaction*> streaming_;
+  uint64_t next_share_id_ = 1;
   // Requests waiting for workers or KV room, oldest first: only the first looks for room.
   AdmissionLine line_;
   // Waiting requests' wake-ups: the line's front by its ticket, waiters for workers by id.

@@ -38,6 +38,7 @@ absl::StatusOr<HttpServerOptions> RouterHttpOptions(const ServerConfig& c) {
   o.max_connections_per_client = static_cast<int>(rc.http_max_connections_per_client);
   o.response_buffer_bytes = static_cast<size_t>(rc.http_response_buffer_bytes);
   o.min_write_rate = static_cast<size_t>(rc.http_min_write_rate);
+  o.max_building_bytes = static_cast<size_t>(rc.http_max_building_bytes);
   o.max_queued = static_cast<int>(rc.http_max_queued);
   o.trusted_proxies = rc.trusted_proxies;
   if (rc.http_timeout_ms > 0) o.request_timeout = absl::Milliseconds(rc.http_timeout_ms);

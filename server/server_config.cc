@@ -137,6 +137,10 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
                  "Bytes of HTTP requests held in memory at once, over every connection (past "
                  "it, 503 for the connection holding the most)")
       ->group(g);
+  app.add_option("--http-max-building-bytes", c->http_max_building_bytes,
+                 "Bytes whole (non-streamed) responses may reach, reserved over every request "
+                 "(past it, 503 naming stream)")
+      ->group(g);
   app.add_option("--http-max-connections", c->http_max_connections,
                  "Open HTTP connections (past it, an idle one makes room, else 503 with "
                  "Retry-After)")
@@ -293,6 +297,7 @@ absl::Status RouterConfig::Validate() const {
            InRange("--http-max-buffered-bytes", http_max_buffered_bytes, kMinHttpBufferedBytes,
                    int64_t{1} << 40),
            InRange("--http-max-connections", http_max_connections, 1, 1 << 20),
+           InRange("--http-max-building-bytes", http_max_building_bytes, 1 << 20, int64_t{1} << 40),
            InRange("--http-max-connections-per-client", http_max_connections_per_client, 1,
                    1 << 20),
            InRange("--http-response-buffer-bytes", http_response_buffer_bytes, 4096,

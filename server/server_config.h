@@ -55,6 +55,7 @@ struct RouterConfig {
   int64_t http_max_connections_per_client = 16384;          // ... max_connections_per_client
   int64_t http_response_buffer_bytes = int64_t{256} << 10;  // ... response_buffer_bytes
   int64_t http_min_write_rate = 4096;                       // ... min_write_rate
+  int64_t http_max_building_bytes = int64_t{512} << 20;     // ... max_building_bytes
   int64_t http_max_queued = 16384;                          // ... max_queued
   std::string trusted_proxies;                              // ... trusted_proxies
   std::string chat_template;

@@ -1301,6 +1301,72 @@ TEST(HttpClusterTest, ApiKeyLimitsHoldPerKey) {
   EXPECT_TRUE(c.AllBlocksFree());
 }
 
+// Fair shares of the decode batch: a tenant holding every place (four, --max-running 4) with
+// eight more waiting does not make another tenant's request wait for one of its own to end: the
+// newcomer takes the place of the flood's newest sequence, which resumes after its tokens so far.
+// Every flood output still equals the quiet run's.
+TEST(HttpClusterTest, AWaitingTenantTakesAPlaceFromTheTenantHoldingThemAll) {
+  Cluster c(1, 1, {"--max-running", "4", "--fault", "step_delay_ms=20"});
+  ASSERT_TRUE(c.ready());
+  const std::string body =
+      R"({"prompt": "Once upon a time", "max_tokens": 150, "temperature": 0, "ignore_eos": true})";
+  const HttpReply quiet = Curl(c.http(), "/v1/completions", body);
+  ASSERT_EQ(quiet.status, 200) << quiet.body;
+  const std::string expected = quiet.Json()["choices"][0]["text"];
+  std::vector<std::string> texts(12);
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 12; ++i) {
+    flood.emplace_back([&, i] {
+      const HttpReply r = Curl(c.http(), "/v1/completions", body);
+      texts[i] = r.status == 200 ? std::string(r.Json()["choices"][0]["text"]) : r.body;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // four streaming, eight waiting
+  // One 150-token flood request takes 3 s here: without taking a place the newcomer would wait
+  // about that long.
+  const std::string cmd =
+      "curl -s --max-time 30 --interface 127.0.0.2 -o /dev/null -w "
+      "'%{http_code} %{time_total}' -H 'Content-Type: application/json' -d "
+      "'{\"prompt\": \"Once\", \"max_tokens\": 2, \"temperature\": 0}' "
+      "http://" +
+      c.http() + "/v1/completions";
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[256];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+    ::pclose(f);
+  }
+  int status = 0;
+  double seconds = 0;
+  ASSERT_EQ(std::sscanf(out.c_str(), "%d %lf", &status, &seconds), 2) << out;
+  EXPECT_EQ(status, 200);
+  EXPECT_LT(seconds, 1.5) << "the newcomer waited for a flood request to end";
+  for (std::thread& t : flood) t.join();
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(texts[i], expected) << "flood request " << i;
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// Whole responses are built in memory: what one may reach (choices x max_tokens with their
+// logprobs) is reserved against --http-max-building-bytes, past which it is refused 503 naming
+// `stream`; the same request streamed, or without logprobs, is served.
+TEST(HttpClusterTest, WholeResponsesAreBuiltWithinABudget) {
+  Cluster c(0, 0, {}, {"--http-max-building-bytes", "1048576"});
+  ASSERT_TRUE(c.ready());
+  const std::string big =
+      R"({"prompt": "Once", "n": 8, "max_tokens": 400, "logprobs": 5, "temperature": 0.8)";
+  HttpReply r = Curl(c.http(), "/v1/completions", big + "}");
+  EXPECT_EQ(r.status, 503) << r.body;
+  EXPECT_EQ(r.Json()["error"]["param"], "stream") << r.body;
+  r = Curl(c.http(), "/v1/completions", big + R"(, "stream": true})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("[DONE]"), std::string::npos);
+  r = Curl(c.http(), "/v1/completions",
+           R"({"prompt": "Once", "n": 8, "max_tokens": 400, "temperature": 0.8})");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.Json()["choices"].size(), 8u);
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
 // A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in
 // chat_template_test.cc) in a real router: the template writes <s> and [INST] as text, and they
 // become the special tokens once (tokenized without adding special tokens, as transformers does).

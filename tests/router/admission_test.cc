@@ -95,6 +95,28 @@ TEST(AdmissionLineTest, ALineOfZeroRefusesEveryWait) {
   EXPECT_TRUE(line.MayLook(0));
 }
 
+TEST(RunningSharesTest, AWaitingTenantTakesTheNewestPlaceOfTheLargest) {
+  RunningShares s;
+  for (uint64_t id = 1; id <= 5; ++id) s.Add("flood", id);
+  s.Add("mid", 6);
+  s.Add("mid", 7);
+  EXPECT_EQ(s.running("flood"), 5);
+  EXPECT_EQ(s.VictimFor("quiet"), 5u) << "the flood's newest";
+  EXPECT_EQ(s.VictimFor("mid"), 5u);
+  EXPECT_EQ(s.VictimFor("flood"), std::nullopt) << "mid streams 2, flood 5: it never takes";
+  s.Remove("flood", 5);
+  s.Remove("flood", 4);
+  s.Remove("flood", 3);  // flood 2, mid 2
+  EXPECT_EQ(s.VictimFor("mid"), std::nullopt) << "one apart at most: shares do not flip";
+  const std::optional<uint64_t> tie = s.VictimFor("quiet");
+  EXPECT_TRUE(tie == 2u || tie == 7u) << "a tie: one of the largest, its newest";
+  s.Add("quiet", 8);
+  EXPECT_EQ(s.VictimFor("quiet"), std::nullopt) << "2 against 1";
+  s.Remove("quiet", 8);
+  s.Remove("nobody", 1);  // unknown: ignored
+  EXPECT_EQ(s.running("quiet"), 0);
+}
+
 TEST(NeverFitsTest, OnlyWhenEveryCacheIsSmaller) {
   EXPECT_FALSE(NeverFits(0, 1 << 20));  // no worker has reported yet: it may fit
   EXPECT_FALSE(NeverFits(4096, 4096));
