@@ -56,12 +56,12 @@ bool WorkerFault(const grpc::Status& s) {
 GenerateTransaction::~GenerateTransaction() {
   if (!in_flight_) return;
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    r_->in_flight_.erase(request_id_);
-    if (quota_) r_->quotas_.End(call_.tenant, absl::Now());
-    r_->NotifyLocked();  // its room is free
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    cluster.in_flight().erase(request_id_);
+    if (quota_) cluster.quotas().End(call_.tenant, absl::Now());
+    cluster.Notify();  // its room is free
   }
-  if (watch_) r_->Unwatch(&*watch_);
+  if (watch_) c_.cluster->Unwatch(&*watch_);
 }
 
 async::Task<grpc::Status> GenerateTransaction::Run() {
@@ -84,45 +84,45 @@ async::Task<grpc::Status> GenerateTransaction::Run() {
 
 // Validation and a place among the requests in flight.
 grpc::Status GenerateTransaction::Begin() {
-  if (r_->draining_) {
+  if (*c_.draining) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "router is draining (shutting down); send to another replica");
   }
-  auto parsed = ValidateGenerateRequest(req_, r_->config_, *r_->tokenizer_, r_->options_.limits);
+  auto parsed = ValidateGenerateRequest(req_, *c_.config, *c_.tokenizer, c_.options->limits);
   if (!parsed.ok()) return ToGrpc(parsed.status());
   greq_ = std::move(*parsed);
   // Structured output: its constraint, for EndsWhole.
-  if (absl::Status s = AttachConstraint(r_->constraints_.get(), &greq_->sampling); !s.ok()) {
+  if (absl::Status s = AttachConstraint(c_.constraints, &greq_->sampling); !s.ok()) {
     return ToGrpc(s);
   }
   prompt_len_ = static_cast<int>(greq_->prompt.size());
   request_id_ = ScopedRequestId(call_.caller, req_.request_id());
   client_id_ = req_.request_id().empty() ? request_id_ : req_.request_id();
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    if (static_cast<int>(r_->in_flight_.size()) >= r_->options_.max_in_flight) {
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    if (static_cast<int>(cluster.in_flight().size()) >= c_.options->max_in_flight) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                           absl::StrFormat("router: %d requests in flight (the limit); retry after "
                                           "%d ms",
-                                          r_->options_.max_in_flight, r_->options_.retry_after_ms));
+                                          c_.options->max_in_flight, c_.options->retry_after_ms));
     }
-    if (r_->in_flight_.count(request_id_) > 0) {
+    if (cluster.in_flight().count(request_id_) > 0) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
                           absl::StrFormat("request_id: \"%s\" is already in flight", client_id_));
     }
     // The API key's limits: generations in flight, tokens per minute.
-    if (std::optional<TenantQuotas::Refusal> no = r_->quotas_.Start(
-            call_.tenant, call_.limits, prompt_len_, absl::Now(), r_->options_.retry_after_ms)) {
+    if (std::optional<TenantQuotas::Refusal> no = cluster.quotas().Start(
+            call_.tenant, call_.limits, prompt_len_, absl::Now(), c_.options->retry_after_ms)) {
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, no->why);
     }
     quota_ = call_.limits.any();
-    r_->in_flight_.insert(request_id_);
+    cluster.in_flight().insert(request_id_);
     in_flight_ = true;
   }
-  phase_.emplace(r_->metrics_);
+  phase_.emplace(c_.metrics);
   watch_.emplace(call_.gone);
-  r_->Watch(&*watch_);
-  detok_.emplace(r_->tokenizer_.get(), greq_->prompt);
+  c_.cluster->Watch(&*watch_);
+  detok_.emplace(c_.tokenizer, greq_->prompt);
   stop_.emplace(greq_->stop_strings);
   resp_.set_request_id(client_id_);
   return grpc::Status::OK;
@@ -135,8 +135,8 @@ async::Task<grpc::Status> GenerateTransaction::RunAttempt() {
   a.len = static_cast<int>(a.prompt.size());
   a.remaining = greq_->max_tokens - static_cast<int>(generated_.size());
   a.total_tokens =
-      static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, r_->config_.max_seq_len));
-  a.queue_until = std::min(call_.deadline, absl::Now() + r_->options_.queue_timeout);
+      static_cast<int>(std::min<int64_t>(int64_t{a.len} + a.remaining, c_.config->max_seq_len));
+  a.queue_until = std::min(call_.deadline, absl::Now() + c_.options->queue_timeout);
   a.room_until = call_.deadline;
   grpc::Status s = co_await WaitForWorkers(a);
   if (s.ok()) s = co_await Admit(a);
@@ -145,14 +145,14 @@ async::Task<grpc::Status> GenerateTransaction::RunAttempt() {
   co_return s;
 }
 
-grpc::Status GenerateTransaction::Enqueue(Attempt& a) {
+grpc::Status GenerateTransaction::Enqueue(Attempt& a, ClusterView::Locked& cluster) {
   if (a.queued.ticket != 0) return grpc::Status::OK;
-  const std::optional<uint64_t> ticket = r_->line_.Join(call_.tenant, req_.priority());
+  const std::optional<uint64_t> ticket = cluster.line().Join(call_.tenant, req_.priority());
   if (!ticket) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
                         absl::StrFormat("no decode worker has room and %d requests are queued "
                                         "(the limit); retry after %d ms",
-                                        r_->line_.max_queued(), r_->options_.retry_after_ms));
+                                        cluster.line().max_queued(), c_.options->retry_after_ms));
   }
   a.queued.ticket = *ticket;
   return grpc::Status::OK;
@@ -164,37 +164,35 @@ grpc::Status GenerateTransaction::NoRoom() {
                       "no decode worker had KV room before the request's deadline");
 }
 
-bool GenerateTransaction::MyTurnLocked(const Attempt& a) const {
-  return r_->line_.MayLook(a.queued.ticket);
+bool GenerateTransaction::MyTurnLocked(const Attempt& a, ClusterView::Locked& cluster) const {
+  return cluster.line().MayLook(a.queued.ticket);
 }
 
 async::Task<bool> GenerateTransaction::Wait(WaitKind kind, uint64_t ticket, uint64_t epoch,
                                             absl::Time until) {
   wait_ = WaitRegistration();
-  co_await async::Callback<bool>(r_->executor_.get(), [&](std::function<void(bool)> done) {
+  co_await async::Callback<bool>(c_.executor, [&](std::function<void(bool)> done) {
     auto wake = async::FirstOf<bool>(std::move(done));
     if (until < absl::InfiniteFuture()) {
-      wait_.timer = r_->timer_->At(until, [wake] { wake(true); });
+      wait_.timer = c_.timer->At(until, [wake] { wake(true); });
     }
     if (call_.gone) wait_.subscription = call_.gone->Subscribe([wake] { wake(true); });
     if (kind == WaitKind::kTime) return;
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    if (r_->epoch_ != epoch) {
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    if (cluster.epoch() != epoch) {
       wake(true);  // something changed since the caller looked
     } else if (kind == WaitKind::kTurn) {
       wait_.ticket = ticket;
-      r_->turn_waiters_[ticket] = wake;
+      cluster.AddTurnWaiter(ticket, wake);
     } else {
-      wait_.change = r_->next_waiter_++;
-      r_->change_waiters_[wait_.change] = wake;
+      wait_.change = cluster.AddChangeWaiter(wake);
     }
   });
-  if (wait_.timer != 0) r_->timer_->Cancel(wait_.timer);
+  if (wait_.timer != 0) c_.timer->Cancel(wait_.timer);
   if (wait_.subscription != 0) call_.gone->Unsubscribe(wait_.subscription);
   if (wait_.ticket != 0 || wait_.change != 0) {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    if (wait_.ticket != 0) r_->turn_waiters_.erase(wait_.ticket);
-    if (wait_.change != 0) r_->change_waiters_.erase(wait_.change);
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    cluster.RemoveWaiters(wait_.ticket, wait_.change);
   }
   co_return !IsGone();
 }
@@ -205,21 +203,21 @@ async::Task<grpc::Status> GenerateTransaction::WaitForWorkers(Attempt& a) {
   for (;;) {
     uint64_t epoch;
     {
-      std::lock_guard<std::mutex> lock(r_->mu_);
+      ClusterView::Locked cluster = c_.cluster->Lock();
       const absl::Time now = absl::Now();
-      const bool prefill = r_->registry_.CountHealthy(WorkerRole::kPrefill, now) > 0;
-      const bool decode = r_->registry_.CountHealthy(WorkerRole::kDecode, now) > 0;
+      const bool prefill = cluster.registry().CountHealthy(WorkerRole::kPrefill, now) > 0;
+      const bool decode = cluster.registry().CountHealthy(WorkerRole::kDecode, now) > 0;
       if (prefill && decode) co_return grpc::Status::OK;
-      if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+      if (grpc::Status s = Enqueue(a, cluster); !s.ok()) co_return s;
       if (IsGone()) co_return ClientGone();
       if (now >= a.queue_until) {
         final_ = true;
         co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                absl::StrFormat("no healthy %s worker within the queue timeout (%s)",
                                                prefill ? "decode" : "prefill",
-                                               absl::FormatDuration(r_->options_.queue_timeout)));
+                                               absl::FormatDuration(c_.options->queue_timeout)));
       }
-      epoch = r_->epoch_;
+      epoch = cluster.epoch();
     }
     // A worker registering or sending a heartbeat wakes the wait; a worker turning healthy by
     // the clock alone is seen within the health period.
@@ -242,36 +240,36 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
     std::optional<absl::Time> wait_until;
     uint64_t epoch = 0;
     {
-      std::lock_guard<std::mutex> lock(r_->mu_);
+      ClusterView::Locked cluster = c_.cluster->Lock();
       const absl::Time now = absl::Now();
-      if (!MyTurnLocked(a)) {
+      if (!MyTurnLocked(a, cluster)) {
         // Requests that came first are waiting for room: wait behind them.
-        if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+        if (grpc::Status s = Enqueue(a, cluster); !s.ok()) co_return s;
         if (IsGone()) co_return ClientGone();
         if (now >= a.room_until) co_return NoRoom();
-        if (MyTurnLocked(a)) continue;  // it joined at the front
+        if (MyTurnLocked(a, cluster)) continue;  // it joined at the front
         wait_until = a.room_until;
-        epoch = r_->epoch_;
+        epoch = cluster.epoch();
       } else if (std::optional<std::string> why =
-                     NeverFits(r_->registry_.LargestDecodeTokens(now), a.total_tokens)) {
+                     NeverFits(cluster.registry().LargestDecodeTokens(now), a.total_tokens)) {
         // A request that could not fit in any decode worker's whole cache never will.
         final_ = true;
         co_return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, *why);
       } else {
-        pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+        pick = cluster.registry().PickDecode(a.len, a.total_tokens, now, tried);
         if (!pick && !widened && !failed_decode_.empty()) {
           // Every worker with room failed this request once: a transient fault is retried
           // anywhere (the registry ejects a worker that keeps failing).
           widened = true;
           tried.clear();
-          pick = r_->registry_.PickDecode(a.len, a.total_tokens, now, tried);
+          pick = cluster.registry().PickDecode(a.len, a.total_tokens, now, tried);
         }
         if (!pick) {
           // No room anywhere (by the heartbeats' view or the workers' refusals), or no healthy
           // decode worker for a moment: wait for a request to end or a heartbeat, in a bounded
           // queue.
-          const bool none_healthy = r_->registry_.CountHealthy(WorkerRole::kDecode, now) == 0;
-          if (grpc::Status s = Enqueue(a); !s.ok()) co_return s;
+          const bool none_healthy = cluster.registry().CountHealthy(WorkerRole::kDecode, now) == 0;
+          if (grpc::Status s = Enqueue(a, cluster); !s.ok()) co_return s;
           if (IsGone()) co_return ClientGone();
           if (none_healthy && now >= a.queue_until) {
             final_ = true;
@@ -279,12 +277,12 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
                                    "no healthy decode worker within the queue timeout");
           }
           if (now >= a.room_until) co_return NoRoom();
-          if (a.queued.ticket != 0 && MyTurnLocked(a)) TakeFairShareLocked();
+          if (a.queued.ticket != 0 && MyTurnLocked(a, cluster)) TakeFairShareLocked(cluster);
           // A place taken from another tenant frees as soon as its worker lets it go: look
           // again soon.
           wait_until = std::min(a.room_until, now + (preempting_ != 0 ? kRecheckTaken : kRecheck));
           if (none_healthy) wait_until = std::min(*wait_until, a.queue_until);
-          epoch = r_->epoch_;
+          epoch = cluster.epoch();
           tried = failed_decode_;
         }
       }
@@ -303,19 +301,19 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
         s.ok() ? grpc::Status(grpc::StatusCode::INTERNAL, "decode worker closed the stream") : s;
     if (s.ok() || WorkerFault(s)) {
       Report(*pick, &failed_decode_);
-      if (++unavailable >= r_->options_.decode_attempts) co_return last_error;
+      if (++unavailable >= c_.options->decode_attempts) co_return last_error;
     } else if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
       co_return s;  // e.g. INVALID_ARGUMENT: another worker would say the same
     }
   }
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    a.queued.ReleaseLocked();  // admitted: the next in line may look for room
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    a.queued.Release(cluster);  // admitted: the next in line may look for room
   }
   if (admitted_at_ == absl::Time()) {
     admitted_at_ = absl::Now();
-    if (r_->metrics_) {
-      r_->metrics_->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
+    if (c_.metrics) {
+      c_.metrics->queue_time.Observe(absl::ToDoubleSeconds(admitted_at_ - t0_));
     }
   }
   preempting_ = 0;
@@ -327,8 +325,8 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
 
 async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string pick,
                                                         bool* vanished) {
-  if (r_->metrics_) r_->metrics_->routing_decisions(pick, "decode").Increment();
-  auto address = r_->AddressOf(pick);
+  if (c_.metrics) c_.metrics->routing_decisions(pick, "decode").Increment();
+  auto address = c_.cluster->AddressOf(pick);
   if (!address) {
     *vanished = true;
     co_return grpc::Status(grpc::StatusCode::NOT_FOUND, "decode worker vanished");
@@ -344,9 +342,9 @@ async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string 
   m->set_output_tokens(static_cast<int>(generated_.size()));
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(absl::ToChronoTime(call_.deadline));
-  r_->Prove(c.get(), internal_method::kDecode, *address, admit);
+  c_.cluster->Prove(c.get(), internal_method::kDecode, *address, admit);
   watch_->Watch(c.get());
-  std::shared_ptr<DecodeCall> stream = r_->OpenDecode(*address, std::move(c));
+  std::shared_ptr<DecodeCall> stream = c_.cluster->OpenDecode(*address, std::move(c));
   v1::DecodeServerMessage reply;
   grpc::Status refused;
   bool ok = co_await stream->Write(admit);
@@ -355,13 +353,13 @@ async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string 
     KvTarget target = tandem::FromProto(reply.admitted().kv_target());
     // A prefill worker sends the prompt's KV where the target says: only to the KV endpoint
     // this decode worker registered, never to an address of its choosing.
-    refused = r_->CheckKvTarget(pick, target);
+    refused = c_.cluster->CheckKvTarget(pick, target);
     if (refused.ok()) {
       a.target = target;
       a.decode = std::move(stream);
       a.decode_id = pick;
-      std::lock_guard<std::mutex> lock(r_->mu_);
-      r_->registry_.ReportSuccess(pick);
+      ClusterView::Locked cluster = c_.cluster->Lock();
+      cluster.registry().ReportSuccess(pick);
       co_return grpc::Status::OK;
     }
   }
@@ -375,23 +373,23 @@ async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string 
 // back.
 async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
   const int bs = [&] {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    return r_->registry_.PrefillBlockSize();
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    return cluster.registry().PrefillBlockSize();
   }();
   const std::vector<uint64_t> hashes =
       bs > 0 ? PrefixBlockHashes(std::span<const int>(a.prompt).first(a.len), bs, (a.len - 1) / bs)
              : std::vector<uint64_t>();
   std::optional<std::string> prefill_id;
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), failed_prefill_);
-    if (!prefill_id) prefill_id = r_->registry_.PickPrefill(hashes, absl::Now(), {});
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    prefill_id = cluster.registry().PickPrefill(hashes, absl::Now(), failed_prefill_);
+    if (!prefill_id) prefill_id = cluster.registry().PickPrefill(hashes, absl::Now(), {});
   }
   if (!prefill_id) {
     co_return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
   }
-  if (r_->metrics_) r_->metrics_->routing_decisions(*prefill_id, "prefill").Increment();
-  auto p_address = r_->AddressOf(*prefill_id);
+  if (c_.metrics) c_.metrics->routing_decisions(*prefill_id, "prefill").Increment();
+  auto p_address = c_.cluster->AddressOf(*prefill_id);
   if (!p_address) {
     co_return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
   }
@@ -406,17 +404,17 @@ async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
   // prompt starts computing), and a worker that stalls (its step loop stops: health) is given
   // up on and the request resumed elsewhere.
   preq.set_compute_timeout_ms(static_cast<int32_t>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(r_->options_.prefill_timeout), INT32_MAX)));
+      std::min<int64_t>(absl::ToInt64Milliseconds(c_.options->prefill_timeout), INT32_MAX)));
   grpc::ClientContext p_ctx;
   p_ctx.set_deadline(absl::ToChronoTime(call_.deadline));
-  r_->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
+  c_.cluster->Prove(&p_ctx, internal_method::kPrefill, *p_address, preq);
   watch_->Watch(&p_ctx);
   watch_->WatchWorker(&p_ctx, *prefill_id);
-  auto stub = v1::PrefillWorker::NewStub(r_->ChannelFor(*p_address));
-  grpc::Status ps = co_await CallPrefill(stub.get(), &p_ctx, &preq, &a.presp, r_->executor_.get());
+  auto stub = v1::PrefillWorker::NewStub(c_.cluster->ChannelFor(*p_address));
+  grpc::Status ps = co_await CallPrefill(stub.get(), &p_ctx, &preq, &a.presp, c_.executor);
   const bool abandoned = watch_->abandoned(&p_ctx);
   watch_->Unwatch(&p_ctx);
-  r_->Learn(*p_address, p_ctx);
+  c_.cluster->Learn(*p_address, p_ctx);
   if (IsGone()) co_return ClientGone();
   if (!ps.ok() && abandoned) {
     Report(*prefill_id, &failed_prefill_);
@@ -437,7 +435,7 @@ async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
     }
     co_return ps;
   }
-  if (a.presp.first_token() < 0 || a.presp.first_token() >= r_->config_.vocab_size) {
+  if (a.presp.first_token() < 0 || a.presp.first_token() >= c_.config->vocab_size) {
     Report(*prefill_id, &failed_prefill_);
     co_return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                            absl::StrFormat("prefill worker %s answered token id %d, outside the "
@@ -445,12 +443,12 @@ async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
                                            *prefill_id, a.presp.first_token()));
   }
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    r_->registry_.ReportSuccess(*prefill_id);
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    cluster.registry().ReportSuccess(*prefill_id);
   }
   if (generated_.empty()) {
     first_presp_ = a.presp;
-    if (r_->metrics_) r_->metrics_->prompt_tokens.Increment(prompt_len_);
+    if (c_.metrics) c_.metrics->prompt_tokens.Increment(prompt_len_);
   }
   co_return grpc::Status::OK;
 }
@@ -458,8 +456,8 @@ async::Task<grpc::Status> GenerateTransaction::Prefill(Attempt& a) {
 // The first token from the prefill, the rest from the decode worker.
 async::Task<grpc::Status> GenerateTransaction::Stream(Attempt& a) {
   {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    JoinSharesLocked(a);
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    JoinSharesLocked(a, cluster);
   }
   // Out of the shares on every exit (the attempt's end frees its room: the line looks again).
   struct Unshare {
@@ -491,7 +489,7 @@ async::Task<grpc::Status> GenerateTransaction::Stream(Attempt& a) {
     if (msg.has_tokens()) {
       const v1::DecodeTokens& t = msg.tokens();
       for (int id : t.ids()) {
-        if (id < 0 || id >= r_->config_.vocab_size) {
+        if (id < 0 || id >= c_.config->vocab_size) {
           // Nothing of this message was sent: the request resumes after what the client has.
           ClearResponse();
           Report(a.decode_id, &failed_decode_);
@@ -551,7 +549,7 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
     *final_status = s;
     co_return false;
   }
-  if (resumes >= r_->options_.max_resumes) {
+  if (resumes >= c_.options->max_resumes) {
     *final_status = grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
                                                                  s.error_message(), resumes));
     co_return false;
@@ -560,7 +558,7 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
   // the resumed prompt ends with the last of them.
   ClearResponse();
   finish_.reset();
-  if (r_->metrics_) r_->metrics_->resumes.Increment();
+  if (c_.metrics) c_.metrics->resumes.Increment();
   // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
   // heartbeat to be routable again.
   const absl::Time resume_at =
@@ -575,42 +573,42 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
   co_return true;
 }
 
-void GenerateTransaction::TakeFairShareLocked() {
-  const int mine = r_->shares_.running(call_.tenant);
-  for (const std::string& t : r_->line_.turns()) {
-    if (t != call_.tenant && r_->shares_.running(t) + 2 <= mine) {
-      r_->line_.PassTurn();  // the poorer tenant looks first (and may take one of ours)
-      r_->NotifyLocked();
+void GenerateTransaction::TakeFairShareLocked(ClusterView::Locked& cluster) {
+  const int mine = cluster.shares().running(call_.tenant);
+  for (const std::string& t : cluster.line().turns()) {
+    if (t != call_.tenant && cluster.shares().running(t) + 2 <= mine) {
+      cluster.line().PassTurn();  // the poorer tenant looks first (and may take one of ours)
+      cluster.Notify();
       return;
     }
   }
-  if (preempting_ != 0 && r_->streaming_.count(preempting_) > 0) return;  // asked already
+  if (preempting_ != 0 && cluster.streaming().count(preempting_) > 0) return;  // asked already
   preempting_ = 0;
-  const std::optional<uint64_t> victim = r_->shares_.VictimFor(call_.tenant);
+  const std::optional<uint64_t> victim = cluster.shares().VictimFor(call_.tenant);
   if (!victim) return;
-  auto it = r_->streaming_.find(*victim);
-  if (it == r_->streaming_.end() || it->second->share_ctx_ == nullptr) return;
+  auto it = cluster.streaming().find(*victim);
+  if (it == cluster.streaming().end() || it->second->share_ctx_ == nullptr) return;
   preempting_ = *victim;
   it->second->preempted_ = true;
   it->second->share_ctx_->TryCancel();
 }
 
-void GenerateTransaction::JoinSharesLocked(Attempt& a) {
-  share_id_ = r_->next_share_id_++;
+void GenerateTransaction::JoinSharesLocked(Attempt& a, ClusterView::Locked& cluster) {
+  share_id_ = cluster.NextShareId();
   share_ctx_ = a.decode->context();
   preempted_ = false;
-  r_->shares_.Add(call_.tenant, share_id_);
-  r_->streaming_[share_id_] = this;
+  cluster.shares().Add(call_.tenant, share_id_);
+  cluster.streaming()[share_id_] = this;
 }
 
 void GenerateTransaction::LeaveShares() {
-  std::lock_guard<std::mutex> lock(r_->mu_);
+  ClusterView::Locked cluster = c_.cluster->Lock();
   if (share_id_ == 0) return;
-  r_->shares_.Remove(call_.tenant, share_id_);
-  r_->streaming_.erase(share_id_);
+  cluster.shares().Remove(call_.tenant, share_id_);
+  cluster.streaming().erase(share_id_);
   share_id_ = 0;
   share_ctx_ = nullptr;
-  r_->NotifyLocked();  // its room frees: the front of the line looks again
+  cluster.Notify();  // its room frees: the front of the line looks again
 }
 
 bool GenerateTransaction::ResumeAfterPreemption(grpc::Status* final_status) {
@@ -624,7 +622,7 @@ bool GenerateTransaction::ResumeAfterPreemption(grpc::Status* final_status) {
 }
 
 void GenerateTransaction::RecordSuccess() {
-  RouterMetrics* m = r_->metrics_;
+  RouterMetrics* m = c_.metrics;
   if (m == nullptr) return;
   const double e2e = Since(t0_);
   const int n = static_cast<int>(generated_.size());
@@ -646,7 +644,7 @@ bool GenerateTransaction::AddToken(int token, const v1::TokenLogprobs* logprobs)
   const int n = static_cast<int>(generated_.size());
   resp_.add_token_ids(token);
   if (logprobs != nullptr && greq_->sampling.logprobs) *resp_.add_logprobs() = *logprobs;
-  finish_ = CheckFinish(r_->config_, *greq_, token, n, prompt_len_ + n);
+  finish_ = CheckFinish(*c_.config, *greq_, token, n, prompt_len_ + n);
   if (finish_ == FinishReason::kStop) return true;  // EOS: no text
   bool stopped = false;
   resp_.mutable_text()->append(stop_->Add(detok_->Add(token), &stopped));
@@ -659,7 +657,7 @@ grpc::Status GenerateTransaction::EndsWhole() const {
   if (c == nullptr || finish_ != FinishReason::kStop || generated_.empty()) {
     return grpc::Status::OK;
   }
-  const std::vector<int>& eos = r_->config_.eos_token_ids;
+  const std::vector<int>& eos = c_.config->eos_token_ids;
   std::span<const int> text(generated_);
   if (std::find(eos.begin(), eos.end(), text.back()) != eos.end())
     text = text.first(text.size() - 1);
@@ -691,16 +689,15 @@ void GenerateTransaction::FinishResponse() {
 
 async::Task<bool> GenerateTransaction::Write() {
   const bool sent = co_await async::Callback<bool>(
-      r_->executor_.get(),
-      [this](std::function<void(bool)> done) { call_.write(resp_, std::move(done)); });
+      c_.executor, [this](std::function<void(bool)> done) { call_.write(resp_, std::move(done)); });
   if (!sent) co_return false;
   const int n = resp_.token_ids_size();
   if (quota_ && n > 0) {
-    std::lock_guard<std::mutex> lock(r_->mu_);
-    r_->quotas_.Charge(call_.tenant, n, absl::Now());
+    ClusterView::Locked cluster = c_.cluster->Lock();
+    cluster.quotas().Charge(call_.tenant, n, absl::Now());
   }
   ClearResponse();
-  RouterMetrics* m = r_->metrics_;
+  RouterMetrics* m = c_.metrics;
   if (m == nullptr || n == 0) co_return true;
   const absl::Time now = absl::Now();
   if (last_token_at_ == absl::Time()) {
@@ -733,8 +730,8 @@ bool GenerateTransaction::IsGone() {
 
 void GenerateTransaction::Report(const std::string& worker, std::set<std::string>* failed) {
   failed->insert(worker);
-  std::lock_guard<std::mutex> lock(r_->mu_);
-  r_->registry_.ReportFailure(worker, absl::Now());
+  ClusterView::Locked cluster = c_.cluster->Lock();
+  cluster.registry().ReportFailure(worker, absl::Now());
 }
 
 }  // namespace tandem::router_internal

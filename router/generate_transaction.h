@@ -1,6 +1,7 @@
 // One request through the cluster, as the router runs it: admission on a decode worker, the
 // prefill, the token stream and the resumes after faults (GenerateTransaction). Internal to the
-// router (a friend of Router, reading its registry, queue and channels under its lock).
+// router: it sees the cluster through a RequestContext (router/router.h), its registry, lines and
+// channels through ClusterView (router/cluster_view.h).
 #ifndef TANDEM_ROUTER_GENERATE_TRANSACTION_H_
 #define TANDEM_ROUTER_GENERATE_TRANSACTION_H_
 
@@ -65,8 +66,8 @@ class PhaseGauges {
 // queue bookkeeping, never across a wait.
 class GenerateTransaction {
  public:
-  GenerateTransaction(Router* router, v1::GenerateRequest req, AsyncCall call)
-      : r_(router), req_(std::move(req)), call_(std::move(call)), t0_(absl::Now()) {}
+  GenerateTransaction(const RequestContext& context, v1::GenerateRequest req, AsyncCall call)
+      : c_(context), req_(std::move(req)), call_(std::move(call)), t0_(absl::Now()) {}
   ~GenerateTransaction();
 
   async::Task<grpc::Status> Run();
@@ -75,7 +76,7 @@ class GenerateTransaction {
   // What one attempt holds; destroyed (the decode stream closed, the queue place given back)
   // when the attempt ends.
   struct Attempt {
-    explicit Attempt(GenerateTransaction* t) : queued{t->r_}, watch(&*t->watch_) {}
+    explicit Attempt(GenerateTransaction* t) : queued{t->c_.cluster}, watch(&*t->watch_) {}
     ~Attempt() {
       if (!decode) return;
       watch->Unwatch(decode->context());
@@ -91,17 +92,17 @@ class GenerateTransaction {
     // one), taken while the request waits for workers or for KV room, given back when it is
     // admitted or gives up.
     struct QueueSlot {
-      Router* r;
+      ClusterView* view;
       uint64_t ticket = 0;  // 0: not in line
-      void ReleaseLocked() {
+      void Release(ClusterView::Locked& cluster) {
         if (ticket == 0) return;
-        r->line_.Leave(ticket);
+        cluster.line().Leave(ticket);
         ticket = 0;
-        r->NotifyLocked();  // the next in line may try
+        cluster.Notify();  // the next in line may try
       }
       ~QueueSlot() {
-        std::lock_guard<std::mutex> lock(r->mu_);
-        ReleaseLocked();
+        ClusterView::Locked cluster = view->Lock();
+        Release(cluster);
       }
     } queued;
     CallWatch* watch;
@@ -125,15 +126,15 @@ class GenerateTransaction {
 
   grpc::Status Begin();
   async::Task<grpc::Status> RunAttempt();
-  grpc::Status Enqueue(Attempt& a);  // under r_->mu_
-  // Under r_->mu_: whether `a` may look for room now (no one waits, or it is first in line).
-  bool MyTurnLocked(const Attempt& a) const;
-  // Under r_->mu_, first in line with no room: passes the turn to a tenant waiting behind that
+  grpc::Status Enqueue(Attempt& a, ClusterView::Locked& cluster);
+  // Whether `a` may look for room now (no one waits, or it is first in line).
+  bool MyTurnLocked(const Attempt& a, ClusterView::Locked& cluster) const;
+  // First in line with no room: passes the turn to a tenant waiting behind that
   // streams fewer (by two or more), or else takes the place of the tenant streaming the most when
   // fair shares allow (RunningShares), one place at a time.
-  void TakeFairShareLocked();
+  void TakeFairShareLocked(ClusterView::Locked& cluster);
   // A place in the fair shares for as long as the attempt streams.
-  void JoinSharesLocked(Attempt& a);
+  void JoinSharesLocked(Attempt& a, ClusterView::Locked& cluster);
   void LeaveShares();
   // Waits until woken (per `kind`; `epoch` is the router's when the caller last looked: a
   // change since wakes at once), `until`, or the client going away.
@@ -175,7 +176,7 @@ class GenerateTransaction {
   // A worker that failed this request: not picked again for it, and reported to the registry.
   void Report(const std::string& worker, std::set<std::string>* failed);
 
-  Router* const r_;
+  const RequestContext c_;
   const v1::GenerateRequest req_;
   const AsyncCall call_;
   const absl::Time t0_;
@@ -184,9 +185,9 @@ class GenerateTransaction {
   std::string request_id_;  // scoped to the caller (router/request_id.h): logs, workers
   std::string client_id_;   // what the client sees: its own id, or the one the router drew
   bool in_flight_ = false;
-  bool quota_ = false;  // counted in the tenant's quota (Router::quotas_)
-  // Fair shares (Router::shares_): this request's place while it streams (0: none), the decode
-  // stream's context there (under r_->mu_), and whether another tenant took its place (its
+  bool quota_ = false;  // counted in the tenant's quota (ClusterView::Locked::quotas)
+  // Fair shares (ClusterView): this request's place while it streams (0: none), the decode
+  // stream's context there (under the view's lock), and whether another tenant took its place (its
   // stream is cancelled; the attempt resumes, not counted as a fault).
   uint64_t share_id_ = 0;
   grpc::ClientContext* share_ctx_ = nullptr;

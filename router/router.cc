@@ -51,8 +51,13 @@ Router::Router(ModelConfig config, std::unique_ptr<Tokenizer> tokenizer, RouterO
       registry_service_(MakeRegistryService(this, options.internal_auth.get())),
       executor_(std::make_unique<async::Executor>(options.event_threads)),
       timer_(std::make_unique<async::Timer>()),
-      registry_(options.registry),
-      line_(options.max_queued) {
+      cluster_(std::make_unique<ClusterView>(
+          ClusterViewOptions{options.registry, options.max_queued, options.keepalive_ms,
+                             options.worker_credentials, options.internal_auth},
+          executor_.get())) {
+  request_context_ = {&config_,     tokenizer_.get(), constraints_.get(),
+                      &options_,    metrics_,         executor_.get(),
+                      timer_.get(), &draining_,       cluster_.get()};
   if (metrics_) {
     metrics_hook_ = metrics_->registry.AddCollectHook([this] { UpdateWorkerMetrics(); });
   }
@@ -64,10 +69,7 @@ Router::~Router() {
     std::lock_guard<std::mutex> lock(sweep_mu_);
     stopping_ = true;
   }
-  {
-    std::unique_lock<std::mutex> lock(calls_mu_);
-    calls_cv_.wait(lock, [&] { return live_calls_ == 0; });
-  }
+  cluster_.reset();  // waits for the decode streams gRPC still holds
   timer_.reset();
   executor_.reset();
   if (metrics_) metrics_->registry.RemoveCollectHook(metrics_hook_);
@@ -78,133 +80,32 @@ void Router::ScheduleSweep() {
   if (stopping_) return;
   timer_->At(absl::Now() + kSweepEvery, [this] {
     executor_->Post([this] {
-      SweepCalls();
+      {
+        std::lock_guard<std::mutex> lock(sweep_mu_);
+        if (stopping_) return;
+      }
+      cluster_->SweepCalls();
       ScheduleSweep();
     });
   });
 }
 
-void Router::NotifyLocked() {
-  ++epoch_;
-  if (const uint64_t front = line_.front(); front != 0) {
-    if (auto it = turn_waiters_.find(front); it != turn_waiters_.end()) {
-      std::function<void(bool)> wake = std::move(it->second);
-      turn_waiters_.erase(it);
-      wake(true);
-    }
-  }
-  std::map<uint64_t, std::function<void(bool)>> changes;
-  changes.swap(change_waiters_);
-  for (auto& [id, wake] : changes) wake(true);
-}
-
-void Router::Watch(router_internal::CallWatch* w) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  watches_.insert(w);
-}
-
-void Router::Unwatch(router_internal::CallWatch* w) {
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  watches_.erase(w);
-}
-
-void Router::SweepCalls() {
-  // Workers a call may stay on: healthy, or draining (finishing what they hold).
-  std::set<std::string> fine;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const absl::Time now = absl::Now();
-    for (const WorkerEntry* w : registry_.List()) {
-      if (registry_.Healthy(*w, now) || w->draining()) fine.insert(w->id);
-    }
-  }
-  std::lock_guard<std::mutex> lock(watch_mu_);
-  for (router_internal::CallWatch* w : watches_) {
-    w->Sweep([&](const std::string& worker) { return fine.count(worker) > 0; });
-  }
-}
-
-std::shared_ptr<router_internal::DecodeCall> Router::OpenDecode(
-    const std::string& address, std::unique_ptr<grpc::ClientContext> c) {
-  {
-    std::lock_guard<std::mutex> lock(calls_mu_);
-    ++live_calls_;
-  }
-  return router_internal::DecodeCall::Start(ChannelFor(address), std::move(c), executor_.get(),
-                                            [this, address](const grpc::ClientContext& ctx) {
-                                              Learn(address, ctx);
-                                              std::lock_guard<std::mutex> lock(calls_mu_);
-                                              if (--live_calls_ == 0) calls_cv_.notify_all();
-                                            });
-}
-
-void Router::ForgetSilentWorkersLocked(absl::Time now) {
-  for (const WorkerEntry& w : registry_.ForgetSilent(now)) {
+void Router::ForgetSilent(ClusterView::Locked& cluster, absl::Time now) {
+  for (const WorkerEntry& w : cluster.ForgetSilent(now)) {
     std::fprintf(stderr, "[router] forgot worker %s at %s: no heartbeat for %s\n", w.id.c_str(),
                  w.address.c_str(), absl::FormatDuration(now - w.last_seen).c_str());
     if (metrics_) metrics_->worker_healthy(w.id, RoleName(w.role)).Set(0);
-    channels_.erase(w.address);
   }
 }
 
 void Router::UpdateWorkerMetrics() {
-  std::lock_guard<std::mutex> lock(mu_);
+  ClusterView::Locked cluster = cluster_->Lock();
   const absl::Time now = absl::Now();
-  ForgetSilentWorkersLocked(now);
-  for (const WorkerEntry* w : registry_.List()) {
-    metrics_->worker_healthy(w->id, RoleName(w->role)).Set(registry_.Healthy(*w, now) ? 1 : 0);
+  ForgetSilent(cluster, now);
+  for (const WorkerEntry* w : cluster.registry().List()) {
+    metrics_->worker_healthy(w->id, RoleName(w->role))
+        .Set(cluster.registry().Healthy(*w, now) ? 1 : 0);
   }
-}
-
-std::shared_ptr<grpc::Channel> Router::ChannelFor(const std::string& address) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& ch = channels_[address];
-  if (!ch) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_ms);
-    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::max(1000, options_.keepalive_ms / 2));
-    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    args.SetMaxReceiveMessageSize(64 << 20);
-    ch = grpc::CreateCustomChannel(address,
-                                   options_.worker_credentials ? options_.worker_credentials
-                                                               : grpc::InsecureChannelCredentials(),
-                                   args);
-  }
-  return ch;
-}
-
-std::optional<std::string> Router::AddressOf(const std::string& worker_id) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const WorkerEntry* w = registry_.Find(worker_id);
-  if (w == nullptr) return std::nullopt;
-  return w->address;
-}
-
-void Router::Prove(grpc::ClientContext* ctx, const char* method, const std::string& address,
-                   const google::protobuf::MessageLite& request) const {
-  if (options_.internal_auth) {
-    options_.internal_auth->Attach(ctx, method, PeerRole::kRouter, address, request);
-  }
-}
-
-void Router::Learn(const std::string& address, const grpc::ClientContext& ctx) const {
-  if (options_.internal_auth) options_.internal_auth->LearnAudience(address, ctx);
-}
-
-grpc::Status Router::CheckKvTarget(const std::string& decode_id, const KvTarget& target) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const WorkerEntry* w = registry_.Find(decode_id);
-  if (w == nullptr) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrFormat("decode worker %s vanished", decode_id));
-  }
-  if (!w->kv_endpoint.empty() && target.endpoint != w->kv_endpoint) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrFormat("decode worker %s admitted with KV endpoint %s, not the "
-                                        "%s it registered",
-                                        decode_id, target.endpoint, w->kv_endpoint));
-  }
-  return grpc::Status::OK;
 }
 
 grpc::Status Router::Authorize(std::string_view authorization, bool generation) const {
@@ -219,14 +120,10 @@ grpc::Status Router::Authorize(std::string_view authorization, bool generation) 
 }
 
 int Router::HealthyWorkers(WorkerRole role) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return registry_.CountHealthy(role, absl::Now());
+  return cluster_->Lock().registry().CountHealthy(role, absl::Now());
 }
 
-int Router::InFlight() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int>(in_flight_.size());
-}
+int Router::InFlight() { return static_cast<int>(cluster_->Lock().in_flight().size()); }
 
 namespace {
 absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) {
@@ -329,7 +226,8 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* Router::Generate(grpc::CallbackS
 
 void Router::StartGenerate(const v1::GenerateRequest& req, AsyncCall call,
                            std::function<void(grpc::Status)> done) {
-  auto txn = std::make_shared<router_internal::GenerateTransaction>(this, req, std::move(call));
+  auto txn = std::make_shared<router_internal::GenerateTransaction>(request_context_, req,
+                                                                    std::move(call));
   async::Task<grpc::Status> run = txn->Run();
   async::Spawn<grpc::Status>(
       std::move(run),
@@ -398,12 +296,9 @@ grpc::Status Router::Score(const v1::ScoreRequest& request, absl::Time deadline,
   }
   const std::vector<int>& ids = *prompt;
   std::optional<std::string> pick;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    pick = registry_.PickPrefill({}, absl::Now(), {});
-  }
+  pick = cluster_->Lock().registry().PickPrefill({}, absl::Now(), {});
   if (!pick) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no healthy prefill worker");
-  auto address = AddressOf(*pick);
+  auto address = cluster_->AddressOf(*pick);
   if (!address) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "prefill worker vanished");
   v1::PrefillScoreRequest preq;
   preq.mutable_token_ids()->Add(ids.begin(), ids.end());
@@ -411,9 +306,10 @@ grpc::Status Router::Score(const v1::ScoreRequest& request, absl::Time deadline,
   v1::PrefillScoreResponse presp;
   grpc::ClientContext c;
   c.set_deadline(absl::ToChronoTime(deadline));
-  Prove(&c, internal_method::kPrefillScore, *address, preq);
-  grpc::Status s = v1::PrefillWorker::NewStub(ChannelFor(*address))->Score(&c, preq, &presp);
-  Learn(*address, c);
+  cluster_->Prove(&c, internal_method::kPrefillScore, *address, preq);
+  grpc::Status s =
+      v1::PrefillWorker::NewStub(cluster_->ChannelFor(*address))->Score(&c, preq, &presp);
+  cluster_->Learn(*address, c);
   if (!s.ok()) return s;
   resp->mutable_token_ids()->Add(ids.begin(), ids.end());
   double nll = 0;
@@ -487,12 +383,12 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "role: must be PREFILL or DECODE");
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ForgetSilentWorkersLocked(absl::Now());
+    ClusterView::Locked cluster = cluster_->Lock();
+    ForgetSilent(cluster, absl::Now());
     // A prefill worker cannot send KV to a decode worker of another transport or KV dtype:
     // refuse the newcomer rather than fail its requests one by one.
-    if (const WorkerRegistry::KvConflict c =
-            registry_.FindKvConflict(req->worker_id(), req->kv_transport(), req->kv_dtype());
+    if (const WorkerRegistry::KvConflict c = cluster.registry().FindKvConflict(
+            req->worker_id(), req->kv_transport(), req->kv_dtype());
         c.other != nullptr) {
       const bool transport = std::string_view(c.field) == "kv_transport";
       return grpc::Status(
@@ -503,14 +399,14 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
                           transport ? req->kv_transport() : req->kv_dtype(), c.other->id,
                           c.other->address, transport ? c.other->kv_transport : c.other->kv_dtype));
     }
-    if (absl::Status s =
-            registry_.Register(req->worker_id(), role, req->address(), FromProto(req->load()),
-                               absl::Now(), {identity, req->kv_endpoint()});
+    if (absl::Status s = cluster.registry().Register(req->worker_id(), role, req->address(),
+                                                     FromProto(req->load()), absl::Now(),
+                                                     {identity, req->kv_endpoint()});
         !s.ok()) {
       return ToGrpc(s);
     }
-    registry_.SetKvSettings(req->worker_id(), req->kv_transport(), req->kv_dtype());
-    NotifyLocked();  // requests waiting for a worker of this role look again
+    cluster.registry().SetKvSettings(req->worker_id(), req->kv_transport(), req->kv_dtype());
+    cluster.Notify();  // requests waiting for a worker of this role look again
   }
   // The router's calls to this worker prove themselves for this process alone.
   if (options_.internal_auth)
@@ -522,20 +418,21 @@ grpc::Status Router::Register(const v1::RegisterRequest* req, const std::string&
 grpc::Status Router::Heartbeat(const v1::HeartbeatRequest* req, const std::string& identity,
                                v1::HeartbeatResponse* resp) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    ForgetSilentWorkersLocked(absl::Now());
-    resp->set_known(registry_.Heartbeat(req->worker_id(), FromProto(req->load()), req->serving(),
-                                        absl::Now(), req->draining(), identity));
-    NotifyLocked();  // fresh load: queued requests look for room again
+    ClusterView::Locked cluster = cluster_->Lock();
+    ForgetSilent(cluster, absl::Now());
+    resp->set_known(cluster.registry().Heartbeat(req->worker_id(), FromProto(req->load()),
+                                                 req->serving(), absl::Now(), req->draining(),
+                                                 identity));
+    cluster.Notify();  // fresh load: queued requests look for room again
   }
   return grpc::Status::OK;
 }
 
 grpc::Status Router::ListWorkers(v1::ListWorkersResponse* resp) {
-  std::lock_guard<std::mutex> lock(mu_);
+  ClusterView::Locked cluster = cluster_->Lock();
   const absl::Time now = absl::Now();
-  ForgetSilentWorkersLocked(now);
-  for (const WorkerEntry* w : registry_.List()) {
+  ForgetSilent(cluster, now);
+  for (const WorkerEntry* w : cluster.registry().List()) {
     v1::WorkerInfo* info = resp->add_workers();
     info->set_worker_id(w->id);
     info->set_role(w->role == WorkerRole::kPrefill ? v1::WORKER_ROLE_PREFILL
@@ -543,7 +440,7 @@ grpc::Status Router::ListWorkers(v1::ListWorkersResponse* resp) {
     info->set_address(w->address);
     info->set_kv_endpoint(w->kv_endpoint);
     *info->mutable_load() = ToProto(w->load);
-    info->set_healthy(registry_.Healthy(*w, now));
+    info->set_healthy(cluster.registry().Healthy(*w, now));
   }
   return grpc::Status::OK;
 }

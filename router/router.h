@@ -25,6 +25,7 @@
 #include "kv_transfer/kv_transfer.h"
 #include "metrics/metrics.h"
 #include "router/admission.h"
+#include "router/cluster_view.h"
 #include "router/ingress.h"
 #include "router/registry.h"
 #include "router/tenant_quota.h"
@@ -42,10 +43,24 @@ class Signal;
 class Timer;
 }  // namespace async
 
+struct RouterOptions;
+
 namespace router_internal {
-class CallWatch;
-class DecodeCall;
-class GenerateTransaction;
+
+// What a request's steps use (router/generate_transaction.h), fixed for the router's life: the
+// model, the options, the runtime, and the cluster (its state only behind ClusterView's lock).
+struct RequestContext {
+  const ModelConfig* config = nullptr;
+  const Tokenizer* tokenizer = nullptr;
+  OutputConstraints* constraints = nullptr;
+  const RouterOptions* options = nullptr;
+  RouterMetrics* metrics = nullptr;
+  async::Executor* executor = nullptr;
+  async::Timer* timer = nullptr;
+  const std::atomic<bool>* draining = nullptr;
+  ClusterView* cluster = nullptr;
+};
+
 }  // namespace router_internal
 
 struct RouterOptions {
@@ -180,32 +195,11 @@ class Router {
   grpc::Status ListWorkers(v1::ListWorkersResponse* resp);
 
  private:
-  friend class router_internal::GenerateTransaction;
-  // Wakes the requests waiting (router_internal::GenerateTransaction::Wait): the front of the
-  // line (room may have freed) and every waiter for any change (workers joining).
-  void NotifyLocked();
-  // The open requests' worker calls, for the health sweep: every 100 ms, a call to a worker
-  // that turned unhealthy (and is not draining) is cancelled.
-  void Watch(router_internal::CallWatch* w);
-  void Unwatch(router_internal::CallWatch* w);
-  void SweepCalls();
-  void ScheduleSweep();  // the next sweep, unless the router is stopping
-  // A decode stream to the worker at `address`, counted as live until gRPC is done with it.
-  std::shared_ptr<router_internal::DecodeCall> OpenDecode(const std::string& address,
-                                                          std::unique_ptr<grpc::ClientContext> c);
+  void ScheduleSweep();  // the next health sweep, unless the router is stopping
   // Sets the per-worker health gauges (a collect hook: health changes with time).
   void UpdateWorkerMetrics();
   // Drops workers silent for longer than options_.registry.forget_after (and their channels).
-  void ForgetSilentWorkersLocked(absl::Time now);
-  std::shared_ptr<grpc::Channel> ChannelFor(const std::string& address);
-  // Adds the cluster's proof to a call of `method` to the worker at `address` over `request` (a
-  // stream's first message); Learn, after a call ends, keeps the worker's instance current.
-  void Prove(grpc::ClientContext* ctx, const char* method, const std::string& address,
-             const google::protobuf::MessageLite& request) const;
-  void Learn(const std::string& address, const grpc::ClientContext& ctx) const;
-  // OK when `target` names the KV endpoint decode worker `decode_id` registered.
-  grpc::Status CheckKvTarget(const std::string& decode_id, const KvTarget& target);
-  std::optional<std::string> AddressOf(const std::string& worker_id);
+  void ForgetSilent(ClusterView::Locked& cluster, absl::Time now);
 
   ModelConfig config_;
   std::unique_ptr<Tokenizer> tokenizer_;
@@ -214,41 +208,20 @@ class Router {
   int metrics_hook_ = 0;
   std::unique_ptr<grpc::Service> generation_;
   std::unique_ptr<grpc::Service> registry_service_;
-  // Stopped first in the destructor: the timer (it posts), then the pool (it runs what was
-  // posted).
+  // Stopped first in the destructor: the cluster view (it waits for the decode streams gRPC
+  // holds), the timer (it posts), then the pool (it runs what was posted).
   std::unique_ptr<async::Executor> executor_;
   std::unique_ptr<async::Timer> timer_;
+  std::unique_ptr<ClusterView> cluster_;
   std::mutex sweep_mu_;
   bool stopping_ = false;  // under sweep_mu_
   // Constrained requests' schemas for this vocabulary: a request that ends at EOS is checked to
   // hold a whole value. Borrows tokenizer_ (initialized before it).
   std::unique_ptr<OutputConstraints> constraints_ = std::make_unique<OutputConstraints>(
       std::shared_ptr<const Tokenizer>(std::shared_ptr<void>(), tokenizer_.get()));
-
-  std::mutex mu_;
-  WorkerRegistry registry_;
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_;
-  std::set<std::string> in_flight_;
-  TenantQuotas quotas_;  // per API key with limits
-  // Sequences streaming from decode workers, by tenant (fair shares: a waiting tenant may take
-  // the place of the one streaming the most) and by id.
-  RunningShares shares_;
-  std::unordered_map<uint64_t, router_internal::GenerateTransaction*> streaming_;
-  uint64_t next_share_id_ = 1;
-  // Requests waiting for workers or KV room, oldest first: only the first looks for room.
-  AdmissionLine line_;
-  // Waiting requests' wake-ups: the line's front by its ticket, waiters for workers by id.
-  std::unordered_map<uint64_t, std::function<void(bool)>> turn_waiters_;
-  std::map<uint64_t, std::function<void(bool)>> change_waiters_;
-  uint64_t next_waiter_ = 1;
-  uint64_t epoch_ = 0;  // bumped by every NotifyLocked
-  std::mutex watch_mu_;
-  std::set<router_internal::CallWatch*> watches_;
-  // Decode streams gRPC still holds (they call Learn when done): the destructor waits for them.
-  std::mutex calls_mu_;
-  std::condition_variable calls_cv_;
-  int live_calls_ = 0;
   std::atomic<bool> draining_{false};
+  // What every request's steps use (router/generate_transaction.h); set once, after the above.
+  router_internal::RequestContext request_context_;
 };
 
 }  // namespace tandem
