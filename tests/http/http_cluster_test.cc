@@ -41,6 +41,18 @@ constexpr char kTemplate[] =
     "{% for m in messages %}{{ m['role'] + ': ' + m['content'] | trim + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
 
+// What a shell command prints (curl with flags Curl does not take: its headers, another
+// source address).
+std::string Shell(const std::string& cmd) {
+  std::string out;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+    ::pclose(f);
+  }
+  return out;
+}
+
 std::string WriteFile(const testing::TempDir& dir, const std::string& name,
                       const std::string& text) {
   const std::string path = dir.path() + "/" + name;
@@ -1286,12 +1298,7 @@ TEST(HttpClusterTest, ApiKeyLimitsHoldPerKey) {
                           "' -H 'Content-Type: application/json' -d '{\"prompt\": \"Once\", "
                           "\"max_tokens\": 2}' http://" +
                           c.http() + "/v1/completions";
-  std::string head;
-  if (FILE* f = ::popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) head.append(buf, n);
-    ::pclose(f);
-  }
+  const std::string head = Shell(cmd);
   EXPECT_NE(head.find("HTTP/1.1 429"), std::string::npos) << head;
   EXPECT_NE(head.find("tokens_per_minute"), std::string::npos) << head;
   EXPECT_NE(head.find("Retry-After: "), std::string::npos) << head;
@@ -1330,12 +1337,7 @@ TEST(HttpClusterTest, AWaitingTenantTakesAPlaceFromTheTenantHoldingThemAll) {
       "'{\"prompt\": \"Once\", \"max_tokens\": 2, \"temperature\": 0}' "
       "http://" +
       c.http() + "/v1/completions";
-  std::string out;
-  if (FILE* f = ::popen(cmd.c_str(), "r")) {
-    char buf[256];
-    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
-    ::pclose(f);
-  }
+  const std::string out = Shell(cmd);
   int status = 0;
   double seconds = 0;
   ASSERT_EQ(std::sscanf(out.c_str(), "%d %lf", &status, &seconds), 2) << out;
