@@ -561,9 +561,10 @@ struct HttpListener::Impl {
           Read(c);
         } else if (c->phase == Conn::Phase::kDispatched &&
                    (events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-          // The client left while its request is served: the handler hears it as an event.
+          // The client left while its request is served: the handler hears it as an event (a
+          // response still being made for a half-closed client is written all the same).
           Unwatch(c);
-          c->out->Fail("the client closed its connection");
+          c->out->ClientLeft();
         } else {
           Flush(c);
         }

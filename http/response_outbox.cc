@@ -111,12 +111,22 @@ bool ResponseOutbox::PushThen(std::string_view a, std::string_view b,
 
 void ResponseOutbox::OnFail(std::function<void()> fn) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (failure_.empty() || !fn) {
+  if ((failure_.empty() && !left_) || !fn) {
     on_fail_ = std::move(fn);
     return;
   }
   lock.unlock();
   fn();
+}
+
+void ResponseOutbox::ClientLeft() {
+  std::function<void()> hook;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    left_ = true;
+    hook = std::exchange(on_fail_, nullptr);
+  }
+  if (hook) hook();
 }
 
 void ResponseOutbox::Judge(absl::Time now) {

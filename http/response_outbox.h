@@ -52,8 +52,8 @@ class ResponseOutbox {
   // once it fails: a producer that holds no thread sends its next piece after `room`. A waiting
   // producer is judged by the same rate rule (Judge, from the consumer).
   bool PushThen(std::string_view a, std::string_view b, std::function<void(bool)> room);
-  // Runs `fn` once when the outbox fails (at once if it has), e.g. to cancel the request whose
-  // response it carries; nullptr clears it.
+  // Runs `fn` once when the outbox fails or its client leaves (at once if either happened),
+  // e.g. to cancel the request whose response it carries; nullptr clears it.
   void OnFail(std::function<void()> fn);
   // Why the outbox failed ("" while it has not): the client went away or read too slowly.
   std::string failure() const;
@@ -66,6 +66,9 @@ class ResponseOutbox {
   void Consumed(size_t n, absl::Time now);
   // The connection failed or closed: every waiting and later Push fails.
   void Fail(std::string why);
+  // The client closed its side of the connection: the fail hook runs (a request being made for
+  // it is cancelled), but what is pushed is still written, for a client that only half-closed.
+  void ClientLeft();
   // The rate rule for producers waiting on PushThen, judged at `now` (the consumer calls it a few
   // times a second): the outbox fails when they waited past the grace with too few bytes taken.
   void Judge(absl::Time now);
@@ -95,6 +98,7 @@ class ResponseOutbox {
   absl::Time wait_start_;                           // since when waiters_ wait
   size_t taken_at_wait_ = 0;
   std::function<void()> on_fail_;
+  bool left_ = false;  // ClientLeft was called
 };
 
 }  // namespace tandem

@@ -165,5 +165,24 @@ TEST(ResponseOutboxTest, PushThenHearsOfRoomOrFailureWithoutWaiting) {
   EXPECT_EQ(late, 1);
 }
 
+// A client that closes its side: the hook runs (its request is cancelled), yet what is pushed
+// afterwards is still taken, for a client that only half-closed and reads its response.
+TEST(ResponseOutboxTest, AClientLeavingRunsTheHookButKeepsTheOutbox) {
+  std::atomic<size_t> total{0};
+  ResponseOutbox out(Small(), &total, nullptr);
+  int hooks = 0;
+  out.OnFail([&] { ++hooks; });
+  out.ClientLeft();
+  EXPECT_EQ(hooks, 1);
+  EXPECT_FALSE(out.failed());
+  EXPECT_TRUE(out.Push("HTTP/1.1 200 OK\r\n", "", false));
+  EXPECT_EQ(Drain(out), "HTTP/1.1 200 OK\r\n");
+  int late = 0;
+  out.OnFail([&] { ++late; });  // set after the client left: runs at once
+  EXPECT_EQ(late, 1);
+  out.Fail("closed");
+  EXPECT_EQ(hooks, 1);
+}
+
 }  // namespace
 }  // namespace tandem
