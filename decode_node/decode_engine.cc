@@ -24,6 +24,35 @@ absl::Status DecodeEngineOptions::Validate() const {
   return absl::OkStatus();
 }
 
+ModelRunnerOptions DecodeEngineOptions::Runner() const {
+  const int per_seq = speculative.enabled() ? 1 + speculative.num_tokens : 1;
+  ModelRunnerOptions ro;
+  ro.num_blocks = num_blocks;
+  ro.block_size = block_size;
+  ro.max_batch_tokens = max_running * per_seq + recompute_budget;
+  ro.max_seqs = max_running;
+  ro.max_logit_rows = max_running * per_seq;
+  ro.kv_dtype = kv_dtype;
+  return ro;
+}
+
+// A draft model runs on the worker's device, with room for as many tokens as its cache.
+DraftRunnerOptions DecodeEngineOptions::Draft() const {
+  DraftRunnerOptions draft;
+  draft.device = device;
+  draft.num_blocks = num_blocks;
+  draft.block_size = block_size;
+  draft.max_seqs = max_running;
+  draft.max_step_tokens = max_running + recompute_budget;
+  return draft;
+}
+
+DecodeScheduler::Options DecodeEngineOptions::Scheduler(
+    const std::vector<int>& group_window) const {
+  return DecodeScheduler::Options{num_blocks,       block_size, max_running, watermark,
+                                  recompute_budget, admission,  group_window};
+}
+
 absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* model,
                                                                    DecodeEngineOptions options,
                                                                    DecodeMetrics* metrics) {
@@ -34,25 +63,9 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
     options.num_blocks = spec.BlocksIn(options.max_kv_bytes);
     if (options.num_blocks < 1) return absl::ResourceExhaustedError("max_kv_bytes holds no block");
   }
-  // A draft model runs on the worker's device, with room for as many tokens as its cache.
-  DraftRunnerOptions draft;
-  draft.device = options.device;
-  draft.num_blocks = options.num_blocks;
-  draft.block_size = options.block_size;
-  draft.max_seqs = options.max_running;
-  draft.max_step_tokens = options.max_running + options.recompute_budget;
-  auto proposer = MakeProposer(options.speculative, c, draft);
+  auto proposer = MakeProposer(options.speculative, c, options.Draft());
   if (!proposer.ok()) return proposer.status();
-  // A step holds a token per running sequence (and its proposals, each with a logit row) plus
-  // the recompute of preempted ones.
-  const int per_seq = options.speculative.enabled() ? 1 + options.speculative.num_tokens : 1;
-  CudaRunnerOptions ro;
-  ro.num_blocks = options.num_blocks;
-  ro.block_size = options.block_size;
-  ro.max_batch_tokens = options.max_running * per_seq + options.recompute_budget;
-  ro.max_seqs = options.max_running;
-  ro.max_logit_rows = options.max_running * per_seq;
-  ro.kv_dtype = options.kv_dtype;
+  const ModelRunnerOptions ro = options.Runner();
   absl::StatusOr<std::unique_ptr<ModelRunner>> runner;
   if (options.cpu_samples_rows && options.device == "cpu") {
     auto cache = KvCache::Create(c, ro.num_blocks, ro.block_size, 0, ro.kv_dtype);
@@ -88,9 +101,7 @@ DecodeEngine::DecodeEngine(const Model* model, DecodeEngineOptions options,
       metrics_(metrics),
       runner_(std::move(runner)),
       kv_spec_(runner_->kv_spec()),
-      scheduler_(DecodeScheduler::Options{
-          options.num_blocks, options.block_size, options.max_running, options.watermark,
-          options.recompute_budget, options.admission, kv_spec_.group_window}),
+      scheduler_(options.Scheduler(kv_spec_.group_window)),
       health_(options.faults) {}
 
 DecodeEngine::~DecodeEngine() {

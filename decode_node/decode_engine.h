@@ -84,6 +84,12 @@ struct DecodeEngineOptions {
   SpeculativeConfig speculative;
 
   absl::Status Validate() const;
+  // What each part of the engine is given of these options (num_blocks already resolved): the
+  // model runner (a step holds a token per running sequence and its proposals, each with a
+  // logit row, plus the recompute of preempted ones), the draft model's runner, the scheduler.
+  ModelRunnerOptions Runner() const;
+  DraftRunnerOptions Draft() const;
+  DecodeScheduler::Options Scheduler(const std::vector<int>& group_window) const;
 };
 
 // What speculative decoding did on a decode worker so far.

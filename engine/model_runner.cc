@@ -61,7 +61,7 @@ absl::Status CudaError(const TandemCudaApi* api, int rc, const char* what) {
 class CudaModelRunner : public ModelRunner {
  public:
   CudaModelRunner(const TandemCudaApi* api, TandemModel* m, const ModelConfig& c,
-                  const CudaRunnerOptions& o)
+                  const ModelRunnerOptions& o)
       : api_(api), model_(m), config_(c), options_(o) {}
   ~CudaModelRunner() override { api_->model_destroy(model_); }
   std::string_view device() const override { return "cuda"; }
@@ -125,7 +125,7 @@ class CudaModelRunner : public ModelRunner {
   const TandemCudaApi* api_;
   TandemModel* model_;
   ModelConfig config_;
-  CudaRunnerOptions options_;
+  ModelRunnerOptions options_;
   // Fills chunks_, tokens_ and tables_ (the C API's arrays) from `batch`; returns the number of
   // logit rows (0 for an empty batch).
   int Marshal(std::span<const SequenceChunk> batch) {
@@ -206,7 +206,7 @@ std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cach
   return std::make_unique<CpuModelRunner>(model, std::move(cache), samples_rows);
 }
 
-absl::Status CudaRunnerOptions::Validate() const {
+absl::Status ModelRunnerOptions::Validate() const {
   if (num_blocks < 1) return absl::InvalidArgumentError("cuda runner: num_blocks must be >= 1");
   if (block_size < 1) return absl::InvalidArgumentError("cuda runner: block_size must be >= 1");
   if (max_batch_tokens < 1 || max_seqs < 1 || max_logit_rows < 0) {
@@ -244,7 +244,7 @@ absl::Status CudaSupportsModel(const ModelConfig& c) {
 }
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
-                                                                 const CudaRunnerOptions& o) {
+                                                                 const ModelRunnerOptions& o) {
   if (absl::Status s = o.Validate(); !s.ok()) return s;
   const ModelConfig& c = model.config();
   if (absl::Status s = CudaSupportsModel(c); !s.ok()) return s;
@@ -330,7 +330,7 @@ absl::StatusOr<DType> ResolveKvDtype(std::string_view name, std::string_view dev
 
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
                                                              const Model* model,
-                                                             const CudaRunnerOptions& options) {
+                                                             const ModelRunnerOptions& options) {
   if (device == "cuda") return MakeCudaModelRunner(*model, options);
   if (device != "cpu") {
     return absl::InvalidArgumentError(

@@ -73,8 +73,9 @@ class ModelRunner {
 std::unique_ptr<ModelRunner> MakeCpuModelRunner(const Model* model, KvCache cache,
                                                 bool samples_rows = false);
 
-// Capacities of a device model: the largest step it will be given.
-struct CudaRunnerOptions {
+// What a model runner (CPU or device, MakeModelRunner) is sized for: its KV cache and the largest
+// step it will be given.
+struct ModelRunnerOptions {
   int num_blocks = 0;
   int block_size = 16;
   int max_batch_tokens = 2048;  // tokens per step (the prefill token budget; the decode batch)
@@ -92,7 +93,7 @@ struct CudaRunnerOptions {
 // embedding may be f32, f16 or bf16) to the device. UNAVAILABLE naming --device when there is
 // no CUDA library or device.
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeCudaModelRunner(const Model& model,
-                                                                 const CudaRunnerOptions& options);
+                                                                 const ModelRunnerOptions& options);
 
 // OK when the CUDA runner computes `config`'s layout; else UNIMPLEMENTED naming what it lacks
 // (`--device=auto` then runs such a model on the CPU).
@@ -108,7 +109,7 @@ absl::StatusOr<DType> ResolveKvDtype(std::string_view name, std::string_view dev
 // block_size, "cuda" the CUDA runner.
 absl::StatusOr<std::unique_ptr<ModelRunner>> MakeModelRunner(const std::string& device,
                                                              const Model* model,
-                                                             const CudaRunnerOptions& options);
+                                                             const ModelRunnerOptions& options);
 
 }  // namespace tandem
 

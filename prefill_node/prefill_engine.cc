@@ -22,6 +22,16 @@ absl::Status PrefillEngineOptions::Validate() const {
   return absl::OkStatus();
 }
 
+ModelRunnerOptions PrefillEngineOptions::Runner() const {
+  ModelRunnerOptions ro;
+  ro.num_blocks = num_blocks;
+  ro.block_size = block_size;
+  ro.max_batch_tokens = scheduler.token_budget;
+  ro.max_seqs = scheduler.max_batch;
+  ro.kv_dtype = kv_dtype;
+  return ro;
+}
+
 absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model* model,
                                                                      KvSender* sender,
                                                                      PrefillEngineOptions options,
@@ -38,13 +48,7 @@ absl::StatusOr<std::unique_ptr<PrefillEngine>> PrefillEngine::Create(const Model
                         "(%d blocks): raise --kv-bytes or --num-blocks",
                         options.num_blocks, c.max_seq_len, min_blocks));
   }
-  CudaRunnerOptions ro;
-  ro.num_blocks = options.num_blocks;
-  ro.block_size = options.block_size;
-  ro.max_batch_tokens = options.scheduler.token_budget;
-  ro.max_seqs = options.scheduler.max_batch;
-  ro.kv_dtype = options.kv_dtype;
-  auto runner = MakeModelRunner(options.device, model, ro);
+  auto runner = MakeModelRunner(options.device, model, options.Runner());
   if (!runner.ok()) return runner.status();
   std::unique_ptr<PrefillEngine> e(
       new PrefillEngine(model, sender, options, std::move(*runner), metrics));

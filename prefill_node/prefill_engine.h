@@ -47,6 +47,9 @@ struct PrefillEngineOptions {
   std::shared_ptr<OutputConstraints> constraints;
 
   absl::Status Validate() const;
+  // The model runner's part of these options (num_blocks already resolved): a step holds the
+  // scheduler's token budget over at most its batch of prompts.
+  ModelRunnerOptions Runner() const;
 };
 
 struct PrefillResult {

@@ -430,7 +430,7 @@ int GenerateLocal(const Flags& f, const std::string& prompt, GenerationRequest r
   if (loaded->device == "cuda") {
     // Room for this one request, on the device.
     const ModelConfig& c = loaded->model->config();
-    CudaRunnerOptions ro;
+    ModelRunnerOptions ro;
     ro.block_size = opts.block_size;
     ro.num_blocks = (c.max_seq_len + opts.block_size - 1) / opts.block_size;
     ro.max_batch_tokens = std::min(opts.max_step_tokens, c.max_seq_len);

@@ -289,7 +289,7 @@ absl::StatusOr<std::unique_ptr<Proposer>> MakeProposer(const SpeculativeConfig& 
       }
       const ModelConfig& dc = config.draft->config();
       const KvCacheSpec spec = KvCacheSpec::For(dc, draft.block_size, DType::kF32);
-      CudaRunnerOptions ro;
+      ModelRunnerOptions ro;
       ro.num_blocks = static_cast<int>(
           std::min<int64_t>(draft.num_blocks, spec.BlocksIn(config.max_draft_kv_bytes)));
       if (ro.num_blocks < 1) {

@@ -333,7 +333,7 @@ TEST(Qwen3Test, CudaBackendRefusesItByName) {
   auto backend = MakeCpuBackend();
   auto model = Model::Load(testing::Qwen3Dir(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 8;
   auto runner = MakeModelRunner("cuda", model->get(), o);
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();
@@ -443,7 +443,7 @@ TEST(Gemma3Test, CudaBackendAndHfWriterRefuseItByName) {
   auto backend = MakeCpuBackend();
   auto model = Model::Load(testing::Gemma3Dir(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 8;
   auto runner = MakeModelRunner("cuda", model->get(), o);
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();

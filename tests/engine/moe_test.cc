@@ -214,7 +214,7 @@ TEST(MoeTest, CudaBackendAndHfWriterRefuseByName) {
   auto backend = MakeCpuBackend();
   auto model = Model::Load(MoeDir("qwen3_moe_f32"), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 8;
   auto runner = MakeModelRunner("cuda", model->get(), o);
   EXPECT_EQ(runner.status().code(), absl::StatusCode::kUnimplemented) << runner.status();

@@ -90,7 +90,7 @@ std::vector<float> PayloadFloats(const std::string& payload, DType dt, int heads
 void CompareRunners(const Model& model, int block_size, double tol, int steps,
                     DType kv_dtype = DType::kF32) {
   const ModelConfig& c = model.config();
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.kv_dtype = kv_dtype;
   o.block_size = block_size;
   o.num_blocks = 3 * ((c.max_seq_len + block_size - 1) / block_size);
@@ -249,7 +249,7 @@ TEST_F(CudaModelTest, Bf16AndFp8KvCachesMatchCpu) {
 TEST_F(CudaModelTest, ForwardSampleDrawsFromTheStepsLogits) {
   auto model = Load(DType::kF32);
   ASSERT_NE(model, nullptr);
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 64;
   auto a = MakeModelRunner("cuda", model.get(), o);
   auto b = MakeModelRunner("cuda", model.get(), o);
@@ -279,7 +279,7 @@ TEST_F(CudaModelTest, ForwardSampleDrawsFromTheStepsLogits) {
 TEST_F(CudaModelTest, BadStepsAreRejectedNamingTheChunk) {
   auto model = Load(DType::kF32);
   ASSERT_NE(model, nullptr);
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 64;
   auto gpu = MakeModelRunner("cuda", model.get(), o);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
@@ -416,7 +416,7 @@ TEST(ModelRunnerTest, CpuRunnerIsTheModelAndErrorsNameTheFlag) {
   auto backend = MakeCpuBackend(2);
   auto model = Model::Load(testing::Stories260K(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
-  CudaRunnerOptions o;
+  ModelRunnerOptions o;
   o.num_blocks = 8;
   auto cpu = MakeModelRunner("cpu", model->get(), o);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -447,7 +447,7 @@ TEST(ModelRunnerTest, CpuRunnerIsTheModelAndErrorsNameTheFlag) {
   auto bad = MakeModelRunner("tpu", model->get(), o);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("tpu"), std::string::npos);
-  CudaRunnerOptions zero;
+  ModelRunnerOptions zero;
   EXPECT_FALSE(zero.Validate().ok());
   if (!LoadCudaApi().ok()) {  // (with a GPU, the fixture's tests cover "cuda")
     auto cuda = MakeModelRunner("cuda", model->get(), o);
