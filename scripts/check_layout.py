@@ -6,14 +6,17 @@
 2. Inside each folder, its subfolders and the files directly in it include each other without a
    cycle (a subfolder is one node, each file at the folder's top is one): a subfolder may use the
    folder's interfaces and the folder's files may use the subfolders, but not round a loop.
-3. No function outside tests and generated tables is longer than 150 lines (measured by lizard,
-   https://github.com/terryyin/lizard, installed by scripts/setup.sh), textual includes (.inc)
-   measured as C++.
-4. No file outside tests and generated tables is longer than 800 lines, except those OVERSIZED
-   lists, each held at its length there until it is split (and then taken off the list).
+3. No function outside tests and generated tables is longer than 150 lines: C and C++ measured
+   by lizard (https://github.com/terryyin/lizard, installed by scripts/setup.sh), textual
+   includes (.inc) measured as C++; Python (def and async def, methods and nested functions
+   included) measured by the standard ast module, from the def line to the end of the body.
+4. No C, C++ or Python file outside tests and generated tables is longer than 800 lines, except
+   those OVERSIZED lists, each held at its length there until it is split (and then taken off
+   the list).
 
 Exit status 1 names every violation.
 """
+import ast
 import collections
 import os
 import re
@@ -32,6 +35,12 @@ OVERSIZED: dict[str, int] = {}
 def sources():
     files = subprocess.check_output(["git", "ls-files"], cwd=ROOT, text=True).split()
     return [f for f in files if re.search(r"\.(cc|h|cu|cuh|inc)$", f) and "/" in f]
+
+
+def python_sources():
+    """The tracked Python files outside the exempt folders."""
+    files = subprocess.check_output(["git", "ls-files", "*.py"], cwd=ROOT, text=True).splitlines()
+    return [f for f in files if f.split("/")[0] not in EXEMPT_TOP]
 
 
 def includes(files):
@@ -120,6 +129,25 @@ def long_functions(files):
     return out
 
 
+def long_python_functions(files):
+    out = []
+    for f in files:
+        if f in GENERATED:
+            continue
+        with open(os.path.join(ROOT, f), encoding="utf-8", errors="replace") as fh:
+            try:
+                tree = ast.parse(fh.read(), f)
+            except SyntaxError as e:
+                sys.exit(f"check_layout: {f} is not valid Python: {e}")
+        functions = [n for n in ast.walk(tree)
+                     if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        for fn in sorted(functions, key=lambda n: n.lineno):
+            length = fn.end_lineno - fn.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                out.append(f"{f}:{fn.lineno}: {fn.name} is {length} lines")
+    return out
+
+
 def long_files(files):
     out = []
     for f in files:
@@ -151,8 +179,10 @@ def main():
         cycle = find_cycle(inner)
         if cycle:
             errors.append(f"cycle inside {top}/: " + " -> ".join(cycle))
-    errors += [f"longer than {MAX_FUNCTION_LINES} lines: {e}" for e in long_functions(files)]
-    errors += [f"too long: {e}" for e in long_files(files)]
+    python = python_sources()
+    errors += [f"longer than {MAX_FUNCTION_LINES} lines: {e}"
+               for e in long_functions(files) + long_python_functions(python)]
+    errors += [f"too long: {e}" for e in long_files(files + python)]
     for e in errors:
         print(f"check_layout: {e}", file=sys.stderr)
     return 1 if errors else 0
