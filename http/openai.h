@@ -169,7 +169,8 @@ class ToolCallParser {
   explicit ToolCallParser(std::string id_prefix) : id_prefix_(std::move(id_prefix)) {}
   // The content to show now.
   std::string Add(std::string_view text);
-  // At the end: the text held back (an unterminated block included).
+  // At the end: the text held back. An unterminated last block is a call when its body is one
+  // (as vLLM's Hermes parser takes it), else text.
   std::string Flush();
   // The calls completed since the last call, and how many there were in all.
   std::vector<nlohmann::ordered_json> TakeCalls();
@@ -183,6 +184,9 @@ class ToolCallParser {
   std::vector<PlacedCall> TakePlacedCalls();
 
  private:
+  // Adds the call a block's `body` holds, placed at `offset`; false when it holds none.
+  bool TakeCall(const std::string& body, size_t offset);
+
   std::string id_prefix_;
   std::string pending_;  // text not yet returned: a possible tag start, or an open block's body
   bool in_call_ = false;

@@ -67,15 +67,16 @@ struct ForcedFunction {
 };
 
 // A forced tool call (tool_choice "required" or a named function): the output is one Hermes
-// block, "<tool_call>\n" {"name": ..., "arguments": {...}} "\n</tool_call>", which the tool-call
-// parser then returns as the call. Each candidate's call is {"name": its name, "arguments": its
+// block, "<tool_call>\n" {"name": ..., "arguments": {...}}, ending at its value (the closing tag
+// would cost tokens the model need not spend; the tool-call parser takes an unterminated last
+// block as the call). Each candidate's call is {"name": its name, "arguments": its
 // `parameters`} (their $defs and definitions moved to the top, where their references point);
 // with several candidates ("required" over several tools) the block is one of those shapes, a
 // union told apart by the name, so that the arguments follow the schema of the function named.
 // A schema refused names `tools[index].function.parameters`.
 absl::Status ForceToolCall(const std::vector<ForcedFunction>& functions, v1::SamplingParams* s) {
   const std::string prefix = std::string(kCallOpen) + "\n";
-  const std::string suffix = "\n" + std::string(kCallClose);
+  const std::string suffix;
   const bool several = functions.size() > 1;
   Json shapes = Json::array();
   Json defs = Json::object();

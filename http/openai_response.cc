@@ -50,31 +50,38 @@ std::string ToolCallParser::Add(std::string_view text) {
     }
     const size_t close = pending_.find(kCallClose);
     if (close == std::string::npos) return content;
-    const std::string body = pending_.substr(0, close);
-    // A block over the JSON limits (the model's output is as unbounded as a client's) is text.
-    const Json call =
-        CheckJsonLimits(body).ok() ? structured::ParseJson(body).value_or(Json()) : Json();
-    const Json* name = call.is_object() ? Field(call, "name") : nullptr;
-    if (name != nullptr && name->is_string()) {
-      const Json* args = Field(call, "arguments");
-      if (args == nullptr) args = Field(call, "parameters");
-      const std::string arguments = args == nullptr     ? "{}"
-                                    : args->is_string() ? args->get<std::string>()
-                                                        : args->dump();
-      calls_.push_back({content.size(),
-                        {{"id", absl::StrFormat("call_%s_%d", id_prefix_, total_++)},
-                         {"type", "function"},
-                         {"function", {{"name", *name}, {"arguments", arguments}}}}});
-    } else {
-      content += std::string(kCallOpen) + body + std::string(kCallClose);  // not a call: text
+    if (!TakeCall(pending_.substr(0, close), content.size())) {
+      content += std::string(kCallOpen) + pending_.substr(0, close + kCallClose.size());  // text
     }
     pending_.erase(0, close + kCallClose.size());
     in_call_ = false;
   }
 }
 
+bool ToolCallParser::TakeCall(const std::string& body, size_t offset) {
+  // A block over the JSON limits (the model's output is as unbounded as a client's) is text.
+  const Json call =
+      CheckJsonLimits(body).ok() ? structured::ParseJson(body).value_or(Json()) : Json();
+  const Json* name = call.is_object() ? Field(call, "name") : nullptr;
+  if (name == nullptr || !name->is_string()) return false;
+  const Json* args = Field(call, "arguments");
+  if (args == nullptr) args = Field(call, "parameters");
+  const std::string arguments = args == nullptr     ? "{}"
+                                : args->is_string() ? args->get<std::string>()
+                                                    : args->dump();
+  calls_.push_back({offset,
+                    {{"id", absl::StrFormat("call_%s_%d", id_prefix_, total_++)},
+                     {"type", "function"},
+                     {"function", {{"name", *name}, {"arguments", arguments}}}}});
+  return true;
+}
+
 std::string ToolCallParser::Flush() {
-  std::string rest = (in_call_ ? std::string(kCallOpen) : std::string()) + pending_;
+  // A last block the output ended inside is a call when its body is one (a model may stop
+  // without the closing tag, and a forced call ends at its value), else text.
+  std::string rest = in_call_ && TakeCall(pending_, 0)
+                         ? std::string()
+                         : (in_call_ ? std::string(kCallOpen) : "") + pending_;
   pending_.clear();
   in_call_ = false;
   return rest;

@@ -604,7 +604,12 @@ std::string ResponsesBuilder::Add(int index, const v1::GenerateResponse& msg) {
   }
   if (!finish.empty()) {
     finish_ = finish;
-    if (request_.parse_tool_calls) AddText(tools_->Flush(), &events);
+    if (request_.parse_tool_calls) {
+      const std::string rest = tools_->Flush();  // an unterminated last block may be a call
+      for (const ToolCallParser::PlacedCall& p : tools_->TakePlacedCalls())
+        AddCall(p.call, &events);
+      AddText(rest, &events);
+    }
     // A reply of whitespace alone is still the reply.
     if (output_.empty()) AddText(std::exchange(pending_space_, ""), &events);
     CloseMessage(&events);

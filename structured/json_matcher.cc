@@ -257,9 +257,11 @@ JsonMatcher::Step JsonMatcher::FeedWhitespace(State& s, unsigned char c) {
   for (const State* f = stack_; f < &s; ++f) {
     enclosing += f->frame == Frame::kObject || f->frame == Frame::kArray ? 1 : 0;
   }
-  if (enclosing == 0 || c == '\t' || c == '\r') return Step::kRejected;
-  if (whitespace_ == Whitespace::kCompact && (c != ' ' || s.whitespace != 0)) {
-    return Step::kRejected;  // compact: one space at most
+  if (enclosing == 0 || c == '\t' || c == '\r' || whitespace_ == Whitespace::kCompact) {
+    return Step::kRejected;
+  }
+  if (whitespace_ == Whitespace::kSpaced && (c != ' ' || s.whitespace != 0)) {
+    return Step::kRejected;  // one space at most
   }
   if (s.whitespace == 0) {
     s.whitespace = c == ' ' ? (kSpaceRun | 1) : 1;

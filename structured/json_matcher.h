@@ -3,12 +3,12 @@
 // come next; Complete() whether the text so far is one whole valid value. Every text it accepts
 // and calls complete parses as JSON and validates against the schema.
 //
-// What it generates within the schema: no whitespace before or after the value, and between
-// tokens at most one space (compact JSON, the default: every newline and indent a model would
-// write costs a token, and agent code often allows only 40-60), or with Whitespace::kIndent
-// either one space or a newline and an indent of at most four spaces per enclosing container
-// (kMaxWhitespace bytes at most), so that a model can indent but cannot stall in whitespace;
-// object keys in the
+// What it generates within the schema: no whitespace before or after the value, and none between
+// tokens (compact JSON, the default: every space, newline and indent a model would write costs a
+// token, and agent code often allows only 40-60); with Whitespace::kSpaced at most one space
+// between tokens; with Whitespace::kIndent either one space or a newline and an indent of at most
+// four spaces per enclosing container (kMaxWhitespace bytes at most), so that a model can indent
+// but cannot stall in whitespace; object keys in the
 // schema's order, numbers of at most 15 integer digits, 15 fraction digits and 2 exponent digits,
 // strings of valid UTF-8 with no raw control characters and no \u escapes of surrogates, and values
 // nested at most kMaxDepth deep. A value is begun only where its smallest form fits within
@@ -31,7 +31,7 @@ class JsonMatcher {
  public:
   static constexpr int kMaxDepth = JsonSchema::kMaxDepth;
   static constexpr int kMaxWhitespace = 24;
-  enum class Whitespace : uint8_t { kCompact, kIndent };
+  enum class Whitespace : uint8_t { kCompact, kSpaced, kIndent };
 
   // Expecting one value of `root` (which must outlive the matcher).
   explicit JsonMatcher(const SchemaNode* root, Whitespace ws = Whitespace::kCompact);

@@ -55,6 +55,50 @@ TokenMask::TokenMask(std::vector<std::string> token_bytes) : bytes_(std::move(to
   }
 }
 
+std::string TokenMask::ForcedText(const JsonMatcher& state, unsigned char first) {
+  std::string forced(1, static_cast<char>(first));
+  JsonMatcher m = state;
+  m.Feed(first);
+  while (forced.size() < kMaxForced && !m.Complete() && !m.Done()) {
+    int next = -1;
+    int count = 0;
+    for (int b = 0; b < 256 && count < 2; ++b) {
+      JsonMatcher trial = m;
+      if (trial.Feed(static_cast<unsigned char>(b))) {
+        next = b;
+        ++count;
+      }
+    }
+    if (count != 1) break;
+    forced.push_back(static_cast<char>(next));
+    m.Feed(static_cast<unsigned char>(next));
+  }
+  return forced;
+}
+
+void TokenMask::KeepForcedTokens(const JsonMatcher& state, unsigned char first,
+                                 std::vector<uint8_t>* allowed) const {
+  const std::string forced = ForcedText(state, first);
+  if (forced.size() < 2) return;
+  const std::vector<int>& group = by_first_byte_[first];
+  int best = -1;
+  size_t best_size = 0;
+  for (int id : group) {
+    const std::string& t = bytes_[id];
+    if ((*allowed)[id] && t.size() <= forced.size() && t.size() > best_size &&
+        forced.compare(0, t.size(), t) == 0) {
+      best = id;
+      best_size = t.size();
+    }
+  }
+  if (best < 0) return;
+  for (int id : group) {
+    const std::string& t = bytes_[id];
+    const bool covers = t.size() > forced.size() && t.compare(0, forced.size(), forced) == 0;
+    if (id != best && !covers) (*allowed)[id] = 0;
+  }
+}
+
 bool TokenMask::Advance(JsonMatcher* state, int id) const {
   if (id < 0 || id >= vocab_size() || bytes_[id].empty()) return false;
   return state->Feed(bytes_[id]);
@@ -85,20 +129,29 @@ void TokenMask::Allowed(const JsonMatcher& state, std::span<const int> eos_ids,
     }
   } else {
     JsonMatcher first = state;
+    int first_bytes = 0;  // bytes that begin an allowed token
+    int only = -1;
     for (int b = 0; b < 256; ++b) {
       const std::vector<int>& group = by_first_byte_[b];
       if (group.empty()) continue;
       first = state;
       if (!first.Feed(static_cast<unsigned char>(b))) continue;
+      bool any_here = false;
       for (int id : group) {
         trial = first;
         if (trial.Feed(std::string_view(bytes_[id]).substr(1))) {
           (*allowed)[id] = 1;
-          any = true;
+          any_here = true;
         }
+      }
+      if (any_here) {
+        any = true;
+        ++first_bytes;
+        only = b;
       }
       StepProgress::NoteHere();  // a wide pattern's mask is long work, not a wedged step
     }
+    if (first_bytes == 1 && !state.Complete()) KeepForcedTokens(state, only, allowed);
   }
   // EOS ends the text: allowed where the value is complete (or nothing else can come), never
   // as content.

@@ -2,6 +2,12 @@
 // a token is allowed when the matcher accepts all of its bytes; the end-of-sequence tokens when
 // the value is complete (and only they once nothing can follow).
 //
+// Where the constraint forces the text that follows (a prefix such as a tool call's opening tag, a
+// property name, a `const`: exactly one byte may come at each position), only the longest token
+// inside that text is allowed, and the tokens that cover all of it and go on: the forced text is
+// written in as few tokens as the vocabulary allows, as its tokenizer would write it, rather than
+// in whichever short pieces the model prefers for text it did not choose.
+//
 // Work per step: tokens are grouped by their first byte, and only the groups whose first byte the
 // matcher accepts are tried, one copied matcher per token. Inside a string with no length limit
 // (most of a JSON text's bytes) the tokens of plain string content are allowed without trying
@@ -38,7 +44,15 @@ class TokenMask {
 
   int vocab_size() const { return static_cast<int>(bytes_.size()); }
 
+  // The text the constraint forces after `state` and its one possible next byte `first`: byte by
+  // byte while exactly one may follow (at most kMaxForced bytes).
+  static constexpr size_t kMaxForced = 64;
+  static std::string ForcedText(const JsonMatcher& state, unsigned char first);
+
  private:
+  // Restricts `allowed` to the tokens of a forced text (above).
+  void KeepForcedTokens(const JsonMatcher& state, unsigned char first,
+                        std::vector<uint8_t>* allowed) const;
   std::vector<std::string> bytes_;
   std::array<std::vector<int>, 256> by_first_byte_;
   std::vector<int> plain_;  // whole UTF-8 characters, no '"', '\' or control bytes

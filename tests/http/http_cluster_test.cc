@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -1367,6 +1368,42 @@ TEST(HttpClusterTest, WholeResponsesAreBuiltWithinABudget) {
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.Json()["choices"].size(), 8u);
   EXPECT_TRUE(c.AllBlocksFree());
+}
+
+// A forced one-argument tool call costs few tokens with a real chat model (SmolLM2-135M-Instruct):
+// its JSON is compact, the text the constraint forces is written in the vocabulary's longest
+// tokens, and the block ends at its value; agent code's 40-60 token limits hold it whole.
+TEST(HttpClusterTest, AForcedToolCallFitsInTwentyFiveTokensWithSmolLM2) {
+  const std::string gguf = testing::SmolLM2Path();
+  if (gguf.empty() || !std::filesystem::exists(gguf)) {
+    GTEST_SKIP() << "SmolLM2 is missing: run scripts/fetch_model.sh --smollm2";
+  }
+  Cluster c(0, 0, {}, {}, {"--model", gguf});
+  ASSERT_TRUE(c.ready());
+  for (const std::string city : {"Paris", "New York", "Tokyo"}) {
+    json request = {
+        {"messages", {{{"role", "user"}, {"content", "What is the weather in " + city + "?"}}}},
+        {"tools",
+         {{{"type", "function"},
+           {"function",
+            {{"name", "get_weather"},
+             {"description", "Get the weather for a city"},
+             {"parameters",
+              {{"type", "object"},
+               {"properties", {{"city", {{"type", "string"}}}}},
+               {"required", {"city"}}}}}}}}},
+        {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+        {"max_tokens", 40},
+        {"temperature", 0}};
+    const HttpReply r = Curl(c.http(), "/v1/chat/completions", request.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json answer = r.Json();
+    EXPECT_EQ(answer["choices"][0]["finish_reason"], "tool_calls") << r.body;
+    const json& call = answer["choices"][0]["message"]["tool_calls"][0]["function"];
+    EXPECT_EQ(call["name"], "get_weather") << r.body;
+    EXPECT_EQ(json::parse(call["arguments"].get<std::string>())["city"], city) << r.body;
+    EXPECT_LE(answer["usage"]["completion_tokens"], 25) << r.body;
+  }
 }
 
 // A Hugging Face tokenizer (Mistral's tokenizer.json) and Mistral-Instruct's template (as in

@@ -681,7 +681,17 @@ TEST(ToolCallParserTest, BlocksBecomeCallsWhereverTheTextIsCut) {
   EXPECT_EQ(p.Add("ok <tool_"), "ok ");
   EXPECT_EQ(p.Add("x"), "<tool_x");
   EXPECT_EQ(p.Add("<tool_call>{\"name\": \"f\""), "");
-  EXPECT_EQ(p.Flush(), "<tool_call>{\"name\": \"f\"");  // unterminated: text
+  EXPECT_EQ(p.Flush(), "<tool_call>{\"name\": \"f\"");  // unterminated, not a call: text
+  EXPECT_TRUE(p.TakeCalls().empty());
+  // An unterminated last block that holds a whole call is the call (a forced call ends at its
+  // value; a model may stop before the closing tag), as vLLM's Hermes parser takes it.
+  ToolCallParser q("q");
+  EXPECT_EQ(q.Add("<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}"), "");
+  EXPECT_EQ(q.Flush(), "");
+  const auto calls = q.TakeCalls();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0]["function"]["name"], "f");
+  EXPECT_EQ(calls[0]["function"]["arguments"], R"({"x":1})");
 }
 
 TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
@@ -719,18 +729,20 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
   EXPECT_TRUE(forced->parse_tool_calls);
   const v1::SamplingParams& fs = forced->generate.sampling();
   EXPECT_EQ(fs.json_prefix(), "<tool_call>\n");
-  EXPECT_EQ(fs.json_suffix(), "\n</tool_call>");
+  EXPECT_EQ(fs.json_suffix(), "") << "the block ends at its value (the parser takes it so)";
   const auto schema =
       *structured::JsonSchema::Compile(fs.json_schema(), fs.json_prefix(), fs.json_suffix());
   auto matches = [&](const std::string& text) {
     structured::JsonMatcher m(*schema);
     return m.Feed(text) && m.Complete();
   };
-  EXPECT_TRUE(
-      matches("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
-              "\"Paris\"}}\n</tool_call>"));
-  EXPECT_FALSE(matches("<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
-  EXPECT_FALSE(matches("{\"name\": \"get_weather\", \"arguments\": {}}"));
+  EXPECT_TRUE(matches(R"(<tool_call>
+{"name":"get_weather","arguments":{"city":"Paris"}})"));
+  EXPECT_FALSE(matches(R"(<tool_call>
+{"name": "get_weather", "arguments": {"city": "Paris"}})"))
+      << "compact: no spaces";
+  EXPECT_FALSE(matches("<tool_call>\n{\"name\":\"other\",\"arguments\":{}}"));
+  EXPECT_FALSE(matches("{\"name\":\"get_weather\",\"arguments\":{}}"));
   // "required" over several tools: the block is one of their calls, the arguments following
   // the schema of the function it names (each tool's $defs kept apart).
   auto required = Parse(
@@ -749,18 +761,18 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
       *structured::JsonSchema::Compile(rs.json_schema(), rs.json_prefix(), rs.json_suffix());
   auto call_matches = [&](const std::string& call) {
     structured::JsonMatcher m(*union_schema);
-    return m.Feed("<tool_call>\n" + call + "\n</tool_call>") && m.Complete();
+    return m.Feed("<tool_call>\n" + call) && m.Complete();
   };
-  EXPECT_TRUE(call_matches(R"({"name": "a", "arguments": {"x": [1]}})"));
-  EXPECT_TRUE(call_matches(R"({"name": "b", "arguments": {"k": 3}})"));
-  EXPECT_TRUE(call_matches(R"({"name": "c", "arguments": {"k": "abc"}})"));
-  EXPECT_FALSE(call_matches(R"({"name": "b", "arguments": {"k": "abc"}})"));
-  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"k": 3}})"));
-  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"k": "abcd"}})"));
+  EXPECT_TRUE(call_matches(R"({"name":"a","arguments":{"x":[1]}})"));
+  EXPECT_TRUE(call_matches(R"({"name":"b","arguments":{"k":3}})"));
+  EXPECT_TRUE(call_matches(R"({"name":"c","arguments":{"k":"abc"}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"b","arguments":{"k":"abc"}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"c","arguments":{"k":3}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"c","arguments":{"k":"abcd"}})"));
   // What the issue saw: a long description instead of the arguments.
-  EXPECT_FALSE(call_matches(R"({"name": "c", "arguments": {"description": "a tool that"}})"));
-  EXPECT_FALSE(call_matches(R"({"name": "b", "arguments": {}})"));
-  EXPECT_FALSE(call_matches(R"({"name": "d", "arguments": {}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"c","arguments":{"description":"a tool that"}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"b","arguments":{}})"));
+  EXPECT_FALSE(call_matches(R"({"name":"d","arguments":{}})"));
   // Any text the constraint lets through to the end is one call the parser returns, with
   // arguments its function accepts.
   std::mt19937 rng(3);
@@ -787,7 +799,8 @@ TEST_F(OpenAiTest, ToolsReachTheTemplateAndCallsComeBackInBothShapes) {
     }
     ASSERT_TRUE(m.Complete()) << text;
     ToolCallParser parser("w");
-    const std::string content = parser.Add(text) + parser.Flush();
+    std::string content = parser.Add(text);
+    content += parser.Flush();
     const auto parsed = parser.TakeCalls();
     ASSERT_EQ(parsed.size(), 1u) << text;
     EXPECT_EQ(content, "") << text;

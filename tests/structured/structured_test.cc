@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -35,8 +36,10 @@ std::shared_ptr<const JsonSchema> MustCompile(const std::string& s) {
   return c.ok() ? *c : nullptr;
 }
 
+// The texts below are written with a space after ':' and ','; the default (no whitespace) is
+// checked by JsonMatcherTest.CompactByDefault.
 bool Accepts(const JsonSchema& schema, const std::string& text,
-             JsonMatcher::Whitespace ws = JsonMatcher::Whitespace::kCompact) {
+             JsonMatcher::Whitespace ws = JsonMatcher::Whitespace::kSpaced) {
   JsonMatcher m(schema.root(), ws);
   return m.Feed(text) && m.Complete();
 }
@@ -108,6 +111,56 @@ const std::vector<std::string>& Schemas() {
           {"type": "string", "maxLength": 2}]}})",
   };
   return *kSchemas;
+}
+
+// By default the matcher admits no whitespace at all between JSON tokens (each space is a token
+// a model would spend); kSpaced admits one space, kIndent newlines and indents.
+TEST(JsonMatcherTest, CompactByDefault) {
+  const auto person = MustCompile(
+      R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]})");
+  ASSERT_NE(person, nullptr);
+  JsonMatcher compact(person->root());
+  EXPECT_TRUE(compact.Feed(R"({"name":"Bo","age":7})") && compact.Complete());
+  for (const char* spaced : {R"({ "name":"Bo","age":7})", R"({"name": "Bo","age":7})",
+                             R"({"name":"Bo", "age":7})", R"({"name":"Bo","age":7 })"}) {
+    JsonMatcher m(person->root());
+    EXPECT_FALSE(m.Feed(spaced) && m.Complete()) << spaced;
+  }
+  EXPECT_TRUE(Accepts(*person, R"({"name": "Bo", "age": 7})", JsonMatcher::Whitespace::kSpaced));
+  EXPECT_FALSE(Accepts(*person, R"({"name":  "Bo", "age": 7})", JsonMatcher::Whitespace::kSpaced));
+}
+
+// A forced stretch of text is written in the fewest tokens the vocabulary has for it: only the
+// longest token inside it is allowed (and tokens covering all of it), not the model's choice of
+// short pieces; where the text branches, every valid token is allowed again.
+TEST(TokenMaskTest, ForcedTextIsWrittenInTheLongestTokens) {
+  const auto schema = structured::JsonSchema::Compile(R"({"const": "get_weather"})",
+                                                      "<tool_call>\n", "\n</tool_call>");
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  const std::vector<std::string> vocab = {"<",  "t",   "tool",    "_",        "call", ">", "\n",
+                                          "\"", "get", "weather", "_weather", "</",   ""};
+  const TokenMask mask(vocab);
+  const std::vector<int> eos = {12};
+  JsonMatcher m(**schema);
+  EXPECT_EQ(TokenMask::ForcedText(m, '<'), "<tool_call>\n\"get_weather\"\n</tool_call>");
+  std::string written;
+  std::vector<int> ids;
+  for (int step = 0; step < 20 && !m.Done(); ++step) {
+    std::vector<uint8_t> allowed;
+    mask.Allowed(m, eos, &allowed);
+    std::vector<int> choices;
+    for (int id = 0; id < static_cast<int>(vocab.size()); ++id) {
+      if (allowed[id]) choices.push_back(id);
+    }
+    ASSERT_EQ(choices.size(), 1u) << "after " << written;  // everything here is forced
+    if (choices[0] == 12) break;
+    ASSERT_TRUE(mask.Advance(&m, choices[0]));
+    written += vocab[choices[0]];
+    ids.push_back(choices[0]);
+  }
+  EXPECT_EQ(written, "<tool_call>\n\"get_weather\"\n</tool_call>");
+  EXPECT_EQ(ids, (std::vector<int>{0, 2, 3, 4, 5, 6, 7, 8, 10, 7, 6, 11, 2, 3, 4, 5}));
 }
 
 // A text the matcher accepts, grown one random allowed byte at a time (printable ASCII,
@@ -316,11 +369,13 @@ TEST(JsonMatcherTest, NestingAndWhitespaceAreBounded) {
   int spaces = 0;
   while (inside.Feed(' ')) ++spaces;
   EXPECT_EQ(spaces, 8) << "a newline and 4 spaces per enclosing container";
-  JsonMatcher compact(any->root());
-  EXPECT_FALSE(compact.Feed("[[\n"));
-  JsonMatcher one(any->root());
+  JsonMatcher spaced(any->root(), JsonMatcher::Whitespace::kSpaced);
+  EXPECT_FALSE(spaced.Feed("[[\n"));
+  JsonMatcher one(any->root(), JsonMatcher::Whitespace::kSpaced);
   ASSERT_TRUE(one.Feed("[[ "));
-  EXPECT_FALSE(one.Feed(' ')) << "compact: one space";
+  EXPECT_FALSE(one.Feed(' ')) << "spaced: one space";
+  JsonMatcher compact(any->root());
+  EXPECT_FALSE(compact.Feed("[[ ")) << "compact: none";
 }
 
 // Every case ({"schema", "text"}) through the `jsonschema` package (validate_json.py), which
@@ -377,6 +432,44 @@ TEST(TokenMaskTest, AllowedNotesStepProgress) {
   EXPECT_LT(progress.Since(), before);
 }
 
+// The tokens a mask allows among the `valid` ones (those the matcher accepts): all of them, but
+// where exactly one byte may come next (among the tokens' first bytes) and the text forced from
+// there is two bytes or more, only the longest valid token inside that text and the valid tokens
+// that cover all of it.
+std::set<int> ForcedOnly(const JsonMatcher& m, const std::vector<std::string>& vocab,
+                         const std::vector<int>& valid) {
+  std::set<unsigned char> firsts;
+  for (int id : valid) firsts.insert(static_cast<unsigned char>(vocab[id][0]));
+  std::set<int> all(valid.begin(), valid.end());
+  if (firsts.size() != 1 || m.Complete()) return all;
+  std::string forced(1, static_cast<char>(*firsts.begin()));
+  JsonMatcher at = m;
+  at.Feed(forced);
+  while (forced.size() < TokenMask::kMaxForced && !at.Complete() && !at.Done()) {
+    std::vector<int> next;
+    for (int b = 0; b < 256; ++b) {
+      JsonMatcher trial = at;
+      if (trial.Feed(static_cast<unsigned char>(b))) next.push_back(b);
+    }
+    if (next.size() != 1) break;
+    forced.push_back(static_cast<char>(next[0]));
+    at.Feed(static_cast<unsigned char>(next[0]));
+  }
+  if (forced.size() < 2) return all;
+  int best = -1;
+  for (int id : valid) {
+    if (forced.starts_with(vocab[id]) && (best < 0 || vocab[id].size() > vocab[best].size())) {
+      best = id;
+    }
+  }
+  if (best < 0) return all;
+  std::set<int> kept = {best};
+  for (int id : valid) {
+    if (vocab[id].size() > forced.size() && vocab[id].starts_with(forced)) kept.insert(id);
+  }
+  return kept;
+}
+
 TEST(TokenMaskTest, AllowedEqualsTryingEveryToken) {
   std::vector<std::string> vocab = {
       "{",       "}",  "\"",    "\"a",       "a",        "b\"",          "\":",
@@ -400,12 +493,17 @@ TEST(TokenMaskTest, AllowedEqualsTryingEveryToken) {
         std::vector<uint8_t> allowed;
         mask.Allowed(m, eos_ids, &allowed);
         ASSERT_EQ(allowed.size(), vocab.size());
-        std::vector<int> choices;
+        std::vector<int> valid;
         for (int id = 0; id < eos; ++id) {
           JsonMatcher trial = m;
-          const bool want = !vocab[id].empty() && trial.Feed(vocab[id]);
-          ASSERT_EQ(allowed[id] != 0, want) << text << " token " << id << " '" << vocab[id] << "'";
-          if (want) choices.push_back(id);
+          if (!vocab[id].empty() && trial.Feed(vocab[id])) valid.push_back(id);
+        }
+        const std::set<int> want = ForcedOnly(m, vocab, valid);
+        std::vector<int> choices;
+        for (int id = 0; id < eos; ++id) {
+          ASSERT_EQ(allowed[id] != 0, want.count(id) > 0)
+              << text << " token " << id << " '" << vocab[id] << "'";
+          if (allowed[id]) choices.push_back(id);
         }
         EXPECT_EQ(allowed[eos] != 0, m.Complete() || choices.empty());
         if (choices.empty()) break;
@@ -623,7 +721,7 @@ TEST(JsonMatcherTest, NeverBeginsAValueThatCannotCloseInTime) {
     EXPECT_EQ(object.Feed('{'), arrays == 28) << arrays;
     EXPECT_TRUE(array.Feed('[')) << arrays;
     if (arrays == 28) {
-      EXPECT_TRUE(object.Feed(R"("a": {"b": {"c": "x"}}})" + std::string(28, ']')));
+      EXPECT_TRUE(object.Feed(R"("a":{"b":{"c":"x"}}})" + std::string(28, ']')));
       EXPECT_TRUE(object.Complete() && object.Done());
     }
   }
@@ -637,7 +735,7 @@ TEST(JsonMatcherTest, NeverBeginsAValueThatCannotCloseInTime) {
   ASSERT_TRUE(m.Feed(std::string(29, '[') + "{"));  // the object in frame 29: d needs 3 more
   JsonMatcher deep = m, z = m;
   EXPECT_FALSE(deep.Feed(R"("d)"));
-  EXPECT_TRUE(z.Feed(R"("z": null})" + std::string(29, ']')));
+  EXPECT_TRUE(z.Feed(R"("z":null})" + std::string(29, ']')));
   EXPECT_TRUE(z.Complete());
 }
 
