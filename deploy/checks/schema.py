@@ -11,66 +11,59 @@ NEWER_MODELS = {
     "V1GRPCAction": {"fields": {"port": "int", "service": "str"}, "required": ["port"]},
 }
 
+
+def custom_resource(spec):
+    """The schema of a custom resource whose spec is `spec` ({"fields": ..., "required": ...})."""
+    return {
+        "fields": {"apiVersion": "str", "kind": "str", "metadata": "V1ObjectMeta", "spec": spec},
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+    }
+
+
 # monitoring.coreos.com/v1 ServiceMonitor: the fields of the Prometheus Operator's CRD that a
 # ServiceMonitor like ours can use (spec.endpoints[] abbreviated to its common fields).
-SERVICE_MONITOR = {
+SERVICE_MONITOR = custom_resource({
     "fields": {
-        "apiVersion": "str",
-        "kind": "str",
-        "metadata": "V1ObjectMeta",
-        "spec": {
+        "selector": "V1LabelSelector",
+        "namespaceSelector": {"fields": {"any": "bool", "matchNames": "list[str]"}},
+        "jobLabel": "str",
+        "targetLabels": "list[str]",
+        "podTargetLabels": "list[str]",
+        "sampleLimit": "int",
+        "endpoints": [{
             "fields": {
-                "selector": "V1LabelSelector",
-                "namespaceSelector": {"fields": {"any": "bool", "matchNames": "list[str]"}},
-                "jobLabel": "str",
-                "targetLabels": "list[str]",
-                "podTargetLabels": "list[str]",
-                "sampleLimit": "int",
-                "endpoints": [{
-                    "fields": {
-                        "port": "str", "targetPort": "object", "path": "str", "scheme": "str",
-                        "interval": "str", "scrapeTimeout": "str", "honorLabels": "bool",
-                        "honorTimestamps": "bool", "params": "dict(str, list[str])",
-                        "relabelings": "list[object]", "metricRelabelings": "list[object]",
-                    },
-                }],
+                "port": "str", "targetPort": "object", "path": "str", "scheme": "str",
+                "interval": "str", "scrapeTimeout": "str", "honorLabels": "bool",
+                "honorTimestamps": "bool", "params": "dict(str, list[str])",
+                "relabelings": "list[object]", "metricRelabelings": "list[object]",
             },
-            "required": ["selector", "endpoints"],
-        },
+        }],
     },
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-}
+    "required": ["selector", "endpoints"],
+})
 
 
 # monitoring.coreos.com/v1 PrometheusRule: the fields of the Prometheus Operator's CRD (groups
 # as in a Prometheus rule file, plus the operator's own group fields).
-PROMETHEUS_RULE_SCHEMA = {
+PROMETHEUS_RULE_SCHEMA = custom_resource({
     "fields": {
-        "apiVersion": "str",
-        "kind": "str",
-        "metadata": "V1ObjectMeta",
-        "spec": {
+        "groups": [{
             "fields": {
-                "groups": [{
+                "name": "str", "interval": "str", "query_offset": "str", "limit": "int",
+                "partial_response_strategy": "str", "labels": "dict(str, str)",
+                "rules": [{
                     "fields": {
-                        "name": "str", "interval": "str", "query_offset": "str", "limit": "int",
-                        "partial_response_strategy": "str", "labels": "dict(str, str)",
-                        "rules": [{
-                            "fields": {
-                                "record": "str", "alert": "str", "expr": "str", "for": "str",
-                                "keep_firing_for": "str", "labels": "dict(str, str)",
-                                "annotations": "dict(str, str)",
-                            },
-                            "required": ["expr"],
-                        }],
+                        "record": "str", "alert": "str", "expr": "str", "for": "str",
+                        "keep_firing_for": "str", "labels": "dict(str, str)",
+                        "annotations": "dict(str, str)",
                     },
-                    "required": ["name"],
+                    "required": ["expr"],
                 }],
             },
-        },
+            "required": ["name"],
+        }],
     },
-    "required": ["apiVersion", "kind", "metadata", "spec"],
-}
+})
 
 
 def model_class(name):
