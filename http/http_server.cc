@@ -283,12 +283,11 @@ struct HttpServer::Impl {
                -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   }
 
-  StreamCall MakeCall() const {
-    StreamCall call;
-    call.deadline = options.request_timeout == absl::InfiniteDuration()
-                        ? absl::InfiniteFuture()
-                        : absl::Now() + options.request_timeout;
-    return call;
+  // A request's deadline, from --http-timeout-ms (none: infinite).
+  absl::Time Deadline() const {
+    return options.request_timeout == absl::InfiniteDuration()
+               ? absl::InfiniteFuture()
+               : absl::Now() + options.request_timeout;
   }
 
   // The prompt's token ids as the router's ingress makes them (text with the model's special
@@ -337,7 +336,7 @@ struct HttpServer::Impl {
         v1::ScoreRequest sr;
         sr.mutable_tokens()->mutable_ids()->Add(ids.begin(), ids.end());
         sr.set_top_logprobs(top);
-        if (grpc::Status s = router->Score(sr, MakeCall().deadline, &score); !s.ok()) return s;
+        if (grpc::Status s = router->Score(sr, Deadline(), &score); !s.ok()) return s;
       }
       builder->SetPromptScore(static_cast<int>(p), ids, score);
       prompt_tokens->push_back(static_cast<int>(ids.size()));
@@ -558,7 +557,7 @@ struct HttpServer::Impl {
     w.OnClientGone([g = gen->gone] { g->Fire(); });
     for (int i = 0; i < total; ++i) {
       AsyncCall call;
-      call.deadline = MakeCall().deadline;
+      call.deadline = Deadline();
       call.tenant = req.tenant;
       call.limits = limits;
       call.gone = gen->gone;

@@ -79,9 +79,12 @@ bool ToolCallParser::TakeCall(const std::string& body, size_t offset) {
 std::string ToolCallParser::Flush() {
   // A last block the output ended inside is a call when its body is one (a model may stop
   // without the closing tag, and a forced call ends at its value), else text.
-  std::string rest = in_call_ && TakeCall(pending_, 0)
-                         ? std::string()
-                         : (in_call_ ? std::string(kCallOpen) : "") + pending_;
+  std::string rest;
+  if (!in_call_) {
+    rest = pending_;
+  } else if (!TakeCall(pending_, 0)) {
+    rest = std::string(kCallOpen) + pending_;
+  }
   pending_.clear();
   in_call_ = false;
   return rest;

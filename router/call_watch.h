@@ -34,7 +34,6 @@ class CallWatch {
   void WatchWorker(grpc::ClientContext* c, std::string worker);
   bool abandoned(grpc::ClientContext* c) const;
   bool cancelled() const { return gone_ && gone_->fired(); }
-  const std::shared_ptr<async::Signal>& gone() const { return gone_; }
 
   // The router's sweep: cancels every call whose worker `healthy` rejects.
   void Sweep(const std::function<bool(const std::string& worker)>& healthy);

@@ -73,12 +73,10 @@ async::Task<grpc::Status> GenerateTransaction::Run() {
       co_return s;
     }
     grpc::Status final_status;
-    if (std::exchange(preempted_attempt_, false)) {
-      if (!ResumeAfterPreemption(&final_status)) co_return final_status;
-      continue;
-    }
-    const bool resume = co_await PrepareResume(s, resumes++, &final_status);
+    const bool preempted = std::exchange(preempted_attempt_, false);
+    const bool resume = co_await PrepareResume(s, resumes, preempted, &final_status);
     if (!resume) co_return final_status;
+    if (!preempted) ++resumes;
   }
 }
 
@@ -539,17 +537,17 @@ async::Task<grpc::Status> GenerateTransaction::DecodeBroke(Attempt& a) {
   co_return s;
 }
 
-async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes,
+async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes, bool preempted,
                                                      grpc::Status* final_status) {
   if (IsGone()) {
     *final_status = ClientGone();
     co_return false;
   }
-  if (!Resumable(s) || final_) {
+  if (!preempted && (!Resumable(s) || final_)) {
     *final_status = s;
     co_return false;
   }
-  if (resumes >= c_.options->max_resumes) {
+  if (!preempted && resumes >= c_.options->max_resumes) {
     *final_status = grpc::Status(s.error_code(), absl::StrFormat("%s (gave up after %d resumes)",
                                                                  s.error_message(), resumes));
     co_return false;
@@ -558,6 +556,7 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
   // the resumed prompt ends with the last of them.
   ClearResponse();
   finish_.reset();
+  if (preempted) co_return true;  // another tenant took its place: at once, not a fault
   if (c_.metrics) c_.metrics->resumes.Increment();
   // Back off a little (100 ms, doubling, at most 1 s): a worker that just came back needs a
   // heartbeat to be routable again.
@@ -609,16 +608,6 @@ void GenerateTransaction::LeaveShares() {
   share_id_ = 0;
   share_ctx_ = nullptr;
   cluster.Notify();  // its room frees: the front of the line looks again
-}
-
-bool GenerateTransaction::ResumeAfterPreemption(grpc::Status* final_status) {
-  if (IsGone()) {
-    *final_status = ClientGone();
-    return false;
-  }
-  ClearResponse();
-  finish_.reset();
-  return true;
 }
 
 void GenerateTransaction::RecordSuccess() {

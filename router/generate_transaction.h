@@ -151,10 +151,10 @@ class GenerateTransaction {
   // The decode stream ended before the request did: why, as the attempt's status.
   async::Task<grpc::Status> DecodeBroke(Attempt& a);
   // The next state after a failed attempt: true to resume (after the back-off), or false with
-  // the final status in *final_status.
-  async::Task<bool> PrepareResume(grpc::Status s, int resumes, grpc::Status* final_status);
-  // A resume after another tenant took this request's place: at once, not counted.
-  bool ResumeAfterPreemption(grpc::Status* final_status);
+  // the final status in *final_status. `preempted`: another tenant took the request's place (a
+  // fault of no one's): it resumes at once, not counted against max_resumes.
+  async::Task<bool> PrepareResume(grpc::Status s, int resumes, bool preempted,
+                                  grpc::Status* final_status);
   void RecordSuccess();
 
   // Adds one token (and its logprobs, when asked for) to the pending response; true when the

@@ -7,11 +7,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "router/async.h"
-#include "router/call_watch.h"
 #include "router/generate_transaction.h"
 #include "router/request_id.h"
 #include "router/router_services.h"
-#include "router/worker_calls.h"
 #include "rpc/grpc_util.h"
 #include "text/encode_budget.h"
 

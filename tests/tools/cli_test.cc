@@ -286,6 +286,14 @@ std::vector<pid_t> Children(pid_t parent) {
   }
   return out;
 }
+// The child of `parent` running --role=`role` (the last one found), or -1.
+pid_t ChildWithRole(pid_t parent, const std::string& role) {
+  pid_t found = -1;
+  for (pid_t child : Children(parent)) {
+    if (CommandLine(child).find("--role=" + role) != std::string::npos) found = child;
+  }
+  return found;
+}
 
 // `tandem up --http-metrics` passes the flag to its router: /metrics answers on the OpenAI HTTP
 // port too, with the HTTP request's n and max_tokens under vLLM's names. Its prefill worker runs
@@ -357,12 +365,8 @@ TEST(CliTest, UpRestartsAKilledWorkerAndSurvivesAStoppedOne) {
   ASSERT_GT(up.pid(), 0);
   const std::string http = up.WaitForHttp();
   ASSERT_FALSE(http.empty()) << up.Log();
-  pid_t prefill = -1, decode = -1;
-  for (pid_t child : Children(up.pid())) {
-    const std::string cmd = CommandLine(child);
-    if (cmd.find("--role=prefill") != std::string::npos) prefill = child;
-    if (cmd.find("--role=decode") != std::string::npos) decode = child;
-  }
+  const pid_t prefill = ChildWithRole(up.pid(), "prefill");
+  const pid_t decode = ChildWithRole(up.pid(), "decode");
   ASSERT_GT(prefill, 0);
   ASSERT_GT(decode, 0);
   const std::string body = R"({"prompt": "Once upon a time", "max_tokens": 3, "temperature": 0})";
@@ -427,10 +431,7 @@ TEST(CliTest, UpKeepsTwentyClientsServedThroughKilledWorkers) {
   }
   for (const std::string role : {"decode", "prefill"}) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
-    pid_t victim = -1;
-    for (pid_t child : Children(up.pid())) {
-      if (CommandLine(child).find("--role=" + role) != std::string::npos) victim = child;
-    }
+    const pid_t victim = ChildWithRole(up.pid(), role);
     ASSERT_GT(victim, 0) << role;
     const int before = served.load();
     const auto killed = std::chrono::steady_clock::now();
@@ -464,8 +465,8 @@ TEST(CliTest, UpRestartNeverStopsTheClusterAtAWorkersExit) {
   testing::UpCluster up(dir.path() + "/up.log", {"--restart", "never"});
   ASSERT_GT(up.pid(), 0);
   ASSERT_FALSE(up.WaitForHttp().empty()) << up.Log();
-  for (pid_t child : Children(up.pid())) {
-    if (CommandLine(child).find("--role=decode") != std::string::npos) ::kill(child, SIGKILL);
+  if (const pid_t decode = ChildWithRole(up.pid(), "decode"); decode > 0) {
+    ::kill(decode, SIGKILL);
   }
   int status = 0;
   for (int i = 0; i < 300 && ::waitpid(up.pid(), &status, WNOHANG) == 0; ++i) {
