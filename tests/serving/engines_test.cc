@@ -319,6 +319,9 @@ void EnginesTest::ExpectTinyModelMatchesTheEngineAlone(const std::string& dir,
     dopt.listen = GetParam() == "tcp" ? "127.0.0.1:0"
                                       : "engines-test-" + name + "-" + std::to_string(num_blocks);
     dopt.receiver.auth.secret = testing::TestClusterSecret();
+    // Slowed steps, so that a thread the machine schedules late still starts decoding before
+    // the first ones have finished (80 steps take at least 160 ms).
+    if (num_blocks == 96 && FaultSpec::Compiled()) dopt.faults.step_delay_ms = 2;
     auto decode = DecodeEngine::Create(model->get(), dopt);
     ASSERT_TRUE(decode.ok()) << decode.status();
     // Decoding all eight at once (about 210 blocks) is what makes the small one preempt.
