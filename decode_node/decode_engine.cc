@@ -284,7 +284,9 @@ void DecodeEngine::Cancel(uint64_t handle) {
   if (it == requests_.end()) return;
   Request& r = it->second;
   if (StartedLocked(handle)) {
-    r.cancel_requested = true;  // the loop ends it between steps (its blocks may be in use)
+    // The loop ends it between steps (its blocks may be in use); its place is free now.
+    r.cancel_requested = true;
+    scheduler_.MarkLeaving(handle);
   } else if (!r.end) {
     r.error = absl::CancelledError("cancelled");
     EndLocked(handle, r, RequestState::kCancelled);

@@ -71,6 +71,13 @@ void AdmissionLine::PassTurn() {
   turns_.pop_front();
 }
 
+void AdmissionLine::GoFirst(const std::string& tenant) {
+  auto it = std::find(turns_.begin(), turns_.end(), tenant);
+  if (it == turns_.end() || it == turns_.begin()) return;
+  turns_.erase(it);
+  turns_.push_front(tenant);
+}
+
 std::optional<std::string> NeverFits(int64_t largest_tokens, int64_t total_tokens) {
   if (largest_tokens <= 0 || largest_tokens >= total_tokens) return std::nullopt;
   return absl::StrFormat(

@@ -40,6 +40,10 @@ class AdmissionLine {
   // The front's tenant passes its turn to the next tenant waiting (none: nothing changes); its
   // request keeps its place at the front of its own part of the line.
   void PassTurn();
+  // `tenant`'s turn comes first: its front request may look now (a tenant waiting with none of
+  // its own: nothing changes). The caller decides when that is fair (router: a tenant streaming
+  // far fewer sequences than the one whose turn it is).
+  void GoFirst(const std::string& tenant);
   // Tenants waiting, the one whose turn it is first.
   const std::deque<std::string>& turns() const { return turns_; }
 
@@ -75,6 +79,11 @@ class RunningShares {
   void Add(const std::string& tenant, uint64_t id);
   void Remove(const std::string& tenant, uint64_t id);
   int running(const std::string& tenant) const;
+  // `a` streams at least two sequences fewer than `b`: the gap at which `a` goes first and may
+  // take one of `b`'s places (shares converge, and never flip back and forth).
+  bool FarBelow(const std::string& a, const std::string& b) const {
+    return running(a) + 2 <= running(b);
+  }
   // The sequence `tenant` may take the place of, if any.
   std::optional<uint64_t> VictimFor(const std::string& tenant) const;
 

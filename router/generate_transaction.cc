@@ -153,6 +153,13 @@ grpc::Status GenerateTransaction::Enqueue(Attempt& a, ClusterView::Locked& clust
                                         cluster.line().max_queued(), c_.options->retry_after_ms));
   }
   a.queued.ticket = *ticket;
+  // A tenant streaming far fewer sequences than the one whose turn it is goes first: the rule by
+  // which TakeFairShareLocked passes the turn, applied as it joins, so that it never waits for a
+  // request of the tenant holding the places to be admitted before it looks.
+  const std::string& first = cluster.line().turns().front();
+  if (first != call_.tenant && cluster.shares().FarBelow(call_.tenant, first)) {
+    cluster.line().GoFirst(call_.tenant);
+  }
   return grpc::Status::OK;
 }
 
@@ -573,9 +580,8 @@ async::Task<bool> GenerateTransaction::PrepareResume(grpc::Status s, int resumes
 }
 
 void GenerateTransaction::TakeFairShareLocked(ClusterView::Locked& cluster) {
-  const int mine = cluster.shares().running(call_.tenant);
   for (const std::string& t : cluster.line().turns()) {
-    if (t != call_.tenant && cluster.shares().running(t) + 2 <= mine) {
+    if (t != call_.tenant && cluster.shares().FarBelow(t, call_.tenant)) {
       cluster.line().PassTurn();  // the poorer tenant looks first (and may take one of ours)
       cluster.Notify();
       return;

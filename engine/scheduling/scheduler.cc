@@ -74,7 +74,7 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
     return absl::ResourceExhaustedError(absl::StrFormat(
         "decode worker: %d preempted requests wait for room first", num_preempted()));
   }
-  if (num_admitted() >= options_.max_running) {
+  if (num_holding_places() >= options_.max_running) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("decode worker at its limit of %d requests", options_.max_running));
   }
@@ -114,7 +114,7 @@ absl::Status DecodeScheduler::Enqueue(uint64_t id, int prompt_tokens, int max_to
   absl::StatusOr<int> most = MostTokens(id, prompt_tokens, max_tokens);
   if (!most.ok()) return most.status();
   const int most_tokens = *most;
-  if (num_admitted() >= options_.max_running) {
+  if (num_holding_places() >= options_.max_running) {
     return absl::ResourceExhaustedError(
         absl::StrFormat("at the limit of %d requests", options_.max_running));
   }
@@ -256,10 +256,18 @@ bool DecodeScheduler::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
   FreeTable(&pool_, &it->second.blocks);
+  if (it->second.leaving) --num_leaving_;
   std::erase(running_, id);
   std::erase(preempted_, id);
   requests_.erase(it);
   return true;
+}
+
+void DecodeScheduler::MarkLeaving(uint64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end() || it->second.leaving) return;
+  it->second.leaving = true;
+  ++num_leaving_;
 }
 
 const std::vector<int>* DecodeScheduler::blocks(uint64_t id) const {

@@ -184,6 +184,10 @@ class DecodeScheduler {
   void Complete(const Step& step, std::span<const int> kept = {});
   // Frees the request's blocks exactly once, whatever its state; false when unknown.
   bool Release(uint64_t id);
+  // The request is cancelled and leaves at the next step boundary (its blocks may be in use
+  // until then): from now on it holds no place against max_running, so the request taking its
+  // place is admitted at once. Its blocks stay taken until Release.
+  void MarkLeaving(uint64_t id);
 
   // Sequences in the running batch (started, not preempted), in admission order.
   const std::vector<uint64_t>& running() const { return running_; }
@@ -194,6 +198,8 @@ class DecodeScheduler {
   // The request's state; nullopt when unknown (never admitted, or released).
   std::optional<State> state(uint64_t id) const;
   int num_admitted() const { return static_cast<int>(requests_.size()); }
+  // Admitted requests that hold a place against max_running: those not marked leaving.
+  int num_holding_places() const { return num_admitted() - num_leaving_; }
   int num_preempted() const { return static_cast<int>(preempted_.size()); }
   // Sequences waiting to be readmitted (preempted or enqueued), oldest first.
   const std::vector<uint64_t>& preempted() const { return preempted_; }
@@ -224,6 +230,7 @@ class DecodeScheduler {
     int tokens = 0;    // prompt and generated
     int computed = 0;  // positions whose KV is in the blocks
     int max_tokens = 0;
+    bool leaving = false;  // MarkLeaving: cancelled, released at the next step boundary
     std::vector<int> blocks;
   };
   // The most tokens a new request may reach (prompt + 1 at least): ALREADY_EXISTS for a known
@@ -244,6 +251,7 @@ class DecodeScheduler {
   std::vector<uint64_t> preempted_;  // admission order: the oldest is readmitted first
   uint64_t next_order_ = 1;
   int64_t preemptions_ = 0;
+  int num_leaving_ = 0;  // entries marked leaving
 };
 
 // "on-demand" or "reserve" (the --kv-admission flag); INVALID_ARGUMENT naming the flag otherwise.

@@ -187,6 +187,34 @@ TEST(DecodeSchedulerTest, PreemptsTheNewestAndReadmitsItBeforeNewRequests) {
   EXPECT_TRUE(s.Idle());
 }
 
+// A cancelled request leaves at the next step boundary, but its place is free at once: the
+// request taking it is admitted while the leaver still holds its blocks, and the batch the next
+// step plans (after the leaver's release) is back within max_running.
+TEST(DecodeSchedulerTest, ALeavingRequestHoldsNoPlace) {
+  DecodeScheduler s(Opts(20, 4, /*max_running=*/2));
+  for (uint64_t id = 1; id <= 2; ++id) {
+    ASSERT_TRUE(s.Admit(id, 3, 12).ok());
+    ASSERT_TRUE(s.Start(id).ok());
+  }
+  EXPECT_EQ(s.Admit(3, 3, 12).status().code(), absl::StatusCode::kResourceExhausted);
+  s.MarkLeaving(2);
+  s.MarkLeaving(2);  // once is enough
+  s.MarkLeaving(9);  // unknown: ignored
+  EXPECT_EQ(s.num_holding_places(), 1);
+  const int free_before = s.num_free_blocks();
+  ASSERT_TRUE(s.Admit(3, 3, 12).ok());
+  EXPECT_EQ(s.num_free_blocks(), free_before - 1) << "the leaver's blocks are still taken";
+  EXPECT_EQ(s.Admit(4, 3, 12).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(s.Release(2));
+  EXPECT_EQ(s.num_holding_places(), 2);
+  ASSERT_TRUE(s.Start(3).ok());
+  EXPECT_EQ(s.Schedule().work.size(), 2u);
+  EXPECT_EQ(s.Admit(4, 3, 12).status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(s.Release(1));
+  ASSERT_TRUE(s.Release(3));
+  EXPECT_TRUE(s.Idle());
+}
+
 // A recompute larger than the step's budget goes in chunks; only the chunk reaching the end of
 // the sequence samples.
 TEST(DecodeSchedulerTest, RecomputeIsChunkedUnderTheBudget) {

@@ -89,6 +89,33 @@ TEST(AdmissionLineTest, PriorityOrdersWithinATenant) {
   EXPECT_EQ(line.waiting(), 0);
 }
 
+// A tenant far below its share goes first as it joins: its request looks before the front of
+// the tenant holding the places; the others keep their order and the turns go on from there.
+TEST(AdmissionLineTest, GoFirstPutsATenantsTurnAtTheFront) {
+  AdmissionLine line(10);
+  const auto f1 = line.Join("flood"), f2 = line.Join("flood"), m1 = line.Join("mid");
+  const auto q1 = line.Join("quiet"), q2 = line.Join("quiet");
+  ASSERT_TRUE(f1 && f2 && m1 && q1 && q2);
+  EXPECT_EQ(line.front(), *f1);
+  line.GoFirst("quiet");
+  EXPECT_EQ(line.front(), *q1);
+  EXPECT_TRUE(line.MayLook(*q1));
+  EXPECT_FALSE(line.MayLook(*f1));
+  EXPECT_EQ(line.turns(), (std::deque<std::string>{"quiet", "flood", "mid"}));
+  line.GoFirst("quiet");   // already first
+  line.GoFirst("nobody");  // not waiting: nothing changes
+  EXPECT_EQ(line.turns(), (std::deque<std::string>{"quiet", "flood", "mid"}));
+  line.Leave(*q1);
+  EXPECT_EQ(line.front(), *f1);
+  line.Leave(*f1);
+  EXPECT_EQ(line.front(), *m1);
+  line.Leave(*m1);
+  EXPECT_EQ(line.front(), *q2);
+  line.Leave(*q2);
+  line.Leave(*f2);
+  EXPECT_EQ(line.waiting(), 0);
+}
+
 TEST(AdmissionLineTest, ALineOfZeroRefusesEveryWait) {
   AdmissionLine line(0);
   EXPECT_FALSE(line.Join());
@@ -101,6 +128,9 @@ TEST(RunningSharesTest, AWaitingTenantTakesTheNewestPlaceOfTheLargest) {
   s.Add("mid", 6);
   s.Add("mid", 7);
   EXPECT_EQ(s.running("flood"), 5);
+  EXPECT_TRUE(s.FarBelow("quiet", "flood"));
+  EXPECT_TRUE(s.FarBelow("quiet", "mid"));
+  EXPECT_FALSE(s.FarBelow("flood", "quiet"));
   EXPECT_EQ(s.VictimFor("quiet"), 5u) << "the flood's newest";
   EXPECT_EQ(s.VictimFor("mid"), 5u);
   EXPECT_EQ(s.VictimFor("flood"), std::nullopt) << "mid streams 2, flood 5: it never takes";
@@ -111,6 +141,7 @@ TEST(RunningSharesTest, AWaitingTenantTakesTheNewestPlaceOfTheLargest) {
   const std::optional<uint64_t> tie = s.VictimFor("quiet");
   EXPECT_TRUE(tie == 2u || tie == 7u) << "a tie: one of the largest, its newest";
   s.Add("quiet", 8);
+  EXPECT_FALSE(s.FarBelow("quiet", "mid")) << "2 against 1";
   EXPECT_EQ(s.VictimFor("quiet"), std::nullopt) << "2 against 1";
   s.Remove("quiet", 8);
   s.Remove("nobody", 1);  // unknown: ignored
