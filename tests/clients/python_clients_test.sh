@@ -8,7 +8,9 @@
 # through LangChain itself (bind_tools, a ToolMessage, invoke and stream:
 # tests/clients/langchain_agent_loop.py), and
 # through the Responses API's `responses.create`: text, streamed, and the same loop with
-# function_call_output items (tests/clients/openai_responses.py); vLLM's guided_regex,
+# function_call_output items (tests/clients/openai_responses.py), and the openai-agents SDK runs
+# an Agent for two turns chained by previous_response_id, the second continuing the stored first
+# (tests/clients/openai_agents_two_turns.py); vLLM's guided_regex,
 # guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py), and
 # instructor extracts a pydantic model in its tools and json_schema modes
 # (tests/clients/instructor_extract.py), and litellm completes, streams and runs a tool call
@@ -25,7 +27,7 @@ source "$SRC/tests/clients/tandem_up.sh"
 REQUIREMENTS="$SRC/tests/clients/requirements.txt"
 # The venv is reused while it holds exactly the pinned versions.
 if ! cmp -s "$REQUIREMENTS" "$VENV/requirements.txt" ||
-   ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm' 2>/dev/null; then
+   ! LITELLM_LOCAL_MODEL_COST_MAP=True "$VENV/bin/python" -c 'import openai, grpc_tools, langchain_openai, instructor, litellm, agents' 2>/dev/null; then
   /usr/bin/python3 -m venv "$VENV" >/dev/null 2>&1 || { echo "SKIP: python3 -m venv failed (python3-venv)"; exit 77; }
   # Bounded: a PyPI that cannot serve the pinned set skips the test instead of hanging it.
   if ! timeout 200 "$VENV/bin/pip" install -q -r "$REQUIREMENTS" >"$WORK/pip.log" 2>&1; then
@@ -62,6 +64,8 @@ echo "--- openai_guided.py"
 "$PY" "$SRC/tests/clients/openai_guided.py" "$HTTP" || { echo "FAIL: the guided fields"; fail=1; }
 echo "--- openai_responses.py"
 "$PY" "$SRC/tests/clients/openai_responses.py" "$HTTP" || { echo "FAIL: the Responses API"; fail=1; }
+echo "--- openai_agents_two_turns.py"
+"$PY" "$SRC/tests/clients/openai_agents_two_turns.py" "$HTTP" || { echo "FAIL: the openai-agents SDK"; fail=1; }
 grpc_completion=$(grep '^completion: ' "$WORK/grpc.txt")
 openai_completion=$(grep '^completion: ' "$WORK/openai.txt")
 [ "${#grpc_completion}" -gt 20 ] || { echo "FAIL: the gRPC completion is empty"; fail=1; }
