@@ -11,14 +11,23 @@ validate.py renders with it as well and checks both.
 What is covered: text and actions with the trim markers `{{-` and `-}}`; comments; pipelines
 (`a | f b`), parenthesised pipelines, fields of `.`, `$` and variables (`$x := ...`); if / else
 if / else, with / else, range over lists and maps (with `$k, $v :=`), define, include and
-template; the functions and, or, not, eq, ne, default, dict, list, index, printf (%s %d %v %q),
-quote, indent, nindent, toYaml, toJson, sha256sum, len, and .Files.Get.
+template; the functions and, or, not, eq, ne, default, dict, list, index, dig, printf (%s %d %v
+%q), quote, trim, indent, nindent, toYaml, toJson, sha256sum, b64enc, b64dec, randAlphaNum, len,
+lookup, and .Files.Get.
+
+`lookup` answers as `helm template` does, with an empty map, unless the caller hands the
+renderer the objects of a cluster (`cluster=`): then it answers as `helm upgrade` against that
+cluster would, which is how validate.py checks that an upgrade keeps a generated API key.
 """
 
+import base64
+import binascii
 import hashlib
 import json
 import os
 import re
+import secrets
+import string
 
 import yaml
 
@@ -234,6 +243,39 @@ def index(v, *keys):
     return v
 
 
+def dig(*args):
+    """Sprig's dig: `dig k1 k2 ... default map` walks nested maps; a missing key gives default."""
+    if len(args) < 3:
+        raise RenderError("dig needs at least three arguments")
+    *keys, default, d = args
+    if not isinstance(d, dict):
+        raise RenderError(f"dig: the last argument is a {type(d).__name__}, not a map")
+    for i, k in enumerate(keys):
+        if k not in d:
+            return default
+        if i == len(keys) - 1:
+            return d[k]
+        d = d[k]
+        if not isinstance(d, dict):
+            raise RenderError(f"dig: {k} holds a {type(d).__name__}, not a map")
+    return default
+
+
+def b64dec(s):
+    """Sprig's b64dec: standard base64; what does not decode gives an error text instead, as
+    Sprig does."""
+    try:
+        return base64.b64decode(str(s).encode(), validate=True).decode("utf-8", "replace")
+    except binascii.Error as e:
+        return f"illegal base64 data ({e})"
+
+
+def rand_alpha_num(n):
+    """Sprig's randAlphaNum: n letters and digits from a cryptographic source."""
+    alphabet = string.ascii_letters + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(int(n)))
+
+
 def go_and(*args):
     for a in args:
         if not truthy(a):
@@ -264,6 +306,11 @@ FUNCTIONS = {
     "index": index,
     "printf": printf,
     "print": lambda *a: "".join(go_string(x) for x in a),
+    "dig": dig,
+    "trim": lambda s: go_string(s).strip(),
+    "b64enc": lambda s: base64.b64encode(go_string(s).encode()).decode(),
+    "b64dec": b64dec,
+    "randAlphaNum": rand_alpha_num,
     "quote": lambda *a: " ".join(json.dumps(go_string(x), ensure_ascii=False) for x in a
                                  if x is not None),
     "indent": indent,
@@ -277,8 +324,11 @@ FUNCTIONS = {
 
 
 class Renderer:
-    def __init__(self, chart_dir, values, release_name="tandem", namespace="default"):
+    def __init__(self, chart_dir, values, release_name="tandem", namespace="default",
+                 cluster=None):
         self.chart_dir = chart_dir
+        # The objects `lookup` finds; None: no cluster, as under `helm template`.
+        self.cluster = cluster
         with open(os.path.join(chart_dir, "Chart.yaml"), encoding="utf-8") as f:
             chart = yaml.safe_load(f)
         self.defines = {}
@@ -303,6 +353,21 @@ class Renderer:
             return ""
         with open(full, encoding="utf-8") as f:
             return f.read()
+
+    def lookup(self, api_version, kind, namespace, name):
+        """Helm's lookup: the object (a copy) or, for an empty name, {"items": [...]}; an empty
+        map where nothing matches or there is no cluster."""
+        import copy
+        if self.cluster is None:
+            return {}
+        found = [o for o in self.cluster
+                 if o.get("apiVersion") == api_version and o.get("kind") == kind and
+                 (not namespace or o.get("metadata", {}).get("namespace") == namespace) and
+                 (not name or o.get("metadata", {}).get("name") == name)]
+        if not name:
+            return {"apiVersion": api_version, "kind": kind + "List",
+                    "items": copy.deepcopy(found)} if found else {}
+        return copy.deepcopy(found[0]) if found else {}
 
     # -- evaluation
 
@@ -407,6 +472,10 @@ class Renderer:
                 if len(args) != 2 and not (len(args) == 1):
                     raise RenderError(f"{where}: include takes a name and a context")
                 return self.include(args[0], args[1] if len(args) > 1 else None)
+            if head == "lookup":
+                if len(args) != 4:
+                    raise RenderError(f"{where}: lookup takes apiVersion, kind, namespace, name")
+                return self.lookup(*args)
             if head not in FUNCTIONS:
                 raise RenderError(f"{where}: function {head!r} is not supported by "
                                   f"deploy/helm_render.py")
@@ -504,9 +573,10 @@ def merge(base, override):
 
 
 def render_chart(chart_dir, value_files=(), overrides=None, release_name="tandem",
-                 namespace="default"):
+                 namespace="default", cluster=None):
     """{template name: rendered text} for every manifest template, as `helm template` does
-    (helpers, files starting with "_", are not rendered on their own)."""
+    (helpers, files starting with "_", are not rendered on their own); with `cluster` (a list of
+    objects), as `helm upgrade` against a cluster holding them (`lookup` finds them)."""
     with open(os.path.join(chart_dir, "values.yaml"), encoding="utf-8") as f:
         values = yaml.safe_load(f) or {}
     for path in value_files:
@@ -514,7 +584,7 @@ def render_chart(chart_dir, value_files=(), overrides=None, release_name="tandem
             values = merge(values, yaml.safe_load(f) or {})
     if overrides:
         values = merge(values, overrides)
-    r = Renderer(chart_dir, values, release_name, namespace)
+    r = Renderer(chart_dir, values, release_name, namespace, cluster)
     out = {}
     for name, nodes in r.templates.items():
         if name.startswith("_"):
@@ -525,10 +595,12 @@ def render_chart(chart_dir, value_files=(), overrides=None, release_name="tandem
     return out
 
 
-def chart_objects(chart_dir, value_files=(), overrides=None):
-    """The Kubernetes objects the chart renders (NOTES.txt left out)."""
+def chart_objects(chart_dir, value_files=(), overrides=None, cluster=None, namespace="default"):
+    """The Kubernetes objects the chart renders (NOTES.txt left out); `cluster` as in
+    render_chart()."""
     objs = []
-    for name, text in render_chart(chart_dir, value_files, overrides).items():
+    for name, text in render_chart(chart_dir, value_files, overrides, namespace=namespace,
+                                   cluster=cluster).items():
         if not name.endswith((".yaml", ".yml")):
             continue
         try:

@@ -20,17 +20,20 @@
    from a metric Tandem exports for that role; --api-keys-file comes from the Secret
    tandem-api-keys (the api-keys component); the ServiceMonitor selects the role Services'
    metrics ports under the job rules.yml expects, and every PrometheusRule holds rules.yml's
-   groups (the prometheus-operator component).
+   groups (the prometheus-operator component); NetworkPolicies admit the internal ports from
+   the cluster's own pods only and /metrics from selected namespaces only, and limit every
+   pod's egress to DNS and the ports of the cluster's own pods it calls (checks/network.py).
 4. The Helm chart deploy/helm/tandem, rendered by deploy/helm_render.py (and by `helm template`
-   where Helm is installed), builds the same objects as kustomize (HELM_CASES), and passes 2
-   and 3.
+   where Helm is installed), builds the same objects as kustomize (HELM_CASES) but for the
+   Secret of API keys it makes, which must hold a keys file the router accepts with a random
+   key that `helm upgrade` keeps (checks/apikeys.py), and passes 2 and 3.
 5. yamllint (deploy/yamllint.yaml) over every YAML file under deploy/.
 6. deploy/docker/Dockerfile and .dockerignore: Debian has no Dockerfile linter (hadolint is not
    packaged), so check_dockerfile() in checks/dockerfile.py checks what a linter would and what
    this project needs (see its docstring).
 
-The checks are in deploy/checks/: schema.py (2), cluster.py (3), rendering.py (1 and 4),
-dockerfile.py (6) and selftest.py (--self-test).
+The checks are in deploy/checks/: schema.py (2), cluster.py and network.py (3), rendering.py and
+apikeys.py (1 and 4), dockerfile.py (6) and selftest.py (--self-test).
 
 --self-test: each check rejects what it looks for. --sync-prometheusrule: rewrites the
 prometheus-operator component's PrometheusRule from deploy/prometheus/rules.yml.

@@ -5,7 +5,9 @@ and the dashboard."""
 import os
 import re
 
-from .common import DEPLOY, ROOT, RULES
+from .apikeys import API_KEYS_SECRET  # the api-keys component's Secret (key keys.txt)
+from .common import DEPLOY, GRPC_PORT, HTTP_PORT, ROOT, ROUTER_INTERNAL_PORT, RULES, matches
+from .network import check_network_policies
 
 # After SIGTERM, tandem-server drains for up to --drain-timeout-ms (its default is read from
 # server/server_config.h), then stops within about a second and says goodbye to the routers:
@@ -13,12 +15,7 @@ from .common import DEPLOY, ROOT, RULES
 GRACE_MARGIN_SECONDS = 5
 ROUTER_SERVICE = "tandem-router"
 PUBLIC_SERVICE = "tandem-api"
-GRPC_PORT = 7000          # the router's public gRPC API; a worker's internal port
-HTTP_PORT = 8000          # the router's OpenAI-compatible HTTP API
-ROUTER_INTERNAL_PORT = 7001
-KV_PORT = 7100
 SECRET_NAME = "tandem-cluster-secret"
-API_KEYS_SECRET = "tandem-api-keys"   # the api-keys component's Secret (key keys.txt)
 # The Deployment of each role.
 ROLES = {"tandem-router": "router", "tandem-prefill": "prefill", "tandem-decode": "decode"}
 
@@ -27,56 +24,6 @@ def default_drain_seconds():
     with open(os.path.join(ROOT, "server", "server_config.h"), encoding="utf-8") as f:
         m = re.search(r'int64_t drain_timeout_ms = (\d+);', f.read())
     return int(m.group(1)) / 1000 if m else None
-
-
-def matches(selector, labels):
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.get("matchExpressions") or []:
-        has = e["key"] in labels
-        val = labels.get(e["key"])
-        op = e["operator"]
-        if op == "In" and val not in e.get("values", []):
-            return False
-        if op == "NotIn" and val in e.get("values", []):
-            return False
-        if op == "Exists" and not has:
-            return False
-        if op == "DoesNotExist" and has:
-            return False
-    return True
-
-
-def check_network_policies(where, policies, pod_labels, problems):
-    """The internal ports (the router's registry, the workers' gRPC and KV ports) admit only the
-    cluster's own pods; the router's public ports admit anyone."""
-    internal = {"tandem-router": [ROUTER_INTERNAL_PORT],
-                "tandem-prefill": [GRPC_PORT],
-                "tandem-decode": [GRPC_PORT, KV_PORT]}
-    for deployment, ports in internal.items():
-        labels = pod_labels.get(deployment)
-        if labels is None:
-            continue
-        selecting = [p for p in policies if matches(p["spec"].get("podSelector", {}), labels)]
-        if not selecting:
-            problems.add(where, f"no NetworkPolicy selects the pods of {deployment}")
-            continue
-        for port in ports:
-            rules = [r for p in selecting for r in p["spec"].get("ingress", [])
-                     if not r.get("ports") or port in [x.get("port") for x in r["ports"]]]
-            if not rules:
-                problems.add(where, f"{deployment}: no NetworkPolicy rule admits port {port}")
-            for r in rules:
-                peers = r.get("from")
-                own_pods = peers and all(
-                    "podSelector" in peer and "namespaceSelector" not in peer and
-                    peer["podSelector"].get("matchLabels", {}).get("app.kubernetes.io/part-of")
-                    == "tandem" for peer in peers)
-                if not own_pods:
-                    problems.add(where, f"{deployment}: port {port} is open beyond the cluster's "
-                                        f"own pods (a NetworkPolicy rule without a part-of: "
-                                        f"tandem podSelector)")
 
 
 def tandem_metric_names():

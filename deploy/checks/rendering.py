@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 
+from .apikeys import API_KEYS_SECRET, check_generated_secret, check_key_kept
 from .cluster import check_consistency
 from .common import COMPONENTS, HELM_CHART, K8S
 from .schema import check_schema
@@ -82,10 +83,11 @@ def render_with(kubectl, target, extra_components):
         return render(kubectl, tmp)
 
 
-# Labels and annotations only the chart has: Helm's bookkeeping, and the checksum that rolls the
-# pods when tandem-config changes (kustomize puts a content hash in the ConfigMap's name instead).
+# Labels and annotations only the chart has: Helm's bookkeeping, and the checksums that roll the
+# pods when tandem-config changes (kustomize puts a content hash in the ConfigMap's name instead)
+# and the routers when the keys file the chart makes does.
 HELM_ONLY_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
-HELM_ONLY_POD_ANNOTATIONS = ("checksum/config",)
+HELM_ONLY_POD_ANNOTATIONS = ("checksum/config", "checksum/api-keys")
 
 
 def canonical(objs):
@@ -183,55 +185,116 @@ def helm_renderers():
     return out
 
 
-# Chart values against what kustomize builds: (case, value files, overrides, kustomization,
-# components added to it, gpu workers, components in effect).
+class HelmCase:
+    """Chart values against what kustomize builds: `files` (value files) and `overrides` against
+    the kustomization `target` with the components `extra` added; `gpu`: the workers request
+    GPUs; `generates_key`: the chart makes the Secret of API keys, which kustomize leaves to the
+    user (the api-keys component: docs/deploy.md#api-keys)."""
+
+    def __init__(self, name, files=(), overrides=None, target="base", extra=(), gpu=False,
+                 generates_key=True):
+        self.name, self.files, self.overrides = name, list(files), overrides
+        self.target, self.extra, self.gpu = target, list(extra), gpu
+        self.generates_key = generates_key
+        # The components in effect: what the consistency checks require.
+        self.require = tuple(extra)
+
+
 EXAMPLES = os.path.join(HELM_CHART, "examples")
-ALL_ON = {"apiKeys": {"enabled": True}, "serviceMonitor": {"enabled": True},
-          "prometheusRule": {"enabled": True}}
+MONITORING_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
 HELM_CASES = [
-    ("defaults", [], None, "base", [], False, ()),
-    ("examples/cpu-demo.yaml", [os.path.join(EXAMPLES, "cpu-demo.yaml")], None,
-     "overlays/cpu-demo", [], False, ()),
-    ("examples/gpu.yaml", [os.path.join(EXAMPLES, "gpu.yaml")], None, "overlays/gpu", [], True,
-     ()),
-    ("apiKeys, serviceMonitor, prometheusRule on", [], ALL_ON, "base",
-     ["api-keys", "prometheus-operator"], False, ("api-keys", "prometheus-operator")),
+    HelmCase("defaults", extra=["api-keys"]),
+    HelmCase("examples/cpu-demo.yaml", [os.path.join(EXAMPLES, "cpu-demo.yaml")],
+             target="overlays/cpu-demo", extra=["api-keys"]),
+    HelmCase("examples/gpu.yaml", [os.path.join(EXAMPLES, "gpu.yaml")], target="overlays/gpu",
+             extra=["api-keys"], gpu=True),
+    HelmCase("serviceMonitor, prometheusRule on", overrides=MONITORING_ON,
+             extra=["api-keys", "prometheus-operator"]),
+    HelmCase("apiKeys.existingSecret", overrides={"apiKeys": {"existingSecret": API_KEYS_SECRET}},
+             extra=["api-keys"], generates_key=False),
+    HelmCase("apiKeys off", overrides={"apiKeys": {"enabled": False}}, generates_key=False),
 ]
-# Values with no kustomize counterpart: checked on their own (schema and consistency).
+# Values with no kustomize counterpart, checked on their own (schema and consistency), each with
+# what its rendering must show: (case, overrides, [(object name, path, what it must hold)]).
+NETWORK_VALUES = {
+    "api": {"from": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]},
+    "metrics": {"from": [{"namespaceSelector": {"matchLabels": {"team": "observability"}},
+                          "podSelector": {"matchLabels": {"app": "prometheus"}}}]},
+    "extraEgress": [{"to": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+                     "ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]}],
+}
 HELM_ONLY_CASES = [
-    ("TLS and API keys", {"tls": {"enabled": True}, "apiKeys": {"enabled": True}},
-     ("api-keys",)),
+    ("TLS", {"tls": {"enabled": True}}, []),
+    ("networkPolicy values", {"networkPolicy": NETWORK_VALUES},
+     [("tandem-router", ("spec", "ingress", 0, "from"), NETWORK_VALUES["api"]["from"]),
+      ("tandem-workers", ("spec", "ingress", 1, "from"), NETWORK_VALUES["metrics"]["from"]),
+      ("tandem-egress", ("spec", "egress", -1), NETWORK_VALUES["extraEgress"][0])]),
 ]
+
+
+def split_generated(where, objs, generates_key, problems):
+    """The objects less the Secret of API keys the chart makes, which is checked on its own: a
+    keys file the router accepts, present exactly when `generates_key`."""
+    made = [o for o in objs if o.get("kind") == "Secret" and
+            o["metadata"].get("name") == API_KEYS_SECRET]
+    if generates_key and len(made) != 1:
+        problems.add(where, f"expected the chart to make the Secret {API_KEYS_SECRET}, "
+                            f"found {len(made)}")
+    if not generates_key and made:
+        problems.add(where, f"the chart makes the Secret {API_KEYS_SECRET}, which the values "
+                            f"leave to the user")
+    for s in made:
+        check_generated_secret(where, s, "keys.txt", problems)
+    return [o for o in objs if not any(o is s for s in made)]
+
+
+def check_helm_only(where, objs, expected, problems):
+    """The NetworkPolicies of a HELM_ONLY_CASES rendering hold what its values asked for."""
+    policies = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkPolicy"}
+    for name, path, want in expected:
+        got = policies.get(name)
+        try:
+            for step in path:
+                got = got[step]
+        except (KeyError, IndexError, TypeError):
+            got = None
+        if got != want:
+            problems.add(where, f"NetworkPolicy/{name} {'.'.join(map(str, path))}: {got!r:.100}, "
+                                f"the values ask for {want!r:.100}")
 
 
 def check_helm(kubectl, problems):
     """Renders deploy/helm/tandem for each case of HELM_CASES and checks that it builds what
-    kustomize builds; every rendered object also passes the schema and consistency checks."""
+    kustomize builds; every rendered object also passes the schema and consistency checks, and
+    the Secret of API keys the chart makes is checked on its own (check_key_kept: `helm upgrade`
+    keeps the key)."""
     renderers = helm_renderers()
     import helm_render
     rendered = 0
-    for case, files, overrides, target, extra, gpu, require in HELM_CASES:
-        kustomized, err = render_with(kubectl, os.path.join(K8S, target),
-                                      [os.path.join(COMPONENTS, c) for c in extra])
+    for case in HELM_CASES:
+        kustomized, err = render_with(kubectl, os.path.join(K8S, case.target),
+                                      [os.path.join(COMPONENTS, c) for c in case.extra])
         if kustomized is None:
-            problems.add(f"helm {case}", f"kubectl kustomize {target} + {extra}: {err}")
+            problems.add(f"helm {case.name}", f"kubectl kustomize {case.target} + {case.extra}: "
+                                              f"{err}")
             continue
         for name, fn in renderers:
-            where = f"{name} ({case})"
+            where = f"{name} ({case.name})"
             try:
-                objs = fn(files, overrides)
+                objs = fn(case.files, case.overrides)
             except helm_render.RenderError as e:
                 problems.add(where, str(e))
                 continue
             rendered += len(objs)
-            compare_objects(f"{where} vs kustomize {target}" +
-                            (f" + {', '.join(extra)}" if extra else ""), kustomized, objs,
-                            problems)
             for o in objs:
                 check_schema(o, f"{where}: {o.get('kind')}/{o['metadata'].get('name')}",
                              problems)
-            check_consistency(f"helm {case}", objs, problems, gpu=gpu, require=require)
-    for case, overrides, require in HELM_ONLY_CASES:
+            check_consistency(f"helm {case.name}", objs, problems, gpu=case.gpu,
+                              require=case.require)
+            compare_objects(f"{where} vs kustomize {case.target}" +
+                            (f" + {', '.join(case.extra)}" if case.extra else ""), kustomized,
+                            split_generated(where, objs, case.generates_key, problems), problems)
+    for case, overrides, expected in HELM_ONLY_CASES:
         for name, fn in renderers:
             where = f"{name} ({case})"
             try:
@@ -243,5 +306,9 @@ def check_helm(kubectl, problems):
             for o in objs:
                 check_schema(o, f"{where}: {o.get('kind')}/{o['metadata'].get('name')}",
                              problems)
-            check_consistency(f"helm {case}", objs, problems, require=require)
+            check_consistency(f"helm {case}", objs, problems, require=("api-keys",))
+            split_generated(where, objs, True, problems)
+            check_helm_only(where, objs, expected, problems)
+    check_key_kept(lambda over, cluster: helm_render.chart_objects(HELM_CHART, [], over, cluster),
+                   problems)
     return [n for n, _ in renderers], rendered

@@ -6,11 +6,12 @@ import os
 import re
 import tempfile
 
+from .apikeys import API_KEYS_SECRET, check_generated_secret, check_key_kept
 from .cluster import (PUBLIC_SERVICE, ROUTER_SERVICE, check_consistency, default_drain_seconds,
                       prometheus_rule_text, rules_yml_groups)
 from .common import COMPONENTS, DEPLOY, HELM_CHART, K8S, Problems
 from .dockerfile import check_dockerfile, dockerignore_excludes
-from .rendering import compare_objects, render, render_with
+from .rendering import compare_objects, render, render_with, split_generated
 from .schema import check_schema
 
 
@@ -176,11 +177,42 @@ def consistency_cases():
                           ["volumes"] if "secret" not in v]), "no volume of the Secret"),
         ("no worker NetworkPolicy", lambda o: o.remove(next(
             x for x in o if x["kind"] == "NetworkPolicy" and
-            x["metadata"]["name"] == "tandem-workers")), "no NetworkPolicy selects the pods"),
+            x["metadata"]["name"] == "tandem-workers")), "no NetworkPolicy limits the ingress"),
         ("KV port open to all", lambda o: next(
             x for x in o if x["kind"] == "NetworkPolicy" and
             x["metadata"]["name"] == "tandem-workers")["spec"]["ingress"].append(
                 {"ports": [{"port": 7100}]}), "port 7100 is open beyond"),
+    ] + network_cases()
+
+
+def policy(o, name):
+    return next(x for x in o if x["kind"] == "NetworkPolicy" and x["metadata"]["name"] == name)
+
+
+def network_cases():
+    """(label, mutation of the objects, expected problem) for /metrics and egress."""
+    return [
+        ("metrics from every namespace", lambda o: policy(o, "tandem-router")["spec"]["ingress"]
+         [-1].update({"from": [{"namespaceSelector": {}}]}), "port 9400 (/metrics) is open"),
+        ("metrics from anywhere", lambda o: policy(o, "tandem-workers")["spec"]["ingress"][-1]
+         .pop("from"), "port 9400 (/metrics) is open"),
+        ("metrics closed", lambda o: policy(o, "tandem-workers")["spec"]["ingress"].pop(),
+         "Prometheus cannot scrape it"),
+        ("public port closed", lambda o: policy(o, "tandem-router")["spec"]["ingress"][0]
+         .update(ports=[{"port": 7000}]), "admits the public port 8000"),
+        ("no egress policy", lambda o: o.remove(policy(o, "tandem-egress")),
+         "no NetworkPolicy limits the egress"),
+        ("egress anywhere", lambda o: policy(o, "tandem-egress")["spec"]["egress"].append(
+            {"ports": [{"port": 443}]}), "without `to`"),
+        ("egress to every namespace", lambda o: policy(o, "tandem-egress")["spec"]["egress"]
+         .append({"to": [{"namespaceSelector": {}}]}), "reaches every namespace"),
+        ("egress without DNS over TCP", lambda o: policy(o, "tandem-egress")["spec"]["egress"][0]
+         ["ports"].pop(), "no egress to DNS (53/TCP)"),
+        ("egress without the registry", lambda o: policy(o, "tandem-egress")["spec"]["egress"][1]
+         ["ports"].remove({"port": 7001}), "no egress to port 7001"),
+        ("egress to the KV port elsewhere", lambda o: policy(o, "tandem-egress")["spec"]
+         ["egress"][1]["to"][0].update(namespaceSelector={"matchLabels": {"x": "y"}}),
+         "no egress to port 7100"),
     ]
 
 
@@ -345,30 +377,71 @@ def self_test_chart(kubectl, expect, failures):
     """The chart against kustomize: a changed value, a changed template output, an extra
     object. Returns the number of cases."""
     import helm_render
-    base, err = render(kubectl, os.path.join(K8S, "base"))
-    chart = helm_render.chart_objects(HELM_CHART)
+    base, err = render_with(kubectl, os.path.join(K8S, "base"),
+                            [os.path.join(COMPONENTS, "api-keys")])
     p = Problems()
-    compare_objects("self-test", base, chart, p)
+
+    def chart(overrides=None):
+        return split_generated("self-test", helm_render.chart_objects(HELM_CHART, [], overrides),
+                               True, p)
+    compare_objects("self-test", base, chart(), p)
     if p.items:
-        failures.append(f"the chart's defaults differ from the base: {p.items}")
+        failures.append(f"the chart's defaults differ from the base with api-keys: {p.items}")
     helm_cases = [
-        ("chart replicas", helm_render.chart_objects(HELM_CHART, [],
-                                                     {"decode": {"replicas": 3}}),
+        ("chart replicas", chart({"decode": {"replicas": 3}}),
          "Deployment/tandem-decode.spec.replicas"),
-        ("chart flags", helm_render.chart_objects(HELM_CHART, [], {"flags": {"decode": "-x"}}),
-         "TANDEM_DECODE_FLAGS"),
-        ("chart ServiceMonitor", helm_render.chart_objects(HELM_CHART, [],
-                                                           {"serviceMonitor": {"enabled": True}}),
+        ("chart flags", chart({"flags": {"decode": "-x"}}), "TANDEM_DECODE_FLAGS"),
+        ("chart ServiceMonitor", chart({"serviceMonitor": {"enabled": True}}),
          "ServiceMonitor/tandem is rendered by the chart but not by kustomize"),
-        ("chart without the dashboard",
-         helm_render.chart_objects(HELM_CHART, [], {"grafanaDashboard": {"enabled": False}}),
+        ("chart without the dashboard", chart({"grafanaDashboard": {"enabled": False}}),
          "ConfigMap/tandem-grafana-dashboard is built by kustomize but not by the chart"),
+        ("chart metrics from elsewhere",
+         chart({"networkPolicy": {"metrics": {"from": [{"namespaceSelector": {}}]}}}),
+         "NetworkPolicy/tandem-router.spec.ingress[2].from[0].namespaceSelector"),
     ]
     for label, objs_, needle in helm_cases:
         p = Problems()
         compare_objects("self-test", base, objs_, p)
         expect(label, p, needle)
-    return len(helm_cases) + 1
+    return len(helm_cases) + 1 + self_test_api_keys(expect, failures)
+
+
+def self_test_api_keys(expect, failures):
+    """The Secret of API keys the chart makes: a keys file the router would refuse, a key that
+    is not the one under `api-key`, a short key, an upgrade that draws a new key. Returns the
+    number of cases."""
+    import base64
+    import helm_render
+    secret = next(o for o in helm_render.chart_objects(HELM_CHART)
+                  if o["kind"] == "Secret" and o["metadata"]["name"] == API_KEYS_SECRET)
+    key = base64.b64decode(secret["data"]["api-key"]).decode()
+    enc = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
+    cases = [
+        ("keys file with an unknown limit", {"keys.txt": enc(f"{key} max_tokens=5\n")},
+         "unknown limit 'max_tokens'"),
+        ("keys file with a zero limit", {"keys.txt": enc(f"{key} max_n=0\n")},
+         "max_n: the value must be a positive number"),
+        ("keys file of another key", {"keys.txt": enc("x" * 48 + "\n")},
+         "exactly the key under `api-key`"),
+        ("keys file with no key", {"keys.txt": enc("# none\n")}, "holds no key"),
+        ("short key", {"keys.txt": enc("k" * 20 + "\n"), "api-key": enc("k" * 20)},
+         "the generated key has 20 characters"),
+        ("key too short for the router", {"keys.txt": enc("k" * 15 + "\n"),
+                                          "api-key": enc("k" * 15)}, "at least 16 characters"),
+    ]
+    for label, data, needle in cases:
+        s = copy.deepcopy(secret)
+        s["data"].update(data)
+        p = Problems()
+        check_generated_secret("self-test", s, "keys.txt", p)
+        expect(label, p, needle)
+    p = Problems()
+    check_key_kept(lambda over, cluster: helm_render.chart_objects(HELM_CHART, [], over), p)
+    expect("upgrade without lookup", p, "replaced the installed key")
+    p = Problems()
+    check_key_kept(lambda over, cluster: [secret], p)
+    expect("the same key twice", p, "not random")
+    return len(cases) + 2
 
 
 def template_chart(tmp, values_text, src):
@@ -402,6 +475,13 @@ def self_test_renderer(failures):
          "0 2 true true false"),
         ("{{ toYaml .Values.m | indent 2 }}", {"m": {"k": ["a"]}}, "  k:\n  - a"),
         ("{{ $x := 4 }}{{ $x }}{{/* c */}}", {}, "4"),
+        ('{{ b64enc "key" }} {{ b64dec "a2V5" }} {{ "a2V5" | b64dec | b64enc }}', {},
+         "a2V5 key a2V5"),
+        ('{{ dig "a" "b" "d" .Values.m }} {{ dig "a" "x" "d" .Values.m }} '
+         '{{ dig "z" "b" "d" .Values.m }}', {"m": {"a": {"b": "v"}}}, "v d d"),
+        ('[{{ printf "%s %s" "k" "" | trim }}] [{{ trim " a b\\n" }}]', {}, "[k] [a b]"),
+        ('{{ lookup "v1" "Secret" "ns" "s" | len }} {{ dig "data" "k" "none" (lookup "v1" '
+         '"Secret" "ns" "s") }}', {}, "0 none"),
     ]
     for src, values, want in go_cases:
         with tempfile.TemporaryDirectory() as tmp:
@@ -412,7 +492,8 @@ def self_test_renderer(failures):
                 got = f"RenderError: {e}"
         if got != want:
             failures.append(f"helm_render: {src!r} gave {got!r}, Go gives {want!r}")
-    for src in ('{{ lookup "v1" }}', "{{ if .Values.x }}", "{{ .Values.a | frobnicate }}"):
+    for src in ('{{ lookup "v1" }}', "{{ if .Values.x }}", "{{ .Values.a | frobnicate }}",
+                '{{ genCA "tandem" 365 }}', '{{ dig "a" "d" "not a map" }}'):
         with tempfile.TemporaryDirectory() as tmp:
             template_chart(tmp, "{}\n", src)
             try:
@@ -420,4 +501,21 @@ def self_test_renderer(failures):
                 failures.append(f"helm_render accepted {src!r}, which it does not understand")
             except helm_render.RenderError:
                 pass
-    return len(go_cases) + 3
+    return len(go_cases) + 5 + self_test_random_and_lookup(failures)
+
+
+def self_test_random_and_lookup(failures):
+    """randAlphaNum draws letters and digits anew each call; lookup finds what the cluster it is
+    handed holds, in the namespace asked for, and nothing else. Returns the number of cases."""
+    import helm_render
+    keys = {helm_render.FUNCTIONS["randAlphaNum"](48) for _ in range(4)}
+    if len(keys) != 4 or not all(len(k) == 48 and k.isalnum() and k.isascii() for k in keys):
+        failures.append(f"helm_render randAlphaNum 48 gave {sorted(keys)}")
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"},
+              "data": {"k": "dg=="}}
+    r = helm_render.Renderer(HELM_CHART, {}, cluster=[secret])
+    got = (r.lookup("v1", "Secret", "ns", "s"), r.lookup("v1", "Secret", "other", "s"),
+           r.lookup("v1", "ConfigMap", "ns", "s"), len(r.lookup("v1", "Secret", "", "")["items"]))
+    if got != (secret, {}, {}, 1):
+        failures.append(f"helm_render lookup against a cluster gave {got}")
+    return 2

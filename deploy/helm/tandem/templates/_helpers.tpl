@@ -1,8 +1,9 @@
 {{/*
 Helpers shared by the templates. Keep to the Go-template subset that deploy/helm_render.py
 understands (validate.py renders the chart with it where Helm is not installed): if/else/with/
-range/define/include, and the functions include, toYaml, toJson, indent, nindent, quote,
-default, dict, index, printf, sha256sum, not, and, or, eq.
+range/define/include, and the functions include, toYaml, toJson, indent, nindent, quote, trim,
+default, dict, index, dig, printf, sha256sum, b64enc, b64dec, randAlphaNum, lookup, not, and, or,
+eq.
 */}}
 
 {{/* Labels of every object: the kustomize base's, plus Helm's bookkeeping. */}}
@@ -20,6 +21,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{/* A change of the ConfigMap rolls the pods (kustomize puts a hash in its name instead). */}}
 {{- define "tandem.configChecksum" -}}
 {{ toJson (dict "model" .Values.model "flags" .Values.flags "extra" .Values.extraConfig) | sha256sum }}
+{{- end }}
+
+{{/* The Secret holding the routers' keys file: the user's, or the one the chart makes. */}}
+{{- define "tandem.apiKeysSecret" -}}
+{{ .Values.apiKeys.existingSecret | default "tandem-api-keys" }}
+{{- end }}
+
+{{/* A change of the generated keys file (its limits) rolls the routers, which read it once. */}}
+{{- define "tandem.apiKeysChecksum" -}}
+{{ toJson (dict "key" .Values.apiKeys.key "limits" .Values.apiKeys.limits) | sha256sum }}
 {{- end }}
 
 {{/* " --tls-cert ... --tls-ca ..." under TLS, else nothing. */}}
@@ -154,7 +165,7 @@ volumeMounts:
 {{- if and (eq .role "router") .root.Values.apiKeys.enabled }}
 - name: api-keys
   secret:
-    secretName: {{ .root.Values.apiKeys.secretName }}
+    secretName: {{ include "tandem.apiKeysSecret" .root }}
     defaultMode: 0440
     items:
       - key: {{ .root.Values.apiKeys.key }}
