@@ -154,8 +154,8 @@ struct HttpServer::Impl {
       if (method("GET")) TokenizerInfo(w);
     } else if (path == "/metrics" && (!options.serve_metrics || metrics == nullptr)) {
       Reply(w, Error(404,
-                     "GET /metrics: off on this port (start the router with --http-metrics, "
-                     "or scrape its --metrics-port)"));
+                     "GET /metrics: off on this port (the router runs with --no-http-metrics; "
+                     "scrape its --metrics-port)"));
     } else if (path == "/metrics") {
       // The process's whole registry, as on the metrics port (vLLM serves it on its API port).
       if (method("GET")) {

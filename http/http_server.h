@@ -31,7 +31,8 @@ struct HttpServerOptions {
   int port = 0;     // 0: pick a free port
   int threads = 8;  // requests parsed and tokenized at once (a generation's stream holds none)
   // GET /metrics: the router's Prometheus registry on this port, as vLLM serves it (behind the
-  // API keys when the router has them). Off by default: it names workers and their load.
+  // API keys when the router has them). The router's --no-http-metrics turns it off (it names
+  // workers and their load).
   bool serve_metrics = false;
   // Each request's deadline (DEADLINE_EXCEEDED: HTTP 504); infinite: none.
   absl::Duration request_timeout = absl::InfiniteDuration();

@@ -172,8 +172,9 @@ void AddRouterFlags(CLI::App& app, RouterConfig* c) {
   app.add_option("--served-model-name", c->served_model_name,
                  "The model id of the OpenAI API (default: the model's file or folder name)")
       ->group(g);
-  app.add_flag("--http-metrics", c->http_metrics,
-               "Also serve /metrics on the HTTP port, behind the API keys if any")
+  app.add_flag("--http-metrics,!--no-http-metrics", c->http_metrics,
+               "Also serve /metrics on the HTTP port, behind the API keys if any, as vLLM does "
+               "(default; --no-http-metrics: only on the metrics port)")
       ->group(g);
 }
 

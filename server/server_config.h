@@ -60,7 +60,7 @@ struct RouterConfig {
   std::string trusted_proxies;                              // ... trusted_proxies
   std::string chat_template;
   std::string served_model_name;  // empty: the model's file or folder name
-  bool http_metrics = false;
+  bool http_metrics = true;
 
   absl::Status Validate() const;
 };

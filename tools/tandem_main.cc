@@ -183,7 +183,7 @@ Flags::Command UpCommand() {
           ValueFlag("decode", "M", "1", "Decode workers"),
           ValueFlag("router-port", "P", "0", "The router's gRPC port (0: pick a free one)"),
           ValueFlag("http-port", "P", "0", "The OpenAI-compatible API's port (0: pick a free one)"),
-          BoolFlag("http-metrics", "/metrics on the HTTP port too"),
+          BoolFlag("no-http-metrics", "/metrics only on the metrics ports, not the HTTP port"),
           ValueFlag("tls-cert", "PEM", "", "Every process serves TLS with this certificate"),
           ValueFlag("tls-key", "PEM", "", "Key of --tls-cert"),
           ValueFlag("tls-ca", "PEM", "", "Mutual TLS: the CA every process trusts"),
@@ -211,7 +211,7 @@ Flags::Command UpCommand() {
           "OpenAI-compatible API); Ctrl-C stops them. A worker that exits is started again (at "
           "most 5 times a minute); the router's exit stops the cluster. TLS flags go to every "
           "process; the API "
-          "keys, chat template, served model name and --http-metrics to the router.",
+          "keys, chat template, served model name and --no-http-metrics to the router.",
           std::move(flags), "", kPathHelp};
 }
 
@@ -680,7 +680,7 @@ int Up(const std::vector<std::string>& args) {
                                   {std::string("--") + name, f->Get(name)});
     }
   }
-  if (f->Has("http-metrics")) o.extra_router_flags.push_back("--http-metrics");
+  if (f->Has("no-http-metrics")) o.extra_router_flags.push_back("--no-http-metrics");
   return RunLocalCluster(o);
 }
 

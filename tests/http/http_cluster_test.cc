@@ -999,18 +999,18 @@ TEST(HttpClusterTest, TokenizeDetokenizeVersionAndPing) {
   EXPECT_EQ(Curl(c.http(), "/ping", "{}").status, 200);  // POST, as SageMaker sends it
 }
 
-// With --http-metrics, /metrics on the HTTP port is the router's registry, as its metrics port
-// serves it, with vLLM's model_name label and the per-request token histograms. Without the
-// flag the port serves no metrics (they name workers and their load).
+// By default /metrics on the HTTP port is the router's registry, as its metrics port serves it
+// (and vLLM its API port), with vLLM's model_name label and the per-request token histograms.
+// With --no-http-metrics the port serves no metrics (they name workers and their load).
 TEST(HttpClusterTest, MetricsOnTheHttpPortWithVllmLabels) {
   {
-    Cluster closed(0, 0);
+    Cluster closed(0, 0, {}, {"--no-http-metrics"});
     ASSERT_TRUE(closed.ready());
     const HttpReply r = Curl(closed.http(), "/metrics");
     EXPECT_EQ(r.status, 404) << r.body;
-    EXPECT_NE(r.body.find("--http-metrics"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("--no-http-metrics"), std::string::npos) << r.body;
   }
-  Cluster c(1, 1, {}, {"--http-metrics"});
+  Cluster c(1, 1);
   ASSERT_TRUE(c.ready());
   for (int max_tokens : {5, 9}) {
     json body = {{"prompt", "Once upon a time"}, {"max_tokens", max_tokens}, {"ignore_eos", true}};
@@ -1216,7 +1216,7 @@ TEST(HttpClusterTest, ApiKeysGuardEveryV1Endpoint) {
   testing::TempDir dir;
   const std::string key = "sk-tandem-test-0123456789";
   const std::string keys = WriteFile(dir, "keys.txt", "# test keys\n" + key + "\n");
-  Cluster c(0, 0, {}, {"--api-keys-file", keys, "--http-metrics"});
+  Cluster c(0, 0, {}, {"--api-keys-file", keys});
   ASSERT_TRUE(c.ready());
   const std::string body = R"({"prompt": "Once", "max_tokens": 3})";
   for (const std::string& path : {"/v1/models", "/v1/completions"}) {

@@ -295,12 +295,11 @@ pid_t ChildWithRole(pid_t parent, const std::string& role) {
   return found;
 }
 
-// `tandem up --http-metrics` passes the flag to its router: /metrics answers on the OpenAI HTTP
-// port too, with the HTTP request's n and max_tokens under vLLM's names. Its prefill worker runs
+// `tandem up` serves /metrics on the OpenAI HTTP port too (as vLLM), with the HTTP request's n and max_tokens under vLLM's names. Its prefill worker runs
 // every thread at niceness 10 (the default --prefill-nice), the router and decode worker at 0.
-TEST(CliTest, UpPassesHttpMetricsToTheRouter) {
+TEST(CliTest, UpServesMetricsOnTheHttpPort) {
   testing::TempDir dir;
-  testing::UpCluster up(dir.path() + "/up.log", {"--http-metrics"});
+  testing::UpCluster up(dir.path() + "/up.log", {});
   ASSERT_GT(up.pid(), 0);
   const std::string http = up.WaitForHttp();
   ASSERT_FALSE(http.empty()) << up.Log();
