@@ -91,6 +91,7 @@ absl::StatusOr<std::unique_ptr<DecodeEngine>> DecodeEngine::Create(const Model* 
                           : absl::StrCat("tcp://[", options.advertise_host, "]:", port);
   }
   e->loop_ = std::thread([p = e.get()] { p->Loop(); });
+  e->notifier_ = std::thread([p = e.get()] { p->Notifier(); });
   return e;
 }
 
@@ -112,7 +113,9 @@ DecodeEngine::~DecodeEngine() {
     health_.Stop();
   }
   work_cv_.notify_all();
+  notify_cv_.notify_all();
   if (loop_.joinable()) loop_.join();
+  if (notifier_.joinable()) notifier_.join();
 }
 
 absl::StatusOr<DecodeEngine::Admission> DecodeEngine::Admit(GenerationRequest request) {
@@ -278,6 +281,52 @@ DecodeEngine::Output DecodeEngine::Next(uint64_t handle, absl::Duration timeout)
   return out;
 }
 
+bool DecodeEngine::Watch(uint64_t handle, std::function<void()> ready) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = requests_.find(handle);
+  if (it == requests_.end()) return false;
+  Request& r = it->second;
+  r.on_output = std::move(ready);
+  if (!r.out.empty() || r.end) {
+    NotifyLocked(handle, r);
+    notify_cv_.notify_one();
+  }
+  return true;
+}
+
+void DecodeEngine::NotifyLocked(uint64_t handle, Request& r) {
+  if (!r.on_output || r.notify_queued) return;
+  r.notify_queued = true;
+  notify_.push_back(handle);
+}
+
+void DecodeEngine::WakeReadersLocked() {
+  output_cv_.notify_all();
+  if (!notify_.empty()) notify_cv_.notify_one();
+}
+
+void DecodeEngine::Notifier() {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<uint64_t> due;
+  std::vector<std::function<void()>> calls;
+  for (;;) {
+    notify_cv_.wait(lock, [&] { return stop_ || !notify_.empty(); });
+    if (notify_.empty()) return;  // stopping, nothing left to deliver
+    due.swap(notify_);
+    for (const uint64_t handle : due) {
+      auto it = requests_.find(handle);
+      if (it == requests_.end()) continue;
+      it->second.notify_queued = false;
+      if (it->second.on_output) calls.push_back(it->second.on_output);
+    }
+    due.clear();
+    lock.unlock();
+    for (const std::function<void()>& ready : calls) ready();
+    calls.clear();
+    lock.lock();
+  }
+}
+
 void DecodeEngine::Cancel(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = requests_.find(handle);
@@ -328,7 +377,8 @@ void DecodeEngine::EndLocked(uint64_t handle, Request& r, RequestState how) {
   scheduler_.Release(handle);
   r.end = how;
   UpdateGaugesLocked();
-  output_cv_.notify_all();
+  NotifyLocked(handle, r);
+  WakeReadersLocked();
   kv_cv_.notify_all();
 }
 
@@ -434,6 +484,7 @@ bool DecodeEngine::EmitLocked(uint64_t handle, Request& r, std::span<const float
   r.tokens.push_back(token);
   ++r.generated;
   r.out.push_back(token);
+  NotifyLocked(handle, r);
   if (r.req.sampling.logprobs) {  // never sampled on the device
     r.out_logprobs.push_back(ComputeLogprobs(row, token, r.req.sampling.top_logprobs));
   }
@@ -554,7 +605,7 @@ void DecodeEngine::RunStepLocked(const DecodeScheduler::Step& step,
   // Requests that ended above were released: the scheduler skips them.
   if (st.ok()) scheduler_.Complete(step, kept);
   if (metrics_ && generated > 0) metrics_->generation_tokens.Increment(generated);
-  output_cv_.notify_all();
+  WakeReadersLocked();
 }
 
 WorkerLoadSnapshot DecodeEngine::Load() const {

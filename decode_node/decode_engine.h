@@ -128,6 +128,11 @@ class DecodeEngine final : public KvSink {
   };
   // Waits up to `timeout` for new tokens or the end of the request.
   Output Next(uint64_t handle, absl::Duration timeout);
+  // Calls `ready` whenever the request gains output or ends (and soon when it has some already),
+  // from the engine's notifier thread with no engine lock held: `ready` may take it with
+  // Next(handle, ZeroDuration()), and must not block. Replaces an earlier one. False when the
+  // request is unknown (never admitted, or its end was read).
+  bool Watch(uint64_t handle, std::function<void()> ready);
 
   // Ends the request (client cancel or deadline) and frees its blocks. Idempotent.
   void Cancel(uint64_t handle);
@@ -177,6 +182,8 @@ class DecodeEngine final : public KvSink {
     absl::Status error;
     // A step scoring proposals: its input, the last token then the proposals.
     std::vector<int> step_input;
+    std::function<void()> on_output;  // Watch
+    bool notify_queued = false;       // in notify_
   };
 
   DecodeEngine(const Model* model, DecodeEngineOptions options, std::unique_ptr<ModelRunner> runner,
@@ -194,6 +201,12 @@ class DecodeEngine final : public KvSink {
   // Appends `token` (drawn from `row`, empty when sampled on the device) to a running request;
   // ends the request when it finishes there. Returns whether it did.
   bool EmitLocked(uint64_t handle, Request& r, std::span<const float> row, int token);
+  // Queues the request's Watch callback for the notifier (once until it runs).
+  void NotifyLocked(uint64_t handle, Request& r);
+  // Wakes Next's waiters and the notifier.
+  void WakeReadersLocked();
+  // The notifier thread: runs the queued Watch callbacks, unlocked.
+  void Notifier();
   // Ends `r` as `how` (under mu_): releases its lease and blocks (it leaves scheduler_, so an
   // ended request has no scheduler state), wakes its reader. A request that has ended stays so.
   void EndLocked(uint64_t handle, Request& r, RequestState how);
@@ -232,6 +245,9 @@ class DecodeEngine final : public KvSink {
   bool stop_ = false;
   StepLoopHealth health_;
   std::thread loop_;
+  std::vector<uint64_t> notify_;  // requests whose Watch callback is due (under mu_)
+  std::condition_variable notify_cv_;
+  std::thread notifier_;
 };
 
 }  // namespace tandem

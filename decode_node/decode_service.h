@@ -11,7 +11,10 @@
 
 namespace tandem {
 
-class DecodeService final : public v1::DecodeWorker::Service {
+// Decode streams run on gRPC's callback API: a stream holds a little state and no thread; the
+// engine's notifier hands it each step's tokens (DecodeEngine::Watch).
+class DecodeService final
+    : public v1::DecodeWorker::WithCallbackMethod_Decode<v1::DecodeWorker::Service> {
  public:
   // `auth` checks every call (Decode: routers; NcclBootstrap: prefill workers). `nccl`: the
   // engine's receiver when its transport is nccl (serves NcclBootstrap), else null.
@@ -20,10 +23,9 @@ class DecodeService final : public v1::DecodeWorker::Service {
       : engine_(engine), auth_(std::move(auth)), nccl_(nccl) {}
 
   // One stream per request: Admit -> Admitted; Start -> Tokens... -> Finished. A cancelled or
-  // broken stream cancels the request, which frees its blocks.
-  grpc::Status Decode(
-      grpc::ServerContext* ctx,
-      grpc::ServerReaderWriter<v1::DecodeServerMessage, v1::DecodeClientMessage>* stream) override;
+  // broken stream cancels the request at once (its place frees; its blocks at the next step).
+  grpc::ServerBidiReactor<v1::DecodeClientMessage, v1::DecodeServerMessage>* Decode(
+      grpc::CallbackServerContext* ctx) override;
 
   // The NCCL KV transport's bootstrap: a unique id whose rank 0 this worker started.
   // UNIMPLEMENTED when this worker's transport is not nccl.

@@ -56,7 +56,7 @@ bool IsHex(std::string_view s, size_t n) {
 }
 
 // The proof in `ctx`'s metadata, parsed; the refusal when there is none or it is malformed.
-grpc::Status ParseToken(const grpc::ServerContext& ctx, std::string_view method,
+grpc::Status ParseToken(const grpc::ServerContextBase& ctx, std::string_view method,
                         std::vector<std::string>* parts) {
   const auto& md = ctx.client_metadata();
   auto it = md.find(kClusterAuthMetadata);
@@ -95,8 +95,8 @@ InternalAuth::InternalAuth(std::optional<ClusterSecret> secret, bool require_rol
       require_role_certificates_(require_role_certificates),
       instance_id_(HexEncode(RandomBytes(kInstanceHex / 2))) {}
 
-grpc::Status InternalAuth::Check(grpc::ServerContext* ctx, std::string_view method, RoleSet allowed,
-                                 const google::protobuf::MessageLite* request,
+grpc::Status InternalAuth::Check(grpc::ServerContextBase* ctx, std::string_view method,
+                                 RoleSet allowed, const google::protobuf::MessageLite* request,
                                  std::string* identity) {
   if (identity != nullptr) identity->clear();
   ctx->AddTrailingMetadata(kInstanceMetadata, instance_id_);
@@ -110,7 +110,7 @@ grpc::Status InternalAuth::Check(grpc::ServerContext* ctx, std::string_view meth
   return CheckProof(*ctx, method, allowed, request);
 }
 
-grpc::Status InternalAuth::CheckRole(const grpc::ServerContext& ctx, std::string_view method,
+grpc::Status InternalAuth::CheckRole(const grpc::ServerContextBase& ctx, std::string_view method,
                                      RoleSet allowed, std::string* identity) const {
   const std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
   std::string pem;
@@ -132,7 +132,7 @@ grpc::Status InternalAuth::CheckRole(const grpc::ServerContext& ctx, std::string
   return grpc::Status::OK;
 }
 
-grpc::Status InternalAuth::CheckProof(const grpc::ServerContext& ctx, std::string_view method,
+grpc::Status InternalAuth::CheckProof(const grpc::ServerContextBase& ctx, std::string_view method,
                                       RoleSet allowed,
                                       const google::protobuf::MessageLite* request) {
   std::vector<std::string> p;
@@ -170,7 +170,7 @@ grpc::Status InternalAuth::CheckProof(const grpc::ServerContext& ctx, std::strin
   return grpc::Status::OK;
 }
 
-grpc::Status InternalAuth::CheckFirstMessage(const grpc::ServerContext& ctx,
+grpc::Status InternalAuth::CheckFirstMessage(const grpc::ServerContextBase& ctx,
                                              std::string_view method,
                                              const google::protobuf::MessageLite& first) const {
   if (!secret_) return grpc::Status::OK;

@@ -81,10 +81,10 @@ class InternalAuth {
   // make this call. `identity` (may be null) receives who the peer is under mutual TLS (its
   // certificate's subject and roles), empty otherwise. Adds this instance's id to the trailing
   // metadata.
-  grpc::Status Check(grpc::ServerContext* ctx, std::string_view method, RoleSet allowed,
+  grpc::Status Check(grpc::ServerContextBase* ctx, std::string_view method, RoleSet allowed,
                      const google::protobuf::MessageLite* request, std::string* identity = nullptr);
   // A stream's first message against the hash its proof named (after Check passed).
-  grpc::Status CheckFirstMessage(const grpc::ServerContext& ctx, std::string_view method,
+  grpc::Status CheckFirstMessage(const grpc::ServerContextBase& ctx, std::string_view method,
                                  const google::protobuf::MessageLite& first) const;
 
   // ---- Client side -------------------------------------------------------------------------
@@ -121,10 +121,10 @@ class InternalAuth {
   struct Token;
   // Records `nonce` as seen; false when it was seen within the window (a replay).
   bool FirstUse(const std::string& nonce, absl::Time now);
-  grpc::Status CheckRole(const grpc::ServerContext& ctx, std::string_view method, RoleSet allowed,
-                         std::string* identity) const;
-  grpc::Status CheckProof(const grpc::ServerContext& ctx, std::string_view method, RoleSet allowed,
-                          const google::protobuf::MessageLite* request);
+  grpc::Status CheckRole(const grpc::ServerContextBase& ctx, std::string_view method,
+                         RoleSet allowed, std::string* identity) const;
+  grpc::Status CheckProof(const grpc::ServerContextBase& ctx, std::string_view method,
+                          RoleSet allowed, const google::protobuf::MessageLite* request);
 
   const std::optional<ClusterSecret> secret_;
   const bool require_role_certificates_;
