@@ -19,27 +19,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 CLIENTS=${CLIENTS-"1000 5000 10000"}
 GRPC_CLIENTS=${GRPC_CLIENTS-"1000 5000 10000"}
 MAX_TOKENS=${MAX_TOKENS:-200}
-shared="$(bash scripts/fetch_model.sh)"
-bin="$BUILD_DIR/bin"
-out="$(mktemp -d)"
-cmake --build "$BUILD_DIR" --target tandem tandem-server grpc_concurrency >/dev/null
-ulimit -n "$(ulimit -Hn)"
-
-"$bin/tandem" up --model "$shared/models/stories260K/stories260K.bin" \
-  --tokenizer "$shared/models/stories260K/tok512.bin" --prefill 1 --decode 1 \
-  >"$out/up.out" 2>"$out/up.log" &
-up=$!
-trap 'kill -INT $up 2>/dev/null || true; wait $up 2>/dev/null || true; rm -rf "$out"' EXIT
-url=""
-for _ in $(seq 1 1200); do
-  url="$(sed -n 's/^http router=\(.*\)$/http:\/\/\1/p' "$out/up.out" | head -1)"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "concurrency: tandem up did not start" >&2; cat "$out/up.log" >&2; exit 1; }
-grpc_target="$(sed -n 's/^ready router=\(.*\)$/\1/p' "$out/up.out" | head -1)"
-router_pid=$(pgrep -P "$up" -f -- "--role=router" | head -1)
-sleep 1  # idle figures after startup
+bench_name=concurrency EXTRA_TARGETS=grpc_concurrency
+source bench/serving/up_stories.sh
 
 for n in $CLIENTS; do
   python3 bench/serving/concurrency.py --url "$url" --model stories260K --clients "$n" \

@@ -26,26 +26,8 @@ BUILD_DIR=${BUILD_DIR:-build}
 FLOOD=${FLOOD:-1000}
 VICTIM=${VICTIM:-100}
 ROUNDS=${ROUNDS:-3}
-shared="$(bash scripts/fetch_model.sh)"
-bin="$BUILD_DIR/bin"
-out="$(mktemp -d)"
-cmake --build "$BUILD_DIR" --target tandem tandem-server >/dev/null
-ulimit -n "$(ulimit -Hn)"
-
-"$bin/tandem" up --model "$shared/models/stories260K/stories260K.bin" \
-  --tokenizer "$shared/models/stories260K/tok512.bin" --prefill 1 --decode 1 \
-  >"$out/up.out" 2>"$out/up.log" &
-up=$!
-trap 'kill -INT $up 2>/dev/null || true; wait $up 2>/dev/null || true; rm -rf "$out"' EXIT
-url=""
-for _ in $(seq 1 1200); do
-  url="$(sed -n 's/^http router=\(.*\)$/http:\/\/\1/p' "$out/up.out" | head -1)"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { echo "fairness: tandem up did not start" >&2; cat "$out/up.log" >&2; exit 1; }
-metrics="$(sed -n 's/^metrics router=\(.*\)$/http:\/\/\1/p' "$out/up.out" | head -1)"
-sleep 1
+bench_name=fairness
+source bench/serving/up_stories.sh
 
 python3 bench/serving/fairness.py flooding --url "$url" --flood "$FLOOD" --victim "$VICTIM" \
   --rounds "$ROUNDS" --metrics "$metrics" --out "$out/flooding.json"
