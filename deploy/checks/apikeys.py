@@ -77,10 +77,11 @@ def check_generated_secret(where, secret, file_key, problems):
 
 
 def check_key_kept(chart_objects, problems):
-    """`chart_objects(overrides, cluster)`: the chart's objects as `helm upgrade` renders them
-    against a cluster holding `cluster`. Two installs draw different keys; an upgrade keeps the
-    installed key, with the limits the new values give."""
-    where = "helm_render.py (apiKeys: upgrade)"
+    """`chart_objects(overrides, installed)`: the chart's objects as `helm upgrade` renders them
+    where the Secret `installed` (None: none) is already in the release's namespace. Two
+    installs draw different keys; an upgrade keeps the installed key, with the limits the new
+    values give."""
+    where = "helm (apiKeys: upgrade)"
 
     def generated(objs):
         found = [o for o in objs if o["kind"] == "Secret" and
@@ -93,9 +94,8 @@ def check_key_kept(chart_objects, problems):
         return
     if decoded(first, "api-key") == decoded(second, "api-key"):
         problems.add(where, "two installs made the same key: it is not random")
-    installed = dict(first, metadata=dict(first["metadata"], namespace="default"))
     limits = "max_concurrent=32 tokens_per_minute=200000"
-    upgraded = generated(chart_objects({"apiKeys": {"limits": limits}}, [installed]))
+    upgraded = generated(chart_objects({"apiKeys": {"limits": limits}}, first))
     got = upgraded and check_generated_secret(where, upgraded, "keys.txt", problems)
     if got and got[0] != decoded(first, "api-key"):
         problems.add(where, "`helm upgrade` replaced the installed key (lookup must keep it)")

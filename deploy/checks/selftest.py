@@ -1,18 +1,19 @@
-"""--self-test: each check rejects a manifest, chart or Dockerfile broken in the way it looks
-for, and deploy/helm_render.py follows Go's template rules."""
+"""--self-test: each check rejects a manifest or Dockerfile broken in the way it looks for (the
+chart's checks: checks/selftest_chart.py)."""
 
 import copy
 import os
 import re
 import tempfile
 
-from .apikeys import API_KEYS_SECRET, check_generated_secret, check_key_kept
 from .cluster import (PUBLIC_SERVICE, ROUTER_SERVICE, check_consistency, default_drain_seconds,
                       prometheus_rule_text, rules_yml_groups)
-from .common import COMPONENTS, DEPLOY, HELM_CHART, K8S, Problems
-from .dockerfile import check_dockerfile, dockerignore_excludes
-from .rendering import compare_objects, render, render_with, split_generated
+from .common import COMPONENTS, K8S, Problems
+from .dockerfile import (DOCKERFILE, check_build_context, check_image_rules, dockerignore_excludes,
+                         hadolint)
+from .rendering import render, render_with
 from .schema import check_schema
+from .selftest_chart import self_test_chart, self_test_tls
 
 
 def self_test(kubectl):
@@ -42,7 +43,6 @@ def self_test(kubectl):
     n += self_test_prometheus_rule(failures)
     n += self_test_tls(expect, failures)
     n += self_test_chart(kubectl, expect, failures)
-    n += self_test_renderer(failures)
     for f in failures:
         print("self-test: " + f)
     print(f"deploy validation self-test: {'FAILED' if failures else 'ok'} ({n} cases)")
@@ -80,20 +80,17 @@ def hpa(o, name):
 
 
 def self_test_schema(objs, expect):
-    """The schema check rejects unknown fields, wrong types and missing required fields, in the
-    Kubernetes objects and in the Prometheus Operator's. Returns the number of cases."""
+    """kubernetes-validate's findings reach the problems: unknown fields, wrong types and missing
+    required fields, in the Kubernetes objects and in the Prometheus Operator's. Returns the
+    number of cases."""
     schema_cases = [
         ("unknown field", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(
-            imagePullPolcy="Always"), "imagePullPolcy: unknown field"),
-        ("wrong type", lambda d: d["spec"].update(replicas="2"), "expected an integer"),
+            imagePullPolcy="Always"), "'imagePullPolcy' was unexpected"),
+        ("wrong type", lambda d: d["spec"].update(replicas="2"), "spec.replicas: '2' is not of"),
         ("missing required", lambda d: d["spec"]["template"]["spec"].pop("containers"),
-         "required field containers"),
+         "'containers' is a required property"),
         ("grpc probe without port", lambda d: d["spec"]["template"]["spec"]["containers"][0]
-         ["readinessProbe"]["grpc"].pop("port"), "required field port"),
-        ("unknown probe field", lambda d: d["spec"]["template"]["spec"]["containers"][0]
-         ["livenessProbe"].update(grpcc={"port": 7000}), "grpcc: unknown field"),
-        ("quantity as a number", lambda d: d["spec"]["template"]["spec"]["containers"][0]
-         ["resources"]["limits"].update({"nvidia.com/gpu": 1}), "expected a string"),
+         ["readinessProbe"]["grpc"].pop("port"), "'port' is a required property"),
     ]
     for label, mutate, needle in schema_cases:
         d = copy.deepcopy(deployment(objs, "tandem-decode"))
@@ -101,23 +98,25 @@ def self_test_schema(objs, expect):
         p = Problems()
         check_schema(d, "self-test", p)
         expect(label, p, needle)
-    sm = copy.deepcopy(next(o for o in objs if o["kind"] == "ServiceMonitor"))
-    sm["spec"]["endpoints"][0]["intervall"] = "5s"
-    p = Problems()
-    check_schema(sm, "self-test", p)
-    expect("ServiceMonitor unknown field", p, "intervall: unknown field")
-
-    pr = copy.deepcopy(next(o for o in objs if o["kind"] == "PrometheusRule"))
-    pr["spec"]["groups"][0]["rules"][0]["recrod"] = "x"
-    p = Problems()
-    check_schema(pr, "self-test", p)
-    expect("PrometheusRule unknown field", p, "recrod: unknown field")
-    sm = copy.deepcopy(next(o for o in objs if o["kind"] == "ServiceMonitor"))
-    sm["apiVersion"] = "monitoring.coreos.com/v1alpha1"
-    p = Problems()
-    check_schema(sm, "self-test", p)
-    expect("ServiceMonitor apiVersion", p, "only monitoring.coreos.com/v1")
-    return len(schema_cases) + 3
+    custom_cases = [
+        ("ServiceMonitor unknown field", "ServiceMonitor",
+         lambda o: o["spec"]["endpoints"][0].update(intervall="5s"), "'intervall' was unexpected"),
+        ("ServiceMonitor interval", "ServiceMonitor",
+         lambda o: o["spec"]["endpoints"][0].update(interval="5 seconds"), "does not match"),
+        ("PrometheusRule unknown field", "PrometheusRule",
+         lambda o: o["spec"]["groups"][0]["rules"][0].update(recrod="x"),
+         "'recrod' was unexpected"),
+        ("ServiceMonitor apiVersion", "ServiceMonitor",
+         lambda o: o.update(apiVersion="monitoring.coreos.com/v1alpha1"),
+         "only monitoring.coreos.com/v1"),
+    ]
+    for label, kind, mutate, needle in custom_cases:
+        o = copy.deepcopy(first(objs, kind))
+        mutate(o)
+        p = Problems()
+        check_schema(o, "self-test", p)
+        expect(label, p, needle)
+    return len(schema_cases) + len(custom_cases)
 
 
 def self_test_consistency(objs, on, expect):
@@ -281,35 +280,43 @@ def self_test_autoscaling(kubectl, expect, failures):
 
 
 def self_test_dockerfile(expect, failures):
-    """The Dockerfile and .dockerignore checks reject each mutation. Returns the number of
-    cases."""
-    with open(os.path.join(DEPLOY, "docker", "Dockerfile"), encoding="utf-8") as f:
+    """hadolint's findings reach the problems, and Tandem's rules for the Dockerfile and the
+    .dockerignore reject each mutation. Returns the number of cases."""
+    with open(DOCKERFILE, encoding="utf-8") as f:
         dockerfile = f.read()
-    docker_cases = [
-        ("latest", lambda t: t.replace("FROM ${RUNTIME_IMAGE} AS runtime",
-                                       "FROM debian:latest AS runtime"), ":latest"),
-        ("untagged", lambda t: t.replace("FROM ${RUNTIME_IMAGE} AS runtime",
-                                         "FROM debian AS runtime"), "not pinned"),
+    runtime = "FROM ${RUNTIME_IMAGE} AS runtime"
+    lint_cases = [
+        ("latest", lambda t: t.replace(runtime, "FROM debian:latest AS runtime"), "DL3007"),
+        ("untagged", lambda t: t.replace(runtime, "FROM debian AS runtime"), "DL3006"),
+        ("ADD", lambda t: t.replace("COPY . .", "ADD . ."), "DL3020"),
+        ("recommends", lambda t: t.replace("--no-install-recommends", ""), "DL3015"),
+        ("shell form", lambda t: t.replace('ENTRYPOINT ["tandem-server"]',
+                                           "ENTRYPOINT tandem-server"), "DL3025"),
+        ("bad stage", lambda t: t.replace("--from=build", "--from=builder"), "DL3022"),
+    ]
+    rule_cases = [
         ("root", lambda t: t.replace("USER 10001:10001", "USER root"), "non-root USER"),
+        ("no user", lambda t: t.replace("USER 10001:10001\n", ""), "non-root USER"),
         ("no healthcheck", lambda t: re.sub(r"HEALTHCHECK [^\n]*\\\n[^\n]*\n", "", t),
          "no HEALTHCHECK"),
-        ("ADD", lambda t: t.replace("COPY . .", "ADD . ."), "use COPY"),
-        ("recommends", lambda t: t.replace("--no-install-recommends", ""),
-         "--no-install-recommends"),
-        ("shell form", lambda t: t.replace('ENTRYPOINT ["tandem-server"]',
-                                           "ENTRYPOINT tandem-server"), "exec form"),
-        ("bad stage", lambda t: t.replace("--from=build", "--from=builder"), "no earlier stage"),
+        ("no entrypoint", lambda t: t.replace('ENTRYPOINT ["tandem-server"]\n', ""),
+         "no ENTRYPOINT"),
+        ("no CPU switch", lambda t: t.replace("ARG RUNTIME_IMAGE=", "ARG RUNTIME_BASE="),
+         "ARG RUNTIME_IMAGE"),
     ]
-    for label, fn, needle in docker_cases:
+    for label, fn, needle in lint_cases + rule_cases:
         changed = fn(dockerfile)
         if changed == dockerfile:
             failures.append(f"Dockerfile case {label}: the mutation did not apply")
             continue
         p = Problems()
-        check_dockerfile(p, text=changed)
+        if (label, fn, needle) in lint_cases:
+            hadolint(p, DOCKERFILE, changed)
+        else:
+            check_image_rules(p, changed)
         expect(f"Dockerfile {label}", p, needle)
     p = Problems()
-    check_dockerfile(p, ignore_patterns=["engine", "build*"])
+    check_build_context(p, ignore_patterns=["engine", "build*"])
     expect(".dockerignore excluding sources", p, "excludes engine")
     expect(".dockerignore keeping .git", p, "does not exclude .git")
     for path, pats, want in [("build/bin", ["build*"], True), ("engine/x.cc", ["build*"], False),
@@ -317,7 +324,7 @@ def self_test_dockerfile(expect, failures):
                              ("models", ["models", "!models"], False)]:
         if dockerignore_excludes(pats, path) != want:
             failures.append(f"dockerignore_excludes({pats}, {path}) != {want}")
-    return len(docker_cases) + 6
+    return len(lint_cases) + len(rule_cases) + 6
 
 
 def self_test_kustomize_warning(kubectl, failures):
@@ -339,183 +346,3 @@ def self_test_prometheus_rule(failures):
     if yaml.safe_load(prometheus_rule_text())["spec"]["groups"] != rules_yml_groups():
         failures.append("prometheus_rule_text() does not hold rules.yml's groups")
     return 1
-
-
-def self_test_tls(expect, failures):
-    """TLS from the chart: probes that cannot speak TLS, files outside a mounted Secret. Returns
-    the number of cases."""
-    import helm_render
-    tls = helm_render.chart_objects(HELM_CHART, [], {"tls": {"enabled": True}})
-    clean = Problems()
-    check_consistency("helm tls", tls, clean)
-    if clean.items:
-        failures.append(f"the chart with TLS has problems: {clean.items}")
-
-    def tls_case(label, fn, needle):
-        o = copy.deepcopy(tls)
-        fn(o)
-        p = Problems()
-        check_consistency("helm tls", o, p)
-        expect(label, p, needle)
-
-    tls_cases = [
-        ("TLS with a grpc probe", lambda o: container(o, "tandem-prefill").update(
-            readinessProbe={"grpc": {"port": 7000}}), "under TLS the probe must run tandem-health"),
-        ("TLS probe without the key", lambda o: container(o, "tandem-decode")["livenessProbe"]
-         ["exec"].update(command=container(o, "tandem-decode")["livenessProbe"]["exec"]
-                         ["command"][:-2]), "differ from the server's"),
-        ("TLS files not mounted", lambda o: container(o, "tandem-router").update(
-            volumeMounts=[m for m in container(o, "tandem-router")["volumeMounts"]
-                          if m["name"] != "tls"]), "is not in a mounted Secret"),
-    ]
-    for label, fn, needle in tls_cases:
-        tls_case(label, fn, needle)
-    return len(tls_cases)
-
-
-def self_test_chart(kubectl, expect, failures):
-    """The chart against kustomize: a changed value, a changed template output, an extra
-    object. Returns the number of cases."""
-    import helm_render
-    base, err = render_with(kubectl, os.path.join(K8S, "base"),
-                            [os.path.join(COMPONENTS, "api-keys")])
-    p = Problems()
-
-    def chart(overrides=None):
-        return split_generated("self-test", helm_render.chart_objects(HELM_CHART, [], overrides),
-                               True, p)
-    compare_objects("self-test", base, chart(), p)
-    if p.items:
-        failures.append(f"the chart's defaults differ from the base with api-keys: {p.items}")
-    helm_cases = [
-        ("chart replicas", chart({"decode": {"replicas": 3}}),
-         "Deployment/tandem-decode.spec.replicas"),
-        ("chart flags", chart({"flags": {"decode": "-x"}}), "TANDEM_DECODE_FLAGS"),
-        ("chart ServiceMonitor", chart({"serviceMonitor": {"enabled": True}}),
-         "ServiceMonitor/tandem is rendered by the chart but not by kustomize"),
-        ("chart without the dashboard", chart({"grafanaDashboard": {"enabled": False}}),
-         "ConfigMap/tandem-grafana-dashboard is built by kustomize but not by the chart"),
-        ("chart metrics from elsewhere",
-         chart({"networkPolicy": {"metrics": {"from": [{"namespaceSelector": {}}]}}}),
-         "NetworkPolicy/tandem-router.spec.ingress[2].from[0].namespaceSelector"),
-    ]
-    for label, objs_, needle in helm_cases:
-        p = Problems()
-        compare_objects("self-test", base, objs_, p)
-        expect(label, p, needle)
-    return len(helm_cases) + 1 + self_test_api_keys(expect, failures)
-
-
-def self_test_api_keys(expect, failures):
-    """The Secret of API keys the chart makes: a keys file the router would refuse, a key that
-    is not the one under `api-key`, a short key, an upgrade that draws a new key. Returns the
-    number of cases."""
-    import base64
-    import helm_render
-    secret = next(o for o in helm_render.chart_objects(HELM_CHART)
-                  if o["kind"] == "Secret" and o["metadata"]["name"] == API_KEYS_SECRET)
-    key = base64.b64decode(secret["data"]["api-key"]).decode()
-    enc = lambda t: base64.b64encode(t.encode()).decode()  # noqa: E731
-    cases = [
-        ("keys file with an unknown limit", {"keys.txt": enc(f"{key} max_tokens=5\n")},
-         "unknown limit 'max_tokens'"),
-        ("keys file with a zero limit", {"keys.txt": enc(f"{key} max_n=0\n")},
-         "max_n: the value must be a positive number"),
-        ("keys file of another key", {"keys.txt": enc("x" * 48 + "\n")},
-         "exactly the key under `api-key`"),
-        ("keys file with no key", {"keys.txt": enc("# none\n")}, "holds no key"),
-        ("short key", {"keys.txt": enc("k" * 20 + "\n"), "api-key": enc("k" * 20)},
-         "the generated key has 20 characters"),
-        ("key too short for the router", {"keys.txt": enc("k" * 15 + "\n"),
-                                          "api-key": enc("k" * 15)}, "at least 16 characters"),
-    ]
-    for label, data, needle in cases:
-        s = copy.deepcopy(secret)
-        s["data"].update(data)
-        p = Problems()
-        check_generated_secret("self-test", s, "keys.txt", p)
-        expect(label, p, needle)
-    p = Problems()
-    check_key_kept(lambda over, cluster: helm_render.chart_objects(HELM_CHART, [], over), p)
-    expect("upgrade without lookup", p, "replaced the installed key")
-    p = Problems()
-    check_key_kept(lambda over, cluster: [secret], p)
-    expect("the same key twice", p, "not random")
-    return len(cases) + 2
-
-
-def template_chart(tmp, values_text, src):
-    """A chart in the folder `tmp` with values.yaml `values_text` and one template, t.txt."""
-    os.mkdir(os.path.join(tmp, "templates"))
-    with open(os.path.join(tmp, "Chart.yaml"), "w", encoding="utf-8") as f:
-        f.write("name: t\nversion: 0.1.0\n")
-    with open(os.path.join(tmp, "values.yaml"), "w", encoding="utf-8") as f:
-        f.write(values_text)
-    with open(os.path.join(tmp, "templates", "t.txt"), "w", encoding="utf-8") as f:
-        f.write(src)
-
-
-def self_test_renderer(failures):
-    """deploy/helm_render.py against Go's text/template rules, and its refusal of what it does
-    not understand. Returns the number of cases."""
-    import yaml
-    import helm_render
-    go_cases = [
-        ("a {{- 1 -}} b", {}, "a1b"),
-        ("{{ if .Values.x }}yes{{ else if .Values.y }}y{{ else }}no{{ end }}", {"y": 1}, "y"),
-        ("{{ range $k, $v := .Values.m }}{{ $k }}={{ $v }};{{ end }}", {"m": {"b": 2, "a": 1}},
-         "a=1;b=2;"),
-        ("{{ with .Values.m }}{{ .a }}{{ end }}|{{ with .Values.no }}x{{ else }}e{{ end }}",
-         {"m": {"a": 5}}, "5|e"),
-        ('{{ define "t" }}[{{ .v }}]{{ end }}{{ include "t" (dict "v" 3) | nindent 2 }}', {},
-         "\n  [3]"),
-        ('{{ .Values.s | quote }} {{ printf "%s-%d" .Values.s 7 }} {{ .Values.missing }}.',
-         {"s": "a"}, '"a" a-7 .'),
-        ("{{ and 1 0 }} {{ or 0 2 }} {{ not 0 }} {{ eq 1 1 }} {{ ne 1 1 }}", {},
-         "0 2 true true false"),
-        ("{{ toYaml .Values.m | indent 2 }}", {"m": {"k": ["a"]}}, "  k:\n  - a"),
-        ("{{ $x := 4 }}{{ $x }}{{/* c */}}", {}, "4"),
-        ('{{ b64enc "key" }} {{ b64dec "a2V5" }} {{ "a2V5" | b64dec | b64enc }}', {},
-         "a2V5 key a2V5"),
-        ('{{ dig "a" "b" "d" .Values.m }} {{ dig "a" "x" "d" .Values.m }} '
-         '{{ dig "z" "b" "d" .Values.m }}', {"m": {"a": {"b": "v"}}}, "v d d"),
-        ('[{{ printf "%s %s" "k" "" | trim }}] [{{ trim " a b\\n" }}]', {}, "[k] [a b]"),
-        ('{{ lookup "v1" "Secret" "ns" "s" | len }} {{ dig "data" "k" "none" (lookup "v1" '
-         '"Secret" "ns" "s") }}', {}, "0 none"),
-    ]
-    for src, values, want in go_cases:
-        with tempfile.TemporaryDirectory() as tmp:
-            template_chart(tmp, yaml.safe_dump(values), src)
-            try:
-                got = helm_render.render_chart(tmp)["t.txt"]
-            except helm_render.RenderError as e:
-                got = f"RenderError: {e}"
-        if got != want:
-            failures.append(f"helm_render: {src!r} gave {got!r}, Go gives {want!r}")
-    for src in ('{{ lookup "v1" }}', "{{ if .Values.x }}", "{{ .Values.a | frobnicate }}",
-                '{{ genCA "tandem" 365 }}', '{{ dig "a" "d" "not a map" }}'):
-        with tempfile.TemporaryDirectory() as tmp:
-            template_chart(tmp, "{}\n", src)
-            try:
-                helm_render.render_chart(tmp)
-                failures.append(f"helm_render accepted {src!r}, which it does not understand")
-            except helm_render.RenderError:
-                pass
-    return len(go_cases) + 5 + self_test_random_and_lookup(failures)
-
-
-def self_test_random_and_lookup(failures):
-    """randAlphaNum draws letters and digits anew each call; lookup finds what the cluster it is
-    handed holds, in the namespace asked for, and nothing else. Returns the number of cases."""
-    import helm_render
-    keys = {helm_render.FUNCTIONS["randAlphaNum"](48) for _ in range(4)}
-    if len(keys) != 4 or not all(len(k) == 48 and k.isalnum() and k.isascii() for k in keys):
-        failures.append(f"helm_render randAlphaNum 48 gave {sorted(keys)}")
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"},
-              "data": {"k": "dg=="}}
-    r = helm_render.Renderer(HELM_CHART, {}, cluster=[secret])
-    got = (r.lookup("v1", "Secret", "ns", "s"), r.lookup("v1", "Secret", "other", "s"),
-           r.lookup("v1", "ConfigMap", "ns", "s"), len(r.lookup("v1", "Secret", "", "")["items"]))
-    if got != (secret, {}, {}, 1):
-        failures.append(f"helm_render lookup against a cluster gave {got}")
-    return 2

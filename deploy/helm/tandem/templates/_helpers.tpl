@@ -1,9 +1,6 @@
 {{/*
-Helpers shared by the templates. Keep to the Go-template subset that deploy/helm_render.py
-understands (validate.py renders the chart with it where Helm is not installed): if/else/with/
-range/define/include, and the functions include, toYaml, toJson, indent, nindent, quote, trim,
-default, dict, index, dig, printf, sha256sum, b64enc, b64dec, randAlphaNum, lookup, not, and, or,
-eq.
+Helpers shared by the templates. deploy/validate.py renders and lints the chart with Helm itself
+(its Go SDK), so any Helm and Sprig function may be used.
 */}}
 
 {{/* Labels of every object: the kustomize base's, plus Helm's bookkeeping. */}}
