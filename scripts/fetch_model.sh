@@ -3,7 +3,8 @@
 # folder that holds models/ and testdata/.
 #   ../shared beside the checkout (developer machines and CI): used as it is.
 #   elsewhere: downloaded once into ./models/stories260K from its public home (Karpathy's
-#   tinyllamas on Hugging Face); model data is never committed to the project.
+#   tinyllamas on Hugging Face; $TANDEM_STORIES260K_URL names another folder serving the two
+#   files); model data is never committed to the project.
 # With --shared-dir it only prints the folder.
 #
 # With --smollm2 it makes the default chat model available instead and prints its path:
@@ -125,7 +126,7 @@ fi
 local_dir="$root/models"
 if [ "${1:-}" != "--shared-dir" ] && [ ! -f "$local_dir/models/stories260K/stories260K.bin" ]; then
   mkdir -p "$local_dir/models/stories260K"
-  base="https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K"
+  base="${TANDEM_STORIES260K_URL:-https://huggingface.co/karpathy/tinyllamas/resolve/main/stories260K}"
   for f in stories260K.bin tok512.bin; do
     echo "fetching $f" >&2
     curl -fsSL -o "$local_dir/models/stories260K/$f" "$base/$f"
