@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_cache_manager.h"
 #include "planner/simulator.h"
 #include "router/admission.h"
 #include "router/registry.h"
@@ -75,7 +75,7 @@ struct Worker {
   int device = 0;
   const CostModel* cost = nullptr;
   std::unique_ptr<PrefillScheduler> prefill_scheduler;
-  std::unique_ptr<BlockPool> pool;  // prefill: the prefix cache's blocks
+  std::unique_ptr<KvCacheManager> pool;  // prefill: the blocks and their prefix cache
   int prefill_jobs = 0;
   std::deque<int> waiting_blocks;  // prefill: requests waiting for blocks other prompts hold
   std::unique_ptr<DecodeScheduler> decode_scheduler;

@@ -83,7 +83,7 @@ absl::Status Sim::Build() {
     w.prefill = true;
     w.cost = prefill_cost_.get();
     w.prefill_scheduler = std::make_unique<PrefillScheduler>(cluster_.prefill_scheduler);
-    w.pool = std::make_unique<BlockPool>(*pblocks);
+    w.pool = std::make_unique<KvCacheManager>(*pblocks, KvTableLayout{cluster_.block_size, {}});
     w.device = profile_.shared_host ? 0 : next_device++;
     workers_.push_back(std::move(w));
   }
@@ -321,15 +321,11 @@ bool Sim::TakePrefillBlocks(int r, int w) {
   const int bs = cluster_.block_size;
   const std::vector<uint64_t>& full = BlockHashes(q);
   if (cluster_.prefix_cache) {
-    const std::span<const int> prompt(q.item.prompt);
-    BlockParent parent;
-    for (int b = 0; (b + 1) * bs <= len - 1; ++b) {
-      auto hit = pw.pool->Lookup(full[b], prompt.subspan(b * bs, bs), parent);
-      if (!hit) break;
-      q.blocks.push_back(*hit);
-      parent = pw.pool->AsParent(*hit);
-    }
-    q.cached = static_cast<int>(q.blocks.size()) * bs;
+    // The blocks before the prompt's last token, as the engine looks them up.
+    KvCacheManager::Prefix hit = pw.pool->MatchPrefix(
+        q.item.prompt, std::span<const uint64_t>(full).first(static_cast<size_t>((len - 1) / bs)));
+    q.blocks = std::move(hit.blocks);
+    q.cached = hit.tokens;
   }
   const int needed = (len + bs - 1) / bs - static_cast<int>(q.blocks.size());
   auto fresh = pw.pool->Allocate(needed);

@@ -110,16 +110,7 @@ void Sim::StepEnd(int w) {
       if (!wk.step.work[i].last) continue;
       Request& q = requests_[wk.step_requests[i]];
       // The engine's FinishLocked: full blocks become reusable prefixes, the rest are freed.
-      if (cluster_.prefix_cache) {
-        const std::vector<uint64_t>& full = BlockHashes(q);
-        const std::span<const int> prompt(q.item.prompt);
-        const int bs = cluster_.block_size;
-        BlockParent parent;
-        for (size_t b = 0; b < full.size(); ++b) {
-          wk.pool->Register(q.blocks[b], full[b], prompt.subspan(b * bs, bs), parent);
-          parent = wk.pool->AsParent(q.blocks[b]);
-        }
-      }
+      if (cluster_.prefix_cache) wk.pool->Publish(q.item.prompt, q.blocks, BlockHashes(q));
       wk.pool->Free(q.blocks).IgnoreError();
       q.blocks.clear();
       --wk.prefill_jobs;

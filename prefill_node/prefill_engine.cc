@@ -64,8 +64,7 @@ PrefillEngine::PrefillEngine(const Model* model, KvSender* sender, PrefillEngine
       metrics_(metrics),
       runner_(std::move(runner)),
       scheduler_(options.scheduler),
-      pool_(options.num_blocks),
-      layout_(runner_->kv_spec().table_layout()),
+      cache_(options.num_blocks, runner_->kv_spec().table_layout()),
       send_spec_(KvCacheSpec::For(model->config(), options.block_size, options.kv_dtype)),
       health_(options.faults) {}
 
@@ -135,7 +134,7 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
     job->prompt = std::move(prompt);
     uint64_t id = next_job_++;
     if (absl::Status s = scheduler_.Add(id, len, job->cached); !s.ok()) {
-      pool_.Free(job->blocks).IgnoreError();
+      cache_.Free(job->blocks).IgnoreError();
       return s;
     }
     jobs_[id] = job;
@@ -219,36 +218,18 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
 
 absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prompt) {
   const int len = static_cast<int>(prompt.size());
-  const int bs = options_.block_size;
-  const int groups = layout_.n_groups();
   job.blocks.clear();
   job.cached = 0;
   // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its logits
-  // give the first token). A logical block is a hit when every layer group still holds it, each
-  // after the group's block the previous hit found (BlockPool: never on the hash alone).
+  // give the first token).
   if (options_.prefix_cache) {
-    const std::vector<uint64_t> hashes = PrefixBlockHashes(prompt, bs, (len - 1) / bs);
-    std::vector<BlockParent> parents(groups);
-    for (size_t b = 0; b < hashes.size(); ++b) {
-      const std::span<const int> tokens = prompt.subspan(b * bs, bs);
-      std::vector<int> hits;
-      for (int g = 0; g < groups; ++g) {
-        std::optional<int> hit = pool_.Lookup(GroupBlockHash(hashes[b], g), tokens, parents[g]);
-        if (!hit) break;
-        hits.push_back(*hit);
-      }
-      if (static_cast<int>(hits.size()) < groups) {
-        pool_.Free(hits).IgnoreError();  // references Lookup took
-        break;
-      }
-      for (int g = 0; g < groups; ++g) parents[g] = pool_.AsParent(hits[g]);
-      job.blocks.insert(job.blocks.end(), hits.begin(), hits.end());
-    }
-    job.cached = static_cast<int>(job.blocks.size()) / groups * bs;
+    KvCacheManager::Prefix hit = cache_.MatchPrefix(prompt, (len - 1) / options_.block_size);
+    job.blocks = std::move(hit.blocks);
+    job.cached = hit.tokens;
   }
-  auto fresh = pool_.Allocate(layout_.Entries(len) - static_cast<int>(job.blocks.size()));
+  auto fresh = cache_.Allocate(cache_.layout().Entries(len) - static_cast<int>(job.blocks.size()));
   if (!fresh.ok()) {
-    pool_.Free(job.blocks).IgnoreError();
+    cache_.Free(job.blocks).IgnoreError();
     job.blocks.clear();
     job.cached = 0;
     return fresh.status();
@@ -277,22 +258,8 @@ absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count)
 
 void PrefillEngine::FinishLocked(Job& job) {
   // Full blocks of a completed prompt become reusable prefixes; the rest go back to the pool.
-  if (job.status.ok() && options_.prefix_cache) {
-    const int bs = options_.block_size;
-    const int groups = layout_.n_groups();
-    const std::span<const int> prompt(job.prompt);
-    const std::vector<uint64_t> hashes =
-        PrefixBlockHashes(prompt, bs, static_cast<int>(prompt.size()) / bs);
-    std::vector<BlockParent> parents(groups);
-    for (size_t b = 0; b < hashes.size(); ++b) {
-      for (int g = 0; g < groups; ++g) {
-        const int block = job.blocks[b * groups + g];
-        pool_.Register(block, GroupBlockHash(hashes[b], g), prompt.subspan(b * bs, bs), parents[g]);
-        parents[g] = pool_.AsParent(block);
-      }
-    }
-  }
-  pool_.Free(job.blocks).IgnoreError();
+  if (job.status.ok() && options_.prefix_cache) cache_.Publish(job.prompt, job.blocks);
+  cache_.Free(job.blocks).IgnoreError();
   job.blocks.clear();
   job.done = true;
   done_cv_.notify_all();
@@ -409,15 +376,15 @@ WorkerLoadSnapshot PrefillEngine::Load() const {
   WorkerLoadSnapshot l;
   l.queue_depth = scheduler_.num_waiting();
   l.running = static_cast<int>(jobs_.size());
-  l.free_blocks = pool_.num_available();
-  l.total_blocks = pool_.num_blocks();
+  l.free_blocks = cache_.num_available();
+  l.total_blocks = cache_.num_blocks();
   l.block_size = options_.block_size;
   return l;
 }
 
 bool PrefillEngine::Idle() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return jobs_.empty() && scheduler_.empty() && pool_.NoneInUse();
+  return jobs_.empty() && scheduler_.empty() && cache_.NoneInUse();
 }
 
 }  // namespace tandem

@@ -16,8 +16,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/kv/block_pool.h"
 #include "engine/kv/kv_cache.h"
+#include "engine/kv/kv_cache_manager.h"
 #include "engine/model.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -141,8 +141,7 @@ class PrefillEngine {
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   PrefillScheduler scheduler_;
-  BlockPool pool_;
-  const KvTableLayout layout_;   // the runner's cache's (engine/kv/block_table.h)
+  KvCacheManager cache_;         // the runner's cache's layout (engine/kv/block_table.h)
   const KvCacheSpec send_spec_;  // what a decode worker of this model reads: KeepFrom
   absl::flat_hash_map<uint64_t, std::shared_ptr<Job>> jobs_;
   uint64_t next_job_ = 1;

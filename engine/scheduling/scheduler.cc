@@ -44,8 +44,9 @@ std::vector<PrefillScheduler::Work> PrefillScheduler::Schedule() {
 
 DecodeScheduler::DecodeScheduler(Options options)
     : options_(options),
-      layout_{options.block_size, options.group_window},
-      pool_(options.num_blocks),
+      cache_(options.num_blocks, KvTableLayout{options.block_size, options.group_window}),
+      layout_(cache_.layout()),
+      pool_(cache_.pool()),
       watermark_blocks_(options.watermark > 0 && options.admission == Admission::kOnDemand
                             ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
                             : 0) {}

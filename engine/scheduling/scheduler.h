@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "engine/kv/block_pool.h"
 #include "engine/kv/block_table.h"
+#include "engine/kv/kv_cache_manager.h"
 
 namespace tandem {
 
@@ -147,6 +148,8 @@ class DecodeScheduler {
   explicit DecodeScheduler(Options options);
   DecodeScheduler(int num_blocks, int block_size, int max_running)
       : DecodeScheduler(MakeOptions(num_blocks, block_size, max_running)) {}
+  DecodeScheduler(const DecodeScheduler&) = delete;  // holds references into its cache
+  DecodeScheduler& operator=(const DecodeScheduler&) = delete;
 
   // Logical blocks (one per group each) covering `tokens` tokens.
   int BlocksFor(int tokens) const { return layout_.LogicalBlocks(tokens); }
@@ -243,8 +246,9 @@ class DecodeScheduler {
   void InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const;
 
   Options options_;
-  KvTableLayout layout_;
-  BlockPool pool_;
+  KvCacheManager cache_;         // the pool and the layer groups' table layout
+  const KvTableLayout& layout_;  // cache_'s
+  BlockPool& pool_;              // cache_'s
   int watermark_blocks_ = 0;
   absl::flat_hash_map<uint64_t, Entry> requests_;
   std::vector<uint64_t> running_;    // admission order
