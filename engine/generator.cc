@@ -377,15 +377,7 @@ absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
                                                         std::span<const int> ids, int top_n,
                                                         DType kv_dtype) {
   const ModelConfig& c = model.config();
-  if (ids.size() < 2) return absl::InvalidArgumentError("text: needs at least 2 tokens to score");
-  if (static_cast<int64_t>(ids.size()) > c.max_seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
-  }
-  if (top_n < 0 || top_n > kMaxTopLogprobs) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs, top_n));
-  }
+  if (absl::Status s = ValidateScore(c, ids, top_n); !s.ok()) return s;
   const int bs = 16;
   const KvTableLayout layout = KvCacheSpec::For(c, bs, kv_dtype).table_layout();
   const std::vector<int> table = ContiguousTable(layout, static_cast<int>(ids.size()));
@@ -396,17 +388,38 @@ absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
   if (absl::Status s = model.Forward({&chunk, 1}, &*cache, &logits); !s.ok()) return s;
   std::vector<ScoredToken> out;
   for (size_t i = 0; i + 1 < ids.size(); ++i) {
-    std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
-    const int token = ids[i + 1];
-    TokenLogprobs lp = ComputeLogprobs(row, token, top_n);
-    ScoredToken t;
-    t.logprob = lp.logprob;
-    t.rank = 1 + static_cast<int>(std::count_if(row.begin(), row.end(),
-                                                [&](float v) { return v > row[token]; }));
-    t.top = std::move(lp.top);
-    out.push_back(std::move(t));
+    out.push_back(ScoreRow({logits.data() + i * c.vocab_size, static_cast<size_t>(c.vocab_size)},
+                           ids[i + 1], top_n));
   }
   return out;
+}
+
+absl::Status ValidateScore(const ModelConfig& c, std::span<const int> ids, int top_n) {
+  if (ids.size() < 2) return absl::InvalidArgumentError("text: needs at least 2 tokens to score");
+  if (static_cast<int64_t>(ids.size()) > c.max_seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
+  }
+  for (int t : ids) {
+    if (t < 0 || t >= c.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrFormat("token_ids: %d outside the vocabulary", t));
+    }
+  }
+  if (top_n < 0 || top_n > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs, top_n));
+  }
+  return absl::OkStatus();
+}
+
+ScoredToken ScoreRow(std::span<const float> row, int token, int top_n) {
+  TokenLogprobs lp = ComputeLogprobs(row, token, top_n);
+  ScoredToken t;
+  t.logprob = lp.logprob;
+  t.rank = 1 + static_cast<int>(
+                   std::count_if(row.begin(), row.end(), [&](float v) { return v > row[token]; }));
+  t.top = std::move(lp.top);
+  return t;
 }
 
 absl::StatusOr<std::vector<float>> ScoreTokens(const Model& model, std::span<const int> ids,

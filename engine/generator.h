@@ -94,6 +94,13 @@ absl::StatusOr<std::vector<ScoredToken>> ScoreTokensTop(const Model& model,
                                                         std::span<const int> ids, int top_n,
                                                         DType kv_dtype = DType::kF32);
 
+// What a request to score `ids` (top_n per position) may be: at least 2 tokens, each in the
+// vocabulary, at most the context; top_n in [0, kMaxTopLogprobs]. INVALID_ARGUMENT naming the
+// field otherwise.
+absl::Status ValidateScore(const ModelConfig& config, std::span<const int> ids, int top_n);
+// `token`'s log-probability under the logits `row`, its rank and the row's top_n tokens.
+ScoredToken ScoreRow(std::span<const float> row, int token, int top_n);
+
 }  // namespace tandem
 
 #endif  // TANDEM_ENGINE_GENERATOR_H_

@@ -95,90 +95,16 @@ absl::StatusOr<PrefillResult> PrefillEngine::Prefill(uint64_t request_id, std::v
   if (absl::Status s = ValidateRequest(check, model_->config(), nullptr); !s.ok()) return s;
   if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
   const int len = static_cast<int>(prompt.size());
-  const int bs = options_.block_size;
   auto job = std::make_shared<Job>();
   job->id = request_id;
   job->sampling = check.sampling;
   job->output_tokens = output_tokens;
   job->target = target;
   job->enqueued = absl::Now();
-  {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (health_.draining())
-      return absl::UnavailableError("prefill worker is draining (shutting down)");
-    // The prompt's blocks. While other prompts hold the pool, wait for them to finish (within
-    // the deadline) rather than fail: an empty pool holds any prompt (Create's check).
-    while (true) {
-      absl::Status taken = TakeBlocksLocked(*job, prompt);
-      if (taken.ok()) break;
-      if (jobs_.empty() || !absl::IsResourceExhausted(taken)) return taken;
-      done_cv_.wait_for(lock, std::chrono::milliseconds(10));
-      if (absl::Now() >= deadline) {
-        return absl::DeadlineExceededError(
-            absl::StrFormat("prefill deadline passed waiting for KV blocks: %s", taken.message()));
-      }
-      if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
-      if (health_.draining())
-        return absl::UnavailableError("prefill worker is draining (shutting down)");
-    }
-    if (options_.prefix_cache) {
-      // Full blocks looked up until the first miss, and the hits.
-      const int hits = job->cached / bs;
-      prefix_queries_ += std::min((len - 1) / bs, hits + 1);
-      prefix_hits_ += hits;
-      if (metrics_) {
-        metrics_->prefix_cache_queries.Increment(len);
-        metrics_->prefix_cache_hits.Increment(job->cached);
-      }
-    }
-    job->prompt = std::move(prompt);
-    uint64_t id = next_job_++;
-    if (absl::Status s = scheduler_.Add(id, len, job->cached); !s.ok()) {
-      cache_.Free(job->blocks).IgnoreError();
-      return s;
-    }
-    jobs_[id] = job;
-    job->uncomputed = len - job->cached;
-    if (metrics_) {
-      metrics_->num_requests_waiting.Increment();
-      metrics_->prompt_tokens_waiting.Increment(static_cast<double>(job->uncomputed));
-    }
-    work_cv_.notify_one();
-    // Wait for the compute, watching for cancellation and the deadline.
-    while (!job->done) {
-      done_cv_.wait_for(lock, std::chrono::milliseconds(10));
-      if (job->done) break;
-      const absl::Time now = absl::Now();
-      const bool expired = now >= deadline;
-      // Computing (however slowly: a loaded machine, other prompts' chunks between this one's)
-      // is not stalling: the timeout counts from the later of the start and the engine's last
-      // progress.
-      const bool stalled =
-          job->started != absl::Time() &&
-          now - std::max(job->started, now - health_.SinceProgress()) >= compute_timeout;
-      if (expired || stalled || (cancelled && cancelled())) {
-        job->cancelled = true;
-        job->status = expired   ? absl::DeadlineExceededError("prefill deadline passed")
-                      : stalled ? absl::DeadlineExceededError(
-                                      absl::StrFormat("prefill made no progress for %s after it "
-                                                      "started (--prefill-timeout-ms)",
-                                                      absl::FormatDuration(compute_timeout)))
-                                : absl::CancelledError("prefill cancelled");
-        work_cv_.notify_one();
-        done_cv_.wait(lock, [&] { return job->done; });
-      }
-    }
-    if (metrics_) {
-      (job->started == absl::Time() ? metrics_->num_requests_waiting
-                                    : metrics_->num_requests_running)
-          .Decrement();
-      metrics_->prompt_tokens_waiting.Decrement(static_cast<double>(job->uncomputed));
-    }
-    job->uncomputed = 0;
-  }
-  if (!job->status.ok()) {
+  if (absl::Status s = RunJob(job, std::move(prompt), deadline, cancelled, compute_timeout);
+      !s.ok()) {
     sender_->Forget(target);
-    return job->status;
+    return s;
   }
   const absl::Time computed = absl::Now();
   // The transfer is part of the prefill's work: its acknowledgements are waited for within the
@@ -221,8 +147,8 @@ absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prom
   job.blocks.clear();
   job.cached = 0;
   // Prefix cache: reuse full blocks of the prompt, but always compute the last token (its logits
-  // give the first token).
-  if (options_.prefix_cache) {
+  // give the first token). A prompt scored needs every position's logits: it reuses none.
+  if (options_.prefix_cache && !job.scoring()) {
     KvCacheManager::Prefix hit = cache_.MatchPrefix(prompt, (len - 1) / options_.block_size);
     job.blocks = std::move(hit.blocks);
     job.cached = hit.tokens;
@@ -239,6 +165,7 @@ absl::Status PrefillEngine::TakeBlocksLocked(Job& job, std::span<const int> prom
 }
 
 absl::Status PrefillEngine::SendRange(Job& job, int layer, int start, int count) {
+  if (job.scoring()) return absl::OkStatus();  // its KV stays here
   // A sliding-window layer is sent from the window the decode worker reads on.
   const int from = send_spec_.KeepFrom(layer, static_cast<int>(job.prompt.size()));
   if (start < from) {
@@ -302,7 +229,7 @@ void PrefillEngine::Loop() {
       if (metrics_) metrics_->prompt_tokens_waiting.Decrement(static_cast<double>(computing));
       batch_jobs.push_back(job);
       batch.push_back({std::span<const int>(job->prompt).subspan(w.start, w.count), w.start,
-                       job->blocks, false});
+                       job->blocks, /*all_logits=*/job->scoring()});
     }
     lock.unlock();
     // KV of a prefix-cache hit is sent as it is: the decode worker has none of it.
@@ -339,16 +266,21 @@ void PrefillEngine::Loop() {
     }
     lock.lock();
     health_.StepDone(st);
+    // The logits rows: one per work, or one per position of a scored prompt's chunk.
+    size_t row0 = 0;
     for (size_t i = 0; i < work.size(); ++i) {
       Job& job = *batch_jobs[i];
+      const size_t first_row = row0;
+      row0 += job.scoring() ? static_cast<size_t>(work[i].count) : 1;
       job.compute_seconds += step_seconds;
       if (job.done) continue;
+      if (st.ok() && job.scoring() && !job.cancelled) ScoreChunk(job, work[i], logits, first_row);
       if (!st.ok()) {
         job.status = st;
       } else if (!work[i].last || job.cancelled) {
         continue;
-      } else {
-        std::span<const float> row(logits.data() + i * c.vocab_size, c.vocab_size);
+      } else if (!job.scoring()) {
+        std::span<const float> row(logits.data() + first_row * c.vocab_size, c.vocab_size);
         job.first_token = Sample(row, job.sampling, job.prompt.size(),
                                  HistoryOf(job.prompt, job.prompt.size() - job.output_tokens, c));
         if (job.sampling.logprobs) {
@@ -362,13 +294,113 @@ void PrefillEngine::Loop() {
   }
 }
 
-absl::StatusOr<std::vector<ScoredToken>> PrefillEngine::Score(std::span<const int> ids, int top_n) {
-  for (int t : ids) {
-    if (t < 0 || t >= model_->config().vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat("token_ids: %d outside the vocabulary", t));
+absl::Status PrefillEngine::RunJob(const std::shared_ptr<Job>& job, std::vector<int> prompt,
+                                   absl::Time deadline, const std::function<bool()>& cancelled,
+                                   absl::Duration compute_timeout) {
+  const int len = static_cast<int>(prompt.size());
+  const int bs = options_.block_size;
+  std::unique_lock<std::mutex> lock(mu_);
+  if (health_.draining())
+    return absl::UnavailableError("prefill worker is draining (shutting down)");
+  // The prompt's blocks. While other prompts hold the pool, wait for them to finish (within
+  // the deadline) rather than fail: an empty pool holds any prompt (Create's check).
+  while (true) {
+    absl::Status taken = TakeBlocksLocked(*job, prompt);
+    if (taken.ok()) break;
+    if (jobs_.empty() || !absl::IsResourceExhausted(taken)) return taken;
+    done_cv_.wait_for(lock, std::chrono::milliseconds(10));
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrFormat("prefill deadline passed waiting for KV blocks: %s", taken.message()));
+    }
+    if (cancelled && cancelled()) return absl::CancelledError("prefill cancelled");
+    if (health_.draining())
+      return absl::UnavailableError("prefill worker is draining (shutting down)");
+  }
+  if (options_.prefix_cache && !job->scoring()) {
+    // Full blocks looked up until the first miss, and the hits.
+    const int hits = job->cached / bs;
+    prefix_queries_ += std::min((len - 1) / bs, hits + 1);
+    prefix_hits_ += hits;
+    if (metrics_) {
+      metrics_->prefix_cache_queries.Increment(len);
+      metrics_->prefix_cache_hits.Increment(job->cached);
     }
   }
-  return ScoreTokensTop(*model_, ids, top_n);
+  job->prompt = std::move(prompt);
+  uint64_t id = next_job_++;
+  if (absl::Status s = scheduler_.Add(id, len, job->cached); !s.ok()) {
+    cache_.Free(job->blocks).IgnoreError();
+    return s;
+  }
+  jobs_[id] = job;
+  job->uncomputed = len - job->cached;
+  if (metrics_) {
+    metrics_->num_requests_waiting.Increment();
+    metrics_->prompt_tokens_waiting.Increment(static_cast<double>(job->uncomputed));
+  }
+  work_cv_.notify_one();
+  // Wait for the compute, watching for cancellation and the deadline.
+  while (!job->done) {
+    done_cv_.wait_for(lock, std::chrono::milliseconds(10));
+    if (job->done) break;
+    const absl::Time now = absl::Now();
+    const bool expired = now >= deadline;
+    // Computing (however slowly: a loaded machine, other prompts' chunks between this one's)
+    // is not stalling: the timeout counts from the later of the start and the engine's last
+    // progress.
+    const bool stalled =
+        job->started != absl::Time() &&
+        now - std::max(job->started, now - health_.SinceProgress()) >= compute_timeout;
+    if (expired || stalled || (cancelled && cancelled())) {
+      job->cancelled = true;
+      job->status = expired   ? absl::DeadlineExceededError("prefill deadline passed")
+                    : stalled ? absl::DeadlineExceededError(
+                                    absl::StrFormat("prefill made no progress for %s after it "
+                                                    "started (--prefill-timeout-ms)",
+                                                    absl::FormatDuration(compute_timeout)))
+                              : absl::CancelledError("prefill cancelled");
+      work_cv_.notify_one();
+      done_cv_.wait(lock, [&] { return job->done; });
+    }
+  }
+  if (metrics_) {
+    (job->started == absl::Time() ? metrics_->num_requests_waiting : metrics_->num_requests_running)
+        .Decrement();
+    metrics_->prompt_tokens_waiting.Decrement(static_cast<double>(job->uncomputed));
+  }
+  job->uncomputed = 0;
+  return job->status;
+}
+
+void PrefillEngine::ScoreChunk(Job& job, const PrefillScheduler::Work& w,
+                               const std::vector<float>& logits, size_t first_row) {
+  const int vocab = model_->config().vocab_size;
+  const int len = static_cast<int>(job.prompt.size());
+  for (int p = w.start; p < w.start + w.count && p + 1 < len; ++p) {
+    const size_t row = first_row + static_cast<size_t>(p - w.start);
+    job.scored.push_back(ScoreRow({logits.data() + row * vocab, static_cast<size_t>(vocab)},
+                                  job.prompt[p + 1], job.score_top));
+  }
+}
+
+absl::StatusOr<std::vector<ScoredToken>> PrefillEngine::Score(
+    std::span<const int> ids, int top_n, absl::Time deadline,
+    const std::function<bool()>& cancelled) {
+  if (absl::Status s = ValidateScore(model_->config(), ids, top_n); !s.ok()) return s;
+  // The device runner's logit rows are sized for sampling, not a chunk's every position: there,
+  // the model's host forward pass scores, in the worker's KV dtype.
+  if (options_.device != "cpu") return ScoreTokensTop(*model_, ids, top_n, options_.kv_dtype);
+  auto job = std::make_shared<Job>();
+  job->score_top = top_n;
+  job->enqueued = absl::Now();
+  if (absl::Status s = RunJob(job, std::vector<int>(ids.begin(), ids.end()), deadline, cancelled,
+                              absl::InfiniteDuration());
+      !s.ok()) {
+    return s;
+  }
+  if (metrics_) metrics_->prompt_tokens.Increment(static_cast<double>(ids.size()));
+  return std::move(job->scored);
 }
 
 WorkerLoadSnapshot PrefillEngine::Load() const {

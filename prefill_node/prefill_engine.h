@@ -83,9 +83,15 @@ class PrefillEngine {
                                         int output_tokens = 0,
                                         absl::Duration compute_timeout = absl::InfiniteDuration());
 
-  // Log-probabilities of ids[1..], their ranks and each position's `top_n` most likely tokens
-  // (one prefill with logits for every position; ScoreTokensTop).
-  absl::StatusOr<std::vector<ScoredToken>> Score(std::span<const int> ids, int top_n = 0);
+  // Log-probabilities of ids[1..], their ranks and each position's `top_n` most likely tokens:
+  // the prompt runs as a prefill of its own through the engine's scheduler and runner (the
+  // worker's device and KV dtype, batched with other prompts' chunks, in chunks itself) with
+  // logits for every position, and ships no KV (with --device cuda, the model's host forward
+  // pass in the worker's KV dtype). `cancelled` is polled as Prefill's; `deadline` bounds the
+  // call (DEADLINE_EXCEEDED). INVALID_ARGUMENT as ValidateScore.
+  absl::StatusOr<std::vector<ScoredToken>> Score(std::span<const int> ids, int top_n = 0,
+                                                 absl::Time deadline = absl::InfiniteFuture(),
+                                                 const std::function<bool()>& cancelled = nullptr);
 
   // Progress and drain, for health: BeginDrain() makes Prefill UNAVAILABLE from then on while
   // admitted work finishes.
@@ -119,6 +125,11 @@ class PrefillEngine {
     std::optional<TokenLogprobs> first_logprobs;
     double compute_seconds = 0;
     std::atomic<bool> cancelled{false};
+    // Score: the top tokens per position (>= 0 marks a prompt scored, not shipped), and each
+    // position's score, chunk by chunk.
+    int score_top = -1;
+    std::vector<ScoredToken> scored;
+    bool scoring() const { return score_top >= 0; }
   };
 
   PrefillEngine(const Model* model, KvSender* sender, PrefillEngineOptions options,
@@ -129,6 +140,14 @@ class PrefillEngine {
   // RESOURCE_EXHAUSTED, with nothing held, when the pool is short.
   absl::Status TakeBlocksLocked(Job& job, std::span<const int> prompt);
   absl::Status SendRange(Job& job, int layer, int start, int count);
+  // Takes `job`'s blocks and prompt, queues it and waits for its compute (the deadline,
+  // `cancelled` and `compute_timeout` as Prefill's): its status.
+  absl::Status RunJob(const std::shared_ptr<Job>& job, std::vector<int> prompt, absl::Time deadline,
+                      const std::function<bool()>& cancelled, absl::Duration compute_timeout);
+  // A scored prompt's chunk `w` ran: the scores of its positions from their logits rows,
+  // `first_row` on.
+  void ScoreChunk(Job& job, const PrefillScheduler::Work& w, const std::vector<float>& logits,
+                  size_t first_row);
   void FinishLocked(Job& job);
 
   const Model* model_;

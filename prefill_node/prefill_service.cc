@@ -42,7 +42,11 @@ grpc::Status PrefillService::Score(grpc::ServerContext* ctx, const v1::PrefillSc
     return s;
   }
   std::vector<int> ids(req->token_ids().begin(), req->token_ids().end());
-  auto scored = engine_->Score(ids, req->top_logprobs());
+  const absl::Time deadline = ctx->deadline() == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(ctx->deadline());
+  auto scored =
+      engine_->Score(ids, req->top_logprobs(), deadline, [ctx] { return ctx->IsCancelled(); });
   if (!scored.ok()) return ToGrpc(scored.status());
   for (const ScoredToken& t : *scored) {
     resp->add_logprobs(t.logprob);

@@ -163,6 +163,7 @@ class Cluster {
 struct Streamed {
   grpc::Status status;
   std::vector<int> tokens;
+  std::vector<float> logprobs;  // with sampling.logprobs
   std::string text;
   v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
   int messages = 0;
@@ -180,6 +181,7 @@ inline Streamed Generate(v1::Generation::Stub* stub, const v1::GenerateRequest& 
   while (reader->Read(&resp)) {
     ++out.messages;
     out.tokens.insert(out.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    for (const v1::TokenLogprobs& l : resp.logprobs()) out.logprobs.push_back(l.logprob());
     out.text += resp.text();
     if (resp.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) out.finish = resp.finish_reason();
     out.last_timings = resp.timings();

@@ -628,6 +628,37 @@ TEST_F(ClusterTest, HealthAnswersForEveryServiceByName) {
   EXPECT_EQ(check(c.router(), "tandem.v1.Nothing"), "NOT_FOUND");
 }
 
+// On --kv-dtype bf16 workers, Score over gRPC gives the log-probabilities Generate reported for
+// the same tokens: the prefill worker scores in its KV dtype, through its engine.
+TEST_F(ClusterTest, ScoreEqualsGeneratesLogprobsOnBf16Kv) {
+  Cluster c(1, 1, {"--kv-dtype", "bf16"});
+  ASSERT_TRUE(c.ready());
+  const std::vector<int> prompt = {1, 403, 407, 261, 378};
+  v1::GenerateRequest g;
+  g.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  g.set_max_tokens(20);
+  g.set_ignore_eos(true);
+  g.mutable_sampling()->set_temperature(0);
+  g.mutable_sampling()->set_logprobs(true);
+  const testing::Streamed gen = testing::Generate(c.generation(), g);
+  ASSERT_TRUE(gen.status.ok()) << gen.status.error_message();
+  ASSERT_EQ(gen.tokens.size(), 20u);
+  ASSERT_EQ(gen.logprobs.size(), 20u);
+  v1::ScoreRequest sr;
+  sr.mutable_tokens()->mutable_ids()->Add(prompt.begin(), prompt.end());
+  sr.mutable_tokens()->mutable_ids()->Add(gen.tokens.begin(), gen.tokens.end());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::ScoreResponse scored;
+  ASSERT_TRUE(c.generation()->Score(&ctx, sr, &scored).ok());
+  ASSERT_EQ(scored.logprobs_size(), 24);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_NEAR(scored.logprobs(4 + i), gen.logprobs[i], 1e-4) << "token " << i;
+    EXPECT_EQ(scored.ranks(4 + i), 1) << "greedy: the most likely, token " << i;
+  }
+  EXPECT_TRUE(c.AllBlocksFree());
+}
+
 TEST_F(ClusterTest, TokenizeDetokenizeModelInfoScore) {
   Cluster c(1, 1);
   ASSERT_TRUE(c.ready());
