@@ -400,11 +400,7 @@ absl::Status ValidateScore(const ModelConfig& c, std::span<const int> ids, int t
     return absl::InvalidArgumentError(
         absl::StrFormat("text: %d tokens exceed the context length %d", ids.size(), c.max_seq_len));
   }
-  for (int t : ids) {
-    if (t < 0 || t >= c.vocab_size) {
-      return absl::InvalidArgumentError(absl::StrFormat("token_ids: %d outside the vocabulary", t));
-    }
-  }
+  if (absl::Status s = CheckTokenIds(ids, c.vocab_size, "token_ids"); !s.ok()) return s;
   if (top_n < 0 || top_n > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(
         absl::StrFormat("top_logprobs: must be in [0, %d], got %d", kMaxTopLogprobs, top_n));

@@ -19,16 +19,21 @@ std::string_view FinishReasonName(FinishReason r) {
   return "?";
 }
 
+absl::Status CheckTokenIds(std::span<const int> ids, int vocab_size, std::string_view field) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: token id %d at index %d is outside the vocabulary [0, %d)", field,
+                          ids[i], i, vocab_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& config,
                              const Tokenizer* tokenizer) {
   if (r.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || r.prompt[i] >= config.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("prompt: token id %d at index %d is outside the vocabulary [0, %d)",
-                          r.prompt[i], i, config.vocab_size));
-    }
-  }
+  if (absl::Status s = CheckTokenIds(r.prompt, config.vocab_size, "prompt"); !s.ok()) return s;
   if (static_cast<int64_t>(r.prompt.size()) >= config.max_seq_len) {
     return absl::InvalidArgumentError(
         absl::StrFormat("prompt: %d tokens leave no room in the context length %d", r.prompt.size(),

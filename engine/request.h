@@ -67,6 +67,9 @@ SamplingHistory HistoryOf(std::span<const int> tokens, size_t prompt_tokens,
 // output_tokens) and names the offending field.
 absl::Status ValidateRequest(const GenerationRequest& r, const ModelConfig& config,
                              const Tokenizer* tokenizer);
+// Every id of `ids` in [0, vocab_size): else INVALID_ARGUMENT naming `field`, the id and its
+// index (ValidateRequest's prompt, a Score's sequence).
+absl::Status CheckTokenIds(std::span<const int> ids, int vocab_size, std::string_view field);
 
 // One scored position: the token's log-probability given those before it, its rank there (1 +
 // the tokens with a higher logit, vLLM's definition) and the `top_n` most likely tokens
