@@ -16,6 +16,7 @@
 #include "prefill_node/prefill_engine.h"
 #include "rpc/grpc_util.h"
 #include "tests/cluster_auth.h"
+#include "tests/serving/engine_parts.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -86,13 +87,11 @@ struct Stream {
 class DecodeServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backend_ = MakeCpuBackend();
-    model_ = std::move(*Model::Load(testing::Stories260K(), backend_.get()));
-    KvSenderOptions so;
-    so.auth.secret = testing::TestClusterSecret();
-    auto sender = MakeKvSender("tcp", so);
-    ASSERT_TRUE(sender.ok()) << sender.status();
-    sender_ = std::move(*sender);
+    testing::StoriesEngineParts parts = testing::StoriesEngineParts::Make();
+    ASSERT_NE(parts.sender, nullptr);
+    backend_ = std::move(parts.backend);
+    model_ = std::move(parts.model);
+    sender_ = std::move(parts.sender);
     PrefillEngineOptions po;
     po.block_size = 16;
     po.num_blocks = 256;

@@ -9,6 +9,7 @@
 #include "metrics/metrics.h"
 #include "prefill_node/prefill_engine.h"
 #include "tests/cluster_auth.h"
+#include "tests/serving/engine_parts.h"
 #include "tests/test_util.h"
 
 namespace tandem {
@@ -17,13 +18,11 @@ namespace {
 class ScoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    backend_ = MakeCpuBackend();
-    model_ = std::move(*Model::Load(testing::Stories260K(), backend_.get()));
-    KvSenderOptions so;
-    so.auth.secret = testing::TestClusterSecret();
-    auto sender = MakeKvSender("tcp", so);
-    ASSERT_TRUE(sender.ok()) << sender.status();
-    sender_ = std::move(*sender);
+    testing::StoriesEngineParts parts = testing::StoriesEngineParts::Make();
+    ASSERT_NE(parts.sender, nullptr);
+    backend_ = std::move(parts.backend);
+    model_ = std::move(parts.model);
+    sender_ = std::move(parts.sender);
   }
 
   void StartPrefill(DType kv_dtype, int64_t step_delay_ms = 0) {
