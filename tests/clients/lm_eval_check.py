@@ -2,6 +2,9 @@
 
     python3 lm_eval_check.py OUT_DIR HOST:PORT TOKENIZER_DIR MODEL
 
+TOKENIZER_DIR `remote`: the server's own /tokenize encodes (lm_eval's tokenizer_backend=remote),
+and transformers is not needed.
+
 Loglikelihood: lm_eval sends context + continuation with echo, logprobs and max_tokens 1 and
 sums the continuation's echoed log-probabilities; the same tokens with max_tokens 0 (the prompt's
 log-probabilities alone) must sum to the same number. generate_until: a greedy completion of the
@@ -13,14 +16,23 @@ import math
 import sys
 import urllib.request
 
-from transformers import AutoTokenizer
 
-
-def post(host, body):
-    req = urllib.request.Request(f"http://{host}/v1/completions", data=json.dumps(body).encode(),
+def post(host, body, path="/v1/completions"):
+    req = urllib.request.Request(f"http://{host}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)
+
+
+class ServerTokenizer:
+    """The server's /tokenize, as lm_eval's RemoteTokenizer calls it."""
+
+    def __init__(self, host, model):
+        self.host, self.model = host, model
+
+    def encode(self, text, add_special_tokens=False):
+        body = {"model": self.model, "prompt": text, "add_special_tokens": add_special_tokens}
+        return post(self.host, body, "/tokenize")["tokens"]
 
 
 def samples(out_dir, task):
@@ -31,7 +43,11 @@ def samples(out_dir, task):
 
 def main():
     out_dir, host, tok_dir, model = sys.argv[1:5]
-    tok = AutoTokenizer.from_pretrained(tok_dir)
+    if tok_dir == "remote":
+        tok = ServerTokenizer(host, model)
+    else:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(tok_dir)
     checked = 0
     for s in samples(out_dir, "tandem_ll"):
         for args, resp in zip(s["arguments"].values(), s["resps"]):
