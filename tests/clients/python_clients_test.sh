@@ -14,7 +14,10 @@
 # guided_choice and guided_json go through `extra_body` (tests/clients/openai_guided.py), and
 # instructor extracts a pydantic model in its tools and json_schema modes
 # (tests/clients/instructor_extract.py), and litellm completes, streams and runs a tool call
-# (tests/clients/litellm_loop.py).
+# (tests/clients/litellm_loop.py). Then, on a cluster of the chat model SmolLM2-135M-Instruct
+# (from scripts/fetch_model.sh --smollm2's cache), the openai SDK's forced tool call fits in 25
+# completion tokens and LangChain's with_structured_output returns the object at max_tokens 60
+# (tests/clients/smollm2_structured.py).
 # The clients live in a virtual environment cached under ~/.cache/tandem/pyclients, at the
 # versions tests/clients/requirements.txt pins; without network access to PyPI the test is
 # skipped (exit 77), saying so.
@@ -75,4 +78,15 @@ grep -Eq '^perplexity: [0-9]' "$WORK/grpc.txt" || { echo "FAIL: no perplexity"; 
 grep -Eq '^chat: .{10,}' "$WORK/openai.txt" || { echo "FAIL: no chat answer"; fail=1; }
 grep -Eq '^json: \{"name": ".*", "age": -?[0-9]+\}$' "$WORK/openai.txt" || { echo "FAIL: no JSON answer fitting the schema"; fail=1; }
 grep -Eq '^tool: get_weather \{"city": ".*"\}$' "$WORK/openai.txt" || { echo "FAIL: no forced tool call"; fail=1; }
+
+# A real chat model's structured output at agent code's token limits (SmolLM2, from the cache
+# scripts/fetch_model.sh fills; left out, saying so, where it cannot be had).
+if smollm2=$(bash "$SRC/scripts/fetch_model.sh" --smollm2 2>"$WORK/fetch.err"); then
+  stop_tandem_up
+  start_tandem_up --model "$smollm2"
+  echo "--- smollm2_structured.py"
+  "$PY" "$SRC/tests/clients/smollm2_structured.py" "$HTTP" || { echo "FAIL: SmolLM2's structured output"; fail=1; }
+else
+  echo "(SmolLM2 could not be fetched: its structured-output check is left out)"; cat "$WORK/fetch.err"
+fi
 exit $fail

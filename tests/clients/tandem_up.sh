@@ -1,7 +1,8 @@
 # Sourced by the client tests (python_clients_test.sh, lm_eval_test.sh), after they set BIN (the
 # build's bin folder): a scratch folder $WORK, and start_tandem_up ARGS..., which starts
 # `tandem up ARGS...` in the background, waits until its router answers and sets GRPC and HTTP
-# to the router's addresses. On exit the cluster is stopped and $WORK removed.
+# to the router's addresses, and stop_tandem_up. On exit the cluster is stopped and $WORK
+# removed.
 WORK=$(mktemp -d)
 UP_PID=""
 cleanup() {
@@ -9,6 +10,11 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
+
+stop_tandem_up() {
+  if [ -n "$UP_PID" ]; then kill -TERM "$UP_PID" 2>/dev/null || true; wait "$UP_PID" 2>/dev/null || true; fi
+  UP_PID=""
+}
 
 start_tandem_up() {
   "$BIN/tandem" up "$@" >"$WORK/up.out" 2>"$WORK/up.err" &
