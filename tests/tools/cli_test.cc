@@ -295,8 +295,9 @@ pid_t ChildWithRole(pid_t parent, const std::string& role) {
   return found;
 }
 
-// `tandem up` serves /metrics on the OpenAI HTTP port too (as vLLM), with the HTTP request's n and max_tokens under vLLM's names. Its prefill worker runs
-// every thread at niceness 10 (the default --prefill-nice), the router and decode worker at 0.
+// `tandem up` serves /metrics on the OpenAI HTTP port too (as vLLM), with the HTTP request's n and
+// max_tokens under vLLM's names. Its prefill worker runs every thread at niceness 10 (the default
+// --prefill-nice), the router and decode worker at 0.
 TEST(CliTest, UpServesMetricsOnTheHttpPort) {
   testing::TempDir dir;
   testing::UpCluster up(dir.path() + "/up.log", {});
