@@ -23,8 +23,8 @@ using DecodeReactor = grpc::ServerBidiReactor<v1::DecodeClientMessage, v1::Decod
 class DecodeStream final : public DecodeReactor, public std::enable_shared_from_this<DecodeStream> {
  public:
   static DecodeReactor* Open(grpc::CallbackServerContext* ctx, DecodeEngine* engine,
-                             InternalAuth* auth) {
-    std::shared_ptr<DecodeStream> s(new DecodeStream(ctx, engine, auth));
+                             InternalAuth* auth, DecodeService::RequestHandles* handles) {
+    std::shared_ptr<DecodeStream> s(new DecodeStream(ctx, engine, auth, handles));
     s->self_ = s;
     // The proof is checked twice: before the first message is read (who may call), and
     // against that message (what it was made for).
@@ -111,8 +111,9 @@ class DecodeStream final : public DecodeReactor, public std::enable_shared_from_
  private:
   enum class State { kAdmit, kAdmitted, kStart, kStreaming, kEnding, kDone };
 
-  DecodeStream(grpc::CallbackServerContext* ctx, DecodeEngine* engine, InternalAuth* auth)
-      : ctx_(ctx), engine_(engine), auth_(auth) {}
+  DecodeStream(grpc::CallbackServerContext* ctx, DecodeEngine* engine, InternalAuth* auth,
+               DecodeService::RequestHandles* handles)
+      : ctx_(ctx), engine_(engine), auth_(auth), handles_(handles) {}
 
   // The Admit in `in_`: the request admitted and `out_` its lease, or the refusal.
   std::optional<grpc::Status> AdmitLocked() {
@@ -127,9 +128,14 @@ class DecodeStream final : public DecodeReactor, public std::enable_shared_from_
     req.ignore_eos = a.ignore_eos();
     req.output_tokens = a.output_tokens();
     req.speculative = !a.disable_speculation();
+    if (!a.replaces_request_id().empty()) {
+      if (std::optional<uint64_t> h = handles_->Find(a.replaces_request_id())) engine_->Cancel(*h);
+    }
     auto admission = engine_->Admit(req);
     if (!admission.ok()) return ToGrpc(admission.status());
     handle_ = admission->handle;
+    request_id_ = a.request_id();
+    handles_->Track(request_id_, handle_);
     out_.Clear();
     *out_.mutable_admitted()->mutable_kv_target() = ToProto(admission->target);
     state_ = State::kAdmitted;
@@ -193,7 +199,10 @@ class DecodeStream final : public DecodeReactor, public std::enable_shared_from_
       std::lock_guard<std::mutex> lock(mu_);
       if (state_ == State::kDone) return;
       state_ = State::kDone;
-      if (handle_ != 0) engine_->Cancel(handle_);
+      if (handle_ != 0) {
+        engine_->Cancel(handle_);
+        handles_->Untrack(request_id_, handle_);
+      }
     }
     Finish(s);
   }
@@ -201,12 +210,14 @@ class DecodeStream final : public DecodeReactor, public std::enable_shared_from_
   grpc::CallbackServerContext* const ctx_;
   DecodeEngine* const engine_;
   InternalAuth* const auth_;
+  DecodeService::RequestHandles* const handles_;
   std::shared_ptr<DecodeStream> self_;  // until OnDone
   std::mutex mu_;
   State state_ = State::kAdmit;
   bool busy_ = false;       // a read or write in flight
   bool cancelled_ = false;  // OnCancel came
   uint64_t handle_ = 0;     // the engine's request, once admitted
+  std::string request_id_;  // the router's, once admitted
   v1::DecodeClientMessage in_;
   v1::DecodeServerMessage out_;
   std::optional<v1::DecodeServerMessage> tail_;  // kEnding: Finished, after the last tokens
@@ -216,7 +227,26 @@ class DecodeStream final : public DecodeReactor, public std::enable_shared_from_
 }  // namespace
 
 DecodeReactor* DecodeService::Decode(grpc::CallbackServerContext* ctx) {
-  return DecodeStream::Open(ctx, engine_, auth_.get());
+  return DecodeStream::Open(ctx, engine_, auth_.get(), &handles_);
+}
+
+void DecodeService::RequestHandles::Track(const std::string& id, uint64_t handle) {
+  if (id.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  handles_[id] = handle;
+}
+
+void DecodeService::RequestHandles::Untrack(const std::string& id, uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(id);
+  if (it != handles_.end() && it->second == handle) handles_.erase(it);
+}
+
+std::optional<uint64_t> DecodeService::RequestHandles::Find(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = handles_.find(id);
+  if (it == handles_.end()) return std::nullopt;
+  return it->second;
 }
 
 grpc::Status DecodeService::NcclBootstrap(grpc::ServerContext* ctx,

@@ -3,7 +3,11 @@
 #define TANDEM_DECODE_NODE_DECODE_SERVICE_H_
 
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "decode_node/decode_engine.h"
 #include "kv_transfer/nccl/nccl_transport.h"
 #include "rpc/internal_auth.h"
@@ -22,6 +26,18 @@ class DecodeService final
                 NcclKvTransportReceiver* nccl = nullptr)
       : engine_(engine), auth_(std::move(auth)), nccl_(nccl) {}
 
+  // The engine handles of the streams' requests by request id (DecodeAdmit.replaces_request_id).
+  class RequestHandles {
+   public:
+    void Track(const std::string& id, uint64_t handle);
+    void Untrack(const std::string& id, uint64_t handle);  // only while `id` names `handle`
+    std::optional<uint64_t> Find(const std::string& id) const;
+
+   private:
+    mutable std::mutex mu_;
+    absl::flat_hash_map<std::string, uint64_t> handles_;
+  };
+
   // One stream per request: Admit -> Admitted; Start -> Tokens... -> Finished. A cancelled or
   // broken stream cancels the request at once (its place frees; its blocks at the next step).
   grpc::ServerBidiReactor<v1::DecodeClientMessage, v1::DecodeServerMessage>* Decode(
@@ -36,6 +52,7 @@ class DecodeService final
   DecodeEngine* engine_;
   std::shared_ptr<InternalAuth> auth_;
   NcclKvTransportReceiver* nccl_;
+  RequestHandles handles_;
 };
 
 }  // namespace tandem

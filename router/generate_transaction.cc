@@ -322,6 +322,7 @@ async::Task<grpc::Status> GenerateTransaction::Admit(Attempt& a) {
     }
   }
   preempting_ = 0;
+  replacing_.clear();
   // A decode worker that turns unhealthy (wedged, silent, draining past its deadline) is
   // abandoned: its stream is cancelled and the request resumed elsewhere.
   watch_->WatchWorker(a.decode->context(), a.decode_id);
@@ -344,6 +345,7 @@ async::Task<grpc::Status> GenerateTransaction::TryAdmit(Attempt& a, std::string 
   m->set_max_tokens(a.remaining);
   m->set_ignore_eos(greq_->ignore_eos);
   m->set_disable_speculation(!greq_->speculative);
+  if (!replacing_.empty() && pick == replacing_worker_) m->set_replaces_request_id(replacing_);
   m->set_output_tokens(static_cast<int>(generated_.size()));
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(absl::ToChronoTime(call_.deadline));
@@ -589,11 +591,14 @@ void GenerateTransaction::TakeFairShareLocked(ClusterView::Locked& cluster) {
   }
   if (preempting_ != 0 && cluster.streaming().count(preempting_) > 0) return;  // asked already
   preempting_ = 0;
+  replacing_.clear();
   const std::optional<uint64_t> victim = cluster.shares().VictimFor(call_.tenant);
   if (!victim) return;
   auto it = cluster.streaming().find(*victim);
   if (it == cluster.streaming().end() || it->second->share_ctx_ == nullptr) return;
   preempting_ = *victim;
+  replacing_ = it->second->request_id_;
+  replacing_worker_ = it->second->share_worker_;
   it->second->preempted_ = true;
   it->second->share_ctx_->TryCancel();
 }
@@ -601,6 +606,7 @@ void GenerateTransaction::TakeFairShareLocked(ClusterView::Locked& cluster) {
 void GenerateTransaction::JoinSharesLocked(Attempt& a, ClusterView::Locked& cluster) {
   share_id_ = cluster.NextShareId();
   share_ctx_ = a.decode->context();
+  share_worker_ = a.decode_id;
   preempted_ = false;
   cluster.shares().Add(call_.tenant, share_id_);
   cluster.streaming()[share_id_] = this;

@@ -194,6 +194,10 @@ class GenerateTransaction {
   std::atomic<bool> preempted_{false};
   bool preempted_attempt_ = false;
   uint64_t preempting_ = 0;  // the place this request asked for, while it waits
+  // The request that place was (its request id and decode worker): this one's admission there
+  // names it (DecodeAdmit.replaces_request_id), so the worker frees the place first.
+  std::string replacing_, replacing_worker_;
+  std::string share_worker_;  // while streaming: the decode worker it streams from
   std::optional<PhaseGauges> phase_;
   std::optional<CallWatch> watch_;
   WaitRegistration wait_;

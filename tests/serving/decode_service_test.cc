@@ -41,10 +41,12 @@ struct Stream {
 
   // Opens the stream with `r`'s Admit: the KV target, or the refusal.
   absl::StatusOr<KvTarget> Admit(DecodeStub* stub, const std::string& address,
-                                 const GenerationRequest& r) {
+                                 const GenerationRequest& r, const std::string& request_id = "",
+                                 const std::string& replaces = "") {
     v1::DecodeClientMessage admit;
     v1::DecodeAdmit* a = admit.mutable_admit();
-    a->set_request_id("decode-service-test");
+    a->set_request_id(request_id);
+    a->set_replaces_request_id(replaces);
     a->mutable_prompt_ids()->Add(r.prompt.begin(), r.prompt.end());
     *a->mutable_sampling() = ToProto(r.sampling);
     a->set_max_tokens(r.max_tokens);
@@ -262,6 +264,29 @@ TEST_F(DecodeServiceTest, ACancelledStreamFreesItsPlaceAtOnce) {
   }
   EXPECT_TRUE(admitted.ok()) << admitted.status();
   EXPECT_EQ(decode_->steps(), s1) << "admitted only after the step boundary";
+  b.Cancel();
+}
+
+// The router's fair shares name the request whose place an admission takes: the worker cancels
+// it first, so the newcomer is admitted at once even before the router's cancel of that stream
+// arrives; a name it does not know changes nothing.
+TEST_F(DecodeServiceTest, AnAdmissionTakesThePlaceOfTheRequestItNames) {
+  StartDecode(/*max_running=*/1);
+  Stream a;
+  ASSERT_TRUE(a.Admit(stub_.get(), address_, Request({1, 403}, 8, 0), "tenant-a-1").ok());
+  {
+    Stream refused;
+    EXPECT_EQ(refused.Admit(stub_.get(), address_, Request({1}, 4, 0), "tenant-b-1", "nobody")
+                  .status()
+                  .code(),
+              absl::StatusCode::kResourceExhausted);
+  }
+  Stream b;
+  const absl::StatusOr<KvTarget> admitted =
+      b.Admit(stub_.get(), address_, Request({1}, 4, 0), "tenant-b-2", "tenant-a-1");
+  EXPECT_TRUE(admitted.ok()) << admitted.status();
+  EXPECT_EQ(decode_->Load().queue_depth + decode_->Load().running, 1) << "a is gone";
+  a.Cancel();
   b.Cancel();
 }
 
