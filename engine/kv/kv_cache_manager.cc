@@ -34,9 +34,8 @@ KvCacheManager::Prefix KvCacheManager::MatchPrefix(std::span<const int> prompt,
 }
 
 void KvCacheManager::Publish(std::span<const int> prompt, std::span<const int> table) {
-  const int full = static_cast<int>(std::min<size_t>(
-      prompt.size() / layout_.block_size, table.size() / static_cast<size_t>(layout_.n_groups())));
-  Publish(prompt, table, PrefixBlockHashes(prompt, layout_.block_size, full));
+  const int bs = layout_.block_size;
+  Publish(prompt, table, PrefixBlockHashes(prompt, bs, static_cast<int>(prompt.size()) / bs));
 }
 
 void KvCacheManager::Publish(std::span<const int> prompt, std::span<const int> table,

@@ -45,8 +45,6 @@ std::vector<PrefillScheduler::Work> PrefillScheduler::Schedule() {
 DecodeScheduler::DecodeScheduler(Options options)
     : options_(options),
       cache_(options.num_blocks, KvTableLayout{options.block_size, options.group_window}),
-      layout_(cache_.layout()),
-      pool_(cache_.pool()),
       watermark_blocks_(options.watermark > 0 && options.admission == Admission::kOnDemand
                             ? std::max(1, static_cast<int>(options.watermark * options.num_blocks))
                             : 0) {}
@@ -57,11 +55,11 @@ absl::StatusOr<int> DecodeScheduler::MostTokens(uint64_t id, int prompt_tokens,
     return absl::AlreadyExistsError(absl::StrFormat("request %d already admitted", id));
   }
   const int most_tokens = std::max(max_tokens, prompt_tokens + 1);
-  if (layout_.TokensIn(num_blocks()) < most_tokens) {
+  if (cache_.layout().TokensIn(num_blocks()) < most_tokens) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "the request may reach %d tokens (%d KV blocks of %d), more than the whole cache of %d "
         "blocks",
-        most_tokens, layout_.BlocksAt(most_tokens), block_size(), num_blocks()));
+        most_tokens, cache_.layout().BlocksAt(most_tokens), block_size(), num_blocks()));
   }
   return most_tokens;
 }
@@ -83,20 +81,21 @@ absl::StatusOr<std::vector<int>> DecodeScheduler::Admit(uint64_t id, int prompt_
   // kReserve: also kept free are the most it may hold later and what the others may still claim.
   const bool reserve = options_.admission == Admission::kReserve;
   const int promised = reserve ? growth_promised() : 0;
-  const int64_t need = reserve ? layout_.PeakBlocks(most_tokens) + promised
-                               : layout_.BlocksHeld(prompt_tokens, prompt_tokens + 1);
-  if (pool_.num_available() - need < watermark_blocks_) {
+  const int64_t need = reserve ? cache_.layout().PeakBlocks(most_tokens) + promised
+                               : cache_.layout().BlocksHeld(prompt_tokens, prompt_tokens + 1);
+  if (cache_.pool().num_available() - need < watermark_blocks_) {
     return reserve ? absl::ResourceExhaustedError(absl::StrFormat(
                          "decode worker: %d free KV blocks, %d of them promised to running "
                          "requests; the request may hold %d",
-                         pool_.num_available(), promised, need - promised))
+                         cache_.pool().num_available(), promised, need - promised))
                    : absl::ResourceExhaustedError(absl::StrFormat(
                          "decode worker: %d free KV blocks, the request needs %d and %d stay "
                          "free for growth",
-                         pool_.num_available(), need, watermark_blocks_));
+                         cache_.pool().num_available(), need, watermark_blocks_));
   }
   std::vector<int> table;
-  if (absl::Status s = GrowTable(layout_, &pool_, &table, prompt_tokens, prompt_tokens + 1);
+  if (absl::Status s =
+          GrowTable(cache_.layout(), &cache_.pool(), &table, prompt_tokens, prompt_tokens + 1);
       !s.ok()) {
     return s;
   }
@@ -159,7 +158,7 @@ uint64_t DecodeScheduler::Victim(const Step& step) const {
 }
 
 void DecodeScheduler::Preempt(uint64_t id, Entry& e) {
-  FreeTable(&pool_, &e.blocks);
+  FreeTable(&cache_.pool(), &e.blocks);
   e.computed = 0;
   e.state = State::kPreempted;
   std::erase(running_, id);
@@ -174,7 +173,7 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
   while (!preempted_.empty() && static_cast<int>(running_.size()) < options_.max_batch) {
     const uint64_t id = preempted_.front();
     Entry& e = requests_.at(id);
-    if (!GrowTable(layout_, &pool_, &e.blocks, e.tokens - 1, e.tokens).ok()) break;
+    if (!GrowTable(cache_.layout(), &cache_.pool(), &e.blocks, e.tokens - 1, e.tokens).ok()) break;
     e.state = State::kRunning;
     preempted_.erase(preempted_.begin());
     InsertInOrder(running_, id);
@@ -194,16 +193,18 @@ DecodeScheduler::Step DecodeScheduler::Schedule() {
     }
     n = std::min(n, step_left);
     if (n <= 0) continue;
-    const int need = MissingBlocks(layout_, e.blocks, e.computed, e.computed + n);
-    while (need > pool_.num_available() && e.state == State::kRunning) {
+    const int need = MissingBlocks(cache_.layout(), e.blocks, e.computed, e.computed + n);
+    while (need > cache_.pool().num_available() && e.state == State::kRunning) {
       const uint64_t victim = Victim(step);
       if (victim == 0) break;
       Preempt(victim, requests_.at(victim));
       step.preempted.push_back(victim);
     }
-    if (e.state != State::kRunning) continue;    // it was the newest: it waits itself
-    if (need > pool_.num_available()) continue;  // everything else is in this step: next one
-    GrowTable(layout_, &pool_, &e.blocks, e.computed, e.computed + n).IgnoreError();  // fits
+    if (e.state != State::kRunning) continue;  // it was the newest: it waits itself
+    if (need > cache_.pool().num_available())
+      continue;  // everything else is in this step: next one
+    GrowTable(cache_.layout(), &cache_.pool(), &e.blocks, e.computed, e.computed + n)
+        .IgnoreError();  // fits
     if (recompute) budget -= n;
     step.tokens += n;
     step.work.push_back({id, e.computed, n, e.computed + n == e.tokens});
@@ -222,11 +223,12 @@ int DecodeScheduler::Speculate(Step* step, size_t i, int k) {
   k = std::min(k, options_.step_tokens - step->tokens);
   // kReserve: never from the blocks promised to the others (nor its own: a conservative bound,
   // as proposals reach past what a one-token step holds).
-  const int free =
-      pool_.num_available() - (options_.admission == Admission::kReserve ? growth_promised() : 0);
-  while (k > 0 && MissingBlocks(layout_, e.blocks, w.start, w.start + 1 + k) > free) --k;
+  const int free = cache_.pool().num_available() -
+                   (options_.admission == Admission::kReserve ? growth_promised() : 0);
+  while (k > 0 && MissingBlocks(cache_.layout(), e.blocks, w.start, w.start + 1 + k) > free) --k;
   if (k <= 0) return 0;
-  if (!GrowTable(layout_, &pool_, &e.blocks, w.start, w.start + 1 + k).ok()) return 0;
+  if (!GrowTable(cache_.layout(), &cache_.pool(), &e.blocks, w.start, w.start + 1 + k).ok())
+    return 0;
   w.count = 1 + k;
   w.draft = k;
   step->tokens += k;
@@ -246,17 +248,17 @@ void DecodeScheduler::Complete(const Step& step, std::span<const int> kept) {
       const int k = i < kept.size() ? std::clamp(kept[i], 0, w.draft) : 0;
       e.computed = w.start + 1 + k;  // the token and the proposals kept
       e.tokens += 1 + k;
-      ShrinkTable(layout_, &pool_, &e.blocks, e.tokens);
+      ShrinkTable(cache_.layout(), &cache_.pool(), &e.blocks, e.tokens);
     }
     // Blocks behind the sliding windows of the positions still to compute.
-    TrimTable(layout_, &pool_, &e.blocks, e.computed);
+    TrimTable(cache_.layout(), &cache_.pool(), &e.blocks, e.computed);
   }
 }
 
 bool DecodeScheduler::Release(uint64_t id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return false;
-  FreeTable(&pool_, &it->second.blocks);
+  FreeTable(&cache_.pool(), &it->second.blocks);
   if (it->second.leaving) --num_leaving_;
   std::erase(running_, id);
   std::erase(preempted_, id);
@@ -290,7 +292,7 @@ std::optional<DecodeScheduler::State> DecodeScheduler::state(uint64_t id) const 
 int DecodeScheduler::growth_promised() const {
   int64_t blocks = 0;
   for (const auto& [id, e] : requests_) {
-    blocks += std::max<int64_t>(0, layout_.PeakBlocks(e.max_tokens) - LiveBlocks(e.blocks));
+    blocks += std::max<int64_t>(0, cache_.layout().PeakBlocks(e.max_tokens) - LiveBlocks(e.blocks));
   }
   return static_cast<int>(std::min<int64_t>(blocks, INT32_MAX));
 }

@@ -148,11 +148,9 @@ class DecodeScheduler {
   explicit DecodeScheduler(Options options);
   DecodeScheduler(int num_blocks, int block_size, int max_running)
       : DecodeScheduler(MakeOptions(num_blocks, block_size, max_running)) {}
-  DecodeScheduler(const DecodeScheduler&) = delete;  // holds references into its cache
-  DecodeScheduler& operator=(const DecodeScheduler&) = delete;
 
   // Logical blocks (one per group each) covering `tokens` tokens.
-  int BlocksFor(int tokens) const { return layout_.LogicalBlocks(tokens); }
+  int BlocksFor(int tokens) const { return cache_.layout().LogicalBlocks(tokens); }
   // Takes blocks for `prompt_tokens` plus the first token (kReserve: and sets aside those it may
   // hold on its way to `max_tokens`). `max_tokens` is the most tokens the request may reach
   // (prompt + max_tokens, capped by the context). RESOURCE_EXHAUSTED when it
@@ -206,10 +204,10 @@ class DecodeScheduler {
   int num_preempted() const { return static_cast<int>(preempted_.size()); }
   // Sequences waiting to be readmitted (preempted or enqueued), oldest first.
   const std::vector<uint64_t>& preempted() const { return preempted_; }
-  int num_free_blocks() const { return pool_.num_available(); }
-  int num_blocks() const { return pool_.num_blocks(); }
+  int num_free_blocks() const { return cache_.pool().num_available(); }
+  int num_blocks() const { return cache_.pool().num_blocks(); }
   int block_size() const { return options_.block_size; }
-  const KvTableLayout& layout() const { return layout_; }
+  const KvTableLayout& layout() const { return cache_.layout(); }
   int watermark_blocks() const { return watermark_blocks_; }
   Admission admission() const { return options_.admission; }
   // Blocks the sequences may still claim on their way to their most tokens (the growth promised;
@@ -217,7 +215,7 @@ class DecodeScheduler {
   int growth_promised() const;
   int64_t preemptions() const { return preemptions_; }
   // The leak check: no request and no block in use.
-  bool Idle() const { return requests_.empty() && pool_.NoneInUse(); }
+  bool Idle() const { return requests_.empty() && cache_.pool().NoneInUse(); }
 
  private:
   static Options MakeOptions(int num_blocks, int block_size, int max_running) {
@@ -246,9 +244,7 @@ class DecodeScheduler {
   void InsertInOrder(std::vector<uint64_t>& ids, uint64_t id) const;
 
   Options options_;
-  KvCacheManager cache_;         // the pool and the layer groups' table layout
-  const KvTableLayout& layout_;  // cache_'s
-  BlockPool& pool_;              // cache_'s
+  KvCacheManager cache_;  // the pool and the layer groups' table layout
   int watermark_blocks_ = 0;
   absl::flat_hash_map<uint64_t, Entry> requests_;
   std::vector<uint64_t> running_;    // admission order
