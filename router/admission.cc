@@ -55,14 +55,13 @@ int RunningShares::running(const std::string& tenant) const {
 }
 
 std::optional<uint64_t> RunningShares::VictimFor(const std::string& tenant) const {
-  const int mine = running(tenant);
-  const std::set<uint64_t>* most = nullptr;
-  for (const auto& [t, ids] : by_tenant_) {
-    if (t == tenant) continue;
-    if (most == nullptr || ids.size() > most->size()) most = &ids;
+  const std::pair<const std::string, std::set<uint64_t>>* most = nullptr;
+  for (const auto& entry : by_tenant_) {
+    if (entry.first == tenant) continue;
+    if (most == nullptr || entry.second.size() > most->second.size()) most = &entry;
   }
-  if (most == nullptr || static_cast<int>(most->size()) < mine + 2) return std::nullopt;
-  return *most->rbegin();
+  if (most == nullptr || !FarBelow(tenant, most->first)) return std::nullopt;
+  return *most->second.rbegin();
 }
 
 void AdmissionLine::PassTurn() {
