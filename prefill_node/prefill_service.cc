@@ -15,10 +15,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* ctx, const v1::Prefill
   }
   // Without a client deadline, the transfer still may not hang forever (the router's calls
   // carry the request's deadline, and compute_timeout_ms bounds the compute itself).
-  absl::Time deadline = absl::Now() + absl::Minutes(10);
-  if (ctx->deadline() != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, absl::FromChrono(ctx->deadline()));
-  }
+  const absl::Time deadline = std::min(absl::Now() + absl::Minutes(10), DeadlineOf(ctx));
   auto r = engine_->Prefill(
       next_id_++, {req->prompt_ids().begin(), req->prompt_ids().end()}, FromProto(req->sampling()),
       FromProto(req->kv_target()), deadline, [ctx] { return ctx->IsCancelled(); },
@@ -42,11 +39,8 @@ grpc::Status PrefillService::Score(grpc::ServerContext* ctx, const v1::PrefillSc
     return s;
   }
   std::vector<int> ids(req->token_ids().begin(), req->token_ids().end());
-  const absl::Time deadline = ctx->deadline() == std::chrono::system_clock::time_point::max()
-                                  ? absl::InfiniteFuture()
-                                  : absl::FromChrono(ctx->deadline());
-  auto scored =
-      engine_->Score(ids, req->top_logprobs(), deadline, [ctx] { return ctx->IsCancelled(); });
+  auto scored = engine_->Score(ids, req->top_logprobs(), DeadlineOf(ctx),
+                               [ctx] { return ctx->IsCancelled(); });
   if (!scored.ok()) return ToGrpc(scored.status());
   for (const ScoredToken& t : *scored) {
     resp->add_logprobs(t.logprob);

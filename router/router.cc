@@ -124,14 +124,6 @@ int Router::HealthyWorkers(WorkerRole role) {
 int Router::InFlight() { return static_cast<int>(cluster_->Lock().in_flight().size()); }
 
 namespace {
-absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) {
-  const auto d = ctx->deadline();
-  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(d);
-}
-}  // namespace
-
-namespace {
 
 // A gRPC caller's tenant, as HTTP's (http/client_address.h): its API key's namespace, else its
 // address without the port ("ipv4:10.0.0.5:41234" -> "addr:10.0.0.5").
@@ -271,9 +263,7 @@ grpc::Status Router::GenerateStream(const v1::GenerateRequest& req, const Stream
 
 grpc::Status Router::Score(grpc::ServerContext* ctx, const v1::ScoreRequest* req,
                            v1::ScoreResponse* resp) {
-  const bool no_deadline = ctx->deadline() == std::chrono::system_clock::time_point::max();
-  return Score(*req, no_deadline ? absl::InfiniteFuture() : absl::FromChrono(ctx->deadline()),
-               resp);
+  return Score(*req, DeadlineOf(ctx), resp);
 }
 
 grpc::Status Router::Score(const v1::ScoreRequest& request, absl::Time deadline,

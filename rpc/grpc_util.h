@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "engine/request.h"
 #include "engine/sampling/sampler.h"
 #include "engine/scheduling/scheduler.h"
@@ -15,6 +16,13 @@
 #include "tandem/v1/worker.pb.h"
 
 namespace tandem {
+
+// A call's deadline; InfiniteFuture when the client set none.
+inline absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) {
+  const auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
 
 inline grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
