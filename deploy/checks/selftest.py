@@ -13,7 +13,7 @@ from .dockerfile import (DOCKERFILE, check_build_context, check_image_rules, doc
                          hadolint)
 from .rendering import render, render_with
 from .schema import check_schema
-from .selftest_chart import self_test_chart, self_test_tls
+from .selftest_chart import container, deployment, mutated, self_test_chart, self_test_tls
 
 
 def self_test(kubectl):
@@ -58,20 +58,12 @@ def expecter(failures):
     return expect
 
 
-def deployment(objs, name):
-    return next(o for o in objs if o["kind"] == "Deployment" and o["metadata"]["name"] == name)
-
-
 def first(o, kind):
     return next(x for x in o if x["kind"] == kind)
 
 
 def router_pod(o):
     return deployment(o, "tandem-router")["spec"]["template"]["spec"]
-
-
-def container(o, name):
-    return deployment(o, name)["spec"]["template"]["spec"]["containers"][0]
 
 
 def hpa(o, name):
@@ -122,16 +114,9 @@ def self_test_schema(objs, expect):
 def self_test_consistency(objs, on, expect):
     """The cluster rules reject each mutation of consistency_cases() and component_cases() of the
     gpu overlay with the components `on`. Returns the number of cases."""
-    def mutated(fn):
-        o = copy.deepcopy(objs)
-        fn(o)
-        p = Problems()
-        check_consistency("gpu", o, p, require=on)
-        return p
-
     cases = consistency_cases() + component_cases()
     for label, fn, needle in cases:
-        expect(label, mutated(fn), needle)
+        expect(label, mutated("gpu", objs, fn, require=on), needle)
     return len(cases)
 
 
@@ -271,11 +256,7 @@ def self_test_autoscaling(kubectl, expect, failures):
             name="tandem-decoder"), "is not a Deployment"),
     ]
     for label, fn, needle in autoscaling_cases if scaled else []:
-        o = copy.deepcopy(scaled)
-        fn(o)
-        p = Problems()
-        check_consistency("autoscaling", o, p)
-        expect(label, p, needle)
+        expect(label, mutated("autoscaling", scaled, fn), needle)
     return len(autoscaling_cases)
 
 

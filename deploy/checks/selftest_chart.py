@@ -22,6 +22,15 @@ def container(o, name):
     return deployment(o, name)["spec"]["template"]["spec"]["containers"][0]
 
 
+def mutated(name, objs, fn, **kwargs):
+    """The problems check_consistency finds in a copy of `objs` that `fn` changed."""
+    o = copy.deepcopy(objs)
+    fn(o)
+    p = Problems()
+    check_consistency(name, o, p, **kwargs)
+    return p
+
+
 def self_test_tls(expect, failures):
     """TLS from the chart: probes that cannot speak TLS, files outside a mounted Secret. Returns
     the number of cases."""
@@ -42,11 +51,7 @@ def self_test_tls(expect, failures):
                           if m["name"] != "tls"]), "is not in a mounted Secret"),
     ]
     for label, fn, needle in tls_cases:
-        o = copy.deepcopy(tls)
-        fn(o)
-        p = Problems()
-        check_consistency("helm tls", o, p)
-        expect(label, p, needle)
+        expect(label, mutated("helm tls", tls, fn), needle)
     return len(tls_cases)
 
 
