@@ -86,14 +86,11 @@ struct Stream {
   }
 };
 
-class DecodeServiceTest : public ::testing::Test {
+class DecodeServiceTest : public testing::StoriesEngineTest {
  protected:
   void SetUp() override {
-    testing::StoriesEngineParts parts = testing::StoriesEngineParts::Make();
-    ASSERT_NE(parts.sender, nullptr);
-    backend_ = std::move(parts.backend);
-    model_ = std::move(parts.model);
-    sender_ = std::move(parts.sender);
+    testing::StoriesEngineTest::SetUp();
+    if (HasFatalFailure()) return;
     PrefillEngineOptions po;
     po.block_size = 16;
     po.num_blocks = 256;
@@ -159,9 +156,6 @@ class DecodeServiceTest : public ::testing::Test {
     return r;
   }
 
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvSender> sender_;
   std::unique_ptr<PrefillEngine> prefill_;
   std::unique_ptr<DecodeEngine> decode_;
   std::unique_ptr<DecodeService> service_;

@@ -15,23 +15,23 @@
 
 namespace tandem::testing {
 
-// The model, its backend and a KV sender of `kind` ("tcp", "local").
-struct StoriesEngineParts {
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<KvSender> sender;
-
-  static StoriesEngineParts Make(const std::string& kind = "tcp") {
-    StoriesEngineParts p;
-    p.backend = MakeCpuBackend();
-    p.model = std::move(*Model::Load(Stories260K(), p.backend.get()));
+// A fixture's start: stories260K on the CPU and a tcp KV sender with the test cluster's
+// credentials (derived fixtures that override SetUp call this one first).
+class StoriesEngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = MakeCpuBackend();
+    model_ = std::move(*Model::Load(Stories260K(), backend_.get()));
     KvSenderOptions so;
     so.auth.secret = TestClusterSecret();
-    auto sender = MakeKvSender(kind, so);
-    EXPECT_TRUE(sender.ok()) << sender.status();
-    if (sender.ok()) p.sender = std::move(*sender);
-    return p;
+    auto sender = MakeKvSender("tcp", so);
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    sender_ = std::move(*sender);
   }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvSender> sender_;
 };
 
 }  // namespace tandem::testing

@@ -15,16 +15,8 @@
 namespace tandem {
 namespace {
 
-class ScoreTest : public ::testing::Test {
+class ScoreTest : public testing::StoriesEngineTest {
  protected:
-  void SetUp() override {
-    testing::StoriesEngineParts parts = testing::StoriesEngineParts::Make();
-    ASSERT_NE(parts.sender, nullptr);
-    backend_ = std::move(parts.backend);
-    model_ = std::move(parts.model);
-    sender_ = std::move(parts.sender);
-  }
-
   void StartPrefill(DType kv_dtype, int64_t step_delay_ms = 0) {
     PrefillEngineOptions po;
     po.block_size = 16;
@@ -42,9 +34,6 @@ class ScoreTest : public ::testing::Test {
     prefill_.reset();
   }
 
-  std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<KvSender> sender_;
   MetricsRegistry registry_{"stories260K"};
   PrefillMetrics metrics_{registry_};
   std::unique_ptr<PrefillEngine> prefill_;
